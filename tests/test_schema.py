@@ -1,0 +1,113 @@
+"""The schema is its own reference manual, and both install paths build the same thing."""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any
+
+import psycopg
+
+from rcll import install
+from rcll.db import configure
+from rcll.sqlsource import extension_dir
+
+from conftest import Leg
+
+
+def test_every_table_and_column_has_a_comment(db: psycopg.Connection[Any]) -> None:
+    missing = db.execute("""
+        SELECT c.relname || coalesce('.' || a.attname, '')
+        FROM pg_class c
+        LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+        WHERE c.relnamespace = 'rcll'::regnamespace AND c.relkind IN ('r', 'p')
+          AND (CASE WHEN a.attname IS NULL THEN obj_description(c.oid, 'pg_class')
+                    ELSE col_description(c.oid, a.attnum) END) IS NULL
+        ORDER BY 1""").fetchall()
+    assert missing == []
+
+
+def test_every_public_function_has_a_comment(db: psycopg.Connection[Any]) -> None:
+    missing = db.execute("""
+        SELECT p.oid::regprocedure::text FROM pg_proc p
+        WHERE p.pronamespace = 'rcll'::regnamespace AND obj_description(p.oid, 'pg_proc') IS NULL
+        ORDER BY 1""").fetchall()
+    assert missing == []
+
+
+def test_extension_script_is_up_to_date() -> None:
+    from rcll.build_extension import main
+    import sys
+    argv = sys.argv
+    sys.argv = ["build_extension", "--check"]
+    try:
+        assert main() == 0, "extension/rcll--X.Y.Z.sql is stale: run `make extension`"
+    finally:
+        sys.argv = argv
+
+
+CATALOG = """
+SELECT kind, name, detail FROM (
+    SELECT 'relation' AS kind, c.relname AS name,
+           c.relkind::text || ' ' || coalesce(obj_description(c.oid, 'pg_class'), '') AS detail
+    FROM pg_class c WHERE c.relnamespace = 'rcll'::regnamespace
+    UNION ALL
+    SELECT 'column', c.relname || '.' || a.attname,
+           format_type(a.atttypid, a.atttypmod) || ' ' || a.attnotnull || ' '
+           || coalesce(pg_get_expr(d.adbin, d.adrelid), '') || ' ' || coalesce(col_description(c.oid, a.attnum), '')
+    FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+    LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
+    WHERE c.relnamespace = 'rcll'::regnamespace
+    UNION ALL
+    SELECT 'index', i.relname, pg_get_indexdef(i.oid)
+    FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid WHERE i.relnamespace = 'rcll'::regnamespace
+    UNION ALL
+    SELECT 'constraint', conrelid::regclass::text || '.' || conname, pg_get_constraintdef(oid)
+    FROM pg_constraint WHERE connamespace = 'rcll'::regnamespace
+    UNION ALL
+    SELECT 'function', p.oid::regprocedure::text,
+           md5(pg_get_functiondef(p.oid)) || ' ' || coalesce(obj_description(p.oid, 'pg_proc'), '')
+    FROM pg_proc p WHERE p.pronamespace = 'rcll'::regnamespace
+    UNION ALL
+    SELECT 'trigger', tgrelid::regclass::text || '.' || tgname, pg_get_triggerdef(t.oid)
+    FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+    WHERE c.relnamespace = 'rcll'::regnamespace AND NOT t.tgisinternal
+    UNION ALL
+    SELECT 'type', t.typname, format_type(t.oid, NULL)
+    FROM pg_type t WHERE t.typnamespace = 'rcll'::regnamespace AND t.typrelid = 0 AND t.typelem = 0
+    UNION ALL
+    SELECT 'row', 'migrations', string_agg(name || '=' || sha256, ',' ORDER BY name) FROM rcll.migrations
+) catalog ORDER BY kind, name
+"""
+
+
+def test_create_extension_and_rcll_install_build_the_same_objects(leg: Leg) -> None:
+    pg_config = leg.cluster.bindir / "pg_config"
+    subprocess.run(["make", "-s", "-C", str(extension_dir()), "install", f"PG_CONFIG={pg_config}"],
+                   check=True, capture_output=True)
+    via_extension = leg.new_database("postgres")
+    via_install = leg.new_database("postgres")
+    try:
+        with psycopg.connect(leg.url(via_extension)) as conn:
+            install.install(conn, use_extension=True)
+            configure(conn)
+            ext_rows = conn.execute(CATALOG).fetchall()
+        with psycopg.connect(leg.url(via_install)) as conn:
+            install.install(conn)
+            inst_rows = conn.execute(CATALOG).fetchall()
+        assert len(ext_rows) > 100
+        assert ext_rows == inst_rows
+    finally:
+        leg.drop_database(via_extension)
+        leg.drop_database(via_install)
+
+
+def test_reinstall_is_idempotent_and_refuses_edited_migrations(db: psycopg.Connection[Any]) -> None:
+    db.autocommit = False
+    assert "0 migration(s) applied" in install.install(db)
+    db.execute("UPDATE rcll.migrations SET sha256 = 'x' WHERE name LIKE '001%'")
+    try:
+        install.install(db)
+    except install.InstallError as e:
+        assert "changed after it was applied" in str(e)
+    else:
+        raise AssertionError("an edited migration was accepted")
