@@ -14,3 +14,15 @@ class RcllError(Exception):
 
     def as_dict(self) -> dict[str, str | None]:
         return {"field": self.field, "error": self.message, "hint": self.hint}
+
+
+def from_database(e: Exception) -> RcllError | None:
+    """An RcllError for a database error raised by rcll's SQL ("<field>: <message>", with a hint)."""
+    diag = getattr(e, "diag", None)
+    primary = getattr(diag, "message_primary", None) if diag is not None else None
+    if not primary or ": " not in primary:
+        return None
+    field, message = primary.split(": ", 1)
+    if not field.replace("_", "").isalnum():
+        return None
+    return RcllError(field, message, getattr(diag, "message_hint", None))

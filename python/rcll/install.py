@@ -33,7 +33,14 @@ def ensure_required_extensions(conn: psycopg.Connection[tuple[object, ...]]) -> 
                 f"dsn: the server has no {ext} extension available; install it on the server "
                 f"({'pgvector' if ext == 'vector' else 'postgresql-contrib'}) and retry"
             )
-        conn.execute(sql.SQL("CREATE EXTENSION IF NOT EXISTS {}").format(sql.Identifier(ext)))
+        conn.execute(sql.SQL("CREATE EXTENSION IF NOT EXISTS {} SCHEMA public").format(sql.Identifier(ext)))
+        row = conn.execute("SELECT extnamespace::regnamespace::text FROM pg_extension WHERE extname = %s",
+                           (ext,)).fetchone()
+        if row is None or row[0] != "public":
+            raise InstallError(
+                f"dsn: extension {ext} is installed in schema {row[0] if row else '?'}; rcll's functions expect "
+                f"it in public (ALTER EXTENSION {ext} SET SCHEMA public)"
+            )
 
 
 def install(conn: psycopg.Connection[tuple[object, ...]], *, use_extension: bool = False) -> str:
@@ -48,6 +55,7 @@ def install(conn: psycopg.Connection[tuple[object, ...]], *, use_extension: bool
         if use_extension or installed_as_extension(conn):
             version = installed_as_extension(conn)
             if version is None:
+                ensure_required_extensions(conn)
                 conn.execute("CREATE EXTENSION rcll CASCADE")
                 return f"created extension rcll {extension_version()}"
             if version != extension_version():

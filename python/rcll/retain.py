@@ -1,0 +1,160 @@
+"""Retain: store documents as memory units.
+
+LLM_PROVIDER=none (the default) is chunk mode: a document is split into chunks, embedded locally
+and written by rcll.retain_chunks() in one statement. Extraction modes (offline, anthropic) live in
+rcll.extract and are dispatched from here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import psycopg
+
+from rcll.chunking import chunk_text
+from rcll.errors import RcllError, from_database
+from rcll.validate import check_bank, check_text
+
+PROVIDERS = ("none", "offline", "anthropic")
+
+
+@dataclass
+class Document:
+    content: str
+    source: str | None = None
+    occurred_at: datetime | None = None
+    room: str | None = None
+    thread: str | None = None
+    tags: list[str] = field(default_factory=list)
+    hall: str | None = None
+    layer: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    author: str | None = None  # a claim only: the server's identity wins (rcll._resolve_author)
+
+    def check(self) -> None:
+        check_text(self.content, "content")
+        if not isinstance(self.tags, list) or not all(isinstance(t, str) for t in self.tags):
+            raise RcllError("tags", "must be a list of strings")
+        if not isinstance(self.metadata, dict):
+            raise RcllError("metadata", "must be a JSON object")
+        if self.layer is not None and self.layer not in ("L0", "L1", "L2"):
+            raise RcllError("layer", f"{self.layer!r} is not a layer", "use L0, L1 or L2")
+
+
+@dataclass
+class RetainResult:
+    document_id: int
+    unit_ids: list[int]
+    created: bool
+    mode: str = "chunks"
+
+
+def provider() -> str:
+    name = os.environ.get("LLM_PROVIDER", "none").strip().lower() or "none"
+    if name not in PROVIDERS:
+        raise RcllError("LLM_PROVIDER", f"unknown provider {name!r}", f"use one of {', '.join(PROVIDERS)}")
+    return name
+
+
+def _embed(texts: list[str]) -> np.ndarray[Any, np.dtype[np.float32]]:
+    from rcll.models import get_embedder
+
+    return get_embedder().embed(texts)
+
+
+def _write_chunks(conn: psycopg.Connection[Any], bank: str, doc: Document, chunks: list[str],
+                  vectors: np.ndarray[Any, np.dtype[np.float32]], via: str) -> RetainResult:
+    try:
+        row = conn.execute(
+            "SELECT * FROM rcll.retain_chunks(bank => %(bank)s, content => %(content)s, chunks => %(chunks)s,"
+            " embeddings => %(embeddings)s::vector[], source => %(source)s, occurred_at => %(occurred_at)s,"
+            " room => %(room)s, thread => %(thread)s, tags => %(tags)s, hall => %(hall)s, layer => %(layer)s,"
+            " metadata => %(metadata)s, via => %(via)s, author => %(author)s)",
+            {"bank": bank, "content": doc.content, "chunks": chunks, "embeddings": list(vectors),
+             "source": doc.source, "occurred_at": doc.occurred_at, "room": doc.room, "thread": doc.thread,
+             "tags": doc.tags, "hall": doc.hall, "layer": doc.layer,
+             "metadata": psycopg.types.json.Jsonb(doc.metadata), "via": via, "author": doc.author},
+        ).fetchone()
+    except psycopg.Error as e:
+        mapped = from_database(e)
+        if mapped is not None:
+            raise mapped from e
+        raise
+    assert row is not None
+    return RetainResult(int(row[0]), [int(u) for u in row[1]], bool(row[2]))
+
+
+def retain(conn: psycopg.Connection[Any], bank: str, doc: Document, *, via: str = "python") -> RetainResult:
+    """Retain one document in one transaction."""
+    check_bank(bank)
+    doc.check()
+    mode = provider()
+    if mode != "none":
+        from rcll.extract import retain_extracted
+
+        return retain_extracted(conn, bank, doc, mode=mode, via=via)
+    chunks = chunk_text(doc.content)
+    vectors = _embed(chunks)
+    with conn.transaction():
+        return _write_chunks(conn, bank, doc, chunks, vectors, via)
+
+
+def _batches(docs: Iterable[Document], size: int) -> Iterator[list[Document]]:
+    batch: list[Document] = []
+    for d in docs:
+        d.check()
+        batch.append(d)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _chunk_and_embed(batch: list[Document]) -> tuple[list[list[str]], np.ndarray[Any, np.dtype[np.float32]]]:
+    chunked = [chunk_text(d.content) for d in batch]
+    return chunked, _embed([c for cs in chunked for c in cs])
+
+
+def retain_many(conn: psycopg.Connection[Any], bank: str, docs: Iterable[Document], *, via: str = "python",
+                batch_size: int = 64, on_progress: Callable[[int], None] | None = None) -> list[RetainResult]:
+    """Chunk-mode bulk retain. Embedding of batch i+1 overlaps the database write of batch i (the
+    embedder releases the GIL), so the database adds little to the embedder's own cost. Each batch
+    is one transaction; an invalid document stops the run before its batch is written."""
+    check_bank(bank)
+    mode = provider()
+    if mode != "none":
+        return [retain(conn, bank, d, via=via) for d in docs]
+    results: list[RetainResult] = []
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending: Future[tuple[list[list[str]], Any]] | None = None
+        pending_batch: list[Document] = []
+        for batch in _batches(docs, batch_size):
+            nxt = pool.submit(_chunk_and_embed, batch)
+            if pending is not None:
+                results += _write_batch(conn, bank, pending_batch, *pending.result(), via)
+                if on_progress:
+                    on_progress(len(pending_batch))
+            pending, pending_batch = nxt, batch
+        if pending is not None:
+            results += _write_batch(conn, bank, pending_batch, *pending.result(), via)
+            if on_progress:
+                on_progress(len(pending_batch))
+    return results
+
+
+def _write_batch(conn: psycopg.Connection[Any], bank: str, batch: list[Document], chunked: list[list[str]],
+                 vectors: np.ndarray[Any, np.dtype[np.float32]], via: str) -> list[RetainResult]:
+    out: list[RetainResult] = []
+    offset = 0
+    with conn.transaction():
+        for doc, chunks in zip(batch, chunked):
+            out.append(_write_chunks(conn, bank, doc, chunks, vectors[offset:offset + len(chunks)], via))
+            offset += len(chunks)
+    return out
