@@ -174,3 +174,18 @@ def debian15(datadir: Path, port: int = 5432, **settings: str) -> Cluster:
     if not (DEBIAN_PG15_BIN / "postgres").exists():
         raise ClusterError("Debian PostgreSQL 15 is not installed: run scripts/install-pg15-leg.sh as root")
     return Cluster(datadir, DEBIAN_PG15_BIN, os_user="postgres", port=port, settings=settings)
+
+
+def replica(primary: Cluster, datadir: Path, port: int, **settings: str) -> Cluster:
+    """A streaming hot standby of a running cluster: pg_basebackup -R (WAL streamed, fast
+    checkpoint) into an empty datadir, then started. The primary must allow replication
+    connections (BASE_SETTINGS: wal_level replica, max_wal_senders; initdb's trust rules)."""
+    standby = Cluster(datadir, primary.bindir, os_user=primary.os_user, port=port,
+                      settings={**primary.settings, **settings})
+    if standby.initialized:
+        raise ClusterError(f"{datadir} already holds a cluster; a replica needs an empty directory")
+    standby._prepare_dirs()
+    primary._run("pg_basebackup", "-D", str(datadir), "-R", "-X", "stream", "-c", "fast",
+                 "-h", str(primary.socket_dir), "-p", str(primary.port), "-U", "postgres")
+    standby.start()
+    return standby

@@ -80,7 +80,7 @@ def _threads() -> int:
 
 
 def _session(model_dir: Path, threads: int | None) -> Any:
-    import onnxruntime as ort  # type: ignore[import-untyped]
+    import onnxruntime as ort  # type: ignore[import-untyped,unused-ignore]
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads or _threads()
@@ -88,9 +88,7 @@ def _session(model_dir: Path, threads: int | None) -> Any:
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     # Idle spinning would burn the cores that PostgreSQL needs between calls.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(
-        str(model_dir / "model.onnx"), options, providers=["CPUExecutionProvider"]
-    )
+    return ort.InferenceSession(str(model_dir / "model.onnx"), options, providers=["CPUExecutionProvider"])
 
 
 def _tokenizer(model_dir: Path, max_length: int | None) -> Tokenizer:

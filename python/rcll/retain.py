@@ -123,7 +123,7 @@ def _chunk_and_embed(batch: list[Document]) -> tuple[list[list[str]], np.ndarray
 
 
 def retain_many(conn: psycopg.Connection[Any], bank: str, docs: Iterable[Document], *, via: str = "python",
-                batch_size: int = 64, on_progress: Callable[[int], None] | None = None) -> list[RetainResult]:
+                batch_size: int = 512, on_progress: Callable[[int], None] | None = None) -> list[RetainResult]:
     """Chunk-mode bulk retain. Embedding of batch i+1 overlaps the database write of batch i (the
     embedder releases the GIL), so the database adds little to the embedder's own cost. Each batch
     is one transaction; an invalid document stops the run before its batch is written."""

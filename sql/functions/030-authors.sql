@@ -2,26 +2,57 @@
 
 CREATE OR REPLACE FUNCTION rcll.current_agent()
 RETURNS text
-LANGUAGE sql STABLE PARALLEL SAFE
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+-- Definer: any writer may learn its own identity without being able to read rcll.identities.
+-- session_user (not current_user) is what it checks, and SECURITY DEFINER does not change it.
+-- PL/pgSQL rather than SQL: it runs once per written row, and PL/pgSQL keeps its plans.
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    -- A role mapped in rcll.identities always writes as its agent. Otherwise the RCLL server, which
-    -- authenticated the caller, may set rcll.agent for the transaction - honoured only when the
-    -- session's role is a member of rcll_identity_server, so a psql user cannot forge it.
-    SELECT coalesce(
-        (SELECT i.agent FROM rcll.identities i WHERE i.role_name = session_user),
-        CASE WHEN nullif(current_setting('rcll.agent', true), '') IS NOT NULL
-                  AND EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolname = 'rcll_identity_server')
-                  AND pg_has_role(session_user, 'rcll_identity_server', 'MEMBER')
-             THEN current_setting('rcll.agent', true) END)
+DECLARE
+    agent   text;
+    claimed text;
+BEGIN
+    -- A role mapped in rcll.identities always writes as its agent.
+    SELECT i.agent INTO agent FROM rcll.identities i WHERE i.role_name = session_user;
+    IF agent IS NOT NULL THEN
+        RETURN agent;
+    END IF;
+    -- Otherwise the RCLL server, which authenticated the caller, may set rcll.agent for the
+    -- transaction - honoured only when the session's role is a member of rcll_identity_server,
+    -- so a psql user cannot forge it.
+    claimed := nullif(btrim(current_setting('rcll.agent', true)), '');
+    IF claimed IS NOT NULL AND to_regrole('rcll_identity_server') IS NOT NULL
+       AND pg_has_role(session_user, 'rcll_identity_server', 'MEMBER') THEN
+        RETURN claimed;
+    END IF;
+    RETURN NULL;
+END
 $$;
-COMMENT ON FUNCTION rcll.current_agent() IS 'The agent identity the server resolved for this session or transaction, or NULL: a role mapped in rcll.identities, else rcll.agent set by a member of rcll_identity_server.';
+COMMENT ON FUNCTION rcll.current_agent() IS 'The agent identity the server resolved for this session or transaction, or NULL: a role mapped in rcll.identities, else rcll.agent set by a member of rcll_identity_server (superusers count as members).';
+
+CREATE OR REPLACE FUNCTION rcll._carry_tags()
+RETURNS boolean
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- Consolidation rewrites facts into observations and must carry their author: and room tags
+    -- across; only the trusted server may ask for that (SET LOCAL rcll.carry_tags = on).
+    RETURN coalesce(current_setting('rcll.carry_tags', true), '') IN ('on', 'true', '1')
+           AND to_regrole('rcll_identity_server') IS NOT NULL
+           AND pg_has_role(session_user, 'rcll_identity_server', 'MEMBER');
+END
+$$;
+COMMENT ON FUNCTION rcll._carry_tags() IS 'Internal: true when a member of rcll_identity_server has set rcll.carry_tags = on, so reserved tags (author:, room-alias:, room-new:) written by it are kept rather than discarded as forged.';
 
 CREATE OR REPLACE FUNCTION rcll._resolve_author(claimed text, OUT author text, OUT author_source text)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    -- No warning here: the units_author_missing statement trigger warns once per write, for every
+    -- client, whether or not it came through a function that called this.
     author := rcll.current_agent();
     IF author IS NOT NULL THEN
         author_source := 'server';             -- a claimed author is discarded
@@ -30,9 +61,110 @@ BEGIN
         author_source := 'self_declared';
     ELSE
         author_source := 'none';
-        RAISE WARNING 'author: no identity for this write; stored without an author'
-            USING HINT = 'Map the role in rcll.identities, or have the RCLL server authenticate the caller.';
     END IF;
 END
 $$;
 COMMENT ON FUNCTION rcll._resolve_author(text) IS 'Internal: the author of a write and how it was resolved (server, self_declared, none). Never falls back to the connection''s role name.';
+
+CREATE OR REPLACE FUNCTION rcll._units_author()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    agent text := rcll.current_agent();
+    tag   text;
+BEGIN
+    -- Runs once per written row: every assignment below is skipped when it would change nothing.
+    IF NEW.tags IS NULL THEN
+        NEW.tags := '{}';
+    -- author: tags are the server's to write; one supplied by the caller is forged and discarded.
+    ELSIF array_to_string(NEW.tags, E'\x1f') LIKE '%author%' AND NOT rcll._carry_tags() THEN
+        NEW.tags := ARRAY(SELECT t FROM unnest(NEW.tags) AS t
+                          WHERE t NOT LIKE 'author:%' AND t NOT LIKE 'author-source:%');
+    END IF;
+    IF agent IS NOT NULL THEN
+        NEW.author := agent;
+        NEW.author_source := 'server';
+    ELSIF nullif(btrim(NEW.author), '') IS NULL THEN
+        NEW.author := NULL;
+        NEW.author_source := 'none';
+    ELSE
+        NEW.author := btrim(NEW.author);
+        NEW.author_source := 'self_declared';
+    END IF;
+    IF NEW.author IS NOT NULL THEN
+        -- The tag is what survives consolidation rewrites; the tag roster is the author list.
+        tag := 'author:' || NEW.author;
+        IF NOT tag = ANY (NEW.tags) THEN
+            NEW.tags := NEW.tags || tag;
+        END IF;
+        IF NEW.author_source = 'self_declared' AND NOT 'author-source:self_declared' = ANY (NEW.tags) THEN
+            NEW.tags := NEW.tags || 'author-source:self_declared'::text;
+        END IF;
+    END IF;
+    -- Provenance says who, as resolved here - a "who" the caller put in it is replaced too.
+    IF NEW.provenance ->> 'who' IS DISTINCT FROM NEW.author
+       OR NEW.provenance ->> 'author_source' IS DISTINCT FROM NEW.author_source
+       OR NOT NEW.provenance ? 'at'
+       OR (NEW.document_id IS NOT NULL AND NOT NEW.provenance ? 'document_id') THEN
+        NEW.provenance := NEW.provenance
+            || jsonb_build_object('who', NEW.author, 'author_source', NEW.author_source)
+            || CASE WHEN NEW.document_id IS NOT NULL AND NOT NEW.provenance ? 'document_id'
+                    THEN jsonb_build_object('document_id', NEW.document_id) ELSE '{}'::jsonb END
+            || CASE WHEN NOT NEW.provenance ? 'at' THEN jsonb_build_object('at', now()) ELSE '{}'::jsonb END;
+    END IF;
+    RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION rcll._units_author() IS 'Trigger: the author of every new unit, resolved by the server (a caller''s author and author: tags are discarded when it knows; otherwise kept as self_declared), carried on an author:<name> tag and in provenance.';
+
+CREATE OR REPLACE TRIGGER units_author BEFORE INSERT ON rcll.memory_units
+    FOR EACH ROW EXECUTE FUNCTION rcll._units_author();
+
+CREATE OR REPLACE FUNCTION rcll._units_author_missing()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n bigint;
+BEGIN
+    SELECT count(*) INTO n FROM new_units u WHERE u.author_source = 'none';
+    IF n > 0 THEN
+        RAISE WARNING 'author: no identity for this write; % unit(s) stored without an author', n
+            USING HINT = 'Map the role in rcll.identities, have the RCLL server authenticate the caller, or declare one (author => ...).';
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION rcll._units_author_missing() IS 'Trigger: one warning per statement that wrote units with no author (absent rather than wrong: never the connection''s account).';
+
+CREATE OR REPLACE TRIGGER units_author_missing AFTER INSERT ON rcll.memory_units
+    REFERENCING NEW TABLE AS new_units
+    FOR EACH STATEMENT EXECUTE FUNCTION rcll._units_author_missing();
+
+CREATE OR REPLACE FUNCTION rcll._documents_author()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    agent text := rcll.current_agent();
+BEGIN
+    IF agent IS NOT NULL THEN
+        NEW.provenance := NEW.provenance || jsonb_build_object('who', agent, 'author_source', 'server');
+    ELSE
+        NEW.provenance := NEW.provenance || jsonb_build_object(
+            'author_source', CASE WHEN nullif(btrim(NEW.provenance ->> 'who'), '') IS NULL THEN 'none' ELSE 'self_declared' END);
+    END IF;
+    IF NOT NEW.provenance ? 'at' THEN
+        NEW.provenance := NEW.provenance || jsonb_build_object('at', now());
+    END IF;
+    RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION rcll._documents_author() IS 'Trigger: a document''s provenance names the server-resolved writer (a caller''s "who" is replaced when the server knows, else marked self_declared).';
+
+CREATE OR REPLACE TRIGGER documents_author BEFORE INSERT ON rcll.documents
+    FOR EACH ROW EXECUTE FUNCTION rcll._documents_author();

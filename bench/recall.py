@@ -1,0 +1,272 @@
+"""Recall latency on synthetic agent-fleet stores: p50/p95 per channel, fused, and per recall phase.
+
+    .venv/bin/python bench/recall.py [--sizes 10000,100000] [--queries 60] [--rerank-depth 50]
+
+Builds a fresh embedded PG 18 cluster in /tmp, and for each size a store that looks like a fleet's:
+clustered 384-d unit vectors (200 topics), text drawn from LoCoMo's real English vocabulary with its
+Zipf frequencies plus per-topic words, Zipf-distributed entities (a few hubs, a long tail), skewed
+rooms (three big rooms hold 80% of the units, 200 tiny ones the rest), ten authors, two years of
+timestamps, semantic links. Data goes in with binary COPY; indexes are built afterwards.
+Queries mix no filter, a big room, a tiny room and an author filter; a third name an entity,
+a third a time. The embed phase runs the real bge model on the query text; the SQL phase gets a
+vector drawn near the query's topic (the synthetic store's vectors are not bge's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+
+from rcll import cluster, install, models  # noqa: E402
+from rcll.db import configure  # noqa: E402
+from rcll.recall import recall  # noqa: E402
+
+LOCOMO = Path("/work/shared/data/locomo/locomo10.json")
+TOPICS = 200
+DIM = 384
+BANK = "bench"
+HNSW = "CREATE INDEX memory_units_embedding_hnsw ON rcll.memory_units USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"
+GIN = "CREATE INDEX memory_units_lexical_gin ON rcll.memory_units USING gin (lexical)"
+
+
+def vocabulary() -> tuple[list[str], np.ndarray]:
+    """LoCoMo's words with their frequencies (a real Zipf distribution of English chat)."""
+    counts: Counter[str] = Counter()
+    data = json.loads(LOCOMO.read_text())
+    for sample in data:
+        for key, turns in sample["conversation"].items():
+            if isinstance(turns, list):
+                for t in turns:
+                    counts.update(re.findall(r"[a-z']+", str(t.get("text", "")).lower()))
+    words = [w for w, _ in counts.most_common() if len(w) > 1]
+    freq = np.array([counts[w] for w in words], dtype=np.float64)
+    return words, freq / freq.sum()
+
+
+def zipf_weights(n: int, a: float, rng: np.random.Generator) -> np.ndarray:
+    w = 1.0 / np.arange(1, n + 1) ** a
+    rng.shuffle(w)
+    return w / w.sum()
+
+
+def build(conn: psycopg.Connection[Any], n: int, seed: int = 7) -> dict[str, Any]:
+    rng = np.random.default_rng(seed)
+    words, freq = vocabulary()
+    conn.execute("SELECT rcll.create_bank(%s)", (BANK,))
+    bank_id = conn.execute("SELECT rcll._bank_id(%s)", (BANK,)).fetchone()[0]  # type: ignore[index]
+
+    centers = rng.normal(size=(TOPICS, DIM)).astype(np.float32)
+    centers /= np.linalg.norm(centers, axis=1, keepdims=True)
+    topic_of = rng.choice(TOPICS, size=n, p=zipf_weights(TOPICS, 0.8, rng))
+    vecs = centers[topic_of] + rng.normal(scale=0.045, size=(n, DIM)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    mid = words[200:4000]
+    topic_words = [list(rng.choice(mid, size=25, replace=False)) for _ in range(TOPICS)]
+
+    n_ent = max(200, n // 20)
+    ent_names = [f"{rng.choice(words[300:3000]).title()} {rng.choice(['Project', 'Service', 'Team', 'Labs', 'Group', 'API'])}{i}"
+                 for i in range(n_ent)]
+    ent_p = 1.0 / np.arange(1, n_ent + 1) ** 1.1
+    ent_p /= ent_p.sum()
+
+    rooms = ["engineering", "operations", "product"] + [f"room-{i}" for i in range(200)]
+    room_p = np.array([0.40, 0.25, 0.15] + [0.20 / 200] * 200)
+    room_of = rng.choice(len(rooms), size=n, p=room_p)
+    authors = [f"agent-{i}" for i in range(10)]
+    t0 = np.datetime64("2024-06-01T00:00:00")
+    ages = rng.integers(0, 730 * 86400, size=n)
+    lengths = rng.integers(12, 40, size=n)
+
+    unit_ents: list[list[int]] = []
+    texts: list[str] = []
+    body = rng.choice(len(words), size=int(lengths.sum()), p=freq)
+    pos = 0
+    for i in range(n):
+        k = int(lengths[i])
+        ws = [words[j] for j in body[pos:pos + k]]
+        pos += k
+        tw = topic_words[topic_of[i]]
+        for j in rng.choice(k, size=max(1, k // 3), replace=False):
+            ws[j] = tw[int(rng.integers(0, len(tw)))]
+        ents = sorted(set(int(e) for e in rng.choice(n_ent, size=int(rng.integers(0, 4)), p=ent_p)))
+        unit_ents.append(ents)
+        if ents:
+            ws.insert(int(rng.integers(0, k)), " and ".join(ent_names[e] for e in ents))
+        texts.append(" ".join(ws).capitalize() + ".")
+
+    conn.execute("DROP INDEX rcll.memory_units_embedding_hnsw")
+    conn.execute("DROP INDEX rcll.memory_units_lexical_gin")
+    prov = json.dumps({"via": "bench"})
+    with conn.cursor() as cur:
+        with cur.copy("COPY rcll.memory_units (bank_id, text, embedding, room, author, author_source, valid, mentioned_at, provenance) FROM STDIN") as cp:
+            for i in range(n):
+                when = str(t0 - np.timedelta64(int(ages[i]), "s")) + "+00"
+                cp.write_row((bank_id, texts[i], vecs[i], rooms[room_of[i]], authors[i % 10], "self_declared",
+                              f"[{when},)", when, prov))
+    ids = [r[0] for r in conn.execute("SELECT unit_id FROM rcll.memory_units WHERE bank_id = %s ORDER BY unit_id", (bank_id,))]
+    with conn.cursor() as cur:
+        with cur.copy("COPY rcll.entities (bank_id, name, mention_count) FROM STDIN") as cp:
+            mentions = Counter(e for es in unit_ents for e in es)
+            for e, name in enumerate(ent_names):
+                cp.write_row((bank_id, name, mentions[e]))
+    ent_ids = [r[0] for r in conn.execute("SELECT entity_id FROM rcll.entities WHERE bank_id = %s ORDER BY entity_id", (bank_id,))]
+    with conn.cursor() as cur:
+        with cur.copy("COPY rcll.entity_aliases (bank_id, alias, entity_id) FROM STDIN") as cp:
+            for e, name in enumerate(ent_names):
+                cp.write_row((bank_id, name.lower(), ent_ids[e]))
+        with cur.copy("COPY rcll.unit_entities (unit_id, entity_id, bank_id) FROM STDIN") as cp:
+            for i, es in enumerate(unit_ents):
+                for e in es:
+                    cp.write_row((ids[i], ent_ids[e], bank_id))
+        # Semantic links: a fifth of the units link to another unit of their topic.
+        by_topic: dict[int, list[int]] = {}
+        for i, t in enumerate(topic_of):
+            by_topic.setdefault(int(t), []).append(i)
+        seen: set[tuple[int, int]] = set()
+        with cur.copy("COPY rcll.links (bank_id, from_unit, to_unit, link_type, weight) FROM STDIN") as cp:
+            for i in rng.choice(n, size=n // 5, replace=False):
+                peers = by_topic[int(topic_of[i])]
+                j = peers[int(rng.integers(0, len(peers)))]
+                if j != i and (i, j) not in seen:
+                    seen.add((i, j))
+                    cp.write_row((bank_id, ids[i], ids[j], "semantic", 0.8))
+    t = time.perf_counter()
+    conn.execute("SET max_parallel_maintenance_workers = 0")
+    conn.execute(HNSW)
+    conn.execute(GIN)
+    conn.execute("VACUUM (ANALYZE) rcll.memory_units")
+    conn.execute("ANALYZE")
+    conn.execute("SELECT * FROM rcll.refresh_bank_stats(%s)", (BANK,))
+    index_s = time.perf_counter() - t
+    return {"rng": rng, "centers": centers, "topic_of": topic_of, "texts": texts, "ent_names": ent_names,
+            "unit_ents": unit_ents, "room_of": room_of, "rooms": rooms, "authors": authors, "index_s": index_s,
+            "words": words}
+
+
+def queries(d: dict[str, Any], count: int) -> list[dict[str, Any]]:
+    rng: np.random.Generator = d["rng"]
+    out = []
+    times = ["last week", "in March 2024", "yesterday", "2 months ago", "before January 2024", "last year"]
+    n = len(d["texts"])
+    for q in range(count):
+        i = int(rng.integers(0, n))
+        words = [w for w in re.findall(r"[a-z']+", d["texts"][i].lower()) if len(w) > 3]
+        text = " ".join(rng.choice(words, size=min(5, len(words)), replace=False)) if words else "status"
+        if q % 3 == 0 and d["unit_ents"][i]:
+            text += " about " + d["ent_names"][d["unit_ents"][i][0]]
+        if q % 3 == 1:
+            text += " " + times[q % len(times)]
+        v = d["centers"][d["topic_of"][i]] + rng.normal(scale=0.05, size=DIM).astype(np.float32)
+        v /= np.linalg.norm(v)
+        kind = ["none", "none", "big room", "tiny room", "author"][q % 5]
+        f: dict[str, Any] = {}
+        if kind == "big room":
+            f["rooms"] = ["engineering"]
+        elif kind == "tiny room":
+            f["rooms"] = [d["rooms"][3 + int(rng.integers(0, 200))]]
+        elif kind == "author":
+            f["authors"] = [d["authors"][int(rng.integers(0, 10))]]
+        out.append({"text": text, "qe": v.astype(np.float32), "filters": f, "kind": kind})
+    return out
+
+
+CHANNELS = {
+    "dense": "SELECT count(*) FROM rcll.channel_dense(%(qe)s, %(bank)s, rooms => %(rooms)s, authors => %(authors)s, reference_time => '2024-06-01')",
+    "lexical": "SELECT count(*) FROM rcll.channel_lexical(%(q)s, %(bank)s, rooms => %(rooms)s, authors => %(authors)s)",
+    "graph": "SELECT count(*) FROM rcll.channel_graph(%(q)s, %(bank)s, rooms => %(rooms)s, authors => %(authors)s)",
+    "temporal": "SELECT count(*) FROM rcll.channel_temporal(%(q)s, %(bank)s, rooms => %(rooms)s, authors => %(authors)s, reference_time => '2024-06-01', query_embedding => %(qe)s)",
+    "fused (4 channels + RRF)": "SELECT count(*) FROM rcll.recall_candidates(%(q)s, %(bank)s, query_embedding => %(qe)s, rooms => %(rooms)s, authors => %(authors)s, reference_time => '2024-06-01')",
+}
+CHANNELS["dense"] = CHANNELS["dense"].replace(", reference_time => '2024-06-01'", "")
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p * (len(xs) - 1))))]
+
+
+def measure(conn: psycopg.Connection[Any], qs: list[dict[str, Any]], rerank_depth: int) -> list[list[Any]]:
+    rows: list[list[Any]] = []
+    for name, sql in CHANNELS.items():
+        times: list[float] = []
+        by_kind: dict[str, list[float]] = {}
+        for q in qs:
+            p = {"q": q["text"], "qe": q["qe"], "bank": BANK, "rooms": q["filters"].get("rooms"),
+                 "authors": q["filters"].get("authors")}
+            conn.execute(sql, p).fetchone()          # warm
+            t = time.perf_counter()
+            conn.execute(sql, p).fetchone()
+            ms = (time.perf_counter() - t) * 1000
+            times.append(ms)
+            by_kind.setdefault(q["kind"], []).append(ms)
+        rows.append([f"SQL {name}", statistics.median(times), pct(times, 0.95),
+                     " ".join(f"{k}:{statistics.median(v):.1f}" for k, v in sorted(by_kind.items()))])
+    emb = models.get_embedder()
+    models.get_reranker()
+    phases: dict[str, list[float]] = {"embed": [], "sql": [], "rerank": [], "cut": [], "total": []}
+    for q in qs:
+        t = time.perf_counter()
+        emb.embed_query(q["text"])
+        embed_ms = (time.perf_counter() - t) * 1000
+        r = recall(conn, q["text"], BANK, query_embedding=q["qe"], rerank_depth=rerank_depth,
+                   reference_time="2024-06-01", **q["filters"])
+        for k, v in (("embed", embed_ms), ("sql", r.timings.sql), ("rerank", r.timings.rerank), ("cut", r.timings.cut)):
+            phases[k].append(v)
+        phases["total"].append(embed_ms + r.timings.sql + r.timings.rerank + r.timings.cut)
+    for k, v in phases.items():
+        rows.append([f"recall {k}" + (f" (depth {rerank_depth})" if k == "rerank" else ""), statistics.median(v), pct(v, 0.95), ""])
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="10000,100000")
+    ap.add_argument("--queries", type=int, default=60)
+    ap.add_argument("--rerank-depth", type=int, default=50)
+    ap.add_argument("--port", type=int, default=55530)
+    ap.add_argument("--keep", action="store_true", help="keep the cluster (in /tmp) for EXPLAIN")
+    args = ap.parse_args()
+    from _common import table  # noqa: PLC0415
+
+    root = Path(tempfile.mkdtemp(prefix="rcllr-", dir="/tmp"))
+    c = cluster.embedded(root / "pg18", port=args.port)
+    c.start()
+    try:
+        for n in (int(s) for s in args.sizes.split(",")):
+            db = f"recall_{n}"
+            with psycopg.connect(c.url(), autocommit=True) as admin:
+                admin.execute(f'CREATE DATABASE "{db}"')
+            with psycopg.connect(c.url(db), autocommit=True) as conn:
+                install.install(conn)
+                configure(conn)
+                t = time.perf_counter()
+                d = build(conn, n)
+                print(f"\n{n:,} units: built in {time.perf_counter() - t:.0f} s (indexes {d['index_s']:.0f} s)", flush=True)
+                qs = queries(d, args.queries)
+                rows = measure(conn, qs, args.rerank_depth)
+                print(table(["phase", "p50 ms", "p95 ms", "p50 by filter (ms)"], rows), flush=True)
+    finally:
+        if not args.keep:
+            c.destroy()
+            import shutil
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            print(f"cluster kept: {c.url()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,429 @@
+"""Export and import a whole bank: every column of every table, streamed, round-trip exact.
+
+An export is a directory:
+
+    manifest.json            what is in it: format, bank, per table the file, row count and SHA-256
+    pam/memory-store.json    the Portable AI Memory (PAM) v1.0 view: one memory per unit, one
+                             relation per link (validates against the PAM SDK's schema)
+    rcll/<table>.jsonl       the lossless RCLL sidecar: one line per row, every column, as
+                             rcll.export_rows() prints it (room, hall, layer, link types and weights,
+                             colon tags, embeddings, room registry and state, audit, llm_calls...)
+
+Canonical order, which makes two exports of the same memory byte-identical: tables in
+rcll.export_tables() order; rows by each table's key columns (text compared byte-wise); values
+printed by PostgreSQL with TimeZone UTC and shortest-exact floats; PAM memories by id (ids are
+zero-padded so that is unit_id order), JSON keys sorted. Nothing in an export records when it was
+made. Memory stays bounded: each table is read through a server-side cursor in batches, and each
+file is written as the rows arrive.
+
+Import reads the sidecar (the PAM file is a view, not a source) and calls rcll.import_begin,
+rcll.import_rows per batch and rcll.import_finish in one transaction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import psycopg
+from psycopg import sql
+from psycopg.types.string import TextLoader
+
+from rcll import __version__
+from rcll.errors import RcllError, from_database
+
+FORMAT = "rcll-export"
+FORMAT_VERSION = 1
+PAM_FILE = "pam/memory-store.json"
+MANIFEST = "manifest.json"
+FETCH = 2000
+IMPORT_BATCH_ROWS = 1000
+IMPORT_BATCH_BYTES = 8 << 20
+CANONICAL_ORDER = (
+    "tables in rcll.export_tables() order; rows by each table's key columns, text compared byte-wise "
+    "(COLLATE \"C\"); values as PostgreSQL prints them with TimeZone UTC, DateStyle ISO, extra_float_digits 1, "
+    "bytea_output hex; jsonb keys in jsonb order; PAM memories by id, relations by (from, to, type), keys sorted"
+)
+
+Progress = Callable[[str, int], None]
+
+# -- PAM mapping ---------------------------------------------------------------------------------
+
+_PAM_TAG = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+# hall -> PAM memory type; any other hall is a custom type named after it.
+_HALL_TYPE = {"fact": "fact", "preference": "preference", "rule": "instruction", "procedure": "instruction",
+              "event": "context", "goal": "goal", "skill": "skill", "project": "project"}
+# link type -> PAM relation type (the exact link type is in the sidecar and the relation id).
+_LINK_TYPE = {"supersedes": "supersedes", "consolidates": "derived_from", "causal": "supports",
+              "entity": "related_to", "temporal": "related_to", "semantic": "related_to"}
+_EXTRACTION = {"chunk": "explicit_user_input", "fact": "llm_inference", "observation": "llm_inference"}
+
+
+def pam_memory_id(unit_id: int) -> str:
+    return f"rcll-unit-{unit_id:020d}"
+
+
+def _ts(value: str | None) -> str | None:
+    """A PostgreSQL timestamp (ISO, or range-bound form) as RFC 3339; None for none or infinity."""
+    if value is None or value in ("", "infinity", "-infinity"):
+        return None
+    return datetime.fromisoformat(value).isoformat()
+
+
+def _range_bounds(valid: str) -> tuple[str | None, str | None]:
+    if valid == "empty":
+        return None, None
+    lo, hi = valid[1:-1].split(",", 1)
+    return _ts(lo.strip('"') or None), _ts(hi.strip('"') or None)
+
+
+def pam_memory(unit: dict[str, Any]) -> dict[str, Any]:
+    from portable_ai_memory import compute_content_hash
+
+    hall = unit.get("hall")
+    pam_type = _HALL_TYPE.get(hall or "", "custom")
+    valid_from, valid_until = _range_bounds(unit["valid"])
+    tags: list[str] = []
+    for t in unit["tags"]:
+        if _PAM_TAG.match(t) and t not in tags:
+            tags.append(t)
+    superseded = unit.get("superseded_by")
+    memory: dict[str, Any] = {
+        "id": pam_memory_id(unit["unit_id"]),
+        "type": pam_type,
+        "custom_type": (f"rcll-{hall}" if hall else f"rcll-{unit['kind']}") if pam_type == "custom" else None,
+        "status": "superseded" if superseded is not None else "active",
+        "content": unit["text"],
+        "content_hash": compute_content_hash(unit["text"]),
+        "tags": tags,
+        "temporal": {
+            "created_at": _ts(unit["created_at"]),
+            "updated_at": _ts(unit["updated_at"]),
+            "valid_from": valid_from,
+            "valid_until": valid_until,
+            "superseded_by": pam_memory_id(superseded) if superseded is not None else None,
+        },
+        "provenance": {
+            "platform": "rcll",
+            "platform_user_id": unit.get("author"),
+            "extraction_method": _EXTRACTION.get(unit["kind"]),
+            "extracted_at": _ts(unit["created_at"]),
+            "extractor": f"rcll/{__version__}",
+        },
+        "embedding_ref": None,
+        "metadata": {"rcll": {k: unit.get(k) for k in (
+            "unit_id", "kind", "room", "hall", "layer", "author", "author_source", "thread", "tags",
+            "document_id", "chunk_index", "occurred_start", "occurred_end", "mentioned_at",
+            "consolidation_state")}},
+    }
+    return memory
+
+
+def pam_relation(link: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": f"rcll-link-{link['from_unit']}-{link['to_unit']}-{link['link_type']}",
+        "from": pam_memory_id(link["from_unit"]),
+        "to": pam_memory_id(link["to_unit"]),
+        "type": _LINK_TYPE.get(link["link_type"], "related_to"),
+        "confidence": link["weight"],
+        "created_at": _ts(link["created_at"]),
+    }
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+class _PamWriter:
+    """Writes the PAM memory store as the units and links stream past, computing the integrity
+    checksum (RFC 8785 over the memories sorted by id) on the way - memories arrive in id order."""
+
+    def __init__(self, path: Path, bank: dict[str, Any]) -> None:
+        import rfc8785
+
+        self._jcs = rfc8785.dumps
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.f: BinaryIO = path.open("wb")
+        self.hash = hashlib.sha256()
+        self.check = hashlib.sha256(b"[")
+        self.memories = 0
+        self.relations = 0
+        self._last_id = ""
+        head = {
+            "schema": "portable-ai-memory",
+            "schema_version": "1.0",
+            "spec_uri": "https://portable-ai-memory.org/spec/v1.0",
+            "exported_by": f"rcll/{__version__}",
+            "export_type": "full",
+            "owner": {"id": f"rcll-bank:{bank['name']}", "created_at": _ts(bank["created_at"])},
+        }
+        self._write(_dumps(head)[:-1] + ',\n"memories":[\n')
+        self._section = "memories"
+
+    def _write(self, s: str) -> None:
+        b = s.encode()
+        self.hash.update(b)
+        self.f.write(b)
+
+    def memory(self, raw: dict[str, Any]) -> None:
+        from portable_ai_memory import MemoryObject
+
+        # Written as the SDK serialises it, so the file, its checksum and the SDK's recomputation agree.
+        m = MemoryObject.model_validate(raw).model_dump(mode="json", by_alias=True, exclude_none=True)
+        if m["id"] <= self._last_id:
+            raise AssertionError("PAM memories must arrive in id order")
+        self._last_id = m["id"]
+        if self.memories:
+            self._write(",\n")
+            self.check.update(b",")
+        self._write(_dumps(m))
+        self.check.update(self._jcs(m))
+        self.memories += 1
+
+    def start_relations(self) -> None:
+        if self._section == "memories":
+            self._write('\n],\n"relations":[\n')
+            self._section = "relations"
+
+    def relation(self, r: dict[str, Any]) -> None:
+        self.start_relations()
+        if self.relations:
+            self._write(",\n")
+        self._write(_dumps(r))
+        self.relations += 1
+
+    def close(self) -> str:
+        self.start_relations()
+        self.check.update(b"]")
+        integrity = {"canonicalization": "RFC8785", "checksum": f"sha256:{self.check.hexdigest()}",
+                     "total_memories": self.memories}
+        self._write('\n],\n"integrity":' + _dumps(integrity) + "}\n")
+        self.f.close()
+        return self.hash.hexdigest()
+
+
+# -- export --------------------------------------------------------------------------------------
+
+@dataclass
+class ExportSummary:
+    bank: str
+    path: Path
+    tables: dict[str, int] = field(default_factory=dict)
+    memories: int = 0
+    relations: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"bank": self.bank, "path": str(self.path), "tables": self.tables,
+                "pam": {"memories": self.memories, "relations": self.relations}}
+
+
+def _db_error(e: psycopg.Error) -> Exception:
+    mapped = from_database(e)
+    return mapped if mapped is not None else e
+
+
+def _stream(conn: psycopg.Connection[Any], bank: str, table: str) -> Iterator[str]:
+    """The canonical rows of one table as jsonb text, FETCH by FETCH from rcll.export_cursor."""
+    cur = conn.cursor()
+    cur.adapters.register_loader("jsonb", TextLoader)
+    row = cur.execute("SELECT rcll.export_cursor(bank => %s, table_name => %s)", (bank, table)).fetchone()
+    assert row is not None
+    fetch = sql.SQL("FETCH FORWARD {} FROM {}").format(sql.Literal(FETCH), sql.Identifier(str(row[0])))
+    close = sql.SQL("CLOSE {}").format(sql.Identifier(str(row[0])))
+    while True:
+        rows = cur.execute(fetch).fetchall()
+        if not rows:
+            break
+        for (line,) in rows:
+            yield str(line)
+    cur.execute(close)
+
+
+def export_bank(conn: psycopg.Connection[Any], bank: str, out: Path | str, *,
+                progress: Progress | None = None) -> ExportSummary:
+    """Write the bank to directory `out` (created; must not hold an export already) from one
+    REPEATABLE READ snapshot. `progress(table, rows)` is called as rows are written."""
+    out = Path(out)
+    if (out / MANIFEST).exists():
+        raise RcllError("out", f"{out} already holds an export", "choose an empty or new directory")
+    (out / "rcll").mkdir(parents=True, exist_ok=True)
+    summary = ExportSummary(bank, out)
+    manifest_tables: list[dict[str, Any]] = []
+    was_autocommit = conn.autocommit
+    if conn.autocommit is False and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        conn.commit()
+    conn.autocommit = False
+    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+    conn.read_only = True
+    try:
+        with conn.transaction():
+            tables = [str(r[0]) for r in conn.execute(
+                "SELECT table_name FROM rcll.export_tables() ORDER BY table_position").fetchall()]
+            max_ids_row = conn.execute("SELECT rcll.export_max_ids(bank => %s)", (bank,)).fetchone()
+            max_ids = max_ids_row[0] if max_ids_row else {}
+            pam: _PamWriter | None = None
+            for table in tables:
+                path = out / "rcll" / f"{table}.jsonl"
+                h = hashlib.sha256()
+                n = 0
+                with path.open("wb") as f:
+                    for line in _stream(conn, bank, table):
+                        b = line.encode() + b"\n"
+                        f.write(b)
+                        h.update(b)
+                        n += 1
+                        if table == "banks":
+                            pam = _PamWriter(out / PAM_FILE, json.loads(line))
+                        elif table == "memory_units" and pam is not None:
+                            pam.memory(pam_memory(json.loads(line)))
+                        elif table == "links" and pam is not None:
+                            pam.relation(pam_relation(json.loads(line)))
+                        if progress and n % 500 == 0:
+                            progress(table, 500)
+                if progress and n % 500:
+                    progress(table, n % 500)
+                summary.tables[table] = n
+                manifest_tables.append({"name": table, "file": f"rcll/{table}.jsonl", "rows": n,
+                                        "sha256": h.hexdigest()})
+            assert pam is not None
+            pam_sha = pam.close()
+            summary.memories, summary.relations = pam.memories, pam.relations
+    except psycopg.Error as e:
+        raise _db_error(e) from e
+    finally:
+        conn.read_only = False
+        conn.isolation_level = None
+        conn.autocommit = was_autocommit
+    manifest = {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "rcll_version": __version__, "bank": bank,
+        "canonical_order": CANONICAL_ORDER, "max_ids": max_ids, "tables": manifest_tables,
+        "pam": {"file": PAM_FILE, "schema_version": "1.0", "memories": pam.memories,
+                "relations": pam.relations, "sha256": pam_sha},
+    }
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return summary
+
+
+# -- import --------------------------------------------------------------------------------------
+
+def read_manifest(path: Path | str) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        manifest: dict[str, Any] = json.loads((path / MANIFEST).read_text())
+    except FileNotFoundError as e:
+        raise RcllError("path", f"{path} holds no {MANIFEST}", "pass the directory `rcll export` wrote") from e
+    except json.JSONDecodeError as e:
+        raise RcllError(MANIFEST, f"not valid JSON: {e.msg}") from e
+    if manifest.get("format") != FORMAT:
+        raise RcllError(f"{MANIFEST}.format", f"expected {FORMAT!r}, got {manifest.get('format')!r}")
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise RcllError(f"{MANIFEST}.format_version", f"this rcll reads version {FORMAT_VERSION}, "
+                        f"the export is version {manifest.get('format_version')!r}", "upgrade rcll")
+    return manifest
+
+
+def _lines(path: Path, expected_sha: str, name: str) -> Iterator[bytes]:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for line in f:
+            h.update(line)
+            if line.strip():
+                yield line.rstrip(b"\n")
+    if h.hexdigest() != expected_sha:
+        raise RcllError(name, "file does not match the manifest's SHA-256 (truncated or edited)",
+                        "export again, or restore the file")
+
+
+def _batches(lines: Iterator[bytes]) -> Iterator[tuple[bytes, int]]:
+    batch: list[bytes] = []
+    size = 0
+    for line in lines:
+        batch.append(line)
+        size += len(line)
+        if len(batch) >= IMPORT_BATCH_ROWS or size >= IMPORT_BATCH_BYTES:
+            yield b"[" + b",".join(batch) + b"]", len(batch)
+            batch, size = [], 0
+    if batch:
+        yield b"[" + b",".join(batch) + b"]", len(batch)
+
+
+@dataclass
+class ImportSummary:
+    bank: str
+    bank_id: int
+    fresh: bool
+    rows: dict[str, int]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"bank": self.bank, "bank_id": self.bank_id, "fresh": self.fresh, "rows": self.rows}
+
+
+def import_bank(conn: psycopg.Connection[Any], path: Path | str, *, on_conflict: str = "error",
+                progress: Progress | None = None) -> ImportSummary:
+    """Load an export directory in one transaction (all or nothing)."""
+    if on_conflict not in ("error", "skip", "replace"):
+        raise RcllError("on_conflict", f"{on_conflict!r} is not a conflict policy", "use error, skip or replace")
+    path = Path(path)
+    manifest = read_manifest(path)
+    tables = manifest["tables"]
+    if not tables or tables[0]["name"] != "banks":
+        raise RcllError(f"{MANIFEST}.tables", "the first table must be banks")
+    was_autocommit = conn.autocommit
+    if not conn.autocommit and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        conn.commit()
+    conn.autocommit = False
+    for t in tables:   # every file whole and as exported before anything is written
+        for _ in _lines(path / t["file"], t["sha256"], t["file"]):
+            pass
+    try:
+        with conn.transaction():
+            bank_lines = list(_lines(path / tables[0]["file"], tables[0]["sha256"], tables[0]["file"]))
+            if len(bank_lines) != 1:
+                raise RcllError(tables[0]["file"], f"expected one bank row, found {len(bank_lines)}")
+            conn.execute("SELECT rcll.import_begin(bank_row => %s::jsonb, on_conflict => %s, max_ids => %s::jsonb)",
+                         (bank_lines[0].decode(), on_conflict, json.dumps(manifest.get("max_ids", {}))))
+            for t in tables[1:]:
+                for batch, n in _batches(_lines(path / t["file"], t["sha256"], t["file"])):
+                    conn.execute("SELECT rcll.import_rows(table_name => %s, rows => %s::jsonb)",
+                                 (t["name"], batch.decode()))
+                    if progress:
+                        progress(t["name"], n)
+            row = conn.execute("SELECT rcll.import_finish()").fetchone()
+    except psycopg.Error as e:
+        raise _db_error(e) from e
+    finally:
+        conn.autocommit = was_autocommit
+    assert row is not None
+    res = row[0]
+    return ImportSummary(res["bank"], int(res["bank_id"]), bool(res["fresh"]),
+                         {k: int(v) for k, v in (res.get("rows") or {}).items()})
+
+
+# -- PAM validation ------------------------------------------------------------------------------
+
+def validate_pam(path: Path | str) -> list[str]:
+    """Problems with the PAM file of an export (empty when valid): the SDK's JSON Schema, then the
+    SDK's own deep checks (hashes, integrity checksum, cross-references, temporal order, status)."""
+    import importlib.resources
+
+    import jsonschema
+    from portable_ai_memory import load, validate_memory_store
+
+    path = Path(path)
+    pam_path = path / PAM_FILE if path.is_dir() else path
+    schema = json.loads(importlib.resources.files("portable_ai_memory.schemas")
+                        .joinpath("portable-ai-memory.schema.json").read_text())
+    data = json.loads(pam_path.read_text())
+    validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+    problems = [f"schema: {'/'.join(str(p) for p in e.absolute_path)}: {e.message}"
+                for e in validator.iter_errors(data)]
+    if problems:
+        return problems
+    result = validate_memory_store(load(pam_path))  # type: ignore[arg-type]
+    return [str(i) for i in result.errors]

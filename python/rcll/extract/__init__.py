@@ -1,0 +1,153 @@
+"""Extraction-mode retain: a document becomes typed, dated, entity-linked facts.
+
+LLM_PROVIDER=anthropic extracts with Claude (rcll.extract.anthropic_extractor); LLM_PROVIDER=offline
+with deterministic rules (rcll.extract.offline). Either way Python only extracts and embeds; the
+write - document, facts, entities, links, supersession, ledger - is one call of rcll.retain_facts,
+so one transaction.
+
+When the LLM fails (after retries), RCLL_EXTRACTION_FAILURE decides: `chunks` (default) stores the
+document as chunks tagged extraction:failed (documents.extraction = 'failed'); `error` raises and
+writes nothing but the ledger rows of the calls that were paid for. Never a "completed" retain with
+nothing stored.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import psycopg
+from psycopg.types.json import Jsonb
+
+from rcll.chunking import chunk_text
+from rcll.errors import RcllError, from_database
+from rcll.extract.schema import Fact
+
+if TYPE_CHECKING:
+    from rcll.retain import Document, RetainResult
+
+FAILURE_MODES = ("chunks", "error")
+# Offline supersession only has the fact's own text to go on, so it asks for a closer match.
+SUPERSEDE_THRESHOLD = {"llm": 0.80, "offline": 0.75}
+
+_client: Any = None
+
+
+def set_client(client: Any) -> None:
+    """Use this Anthropic client for extraction (tests pass one with a recorded transport)."""
+    global _client
+    _client = client
+
+
+def failure_mode() -> str:
+    mode = os.environ.get("RCLL_EXTRACTION_FAILURE", "chunks").strip().lower() or "chunks"
+    if mode not in FAILURE_MODES:
+        raise RcllError("RCLL_EXTRACTION_FAILURE", f"unknown mode {mode!r}", "use chunks or error")
+    return mode
+
+
+def _embed(texts: list[str]) -> np.ndarray[Any, np.dtype[np.float32]]:
+    from rcll.models import get_embedder
+
+    return get_embedder().embed(texts)
+
+
+def _db(call: Any) -> Any:
+    try:
+        return call()
+    except psycopg.Error as e:
+        mapped = from_database(e)
+        if mapped is not None:
+            raise mapped from e
+        raise
+
+
+def extract_facts(doc: Document, mode: str, client: Any = None) -> tuple[list[Fact], list[dict[str, Any]]]:
+    """(facts, ledger calls) for a document; raises ExtractionFailed for the LLM."""
+    if mode == "offline":
+        from rcll.extract import offline
+
+        return offline.extract(doc.content, doc.occurred_at), []
+    if mode == "anthropic":
+        from rcll.extract import anthropic_extractor
+
+        result = anthropic_extractor.extract(doc.content, doc.occurred_at, client=client or _client)
+        return result.facts, result.calls
+    raise RcllError("LLM_PROVIDER", f"{mode!r} does not extract", "use offline or anthropic")
+
+
+def _common(doc: Document, via: str) -> dict[str, Any]:
+    return {"source": doc.source, "occurred_at": doc.occurred_at, "room": doc.room, "thread": doc.thread,
+            "tags": doc.tags, "hall": doc.hall, "layer": doc.layer, "metadata": Jsonb(doc.metadata),
+            "via": via, "author": doc.author}
+
+
+def retain_extracted(conn: psycopg.Connection[Any], bank: str, doc: Document, *, mode: str, via: str = "python",
+                     client: Any = None) -> RetainResult:
+    from rcll.extract.anthropic_extractor import ExtractionFailed
+    from rcll.retain import RetainResult
+
+    policy = failure_mode()
+    existing = _db(lambda: conn.execute(
+        "SELECT document_id, unit_ids, extraction FROM rcll.find_document(bank => %(bank)s,"
+        " content => %(content)s, thread => %(thread)s)",
+        {"bank": bank, "content": doc.content, "thread": doc.thread}).fetchone())
+    if existing is not None:                   # no model call, no duplicate facts
+        return RetainResult(int(existing[0]), [int(u) for u in existing[1]], False, str(existing[2]))
+
+    try:
+        facts, calls = extract_facts(doc, mode, client)
+    except ExtractionFailed as failed:
+        return _failed(conn, bank, doc, via, policy, str(failed), failed.calls)
+
+    extraction = "llm" if mode == "anthropic" else "offline"
+    if not facts:       # only trivial text may come back empty (else it failed): keep it verbatim
+        facts = [Fact(text=doc.content.strip(), metadata={"extractor": "verbatim",
+                                                           "reason": "no facts in trivial text"})]
+    aux: list[str] = []
+    for f in facts:
+        aux += [e["name"] for e in f.entities] + [s for s in f.supersedes if s != f.text]
+    aux = list(dict.fromkeys(a for a in aux if a.strip()))
+    vectors = _embed([f.text for f in facts] + aux)
+    params = {"bank": bank, "content": doc.content, "facts": Jsonb([f.as_json() for f in facts]),
+              "embeddings": list(vectors[:len(facts)]), "aux_texts": aux, "aux_embeddings": list(vectors[len(facts):]),
+              "extraction": extraction, "llm_calls": Jsonb(calls), "known": extraction == "offline",
+              "threshold": SUPERSEDE_THRESHOLD[extraction], **_common(doc, via)}
+    with conn.transaction():
+        row = _db(lambda: conn.execute(
+            "SELECT * FROM rcll.retain_facts(bank => %(bank)s, content => %(content)s, facts => %(facts)s,"
+            " embeddings => %(embeddings)s::vector[], aux_texts => %(aux_texts)s::text[],"
+            " aux_embeddings => %(aux_embeddings)s::vector[], extraction => %(extraction)s,"
+            " llm_calls => %(llm_calls)s, source => %(source)s, occurred_at => %(occurred_at)s, room => %(room)s,"
+            " thread => %(thread)s, tags => %(tags)s, hall => %(hall)s, layer => %(layer)s,"
+            " metadata => %(metadata)s, via => %(via)s, author => %(author)s,"
+            " match_known_entities => %(known)s, supersede_threshold => %(threshold)s)", params).fetchone())
+    assert row is not None
+    return RetainResult(int(row[0]), [int(u) for u in row[1]], bool(row[2]), extraction)
+
+
+def _failed(conn: psycopg.Connection[Any], bank: str, doc: Document, via: str, policy: str, error: str,
+            calls: list[dict[str, Any]]) -> RetainResult:
+    from rcll.retain import RetainResult
+
+    if policy == "error":
+        if calls:                              # the tokens were spent: the ledger says so
+            with conn.transaction():
+                _db(lambda: conn.execute("SELECT rcll.record_llm_calls(bank => %(bank)s, calls => %(calls)s)",
+                                         {"bank": bank, "calls": Jsonb(calls)}))
+        raise RcllError("extraction", error, "retry later, or set RCLL_EXTRACTION_FAILURE=chunks to store "
+                                             "failed documents as chunks tagged extraction:failed")
+    chunks = chunk_text(doc.content)
+    vectors = _embed(chunks)
+    with conn.transaction():
+        row = _db(lambda: conn.execute(
+            "SELECT * FROM rcll.retain_extraction_failed(bank => %(bank)s, content => %(content)s,"
+            " chunks => %(chunks)s, embeddings => %(embeddings)s::vector[], error => %(error)s,"
+            " llm_calls => %(llm_calls)s, source => %(source)s, occurred_at => %(occurred_at)s, room => %(room)s,"
+            " thread => %(thread)s, tags => %(tags)s, hall => %(hall)s, layer => %(layer)s,"
+            " metadata => %(metadata)s, via => %(via)s, author => %(author)s)",
+            {"bank": bank, "content": doc.content, "chunks": chunks, "embeddings": list(vectors), "error": error,
+             "llm_calls": Jsonb(calls), **_common(doc, via)}).fetchone())
+    assert row is not None
+    return RetainResult(int(row[0]), [int(u) for u in row[1]], bool(row[2]), "failed")

@@ -1,0 +1,215 @@
+"""Recall from Python: embed the query, call rcll.recall_candidates, rerank, cut to the token budget.
+
+The SQL function does phases 2-3 (four channels and RRF); this module adds the two model phases
+around it - the query embedding and the cross-encoder - and the budget cut with the embedder's
+tokenizer. It never builds SQL: one constant statement calls the named function with parameters.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+import psycopg
+from psycopg.rows import dict_row
+
+from rcll.budget import DEFAULT_BUDGET, cut_to_budget
+
+__all__ = [
+    "DEFAULT_BUDGET",
+    "DEFAULT_RERANK_DEPTH",
+    "Fact",
+    "RecallResult",
+    "Timings",
+    "candidates",
+    "recall",
+]
+
+# Cross-encoder depth: on LoCoMo (bench/locomo/run.py) depth 50 keeps most of the rerank's gain
+# at about half the latency of depth 100 on 2 CPU cores (~7 ms per pair); see the README table.
+DEFAULT_RERANK_DEPTH = 50
+NOW = "now"  # passed as a timestamptz literal: the server's transaction time, like the SQL default
+
+_CANDIDATES = """
+SELECT * FROM rcll.recall_candidates(
+    query => %(query)s, bank => %(bank)s, query_embedding => %(query_embedding)s,
+    rooms => %(rooms)s, authors => %(authors)s, mine => %(mine)s,
+    include_unattributed => %(include_unattributed)s, halls => %(halls)s, layers => %(layers)s,
+    tags_any => %(tags_any)s, tags_all => %(tags_all)s, thread => %(thread)s,
+    as_of => %(as_of)s::timestamptz, time_range => %(time_range)s::tstzrange,
+    reference_time => %(reference_time)s::timestamptz, k => %(k)s, channel_limit => %(channel_limit)s,
+    dense_weight => %(dense_weight)s, lexical_weight => %(lexical_weight)s,
+    graph_weight => %(graph_weight)s, temporal_weight => %(temporal_weight)s, "limit" => %(limit)s)
+"""
+
+
+class _Embedder(Protocol):
+    def embed_query(self, text: str) -> npt.NDArray[np.float32]: ...
+    def count_tokens(self, texts: Sequence[str]) -> list[int]: ...
+
+
+class _Reranker(Protocol):
+    def score(self, query: str, passages: Sequence[str]) -> npt.NDArray[np.float32]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    unit_id: int
+    text: str
+    room: str | None
+    hall: str | None
+    layer: str | None
+    author: str | None
+    thread: str | None
+    tags: list[str]
+    valid: Any
+    occurred_start: datetime | None
+    mentioned_at: datetime | None
+    document_id: int | None
+    provenance: dict[str, Any]
+    fused_score: float
+    rank_dense: int | None
+    rank_lexical: int | None
+    rank_graph: int | None
+    rank_temporal: int | None
+    rerank_score: float | None = None
+    tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Timings:
+    """Milliseconds per recall phase."""
+
+    embed: float = 0.0
+    sql: float = 0.0
+    rerank: float = 0.0
+    cut: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.embed + self.sql + self.rerank + self.cut
+
+
+@dataclass(frozen=True, slots=True)
+class RecallResult:
+    facts: list[Fact]
+    timings: Timings
+    candidates: int = 0
+    tokens: int = 0
+    ranked: list[Fact] = field(default_factory=list)  # every candidate, reranked, before the cut
+
+
+def _ms(start: float) -> float:
+    return (time.perf_counter() - start) * 1000.0
+
+
+def candidates(
+    conn: psycopg.Connection[Any],
+    query: str,
+    bank: str,
+    *,
+    query_embedding: npt.NDArray[np.float32] | None = None,
+    rooms: Sequence[str] | None = None,
+    authors: Sequence[str] | None = None,
+    mine: bool = False,
+    include_unattributed: bool = False,
+    halls: Sequence[str] | None = None,
+    layers: Sequence[str] | None = None,
+    tags_any: Sequence[str] | None = None,
+    tags_all: Sequence[str] | None = None,
+    thread: str | None = None,
+    as_of: datetime | str | None = NOW,
+    time_range: str | None = None,
+    reference_time: datetime | str = NOW,
+    k: int = 60,
+    channel_limit: int = 300,
+    dense_weight: float = 1.0,
+    lexical_weight: float = 1.0,
+    graph_weight: float = 1.0,
+    temporal_weight: float = 1.0,
+    limit: int = 100,
+) -> list[Fact]:
+    """Phases 2-3 only: rcll.recall_candidates with these filters, as Facts in fused order.
+    time_range is a tstzrange literal such as '[2024-05-01,2024-06-01)'."""
+    params: dict[str, Any] = {
+        "query": query, "bank": bank,
+        "query_embedding": None if query_embedding is None else np.asarray(query_embedding, dtype=np.float32),
+        "rooms": _list(rooms), "authors": _list(authors), "mine": mine,
+        "include_unattributed": include_unattributed, "halls": _list(halls), "layers": _list(layers),
+        "tags_any": _list(tags_any), "tags_all": _list(tags_all), "thread": thread,
+        "as_of": as_of, "time_range": time_range, "reference_time": reference_time,
+        "k": k, "channel_limit": channel_limit, "dense_weight": dense_weight,
+        "lexical_weight": lexical_weight, "graph_weight": graph_weight,
+        "temporal_weight": temporal_weight, "limit": limit,
+    }
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(_CANDIDATES, params).fetchall()
+    return [Fact(**row) for row in rows]
+
+
+def _list(values: Sequence[str] | None) -> list[str] | None:
+    return None if values is None else list(values)
+
+
+def recall(
+    conn: psycopg.Connection[Any],
+    query: str,
+    bank: str,
+    *,
+    rerank_depth: int = DEFAULT_RERANK_DEPTH,
+    budget: int | None = DEFAULT_BUDGET,
+    limit: int = 100,
+    embedder: _Embedder | None = None,
+    reranker: _Reranker | None = None,
+    query_embedding: npt.NDArray[np.float32] | None = None,
+    **filters: Any,
+) -> RecallResult:
+    """All five phases: embed the query, rcll.recall_candidates (filters are its parameters:
+    rooms, authors, mine, include_unattributed, halls, layers, tags_any, tags_all, thread, as_of,
+    time_range, reference_time, k, channel_limit, *_weight), rerank the top `rerank_depth`
+    with the cross-encoder, then fill `budget` tokens of fact text (a fact that does not fit is
+    skipped; a later shorter one may fit). Returns the facts and per-phase timings."""
+    from rcll import models
+
+    t = time.perf_counter()
+    emb = embedder or models.get_embedder()
+    if query_embedding is None:
+        query_embedding = emb.embed_query(query)
+    embed_ms = _ms(t)
+
+    t = time.perf_counter()
+    pool = candidates(conn, query, bank, query_embedding=query_embedding,
+                      limit=max(limit, rerank_depth), **filters)
+    sql_ms = _ms(t)
+
+    t = time.perf_counter()
+    depth = min(max(rerank_depth, 0), len(pool))
+    ranked = pool
+    if depth > 0:
+        scores = (reranker or models.get_reranker()).score(query, [f.text for f in pool[:depth]])
+        head = sorted(
+            (replace(f, rerank_score=float(s)) for f, s in zip(pool[:depth], scores, strict=True)),
+            key=lambda f: -(f.rerank_score or 0.0),
+        )
+        ranked = head + pool[depth:]
+    rerank_ms = _ms(t)
+
+    t = time.perf_counter()
+    tokens = emb.count_tokens([f.text for f in ranked]) if ranked else []
+    ranked = [replace(f, tokens=n) for f, n in zip(ranked, tokens, strict=True)]
+    keep = cut_to_budget(tokens, budget, limit)
+    facts = [ranked[i] for i in keep]
+    cut_ms = _ms(t)
+
+    return RecallResult(
+        facts=facts,
+        timings=Timings(embed=embed_ms, sql=sql_ms, rerank=rerank_ms, cut=cut_ms),
+        candidates=len(pool),
+        tokens=sum(f.tokens for f in facts),
+        ranked=ranked,
+    )

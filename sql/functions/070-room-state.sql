@@ -1,0 +1,80 @@
+-- Keyed room state: exact-key, versioned, compare-and-set - never similarity search.
+
+CREATE OR REPLACE FUNCTION rcll.put_state(bank text, room text, key text, value jsonb, expected_version integer,
+                                          via text DEFAULT 'sql', source text DEFAULT NULL, author text DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    b       integer := rcll._bank_id(bank);
+    cur     integer;
+    who     record;
+    ok      boolean;
+BEGIN
+    IF room IS NULL OR btrim(room) = '' THEN
+        RAISE EXCEPTION 'room: a room is required' USING ERRCODE = '22023',
+            HINT = 'State is keyed by (room, key); the room string is used exactly as given.';
+    END IF;
+    IF key IS NULL OR key = '' THEN
+        RAISE EXCEPTION 'key: a key is required' USING ERRCODE = '22023';
+    END IF;
+    IF value IS NULL THEN
+        RAISE EXCEPTION 'value: a JSON value is required' USING ERRCODE = '22004',
+            HINT = 'Pass ''null''::jsonb to store a JSON null.';
+    END IF;
+    SELECT max(s.version) INTO cur FROM rcll.room_state s
+    WHERE s.bank_id = b AND s.room = put_state.room AND s.key = put_state.key;
+    IF coalesce(expected_version, 0) IS DISTINCT FROM coalesce(cur, 0) THEN
+        RAISE EXCEPTION 'expected_version: expected version %, current version is %',
+            coalesce(expected_version, 0), coalesce(cur, 0) USING ERRCODE = '40001',
+            HINT = 'Someone wrote this key since you read it: read it again (rcll.get_state) and retry with its version (0 = no state yet).';
+    END IF;
+    who := rcll._resolve_author(author);
+    -- Two puts expecting the same version race for the same primary key; the loser waits for the
+    -- winner, inserts nothing, and fails below like any stale put.
+    INSERT INTO rcll.room_state (bank_id, room, key, version, value, provenance)
+    VALUES (b, put_state.room, put_state.key, coalesce(cur, 0) + 1, put_state.value,
+            jsonb_build_object('via', coalesce(via, 'sql'), 'who', who.author, 'author_source', who.author_source,
+                               'source', source, 'at', now(), 'expected_version', coalesce(expected_version, 0)))
+    ON CONFLICT ON CONSTRAINT room_state_pkey DO NOTHING
+    RETURNING true INTO ok;
+    IF ok IS NULL THEN
+        SELECT max(s.version) INTO cur FROM rcll.room_state s
+        WHERE s.bank_id = b AND s.room = put_state.room AND s.key = put_state.key;
+        RAISE EXCEPTION 'expected_version: expected version %, current version is %',
+            coalesce(expected_version, 0), cur USING ERRCODE = '40001',
+            HINT = 'A concurrent put won: read the key again (rcll.get_state) and retry with its version.';
+    END IF;
+    RETURN coalesce(cur, 0) + 1;
+END
+$$;
+COMMENT ON FUNCTION rcll.put_state(text, text, text, jsonb, integer, text, text, text) IS 'Write a new version of a room''s keyed state if expected_version is the current version (0 or NULL when there is none); otherwise fail with SQLSTATE 40001 naming expected and current version. Every version is kept with its provenance (who, as the server resolved it; via; source; when). Returns the new version.';
+
+CREATE OR REPLACE FUNCTION rcll.get_state(bank text, room text, key text, at_version integer DEFAULT NULL)
+RETURNS TABLE (value jsonb, version integer, provenance jsonb, created_at timestamptz)
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- Exact (room, key): an unknown key returns no row - never the nearest room's state, which
+    -- would be the wrong lens applied with full confidence.
+    SELECT s.value, s.version, s.provenance, s.created_at
+    FROM rcll.room_state s
+    WHERE s.bank_id = rcll._bank_id(get_state.bank) AND s.room = get_state.room AND s.key = get_state.key
+      AND (get_state.at_version IS NULL OR s.version = get_state.at_version)
+    ORDER BY s.version DESC
+    LIMIT 1
+$$;
+COMMENT ON FUNCTION rcll.get_state(text, text, text, integer) IS 'The current version (or at_version) of a room''s keyed state, by exact room and key; no row when the key is unknown.';
+
+CREATE OR REPLACE FUNCTION rcll.state_history(bank text, room text, key text)
+RETURNS TABLE (version integer, value jsonb, provenance jsonb, created_at timestamptz)
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT s.version, s.value, s.provenance, s.created_at
+    FROM rcll.room_state s
+    WHERE s.bank_id = rcll._bank_id(state_history.bank) AND s.room = state_history.room AND s.key = state_history.key
+    ORDER BY s.version DESC
+$$;
+COMMENT ON FUNCTION rcll.state_history(text, text, text) IS 'Every version of a room''s keyed state, newest first, each with its provenance.';

@@ -1,0 +1,99 @@
+-- Optional bank isolation: row-level security a deployment can switch on so a role sees only its banks.
+
+CREATE OR REPLACE FUNCTION rcll._visible_banks(role_name name)
+RETURNS integer[]
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+-- Definer: policies call it for roles that cannot read rcll.bank_grants. The role is passed in
+-- (the policy passes current_user), because inside a definer current_user is the owner.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(array_agg(DISTINCT g.bank_id), '{}')
+    FROM rcll.bank_grants g
+    WHERE EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolname = g.role_name)
+      AND pg_has_role(_visible_banks.role_name, g.role_name, 'MEMBER')
+$$;
+COMMENT ON FUNCTION rcll._visible_banks(name) IS 'Internal: ids of the banks a role may see under bank isolation (granted to it or to a role it is a member of).';
+
+CREATE OR REPLACE FUNCTION rcll.grant_bank(role_name name, bank text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolname = grant_bank.role_name) THEN
+        RAISE EXCEPTION 'role_name: no database role "%"', role_name USING ERRCODE = '42704',
+            HINT = 'Create the role first (CREATE ROLE ...); grants name roles, and their members inherit them.';
+    END IF;
+    INSERT INTO rcll.bank_grants (role_name, bank_id) VALUES (grant_bank.role_name, rcll._bank_id(bank))
+    ON CONFLICT ON CONSTRAINT bank_grants_pkey DO NOTHING;
+END
+$$;
+COMMENT ON FUNCTION rcll.grant_bank(name, text) IS 'Let a role (and its members) see a bank once bank isolation is enabled. Idempotent.';
+
+CREATE OR REPLACE FUNCTION rcll.revoke_bank(role_name name, bank text)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    DELETE FROM rcll.bank_grants g WHERE g.role_name = revoke_bank.role_name AND g.bank_id = rcll._bank_id(revoke_bank.bank)
+$$;
+COMMENT ON FUNCTION rcll.revoke_bank(name, text) IS 'Withdraw a role''s grant on a bank.';
+
+CREATE OR REPLACE FUNCTION rcll._bank_tables()
+RETURNS SETOF regclass
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- Every rcll table with a bank_id column, found when called: tables added later are covered.
+    -- The grants themselves are not isolated (a role must be able to use its grants).
+    SELECT c.oid::regclass FROM pg_class c
+    JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'bank_id' AND NOT a.attisdropped
+    WHERE c.relnamespace = 'rcll'::regnamespace AND c.relkind IN ('r', 'p') AND c.relname <> 'bank_grants'
+    ORDER BY c.relname
+$$;
+COMMENT ON FUNCTION rcll._bank_tables() IS 'Internal: the tables bank isolation covers (every rcll table with a bank_id column, bank_grants excepted).';
+
+CREATE OR REPLACE FUNCTION rcll.enable_bank_isolation()
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t regclass;
+    n integer := 0;
+BEGIN
+    -- Superusers and the tables' owner bypass row-level security: the installing role stays an
+    -- administrator, and agents connect as their own roles.
+    FOR t IN SELECT rcll._bank_tables() LOOP
+        EXECUTE format('DROP POLICY IF EXISTS bank_isolation ON %s', t);
+        EXECUTE format('CREATE POLICY bank_isolation ON %s USING (bank_id = ANY ((SELECT rcll._visible_banks(current_user))::integer[])) '
+                       'WITH CHECK (bank_id = ANY ((SELECT rcll._visible_banks(current_user))::integer[]))', t);
+        EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', t);
+        n := n + 1;
+    END LOOP;
+    INSERT INTO rcll.audit_log (bank_id, actor, action, target) VALUES (NULL, rcll._actor(), 'bank_isolation_enable', jsonb_build_object('tables', n));
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION rcll.enable_bank_isolation() IS 'Turn on bank isolation: row-level security on every rcll table with a bank_id, so a role sees and writes only the banks rcll.bank_grants gives it (superusers and the owner are exempt). Rooms stay a topic, not a permission. Returns the number of tables covered; re-run it after an upgrade adds tables.';
+
+CREATE OR REPLACE FUNCTION rcll.disable_bank_isolation()
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t regclass;
+    n integer := 0;
+BEGIN
+    FOR t IN SELECT rcll._bank_tables() LOOP
+        EXECUTE format('ALTER TABLE %s DISABLE ROW LEVEL SECURITY', t);
+        EXECUTE format('DROP POLICY IF EXISTS bank_isolation ON %s', t);
+        n := n + 1;
+    END LOOP;
+    INSERT INTO rcll.audit_log (bank_id, actor, action, target) VALUES (NULL, rcll._actor(), 'bank_isolation_disable', jsonb_build_object('tables', n));
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION rcll.disable_bank_isolation() IS 'Turn bank isolation off again: every role sees every bank (grants are kept).';

@@ -1,0 +1,116 @@
+-- Lexical channel: Okapi BM25 over the units' tsvectors, with no statistics kept on the write path.
+
+CREATE OR REPLACE FUNCTION rcll._tsquery_any(lexemes text[])
+RETURNS tsquery
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- Quoted, so lexemes are taken verbatim (no second round of parsing or stemming).
+    SELECT string_agg('''' || replace(replace(l, '\', '\\'), '''', '''''') || '''', ' | ')::tsquery
+    FROM unnest(lexemes) AS l
+$$;
+COMMENT ON FUNCTION rcll._tsquery_any(text[]) IS 'Internal: a tsquery matching any of the given lexemes, each taken verbatim.';
+
+CREATE OR REPLACE FUNCTION rcll.channel_lexical(
+    query                text,
+    bank                 text,
+    rooms                text[] DEFAULT NULL,
+    authors              text[] DEFAULT NULL,
+    mine                 boolean DEFAULT false,
+    include_unattributed boolean DEFAULT false,
+    halls                text[] DEFAULT NULL,
+    layers               text[] DEFAULT NULL,
+    tags_any             text[] DEFAULT NULL,
+    tags_all             text[] DEFAULT NULL,
+    thread               text DEFAULT NULL,
+    as_of                timestamptz DEFAULT now(),
+    "limit"              integer DEFAULT 300,
+    prune_above          double precision DEFAULT 0.05,
+    k1                   double precision DEFAULT 1.2,
+    b                    double precision DEFAULT 0.75)
+RETURNS TABLE (unit_id bigint, score double precision, rank integer)
+LANGUAGE plpgsql STABLE
+SET plan_cache_mode = force_custom_plan
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    bk     integer := rcll._bank_id(channel_lexical.bank);
+    rs     text[]  := rcll._expand_rooms(bk, channel_lexical.rooms);
+    auth   text[]  := rcll._recall_authors(channel_lexical.authors, channel_lexical.mine);
+    lim    integer := greatest(coalesce(channel_lexical."limit", 300), 0);
+    cfg    regconfig;
+    terms  text[];
+    corpus record;
+    common text[];
+    common_df double precision[];
+    gen    text[];
+BEGIN
+    SELECT x.text_search_config INTO cfg FROM rcll.banks x WHERE x.bank_id = bk;
+    terms := ARRAY(SELECT DISTINCT t.lexeme FROM unnest(to_tsvector(cfg, coalesce(channel_lexical.query, ''))) t ORDER BY 1);
+    IF cardinality(terms) = 0 OR lim = 0 THEN
+        RETURN;
+    END IF;
+    corpus := rcll._bm25_corpus(bk);
+
+    -- Candidates come from the rarer query terms only: every unit containing one of them is read,
+    -- so their document frequencies are exact counts over the candidates. Terms in more than
+    -- prune_above of the units (known from ANALYZE's lexeme statistics, ~1% accurate) generate
+    -- no candidates but still score; their df is that frequency times N (their IDF is small).
+    -- Measured at 100k units: p50 ~500 ms exact vs ~30 ms pruned, top-10 agreement 0.997.
+    -- Small banks (estimated df of at most 1,000 units) are always exact.
+    SELECT array_agg(e.elem ORDER BY e.freq), array_agg(e.freq * corpus.n ORDER BY e.freq) INTO common, common_df
+    FROM pg_catalog.pg_stats s,
+         unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS e(elem, freq)
+    WHERE s.schemaname = 'rcll' AND s.tablename = 'memory_units' AND s.attname = 'lexical'
+      AND e.elem = ANY (terms)
+      AND e.freq > coalesce(channel_lexical.prune_above, 1) AND e.freq * corpus.n > 1000;
+    gen := ARRAY(SELECT t FROM unnest(terms) t WHERE common IS NULL OR t <> ALL (common));
+    IF cardinality(gen) = 0 THEN
+        gen := common[1:1];          -- every term is common: generate from the least common one
+    END IF;
+
+    RETURN QUERY
+    WITH cand AS MATERIALIZED (
+        SELECT u.unit_id, u.lexical, u.lexical_length,
+               ((rs IS NULL OR u.room = ANY (rs))
+                AND (auth IS NULL OR u.author = ANY (auth) OR (channel_lexical.include_unattributed AND u.author IS NULL))
+                AND (channel_lexical.halls IS NULL OR u.hall = ANY (channel_lexical.halls))
+                AND (channel_lexical.layers IS NULL OR u.layer = ANY (channel_lexical.layers))
+                AND (channel_lexical.tags_any IS NULL OR u.tags && channel_lexical.tags_any)
+                AND (channel_lexical.tags_all IS NULL OR u.tags @> channel_lexical.tags_all)
+                AND (channel_lexical.thread IS NULL OR u.thread = channel_lexical.thread)
+                AND (channel_lexical.as_of IS NULL OR u.valid @> channel_lexical.as_of)) AS keep
+        FROM rcll.memory_units u
+        WHERE u.bank_id = bk AND u.lexical @@ rcll._tsquery_any(gen)
+    ), hits AS MATERIALIZED (
+        SELECT c.unit_id, c.keep, c.lexical_length AS dl, t.lexeme,
+               coalesce(array_length(t.positions, 1), 1)::double precision AS tf
+        FROM cand c, unnest(c.lexical) t
+        WHERE t.lexeme = ANY (terms)
+    ), df AS (
+        -- Per-bank document frequency: counted (exact) for candidate-generating terms, estimated
+        -- from ANALYZE for the pruned common ones. The bank (not the filtered set) is the corpus.
+        SELECT h.lexeme, count(*)::double precision AS df FROM hits h WHERE h.lexeme = ANY (gen) GROUP BY h.lexeme
+        UNION ALL
+        SELECT c.lexeme, c.df FROM unnest(common, common_df) c(lexeme, df) WHERE c.lexeme <> ALL (gen)
+    ), idf AS (
+        SELECT d.lexeme,
+               ln(1 + (greatest(corpus.n, (SELECT max(x.df) FROM df x)) - d.df + 0.5) / (d.df + 0.5)) AS idf
+        FROM df d
+    ), scored AS (
+        SELECT h.unit_id,
+               sum(i.idf * h.tf * (channel_lexical.k1 + 1)
+                   / (h.tf + channel_lexical.k1 * (1 - channel_lexical.b + channel_lexical.b * h.dl / corpus.avgdl))) AS s
+        FROM hits h JOIN idf i ON i.lexeme = h.lexeme
+        WHERE h.keep
+        GROUP BY h.unit_id
+    )
+    SELECT s.unit_id, s.s, (row_number() OVER (ORDER BY s.s DESC, s.unit_id))::integer
+    FROM scored s
+    ORDER BY s.s DESC, s.unit_id
+    LIMIT lim;
+END
+$$;
+COMMENT ON FUNCTION rcll.channel_lexical(text, text, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, integer, double precision, double precision, double precision)
+    IS 'Lexical recall channel: Okapi BM25 (k1, b) of the query''s lexemes under the bank''s text search configuration, per-bank IDF, filtered before ranking. Candidates come from terms in at most prune_above of the units (NULL or 1: exact, all terms); all terms score. Reads plain tables only, so it runs on replicas.';

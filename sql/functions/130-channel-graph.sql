@@ -1,0 +1,205 @@
+-- Graph channel: activation spread from the entities the query names, over unit_entities and links.
+
+CREATE OR REPLACE FUNCTION rcll._query_ngrams(query text, max_words integer DEFAULT 3)
+RETURNS text[]
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- Lower-cased word n-grams (1..max_words) of the query, possessives dropped: the spellings an
+    -- entity alias can match exactly.
+    WITH w AS (
+        SELECT array_remove(regexp_split_to_array(
+                   regexp_replace(lower(query), '''s\M', '', 'g'), '[^[:alnum:]_.''-]+'), '') AS words
+    )
+    SELECT coalesce(array_agg(DISTINCT array_to_string(w.words[i:i + len - 1], ' ')), '{}')
+    FROM w, generate_series(1, coalesce(cardinality(w.words), 0)) AS i, generate_series(1, max_words) AS len
+    WHERE i + len - 1 <= cardinality(w.words)
+$$;
+COMMENT ON FUNCTION rcll._query_ngrams(text, integer) IS 'Internal: lower-cased word n-grams of a query (possessives dropped), for matching entity names and aliases.';
+
+CREATE OR REPLACE FUNCTION rcll.query_entities(
+    query          text,
+    bank           text,
+    min_similarity real DEFAULT 0.6,
+    max_entities   integer DEFAULT 16)
+RETURNS TABLE (entity_id bigint, name text, matched text, similarity real)
+LANGUAGE plpgsql STABLE
+SET plan_cache_mode = force_custom_plan
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    bk  integer := rcll._bank_id(query_entities.bank);
+    cfg regconfig;
+    grams text[];
+BEGIN
+    SELECT x.text_search_config INTO cfg FROM rcll.banks x WHERE x.bank_id = bk;
+    -- Single stop words ("the", "we") never name an entity; short single tokens only match exactly.
+    grams := ARRAY(SELECT g FROM unnest(rcll._query_ngrams(coalesce(query_entities.query, ''), 3)) g
+                   WHERE g LIKE '% %' OR length(to_tsvector(cfg, g)) > 0);
+    IF cardinality(grams) = 0 THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT m.entity_id, e.name, m.matched, m.sim
+    FROM (
+        SELECT DISTINCT ON (c.entity_id) c.entity_id, c.matched, c.sim
+        FROM (
+            SELECT a.entity_id, a.alias AS matched, 1.0::real AS sim
+            FROM rcll.entity_aliases a WHERE a.bank_id = bk AND a.alias = ANY (grams)
+            UNION ALL
+            SELECT x.entity_id, lower(x.name), 1.0::real
+            FROM rcll.entities x WHERE x.bank_id = bk AND lower(x.name) = ANY (grams)
+            UNION ALL
+            -- Fuzzy: trigram similarity of an alias to an n-gram of the query (GIN trigram index).
+            SELECT a.entity_id, a.alias, public.similarity(a.alias, g.g)
+            FROM unnest(grams) g(g)
+            JOIN rcll.entity_aliases a ON a.bank_id = bk AND a.alias OPERATOR(public.%) g.g
+            WHERE length(g.g) >= 4 AND public.similarity(a.alias, g.g) >= query_entities.min_similarity
+            UNION ALL
+            SELECT x.entity_id, lower(x.name), public.similarity(lower(x.name), g.g)
+            FROM unnest(grams) g(g)
+            JOIN rcll.entities x ON x.bank_id = bk AND lower(x.name) OPERATOR(public.%) g.g
+            WHERE length(g.g) >= 4 AND public.similarity(lower(x.name), g.g) >= query_entities.min_similarity
+        ) c
+        ORDER BY c.entity_id, c.sim DESC, c.matched
+    ) m
+    JOIN rcll.entities e ON e.entity_id = m.entity_id
+    ORDER BY m.sim DESC, m.entity_id
+    LIMIT query_entities.max_entities;
+END
+$$;
+COMMENT ON FUNCTION rcll.query_entities(text, text, real, integer)
+    IS 'Entities a query names: exact matches of its word n-grams against entity names and aliases, plus trigram matches with similarity >= min_similarity. The graph channel''s seeds.';
+
+CREATE OR REPLACE FUNCTION rcll.channel_graph(
+    query                text,
+    bank                 text,
+    rooms                text[] DEFAULT NULL,
+    authors              text[] DEFAULT NULL,
+    mine                 boolean DEFAULT false,
+    include_unattributed boolean DEFAULT false,
+    halls                text[] DEFAULT NULL,
+    layers               text[] DEFAULT NULL,
+    tags_any             text[] DEFAULT NULL,
+    tags_all             text[] DEFAULT NULL,
+    thread               text DEFAULT NULL,
+    as_of                timestamptz DEFAULT now(),
+    "limit"              integer DEFAULT 300,
+    hops                 integer DEFAULT 2,
+    decay                double precision DEFAULT 0.5,
+    fanout               integer DEFAULT 100)
+RETURNS TABLE (unit_id bigint, score double precision, rank integer)
+LANGUAGE plpgsql STABLE
+SET plan_cache_mode = force_custom_plan
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    bk   integer := rcll._bank_id(channel_graph.bank);
+    rs   text[]  := rcll._expand_rooms(bk, channel_graph.rooms);
+    auth text[]  := rcll._recall_authors(channel_graph.authors, channel_graph.mine);
+    lim  integer := greatest(coalesce(channel_graph."limit", 300), 0);
+    cap  integer := greatest(coalesce(channel_graph.fanout, 100), 1);
+    ents bigint[];            -- entity frontier
+    eact double precision[];
+    seen_ents bigint[];
+    units bigint[];           -- unit frontier
+    uact double precision[];
+    all_units bigint[] := '{}';
+    all_act double precision[] := '{}';
+    hop integer := 1;
+BEGIN
+    IF lim = 0 THEN
+        RETURN;
+    END IF;
+    SELECT array_agg(s.entity_id), array_agg(s.similarity::double precision) INTO ents, eact
+    FROM rcll.query_entities(channel_graph.query, channel_graph.bank) s;
+    IF ents IS NULL THEN
+        RETURN;
+    END IF;
+    seen_ents := ents;
+
+    -- Plain joins over arrays, one statement per hop: no recursive path enumeration (which
+    -- explodes on hubs), no temp tables (a hot standby cannot create them), no graph extension.
+    -- Each hop is capped: at most `fanout` units per entity (the newest) and a frontier of at
+    -- most `fanout` units, so a hub entity costs as much as an ordinary one.
+    WHILE hop <= greatest(coalesce(channel_graph.hops, 2), 1) LOOP
+        -- Entities -> the units that mention them (filtered: activation never flows through
+        -- units the recall may not read). A unit naming several active entities adds them up.
+        SELECT array_agg(x.unit_id ORDER BY x.act DESC, x.unit_id DESC), array_agg(x.act ORDER BY x.act DESC, x.unit_id DESC)
+        INTO units, uact
+        FROM (
+            SELECT m.unit_id, sum(m.act) AS act FROM (
+                SELECT s.unit_id, e.act * power(channel_graph.decay, hop - 1) AS act
+                FROM unnest(ents, eact) AS e(entity_id, act)
+                CROSS JOIN LATERAL (
+                    SELECT ue.unit_id FROM rcll.unit_entities ue
+                    JOIN rcll.memory_units u ON u.unit_id = ue.unit_id
+                    WHERE ue.entity_id = e.entity_id AND u.bank_id = bk
+                      AND (rs IS NULL OR u.room = ANY (rs))
+                      AND (auth IS NULL OR u.author = ANY (auth) OR (channel_graph.include_unattributed AND u.author IS NULL))
+                      AND (channel_graph.halls IS NULL OR u.hall = ANY (channel_graph.halls))
+                      AND (channel_graph.layers IS NULL OR u.layer = ANY (channel_graph.layers))
+                      AND (channel_graph.tags_any IS NULL OR u.tags && channel_graph.tags_any)
+                      AND (channel_graph.tags_all IS NULL OR u.tags @> channel_graph.tags_all)
+                      AND (channel_graph.thread IS NULL OR u.thread = channel_graph.thread)
+                      AND (channel_graph.as_of IS NULL OR u.valid @> channel_graph.as_of)
+                    ORDER BY ue.unit_id DESC LIMIT cap) s
+                UNION ALL
+                -- Units -> linked units (both directions), weighted by the link.
+                SELECT l.other, f.act * l.weight * channel_graph.decay
+                FROM unnest(units, uact) AS f(unit_id, act)
+                CROSS JOIN LATERAL (
+                    SELECT k.to_unit AS other, k.weight FROM rcll.links k WHERE k.from_unit = f.unit_id
+                    UNION ALL
+                    SELECT k.from_unit, k.weight FROM rcll.links k WHERE k.to_unit = f.unit_id) l
+                JOIN rcll.memory_units u ON u.unit_id = l.other
+                WHERE hop > 1 AND u.bank_id = bk
+                  AND (rs IS NULL OR u.room = ANY (rs))
+                  AND (auth IS NULL OR u.author = ANY (auth) OR (channel_graph.include_unattributed AND u.author IS NULL))
+                  AND (channel_graph.halls IS NULL OR u.hall = ANY (channel_graph.halls))
+                  AND (channel_graph.layers IS NULL OR u.layer = ANY (channel_graph.layers))
+                  AND (channel_graph.tags_any IS NULL OR u.tags && channel_graph.tags_any)
+                  AND (channel_graph.tags_all IS NULL OR u.tags @> channel_graph.tags_all)
+                  AND (channel_graph.thread IS NULL OR u.thread = channel_graph.thread)
+                  AND (channel_graph.as_of IS NULL OR u.valid @> channel_graph.as_of)
+            ) m
+            WHERE m.unit_id <> ALL (all_units)
+            GROUP BY m.unit_id
+            ORDER BY act DESC, m.unit_id DESC
+            LIMIT cap * 4) x;
+        EXIT WHEN units IS NULL;
+        all_units := all_units || units;
+        all_act := all_act || uact;
+        hop := hop + 1;
+        EXIT WHEN hop > greatest(coalesce(channel_graph.hops, 2), 1);
+
+        units := units[1:cap];
+        uact := uact[1:cap];
+        -- Units -> the other entities they mention, each entity's activation split over the
+        -- frontier units that reach it (a hub reached from many units is not amplified).
+        SELECT array_agg(y.entity_id ORDER BY y.act DESC, y.entity_id), array_agg(y.act ORDER BY y.act DESC, y.entity_id)
+        INTO ents, eact
+        FROM (
+            SELECT ue.entity_id, sum(f.act) / sqrt(count(*)) AS act
+            FROM unnest(units, uact) AS f(unit_id, act)
+            JOIN rcll.unit_entities ue ON ue.unit_id = f.unit_id
+            WHERE ue.entity_id <> ALL (seen_ents)
+            GROUP BY ue.entity_id
+            ORDER BY act DESC, ue.entity_id
+            LIMIT greatest(cap / 10, 8)) y;
+        ents := coalesce(ents, '{}');
+        eact := coalesce(eact, '{}');
+        seen_ents := seen_ents || ents;
+    END LOOP;
+
+    RETURN QUERY
+    SELECT a.unit_id, a.act, (row_number() OVER (ORDER BY a.act DESC, a.unit_id DESC))::integer
+    FROM unnest(all_units, all_act) AS a(unit_id, act)
+    ORDER BY a.act DESC, a.unit_id DESC
+    LIMIT lim;
+END
+$$;
+COMMENT ON FUNCTION rcll.channel_graph(text, text, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, integer, integer, double precision, integer)
+    IS 'Graph recall channel: activation spread from the entities the query names (rcll.query_entities) to the units mentioning them, then over links and shared entities for `hops` hops, multiplied by decay per hop and capped at fanout per entity and per frontier. Filtered before ranking (activation never passes through units the recall may not read). Plain SQL: runs on hot standbys.';

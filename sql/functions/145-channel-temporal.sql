@@ -1,0 +1,86 @@
+-- Temporal channel: units whose time falls in the range the query names (or the caller passes).
+
+CREATE OR REPLACE FUNCTION rcll.channel_temporal(
+    query                text,
+    bank                 text,
+    rooms                text[] DEFAULT NULL,
+    authors              text[] DEFAULT NULL,
+    mine                 boolean DEFAULT false,
+    include_unattributed boolean DEFAULT false,
+    halls                text[] DEFAULT NULL,
+    layers               text[] DEFAULT NULL,
+    tags_any             text[] DEFAULT NULL,
+    tags_all             text[] DEFAULT NULL,
+    thread               text DEFAULT NULL,
+    as_of                timestamptz DEFAULT now(),
+    time_range           tstzrange DEFAULT NULL,
+    reference_time       timestamptz DEFAULT now(),
+    query_embedding      vector DEFAULT NULL,
+    "limit"              integer DEFAULT 300,
+    scan_limit           integer DEFAULT 5000)
+RETURNS TABLE (unit_id bigint, score double precision, rank integer)
+LANGUAGE plpgsql STABLE
+SET plan_cache_mode = force_custom_plan
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    bk     integer := rcll._bank_id(channel_temporal.bank);
+    rs     text[]  := rcll._expand_rooms(bk, channel_temporal.rooms);
+    auth   text[]  := rcll._recall_authors(channel_temporal.authors, channel_temporal.mine);
+    lim    integer := greatest(coalesce(channel_temporal."limit", 300), 0);
+    r      tstzrange := coalesce(channel_temporal.time_range,
+                                 rcll.parse_time_range(channel_temporal.query, coalesce(channel_temporal.reference_time, now())));
+    lo     timestamptz;
+    hi     timestamptz;
+    anchor timestamptz;
+BEGIN
+    IF r IS NULL OR isempty(r) OR lim = 0 THEN
+        RETURN;
+    END IF;
+    lo := coalesce(lower(r), '-infinity');
+    hi := coalesce(upper(r), 'infinity');
+    IF upper_inc(r) THEN
+        hi := hi + interval '1 microsecond';
+    END IF;
+    -- Closeness is measured to the middle of a bounded range, or to its one finite end.
+    anchor := CASE WHEN lower(r) IS NOT NULL AND upper(r) IS NOT NULL THEN lower(r) + (upper(r) - lower(r)) / 2
+                   ELSE coalesce(lower(r), upper(r), reference_time) END;
+
+    -- A unit's time is when it happened (occurred_start..occurred_end), else when it was said
+    -- (mentioned_at), else when it became valid. In range = starts in it (index
+    -- memory_units_bank_when) or, for an event with an end, spans into it.
+    -- Within the range, the query's meaning orders units when its embedding is given; otherwise
+    -- closeness in time does.
+    RETURN QUERY
+    WITH c AS MATERIALIZED (
+        SELECT u.unit_id, u.embedding, coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) AS t
+        FROM rcll.memory_units u
+        WHERE u.bank_id = bk
+          AND ((coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) >= lo
+                AND coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) < hi)
+               OR (u.occurred_end IS NOT NULL AND u.occurred_start < lo AND u.occurred_end >= lo))
+          AND (rs IS NULL OR u.room = ANY (rs))
+          AND (auth IS NULL OR u.author = ANY (auth) OR (channel_temporal.include_unattributed AND u.author IS NULL))
+          AND (channel_temporal.halls IS NULL OR u.hall = ANY (channel_temporal.halls))
+          AND (channel_temporal.layers IS NULL OR u.layer = ANY (channel_temporal.layers))
+          AND (channel_temporal.tags_any IS NULL OR u.tags && channel_temporal.tags_any)
+          AND (channel_temporal.tags_all IS NULL OR u.tags @> channel_temporal.tags_all)
+          AND (channel_temporal.thread IS NULL OR u.thread = channel_temporal.thread)
+          AND (channel_temporal.as_of IS NULL OR u.valid @> channel_temporal.as_of)
+        LIMIT greatest(coalesce(channel_temporal.scan_limit, 5000), lim)
+    ), s AS (
+        SELECT c.unit_id,
+               CASE WHEN channel_temporal.query_embedding IS NOT NULL
+                    THEN coalesce(1 - (c.embedding OPERATOR(public.<=>) channel_temporal.query_embedding), 0)
+                    ELSE 1 / (1 + abs(extract(epoch FROM c.t - anchor)::double precision) / 86400) END AS score
+        FROM c
+    )
+    SELECT s.unit_id, s.score, (row_number() OVER (ORDER BY s.score DESC, s.unit_id DESC))::integer
+    FROM s
+    ORDER BY s.score DESC, s.unit_id DESC
+    LIMIT lim;
+END
+$$;
+COMMENT ON FUNCTION rcll.channel_temporal(text, text, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, vector, integer, integer)
+    IS 'Temporal recall channel: units whose time (occurred_start..occurred_end, else mentioned_at, else start of validity) falls in time_range, or in the range rcll.parse_time_range finds in the query relative to reference_time; ordered by similarity to query_embedding when given, else by closeness to the range. Empty when the query names no time. Filtered before ranking.';

@@ -1,0 +1,93 @@
+-- Recall phases 2-3: the four channels, fused by reciprocal rank fusion in one statement.
+
+CREATE OR REPLACE FUNCTION rcll.recall_candidates(
+    query                text,
+    bank                 text,
+    query_embedding      vector DEFAULT NULL,
+    rooms                text[] DEFAULT NULL,
+    authors              text[] DEFAULT NULL,
+    mine                 boolean DEFAULT false,
+    include_unattributed boolean DEFAULT false,
+    halls                text[] DEFAULT NULL,
+    layers               text[] DEFAULT NULL,
+    tags_any             text[] DEFAULT NULL,
+    tags_all             text[] DEFAULT NULL,
+    thread               text DEFAULT NULL,
+    as_of                timestamptz DEFAULT now(),
+    time_range           tstzrange DEFAULT NULL,
+    reference_time       timestamptz DEFAULT now(),
+    k                    integer DEFAULT 60,
+    channel_limit        integer DEFAULT 300,
+    dense_weight         double precision DEFAULT 1.0,
+    lexical_weight       double precision DEFAULT 1.0,
+    graph_weight         double precision DEFAULT 1.0,
+    temporal_weight      double precision DEFAULT 1.0,
+    "limit"              integer DEFAULT 100)
+RETURNS TABLE (unit_id bigint, text text, room text, hall text, layer text, author text, thread text,
+               tags text[], valid tstzrange, occurred_start timestamptz, mentioned_at timestamptz,
+               document_id bigint, provenance jsonb, fused_score double precision,
+               rank_dense integer, rank_lexical integer, rank_graph integer, rank_temporal integer)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+-- SQL, not PL/pgSQL: the thread parameter and the thread column share a name, which PL/pgSQL
+-- refuses. Each channel is PL/pgSQL with custom plans, so the filters are folded where it matters.
+AS $$
+    -- RRF: each channel adds weight / (k + rank). k = 60 (Cormack et al.; what hindsight uses)
+    -- flattens the head so that agreement between channels beats one channel's first place.
+    -- Channels run one after another inside this statement; a channel with weight 0 is not run.
+    WITH d AS (
+        SELECT c.unit_id, c.rank FROM rcll.channel_dense(
+            recall_candidates.query_embedding, recall_candidates.bank, recall_candidates.rooms, recall_candidates.authors,
+            recall_candidates.mine, recall_candidates.include_unattributed, recall_candidates.halls, recall_candidates.layers,
+            recall_candidates.tags_any, recall_candidates.tags_all, recall_candidates.thread, recall_candidates.as_of,
+            recall_candidates.channel_limit) c
+        WHERE recall_candidates.dense_weight > 0
+          AND (recall_candidates.query_embedding IS NOT NULL OR rcll._notice(
+                'recall: dense channel skipped: no query_embedding was passed',
+                'Pass query_embedding (the rcll Python client does), or let rcll.recall embed the query in the database (SELECT rcll.enable_in_database_models(...)).'))
+    ), l AS (
+        SELECT c.unit_id, c.rank FROM rcll.channel_lexical(
+            recall_candidates.query, recall_candidates.bank, recall_candidates.rooms, recall_candidates.authors,
+            recall_candidates.mine, recall_candidates.include_unattributed, recall_candidates.halls, recall_candidates.layers,
+            recall_candidates.tags_any, recall_candidates.tags_all, recall_candidates.thread, recall_candidates.as_of,
+            recall_candidates.channel_limit) c
+        WHERE recall_candidates.lexical_weight > 0
+    ), g AS (
+        SELECT c.unit_id, c.rank FROM rcll.channel_graph(
+            recall_candidates.query, recall_candidates.bank, recall_candidates.rooms, recall_candidates.authors,
+            recall_candidates.mine, recall_candidates.include_unattributed, recall_candidates.halls, recall_candidates.layers,
+            recall_candidates.tags_any, recall_candidates.tags_all, recall_candidates.thread, recall_candidates.as_of,
+            recall_candidates.channel_limit) c
+        WHERE recall_candidates.graph_weight > 0
+    ), t AS (
+        SELECT c.unit_id, c.rank FROM rcll.channel_temporal(
+            recall_candidates.query, recall_candidates.bank, recall_candidates.rooms, recall_candidates.authors,
+            recall_candidates.mine, recall_candidates.include_unattributed, recall_candidates.halls, recall_candidates.layers,
+            recall_candidates.tags_any, recall_candidates.tags_all, recall_candidates.thread, recall_candidates.as_of,
+            recall_candidates.time_range, recall_candidates.reference_time, recall_candidates.query_embedding,
+            recall_candidates.channel_limit) c
+        WHERE recall_candidates.temporal_weight > 0
+    ), fused AS (
+        SELECT x.unit_id,
+               sum(x.w / (recall_candidates.k + x.rank)) AS score,
+               min(x.rank) FILTER (WHERE x.ch = 'd') AS rd,
+               min(x.rank) FILTER (WHERE x.ch = 'l') AS rl,
+               min(x.rank) FILTER (WHERE x.ch = 'g') AS rg,
+               min(x.rank) FILTER (WHERE x.ch = 't') AS rt
+        FROM (
+            SELECT d.unit_id, d.rank, 'd' AS ch, recall_candidates.dense_weight AS w FROM d
+            UNION ALL SELECT l.unit_id, l.rank, 'l', recall_candidates.lexical_weight FROM l
+            UNION ALL SELECT g.unit_id, g.rank, 'g', recall_candidates.graph_weight FROM g
+            UNION ALL SELECT t.unit_id, t.rank, 't', recall_candidates.temporal_weight FROM t
+        ) x
+        GROUP BY x.unit_id
+        ORDER BY score DESC, x.unit_id DESC
+        LIMIT greatest(coalesce(recall_candidates."limit", 100), 0)
+    )
+    SELECT u.unit_id, u.text, u.room, u.hall, u.layer, u.author, u.thread, u.tags, u.valid, u.occurred_start,
+           u.mentioned_at, u.document_id, u.provenance, f.score, f.rd, f.rl, f.rg, f.rt
+    FROM fused f JOIN rcll.memory_units u ON u.unit_id = f.unit_id
+    ORDER BY f.score DESC, f.unit_id DESC
+$$;
+COMMENT ON FUNCTION rcll.recall_candidates(text, text, vector, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, integer, integer, double precision, double precision, double precision, double precision, integer)
+    IS 'Recall without the rerank: the dense, lexical, graph and temporal channels (each at most channel_limit units, all filtered before ranking) fused by reciprocal rank fusion, score = sum of weight / (k + rank). Each row: the unit, its axes, the fused score and its rank in each channel (NULL = not found there). rooms NULL = every room; as_of NULL = ignore validity; thread NULL = every thread. Without query_embedding the dense channel is skipped (NOTICE).';

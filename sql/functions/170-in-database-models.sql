@@ -1,0 +1,103 @@
+-- In-database models: query embedding, cross-encoder rerank and token counts inside PostgreSQL (plpython3u).
+
+CREATE OR REPLACE FUNCTION rcll.in_database_models()
+RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT to_regprocedure('rcll._model_embed_query(text)') IS NOT NULL
+       AND to_regprocedure('rcll._model_rerank(text,text[])') IS NOT NULL
+       AND to_regprocedure('rcll._model_count_tokens(text[])') IS NOT NULL
+$$;
+COMMENT ON FUNCTION rcll.in_database_models() IS 'Whether rcll.enable_in_database_models() has been run here: rcll.recall then embeds the query, reranks and counts tokens inside the database.';
+
+CREATE OR REPLACE FUNCTION rcll.enable_in_database_models(python_path text[] DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    paths text[] := coalesce(python_path,
+                             string_to_array(nullif(current_setting('rcll.python_path', true), ''), ':'));
+    -- Every function puts the configured directories first on sys.path (so the server's own
+    -- dist-packages cannot shadow the venv's numpy) and keeps the loaded module in GD: the
+    -- models load once per backend (~0.2 s) and answer in milliseconds after.
+    prelude text;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'plpython3u') THEN
+        RAISE EXCEPTION 'plpython3u: this server has no plpython3u, so models cannot run inside it'
+            USING ERRCODE = '0A000',
+            HINT = 'Install the server''s plpython3 package (Debian: postgresql-plpython3-NN), or keep embedding and reranking in the client: pass query_embedding to rcll.recall_candidates (the rcll Python client does).';
+    END IF;
+    IF paths IS NULL OR cardinality(paths) = 0 THEN
+        RAISE EXCEPTION 'python_path: no directories given' USING ERRCODE = '22023',
+            HINT = 'Pass the venv''s site-packages and the directory holding the rcll package, readable by the server''s OS user: SELECT rcll.enable_in_database_models(ARRAY[''/srv/rcll/.venv/lib/python3.11/site-packages'', ''/srv/rcll/python'']), or set rcll.python_path (colon-separated) with ALTER DATABASE ... SET.';
+    END IF;
+    EXECUTE 'CREATE EXTENSION IF NOT EXISTS plpython3u';
+    prelude := format($py$
+m = GD.get("rcll.models")
+if m is None:
+    import sys
+    for p in reversed(%s):
+        if p in sys.path:
+            sys.path.remove(p)
+        sys.path.insert(0, p)
+    from rcll import models as m
+    GD["rcll.models"] = m
+$py$, to_json(paths)::text);
+
+    EXECUTE format($sql$
+CREATE OR REPLACE FUNCTION rcll._model_embed_query(query text) RETURNS public.vector
+LANGUAGE plpython3u STABLE STRICT SET search_path = pg_catalog, pg_temp AS %L$sql$,
+        prelude || $py$
+v = m.get_embedder().embed_query(query)
+return "[" + ",".join(repr(float(x)) for x in v) + "]"
+$py$);
+    EXECUTE format($sql$
+CREATE OR REPLACE FUNCTION rcll._model_rerank(query text, passages text[]) RETURNS real[]
+LANGUAGE plpython3u STABLE STRICT SET search_path = pg_catalog, pg_temp AS %L$sql$,
+        prelude || $py$
+if not passages:
+    return []
+return [float(x) for x in m.get_reranker().score(query, list(passages))]
+$py$);
+    EXECUTE format($sql$
+CREATE OR REPLACE FUNCTION rcll._model_count_tokens(texts text[]) RETURNS integer[]
+LANGUAGE plpython3u STABLE STRICT SET search_path = pg_catalog, pg_temp AS %L$sql$,
+        prelude || $py$
+return m.count_tokens(list(texts)) if texts else []
+$py$);
+    COMMENT ON FUNCTION rcll._model_embed_query(text) IS 'Internal (created by rcll.enable_in_database_models): the bge-small-en-v1.5 embedding of a query, computed in this backend.';
+    COMMENT ON FUNCTION rcll._model_rerank(text, text[]) IS 'Internal (created by rcll.enable_in_database_models): cross-encoder logits of (query, passage) pairs, in input order.';
+    COMMENT ON FUNCTION rcll._model_count_tokens(text[]) IS 'Internal (created by rcll.enable_in_database_models): bge wordpiece tokens per text (for the token budget).';
+    -- Fail now, with the reason, rather than at the first recall.
+    EXECUTE 'SELECT rcll._model_count_tokens(ARRAY[''ok''])';
+    RETURN format('in-database models enabled (python path: %s)', array_to_string(paths, ':'));
+END
+$fn$;
+COMMENT ON FUNCTION rcll.enable_in_database_models(text[]) IS 'Let rcll.recall run all five phases inside the database: creates plpython3u and the model functions, importing rcll.models from python_path (default: the rcll.python_path setting, colon-separated). Needs a superuser and a server with plpython3u; the directories must be readable by the server''s OS user.';
+
+CREATE OR REPLACE FUNCTION rcll.disable_in_database_models()
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    DROP FUNCTION IF EXISTS rcll._model_embed_query(text);
+    DROP FUNCTION IF EXISTS rcll._model_rerank(text, text[]);
+    DROP FUNCTION IF EXISTS rcll._model_count_tokens(text[]);
+    RETURN 'in-database models disabled';
+END
+$$;
+COMMENT ON FUNCTION rcll.disable_in_database_models() IS 'Drop the in-database model functions; rcll.recall then needs query_embedding and skips the rerank.';
+
+CREATE OR REPLACE FUNCTION rcll._approx_tokens(texts text[])
+RETURNS integer[]
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- Without the tokenizer: about one token per four characters of English (rounded up).
+    SELECT coalesce(array_agg(greatest(1, ceil(char_length(coalesce(t, '')) / 4.0))::integer ORDER BY i), '{}')
+    FROM unnest(texts) WITH ORDINALITY AS x(t, i)
+$$;
+COMMENT ON FUNCTION rcll._approx_tokens(text[]) IS 'Internal: token counts estimated as characters / 4, used for the budget when the tokenizer is not in the database.';

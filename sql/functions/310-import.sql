@@ -1,0 +1,336 @@
+-- Import: load an export (rcll.export_rows output) back, exactly, in one transaction.
+--
+--   BEGIN;
+--   SELECT rcll.import_begin(bank_row => '<the banks.jsonl line>', on_conflict => 'error', max_ids => '<manifest max_ids>');
+--   SELECT rcll.import_rows('documents', '[<rows>]');  -- ... every table in rcll.export_tables() order
+--   SELECT rcll.import_finish();
+--   COMMIT;
+--
+-- Rows are written as exported: the write-path triggers (janitor, author resolution, room counts)
+-- are switched off for the insert - they already ran when the rows were first written, and running
+-- them again would rewrite authors, rooms and tags. Ids are kept; an id another bank already uses
+-- is renumbered, and every column holding it (rcll.export_tables().refs) follows. Importing needs
+-- the tables' owner (ALTER TABLE ... DISABLE TRIGGER), so a read-only or agent role cannot import.
+
+CREATE OR REPLACE FUNCTION rcll._import_state()
+RETURNS TABLE (bank_id integer, bank_name text, fresh boolean, on_conflict text)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF to_regclass('pg_temp.rcll_import_state') IS NULL THEN
+        RAISE EXCEPTION 'import_begin: no import in progress in this session' USING ERRCODE = '55000',
+            HINT = 'Call rcll.import_begin(bank_row, on_conflict, max_ids) first, in the same transaction.';
+    END IF;
+    RETURN QUERY EXECUTE 'SELECT s.bank_id, s.bank_name, s.fresh, s.on_conflict FROM pg_temp.rcll_import_state s';
+END
+$$;
+COMMENT ON FUNCTION rcll._import_state() IS 'Internal: the import in progress in this session (set by rcll.import_begin), or an error naming the fix.';
+
+CREATE OR REPLACE FUNCTION rcll._import_ref(table_name text, old jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n bigint;
+BEGIN
+    IF old IS NULL OR jsonb_typeof(old) = 'null' THEN
+        RETURN old;
+    END IF;
+    EXECUTE 'SELECT m.new_id FROM pg_temp.rcll_import_ids m WHERE m.tbl = $1 AND m.old_id = $2'
+        INTO n USING table_name, (old #>> '{}')::bigint;
+    RETURN coalesce(to_jsonb(n), old);
+END
+$$;
+COMMENT ON FUNCTION rcll._import_ref(text, jsonb) IS 'Internal: the id an exported identity of table_name has in this database (renumbered when another bank held it, else unchanged).';
+
+CREATE OR REPLACE FUNCTION rcll._import_triggers(table_name text, enable boolean, names text[] DEFAULT NULL)
+RETURNS text[]
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    rel regclass := format('rcll.%I', table_name)::regclass;
+    t   text;
+    out text[] := '{}';
+BEGIN
+    -- Only the triggers that are on now are switched off, and exactly those are switched back on:
+    -- a trigger an administrator disabled stays disabled.
+    IF NOT enable THEN
+        SELECT coalesce(array_agg(g.tgname::text ORDER BY g.tgname), '{}') INTO out
+        FROM pg_trigger g WHERE g.tgrelid = rel AND NOT g.tgisinternal AND g.tgenabled <> 'D';
+    ELSE
+        out := coalesce(names, '{}');
+    END IF;
+    FOREACH t IN ARRAY out LOOP
+        EXECUTE format('ALTER TABLE %s %s TRIGGER %I', rel, CASE WHEN enable THEN 'ENABLE' ELSE 'DISABLE' END, t);
+    END LOOP;
+    RETURN out;
+END
+$$;
+COMMENT ON FUNCTION rcll._import_triggers(text, boolean, text[]) IS 'Internal: disable the enabled user triggers of an rcll table (returning their names), or enable the named ones again. Needs the table owner; transactional, so a failed import leaves them as they were.';
+
+CREATE OR REPLACE FUNCTION rcll._import_sequence(table_name text, id_column text, at_least bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    seq  text := pg_get_serial_sequence(format('rcll.%I', table_name), id_column);
+    top  bigint;
+    last bigint;
+    called boolean;
+BEGIN
+    EXECUTE format('SELECT max(x.%I)::bigint FROM rcll.%I x', id_column, table_name) INTO top;
+    EXECUTE format('SELECT s.last_value, s.is_called FROM %s s', seq) INTO last, called;
+    top := greatest(coalesce(top, 0), coalesce(at_least, 0), CASE WHEN called THEN last ELSE last - 1 END);
+    IF top > 0 THEN
+        PERFORM setval(seq, top, true);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION rcll._import_sequence(text, text, bigint) IS 'Internal: move an identity sequence past the table''s largest id and at_least (never backwards).';
+
+CREATE OR REPLACE FUNCTION rcll.import_begin(bank_row jsonb, on_conflict text DEFAULT 'error', max_ids jsonb DEFAULT '{}')
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    bname  text := bank_row ->> 'name';
+    b      integer;
+    fresh  boolean;
+    t      record;
+BEGIN
+    IF on_conflict IS NULL OR on_conflict NOT IN ('error', 'skip', 'replace') THEN
+        RAISE EXCEPTION 'on_conflict: % is not a conflict policy', coalesce(quote_literal(on_conflict), 'NULL')
+            USING ERRCODE = '22023',
+            HINT = 'Use error (the default: refuse rows that already exist), skip (keep what is there) or replace (overwrite it).';
+    END IF;
+    IF bank_row IS NULL OR jsonb_typeof(bank_row) <> 'object' OR bname IS NULL THEN
+        RAISE EXCEPTION 'bank_row: must be the exported banks row (a JSON object with a name)' USING ERRCODE = '22023',
+            HINT = 'Pass the one line of banks.jsonl from the export.';
+    END IF;
+    IF max_ids IS NULL OR jsonb_typeof(max_ids) <> 'object' THEN
+        RAISE EXCEPTION 'max_ids: must be a JSON object' USING ERRCODE = '22023',
+            HINT = 'Pass the manifest''s max_ids, or ''{}''.';
+    END IF;
+    -- A fresh slate for this session's import bookkeeping.
+    DROP TABLE IF EXISTS pg_temp.rcll_import_state, pg_temp.rcll_import_ids, pg_temp.rcll_import_pending;
+    CREATE TEMP TABLE rcll_import_state (bank_id integer, bank_name text, fresh boolean, on_conflict text,
+                                         counts jsonb NOT NULL DEFAULT '{}');
+    CREATE TEMP TABLE rcll_import_ids (tbl text, old_id bigint, new_id bigint, PRIMARY KEY (tbl, old_id));
+    CREATE TEMP TABLE rcll_import_pending (unit_id bigint PRIMARY KEY, superseded_by bigint NOT NULL);
+
+    FOR t IN SELECT * FROM rcll.export_tables() e WHERE e.id_column IS NOT NULL LOOP
+        PERFORM rcll._import_sequence(t.table_name, t.id_column, (max_ids ->> t.table_name)::bigint);
+    END LOOP;
+
+    SELECT x.bank_id INTO b FROM rcll.banks x WHERE x.name = bname FOR UPDATE;
+    fresh := b IS NULL;
+    IF NOT fresh THEN
+        IF on_conflict = 'error' THEN
+            RAISE EXCEPTION 'bank: bank "%" already exists in this database', bname USING ERRCODE = '23505',
+                HINT = 'Import into an empty database, or choose on_conflict => ''skip'' (keep existing rows) or ''replace'' (overwrite them).';
+        ELSIF on_conflict = 'replace' THEN
+            UPDATE rcll.banks x SET description = r.description, text_search_config = r.text_search_config,
+                                    settings = r.settings, created_at = r.created_at
+            FROM jsonb_populate_record(NULL::rcll.banks, bank_row) r WHERE x.bank_id = b;
+        END IF;
+    ELSE
+        b := (bank_row ->> 'bank_id')::integer;
+        IF b IS NULL OR EXISTS (SELECT 1 FROM rcll.banks x WHERE x.bank_id = b) THEN
+            b := nextval(pg_get_serial_sequence('rcll.banks', 'bank_id'));
+        END IF;
+        INSERT INTO rcll.banks OVERRIDING SYSTEM VALUE
+        SELECT (jsonb_populate_record(NULL::rcll.banks, bank_row || jsonb_build_object('bank_id', b))).*;
+    END IF;
+    INSERT INTO pg_temp.rcll_import_state (bank_id, bank_name, fresh, on_conflict) VALUES (b, bname, fresh, on_conflict);
+    RETURN b;
+END
+$$;
+COMMENT ON FUNCTION rcll.import_begin(jsonb, text, jsonb) IS 'Start importing one exported bank in this transaction: creates the bank from its exported row (keeping its id when free) or, when a bank of that name exists, refuses (on_conflict error), keeps it (skip) or overwrites its settings (replace). max_ids (the manifest''s) moves sequences past every exported id. Follow with rcll.import_rows per table and rcll.import_finish. Returns the bank id.';
+
+CREATE OR REPLACE FUNCTION rcll.import_rows(table_name text, rows jsonb)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    st     record;
+    t      record;
+    rel    text;
+    cols   text;
+    pk     text;
+    upd    text;
+    fix    text;
+    seq    text;
+    stmt   text;
+    trg    text[];
+    n      bigint := 0;
+    k      text;
+    v      text;
+BEGIN
+    SELECT * INTO st FROM rcll._import_state();
+    PERFORM rcll._check_export_table(table_name);
+    IF table_name = 'banks' THEN
+        RAISE EXCEPTION 'table_name: the banks row is imported by rcll.import_begin' USING ERRCODE = '22023';
+    END IF;
+    IF rows IS NULL OR jsonb_typeof(rows) <> 'array' THEN
+        RAISE EXCEPTION 'rows: must be a JSON array of exported rows' USING ERRCODE = '22023',
+            HINT = 'Pass lines of <table>.jsonl as one JSON array.';
+    END IF;
+    IF jsonb_array_length(rows) = 0 THEN
+        RETURN 0;
+    END IF;
+    -- Count deltas not yet folded belong to the exported rooms; into an existing bank the counts
+    -- are recounted by import_finish instead.
+    IF table_name = 'room_count_queue' AND NOT st.fresh THEN
+        RETURN 0;
+    END IF;
+    SELECT e.* INTO t FROM rcll.export_tables() e WHERE e.table_name = import_rows.table_name;
+    rel := format('rcll.%I', t.table_name);
+
+    SELECT string_agg(format('%I', a.attname), ', ' ORDER BY a.attnum),
+           string_agg(format('%I = excluded.%I', a.attname, a.attname), ', ' ORDER BY a.attnum)
+               FILTER (WHERE a.attidentity = '' AND a.attname <> 'bank_id'
+                       AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conrelid = a.attrelid
+                                       AND c.contype = 'p' AND a.attnum = ANY (c.conkey)))
+    INTO cols, upd
+    FROM pg_attribute a WHERE a.attrelid = rel::regclass AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '';
+    SELECT string_agg(format('%I', a.attname), ', ' ORDER BY array_position(c.conkey, a.attnum))
+    INTO pk
+    FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = ANY (c.conkey)
+    WHERE c.conrelid = rel::regclass AND c.contype = 'p';
+
+    -- 1. Identities another bank already uses are renumbered; a document or entity this bank
+    --    already has under its natural key (content hash, name) maps onto the existing row.
+    IF t.id_column IS NOT NULL THEN
+        seq := pg_get_serial_sequence(rel, t.id_column);
+        IF t.table_name = 'documents' AND NOT st.fresh THEN
+            INSERT INTO pg_temp.rcll_import_ids (tbl, old_id, new_id)
+            SELECT 'documents', (x ->> 'document_id')::bigint, d.document_id
+            FROM jsonb_array_elements(rows) x
+            JOIN rcll.documents d ON d.bank_id = st.bank_id AND d.content_hash = decode(substr(x ->> 'content_hash', 3), 'hex')
+            WHERE d.document_id <> (x ->> 'document_id')::bigint
+            ON CONFLICT DO NOTHING;
+        ELSIF t.table_name = 'entities' AND NOT st.fresh THEN
+            INSERT INTO pg_temp.rcll_import_ids (tbl, old_id, new_id)
+            SELECT 'entities', (x ->> 'entity_id')::bigint, e.entity_id
+            FROM jsonb_array_elements(rows) x
+            JOIN rcll.entities e ON e.bank_id = st.bank_id AND e.name = x ->> 'name'
+            WHERE e.entity_id <> (x ->> 'entity_id')::bigint
+            ON CONFLICT DO NOTHING;
+        END IF;
+        EXECUTE format(
+            'INSERT INTO pg_temp.rcll_import_ids (tbl, old_id, new_id) '
+            'SELECT %L, s.old, nextval(%L) FROM (SELECT DISTINCT (x ->> %L)::bigint AS old FROM jsonb_array_elements($1) x) s '
+            'WHERE NOT EXISTS (SELECT 1 FROM pg_temp.rcll_import_ids m WHERE m.tbl = %L AND m.old_id = s.old) '
+            '  AND EXISTS (SELECT 1 FROM %s y WHERE y.%I = s.old AND y.bank_id <> $2) '
+            'ORDER BY s.old',
+            t.table_name, seq, t.id_column, t.table_name, rel, t.id_column) USING rows, st.bank_id;
+    END IF;
+
+    -- 2. Each row as this database will hold it: this bank's id, identities mapped.
+    fix := format('x || jsonb_build_object(%L, %s', 'bank_id', st.bank_id);
+    IF t.id_column IS NOT NULL THEN
+        fix := fix || format(', %L, rcll._import_ref(%L, x -> %L)', t.id_column, t.table_name, t.id_column);
+    END IF;
+    FOR k, v IN SELECT r.key, r.value #>> '{}' FROM jsonb_each(t.refs) r LOOP
+        IF t.table_name = 'memory_units' AND k = 'superseded_by' THEN
+            fix := fix || ', ''superseded_by'', NULL';   -- set by import_finish, once every unit exists
+        ELSE
+            fix := fix || format(', %L, rcll._import_ref(%L, x -> %L)', k, v, k);
+        END IF;
+    END LOOP;
+    fix := fix || ')';
+    IF t.table_name = 'memory_units' THEN
+        INSERT INTO pg_temp.rcll_import_pending (unit_id, superseded_by)
+        SELECT (rcll._import_ref('memory_units', x -> 'unit_id') #>> '{}')::bigint, (x ->> 'superseded_by')::bigint
+        FROM jsonb_array_elements(rows) x WHERE x ->> 'superseded_by' IS NOT NULL
+        ON CONFLICT (unit_id) DO UPDATE SET superseded_by = excluded.superseded_by;
+    END IF;
+
+    stmt := format('INSERT INTO %s AS y (%s) OVERRIDING SYSTEM VALUE SELECT %s FROM ('
+                   'SELECT (jsonb_populate_record(NULL::%s, %s)).* FROM jsonb_array_elements($1) x) r',
+                   rel, cols, cols, rel, fix);
+    IF st.on_conflict = 'skip' THEN
+        stmt := stmt || ' ON CONFLICT DO NOTHING';
+    ELSIF st.on_conflict = 'replace' AND pk IS NOT NULL AND upd IS NULL THEN
+        stmt := stmt || ' ON CONFLICT DO NOTHING';          -- every column is key: nothing to replace
+    ELSIF st.on_conflict = 'replace' AND pk IS NOT NULL THEN
+        stmt := stmt || format(' ON CONFLICT (%s) DO UPDATE SET %s', pk, upd);
+    END IF;
+
+    trg := rcll._import_triggers(t.table_name, false);
+    BEGIN
+        EXECUTE stmt USING rows;
+        GET DIAGNOSTICS n = ROW_COUNT;
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'on_conflict: a % row of this import already exists (%)', t.table_name, SQLERRM
+            USING ERRCODE = '23505',
+            HINT = 'Import into an empty database, or choose on_conflict => ''skip'' (keep existing rows) or ''replace'' (overwrite them).';
+    END;
+    PERFORM rcll._import_triggers(t.table_name, true, trg);
+    EXECUTE 'UPDATE pg_temp.rcll_import_state SET counts = counts || jsonb_build_object($1::text, coalesce((counts ->> $1)::bigint, 0) + $2)'
+        USING t.table_name, n;
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION rcll.import_rows(text, jsonb) IS 'Import a batch of exported rows (a JSON array of rcll.export_rows lines) of one table into the bank rcll.import_begin started, exactly as exported: write-path triggers off, ids kept unless another bank holds them (then renumbered consistently), conflicts handled by the import''s on_conflict. Returns the number of rows written.';
+
+CREATE OR REPLACE FUNCTION rcll.import_finish()
+RETURNS jsonb
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    st     record;
+    t      record;
+    trg    text[];
+    counts jsonb;
+    missing bigint;
+BEGIN
+    SELECT * INTO st FROM rcll._import_state();
+    -- Supersession links, now that every unit of the import exists.
+    EXECUTE 'SELECT count(*) FROM pg_temp.rcll_import_pending p WHERE NOT EXISTS ('
+            'SELECT 1 FROM rcll.memory_units u WHERE u.unit_id = (rcll._import_ref(''memory_units'', to_jsonb(p.superseded_by)) #>> ''{}'')::bigint)'
+        INTO missing;
+    IF missing > 0 THEN
+        RAISE EXCEPTION 'memory_units: % unit(s) are superseded by units the import does not contain', missing
+            USING ERRCODE = '23503', HINT = 'Import every table of the export (memory_units.jsonl in full).';
+    END IF;
+    trg := rcll._import_triggers('memory_units', false);
+    EXECUTE 'UPDATE rcll.memory_units u SET superseded_by = (rcll._import_ref(''memory_units'', to_jsonb(p.superseded_by)) #>> ''{}'')::bigint '
+            'FROM pg_temp.rcll_import_pending p WHERE u.unit_id = p.unit_id AND u.bank_id = $1'
+        USING st.bank_id;
+    PERFORM rcll._import_triggers('memory_units', true, trg);
+
+    FOR t IN SELECT * FROM rcll.export_tables() e WHERE e.id_column IS NOT NULL LOOP
+        PERFORM rcll._import_sequence(t.table_name, t.id_column, 0);
+    END LOOP;
+
+    IF NOT st.fresh THEN
+        -- Merged into an existing bank: the room registry counts and BM25 statistics are recounted.
+        DELETE FROM rcll.room_count_queue q WHERE q.bank_id = st.bank_id;
+        INSERT INTO rcll.rooms (bank_id, name, created_by, first_used, last_used)
+        SELECT st.bank_id, u.room, 'human', min(u.created_at), max(u.created_at)
+        FROM rcll.memory_units u WHERE u.bank_id = st.bank_id AND u.room IS NOT NULL GROUP BY u.room
+        ON CONFLICT (bank_id, name) DO NOTHING;
+        UPDATE rcll.rooms r SET fact_count = coalesce((SELECT count(*) FROM rcll.memory_units u
+                                                      WHERE u.bank_id = st.bank_id AND u.room = r.name), 0)
+        WHERE r.bank_id = st.bank_id;
+        PERFORM rcll.refresh_bank_stats(st.bank_name);
+    END IF;
+
+    EXECUTE 'SELECT counts FROM pg_temp.rcll_import_state' INTO counts;
+    -- Audited database-wide (bank_id NULL): the bank's own rows stay exactly as exported.
+    INSERT INTO rcll.audit_log (bank_id, actor, action, target, detail)
+    VALUES (NULL, rcll._actor(), 'import', jsonb_build_object('bank', st.bank_name, 'bank_id', st.bank_id),
+            jsonb_build_object('on_conflict', st.on_conflict, 'fresh', st.fresh, 'rows', counts));
+    DROP TABLE IF EXISTS pg_temp.rcll_import_state, pg_temp.rcll_import_ids, pg_temp.rcll_import_pending;
+    RETURN jsonb_build_object('bank', st.bank_name, 'bank_id', st.bank_id, 'fresh', st.fresh, 'rows', counts);
+END
+$$;
+COMMENT ON FUNCTION rcll.import_finish() IS 'Finish the import rcll.import_begin started: set supersession links, move sequences past the imported ids, recount room counts and BM25 statistics when the bank already existed, and record the import in rcll.audit_log (database-wide, so the bank''s rows stay as exported). Returns the bank and rows written per table.';

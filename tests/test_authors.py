@@ -1,0 +1,122 @@
+"""Authors: resolved by the server, never taken from the caller; carried on an author: tag."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import conninfo, sql
+
+from rcll.db import configure
+
+Db = psycopg.Connection[Any]
+
+
+def retain(db: Db, text: str, **kw: Any) -> dict[str, Any]:
+    args = {"bank": "b", "content": text, "chunks": [text], "embeddings": None, **kw}
+    names = ", ".join(f"{k} => %({k})s" for k in args)
+    uid = db.execute(f"SELECT unit_ids[1] FROM rcll.retain_chunks({names})", args).fetchone()[0]  # type: ignore[index]
+    row = db.execute("""SELECT u.author, u.author_source, u.tags, u.provenance, d.provenance
+                        FROM rcll.memory_units u JOIN rcll.documents d USING (document_id)
+                        WHERE u.unit_id = %s""", (uid,)).fetchone()
+    assert row is not None
+    return dict(zip(["author", "author_source", "tags", "provenance", "doc_provenance"], row))
+
+
+def author_tags(u: dict[str, Any]) -> list[str]:
+    return sorted(t for t in u["tags"] if t.startswith("author"))
+
+
+@pytest.fixture
+def bank(db: Db) -> str:
+    db.execute("SELECT rcll.create_bank('b')")
+    return "b"
+
+
+@pytest.fixture
+def login_role(db: Db, dsn: str) -> Iterator[tuple[str, str]]:
+    """A plain (non-superuser) login role that may write to rcll; yields (role, its dsn)."""
+    role = f"rcll_t_{uuid.uuid4().hex[:12]}"
+    db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+    db.execute(sql.SQL("GRANT USAGE ON SCHEMA rcll TO {}").format(sql.Identifier(role)))
+    db.execute(sql.SQL("GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA rcll TO {}").format(sql.Identifier(role)))
+    try:
+        yield role, conninfo.make_conninfo(dsn, user=role)
+    finally:
+        db.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+        db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_forged_author_is_replaced(db: Db, bank: str) -> None:
+    db.execute("SET rcll.agent = 'alice'")          # the server authenticated alice (postgres is a member)
+    u = retain(db, "deploys go out on Tuesdays", author="mallory", tags=["author:mallory", "author-source:server"])
+    assert (u["author"], u["author_source"]) == ("alice", "server")
+    assert author_tags(u) == ["author:alice"]
+    assert u["provenance"]["who"] == "alice" and u["doc_provenance"]["who"] == "alice"
+    # A direct INSERT gets the same treatment: the database decides, whatever the client is.
+    row = db.execute("""
+        INSERT INTO rcll.memory_units (bank_id, text, author, author_source, tags, provenance)
+        SELECT bank_id, 'raw insert', 'mallory', 'server', ARRAY['author:mallory'], '{"via": "psql", "who": "mallory"}'
+        FROM rcll.banks WHERE name = 'b' RETURNING author, author_source, tags, provenance ->> 'who'""").fetchone()
+    assert row == ("alice", "server", ["author:alice"], "alice")
+
+
+def test_self_declared_author_is_kept_and_marked(db: Db, bank: str) -> None:
+    u = retain(db, "a fact", author="bob", tags=["author:mallory"])
+    assert (u["author"], u["author_source"]) == ("bob", "self_declared")
+    assert author_tags(u) == ["author-source:self_declared", "author:bob"]
+    assert u["provenance"]["author_source"] == "self_declared"
+
+
+def test_no_identity_means_no_author_and_one_warning(db: Db, bank: str) -> None:
+    notices: list[str] = []
+    db.add_notice_handler(lambda d: notices.append(f"{d.severity_nonlocalized}: {d.message_primary}"))
+    db.execute("SELECT rcll.retain_chunks('b', 'two chunks', ARRAY['one', 'two'], NULL)")
+    rows = db.execute("SELECT author, author_source, tags FROM rcll.memory_units").fetchall()
+    assert rows == [(None, "none", []), (None, "none", [])]           # never the connection's account
+    assert [n for n in notices if n.startswith("WARNING: author:")] == \
+        ["WARNING: author: no identity for this write; 2 unit(s) stored without an author"]
+
+
+def test_mapped_role_writes_as_its_agent(db: Db, bank: str, login_role: tuple[str, str]) -> None:
+    role, role_dsn = login_role
+    db.execute("INSERT INTO rcll.identities (role_name, agent) VALUES (%s, 'deployer')", (role,))
+    with psycopg.connect(role_dsn, autocommit=True) as conn:
+        configure(conn)
+        conn.execute("SET rcll.agent = 'alice'")                     # a mapped role's identity is fixed
+        u = retain(conn, "rolled back the release", author="mallory")
+    assert (u["author"], u["author_source"]) == ("deployer", "server")
+    assert author_tags(u) == ["author:deployer"]
+
+
+def test_rcll_agent_is_honoured_only_for_the_identity_server(db: Db, bank: str, login_role: tuple[str, str]) -> None:
+    role, role_dsn = login_role
+    with psycopg.connect(role_dsn, autocommit=True) as conn:
+        configure(conn)
+        conn.execute("SET rcll.agent = 'alice'")                     # a psql user forging the server's GUC
+        assert conn.execute("SELECT rcll.current_agent()").fetchone() == (None,)
+        assert retain(conn, "forged", author="eve")["author_source"] == "self_declared"
+    db.execute(sql.SQL("GRANT rcll_identity_server TO {}").format(sql.Identifier(role)))
+    try:
+        with psycopg.connect(role_dsn, autocommit=True) as conn:
+            configure(conn)
+            conn.execute("SET rcll.agent = 'alice'")
+            u = retain(conn, "authenticated", author="eve")
+        assert (u["author"], u["author_source"]) == ("alice", "server")
+    finally:
+        db.execute(sql.SQL("REVOKE rcll_identity_server FROM {}").format(sql.Identifier(role)))
+
+
+def test_consolidation_may_carry_author_tags_only_as_the_server(db: Db, bank: str, login_role: tuple[str, str]) -> None:
+    insert = """INSERT INTO rcll.memory_units (bank_id, kind, text, tags, provenance)
+                SELECT bank_id, 'observation', 'merged observation', ARRAY['author:alice', 'author:bob'],
+                       '{"via": "consolidate"}' FROM rcll.banks WHERE name = 'b' RETURNING tags"""
+    db.execute("SET rcll.carry_tags = on")
+    assert db.execute(insert).fetchone() == (["author:alice", "author:bob"],)
+    role, role_dsn = login_role
+    with psycopg.connect(role_dsn, autocommit=True) as conn:
+        conn.execute("SET rcll.carry_tags = on")
+        assert conn.execute(insert).fetchone() == ([],)

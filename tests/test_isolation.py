@@ -1,0 +1,64 @@
+"""Optional bank isolation: with row-level security on, a role sees and writes only its banks."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import conninfo, sql
+
+Db = psycopg.Connection[Any]
+
+
+@pytest.fixture
+def agent_role(db: Db, dsn: str) -> Iterator[tuple[str, str]]:
+    role = f"rcll_t_{uuid.uuid4().hex[:12]}"
+    db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+    db.execute(sql.SQL("GRANT USAGE ON SCHEMA rcll TO {}").format(sql.Identifier(role)))
+    db.execute(sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA rcll TO {}").format(sql.Identifier(role)))
+    try:
+        yield role, conninfo.make_conninfo(dsn, user=role)
+    finally:
+        db.execute("SELECT rcll.disable_bank_isolation()")
+        db.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+        db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def seed(db: Db) -> None:
+    for bank in ("mine", "theirs"):
+        db.execute("SELECT rcll.create_bank(%s)", (bank,))
+        db.execute("SELECT rcll.retain_chunks(%s, %s, ARRAY[%s], NULL, room => 'deployment')",
+                   (bank, f"{bank} deploys", f"{bank} deploys"))
+
+
+def test_bank_isolation_limits_a_role_to_its_banks(db: Db, agent_role: tuple[str, str]) -> None:
+    role, role_dsn = agent_role
+    seed(db)
+    db.execute("SELECT rcll.grant_bank(%s, 'mine')", (role,))
+    theirs = db.execute("SELECT bank_id FROM rcll.banks WHERE name = 'theirs'").fetchone()[0]  # type: ignore[index]
+    assert db.execute("SELECT rcll.enable_bank_isolation()").fetchone()[0] >= 8  # type: ignore[index]
+    with psycopg.connect(role_dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT name FROM rcll.banks").fetchall() == [("mine",)]
+        assert conn.execute("SELECT text FROM rcll.memory_units").fetchall() == [("mine deploys",)]
+        assert [r[0] for r in conn.execute("SELECT name FROM rcll.rooms('mine') WHERE fact_count > 0")] == ["deployment"]
+        with pytest.raises(psycopg.errors.UndefinedObject):            # another bank does not exist for it
+            conn.execute("SELECT * FROM rcll.rooms('theirs')")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):     # nor can it write there
+            conn.execute("""INSERT INTO rcll.memory_units (bank_id, text, provenance)
+                            VALUES (%s, 'sneak', '{"via": "psql"}')""", (theirs,))
+        conn.execute("SELECT rcll.retain_chunks('mine', 'allowed write', ARRAY['allowed write'], NULL, room => 'ui')")
+    # The administrator (superuser / owner) is not isolated; rooms stay a topic, not a permission.
+    assert db.execute("SELECT count(*) FROM rcll.memory_units").fetchone() == (3,)
+    db.execute("SELECT rcll.disable_bank_isolation()")
+    with psycopg.connect(role_dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM rcll.banks").fetchone() == (2,)
+
+
+def test_isolation_is_off_unless_enabled(db: Db, agent_role: tuple[str, str]) -> None:
+    _, role_dsn = agent_role
+    seed(db)
+    with psycopg.connect(role_dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM rcll.memory_units").fetchone() == (2,)

@@ -1,0 +1,157 @@
+"""Recall end to end: fusion, scoping, the rerank and the budget cut, from Python and from psql."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import rcll
+from rcll import models
+from rcll.budget import cut_to_budget
+from rcll.db import configure
+from rcll.recall import candidates, recall
+
+from conftest import Leg
+from test_recall_seed import seed
+
+CHANNEL_SQL = {
+    "dense": "SELECT count(*) FROM rcll.channel_dense(%(qe)s, 'b', rooms => %(rooms)s)",
+    "lexical": "SELECT count(*) FROM rcll.channel_lexical(%(q)s, 'b', rooms => %(rooms)s)",
+    "graph": "SELECT count(*) FROM rcll.channel_graph(%(q)s, 'b', rooms => %(rooms)s)",
+    "temporal": "SELECT count(*) FROM rcll.channel_temporal(%(q)s, 'b', rooms => %(rooms)s, reference_time => '2024-05-15')",
+}
+
+
+def test_wrong_room_scores_zero(db: psycopg.Connection[Any]) -> None:
+    seed(db)
+    q = "how do we deploy with helm and kubernetes last week"
+    qe = models.get_embedder().embed_query(q)
+    for channel, sql in CHANNEL_SQL.items():
+        assert db.execute(sql, {"q": q, "qe": qe, "rooms": None}).fetchone() != (0,), channel
+        assert db.execute(sql, {"q": q, "qe": qe, "rooms": ["kitchen"]}).fetchone() == (0,), channel
+    facts = candidates(db, q, "b", query_embedding=qe, rooms=["kitchen"], reference_time="2024-05-15")
+    assert facts == []
+    # A named room that exists reads only that room, in every channel and fused.
+    facts = candidates(db, q, "b", query_embedding=qe, rooms=["social"], reference_time="2024-05-15")
+    assert facts and {f.room for f in facts} == {"social"}
+
+
+def test_room_alias_reads_the_canonical_room(db: psycopg.Connection[Any]) -> None:
+    ids = seed(db)
+    db.execute("INSERT INTO rcll.room_aliases (bank_id, alias, room, reason) VALUES (rcll._bank_id('b'), 'deploys', 'deployment', 'spelling')")
+    facts = candidates(db, "helm rollback", "b", rooms=["deploys"], dense_weight=0)
+    assert facts and {f.room for f in facts} == {"deployment"}
+    assert facts[0].unit_id == ids["rollback"]
+
+
+def test_fused_score_is_weighted_reciprocal_rank(db: psycopg.Connection[Any]) -> None:
+    seed(db)
+    q = "helm deploy kubernetes last week"
+    qe = models.get_embedder().embed_query(q)
+    facts = candidates(db, q, "b", query_embedding=qe, reference_time="2024-05-15", k=60, lexical_weight=2.0)
+    assert facts
+    for f in facts:
+        expected = sum(w / (60 + r) for w, r in [(1.0, f.rank_dense), (2.0, f.rank_lexical),
+                                                  (1.0, f.rank_graph), (1.0, f.rank_temporal)] if r is not None)
+        assert f.fused_score == pytest.approx(expected)
+    assert [f.fused_score for f in facts] == sorted((f.fused_score for f in facts), reverse=True)
+    assert any(f.rank_dense and f.rank_lexical and f.rank_graph and f.rank_temporal for f in facts)
+
+
+def test_recall_reranks_and_times_every_phase(db: psycopg.Connection[Any]) -> None:
+    ids = seed(db)
+    result = recall(db, "how do we roll back a bad release?", "b")
+    assert result.facts[0].unit_id == ids["rollback"]
+    scored = [f.rerank_score for f in result.facts if f.rerank_score is not None]
+    assert scored == sorted(scored, reverse=True) and len(scored) == len(result.facts)
+    t = result.timings
+    assert t.embed > 0 and t.sql > 0 and t.rerank > 0 and t.cut > 0
+    assert t.total == pytest.approx(t.embed + t.sql + t.rerank + t.cut)
+
+
+def test_budget_cut_skips_what_does_not_fit_and_keeps_filling() -> None:
+    assert cut_to_budget([5, 10, 3, 2], budget=9) == [0, 2]
+    assert cut_to_budget([5, 10, 3, 1], budget=9) == [0, 2, 3]
+    assert cut_to_budget([5, 5, 5], budget=None, limit=2) == [0, 1]
+    assert cut_to_budget([], budget=10) == []
+
+
+def test_recall_fills_the_token_budget(db: psycopg.Connection[Any]) -> None:
+    seed(db)
+    full = recall(db, "deploy", "b", budget=None)
+    budget = sum(f.tokens for f in full.facts[:2]) + 1
+    cut = recall(db, "deploy", "b", budget=budget)
+    assert sum(f.tokens for f in cut.facts) <= budget
+    assert [f.unit_id for f in cut.facts[:2]] == [f.unit_id for f in full.facts[:2]]
+
+
+def test_recall_in_sql_without_models_skips_dense_and_rerank_with_a_notice(pg18: Leg) -> None:
+    name = pg18.new_database()
+    try:
+        with psycopg.connect(pg18.url(name), autocommit=True) as db:
+            configure(db)
+            ids = seed(db)
+            notices: list[str] = []
+            db.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+            rows = db.execute("SELECT unit_id, rank_dense, rerank_score FROM rcll.recall('helm rollback', bank => 'b')").fetchall()
+            assert rows[0][0] == ids["rollback"]
+            assert all(r[1] is None and r[2] is None for r in rows)
+            assert any("dense channel skipped" in n for n in notices)
+            assert any("in-database models are not enabled" in n for n in notices)
+            with pytest.raises(psycopg.errors.FeatureNotSupported, match="plpython3u"):
+                db.execute("SELECT rcll.enable_in_database_models(ARRAY['/nowhere'])")
+    finally:
+        pg18.drop_database(name)
+
+
+def python_path() -> list[str]:
+    """The venv's site-packages and the directory holding the rcll package."""
+    site = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    return [str(site), str(Path(rcll.__file__).resolve().parents[1])]
+
+
+def test_recall_from_psql_on_pg15_returns_reranked_rows(pg15: Leg) -> None:
+    name = pg15.new_database()
+    try:
+        with psycopg.connect(pg15.url(name), autocommit=True) as db:
+            configure(db)
+            ids = seed(db)
+            db.execute("SELECT rcll.enable_in_database_models(%s)", (python_path(),))
+        psql = str(pg15.cluster.bindir / "psql")
+        out = subprocess.run(
+            [psql, pg15.url(name), "-X", "-A", "-t", "-F", "|", "-v", "ON_ERROR_STOP=1", "-c",
+             "SELECT unit_id, rerank_score, rank_dense FROM rcll.recall('how do we roll back a bad release?', bank => 'b')"],
+            capture_output=True, text=True, check=True)
+        rows = [line.split("|") for line in out.stdout.strip().splitlines()]
+        assert int(rows[0][0]) == ids["rollback"]
+        scores = [float(r[1]) for r in rows]
+        assert scores == sorted(scores, reverse=True)
+        assert any(r[2] for r in rows)             # the dense channel ran: embedded in the database
+        assert "NOTICE" not in out.stderr
+    finally:
+        pg15.drop_database(name)
+
+
+def test_in_database_rerank_agrees_with_the_client(pg15: Leg) -> None:
+    name = pg15.new_database()
+    try:
+        with psycopg.connect(pg15.url(name), autocommit=True) as db:
+            configure(db)
+            seed(db)
+            db.execute("SELECT rcll.enable_in_database_models(%s)", (python_path(),))
+            q = "where does carol work now?"
+            sql_rows = db.execute("SELECT unit_id, rerank_score FROM rcll.recall(%s, bank => 'b', budget => NULL)", (q,)).fetchall()
+            client = recall(db, q, "b", budget=None)
+            assert [r[0] for r in sql_rows][:3] == [f.unit_id for f in client.facts][:3]
+            for (uid, score), f in zip(sql_rows, client.facts, strict=False):
+                assert score == pytest.approx(f.rerank_score, abs=0.5)
+            emb = db.execute("SELECT rcll._model_embed_query(%s)", (q,)).fetchone()
+            assert emb is not None
+            assert float(emb[0].to_numpy() @ models.get_embedder().embed_query(q)) > 0.995
+    finally:
+        pg15.drop_database(name)
