@@ -27,7 +27,7 @@ from _common import connect, fresh_database, table
 
 ROOMS = ["deployment", "deploy", "Deploys", "ui", "api", "schema", "infra", "orchestrator", "marketing", None]
 JANITOR = ["units_janitor", "units_rooms_inserted", "units_rooms_deleted"]
-ALL_ISSUE4 = JANITOR + ["units_author", "units_author_missing"]
+ALL_ISSUE4 = JANITOR + ["units_author"]
 
 
 def documents(n: int, chunks: int, embeddings: bool) -> list[dict[str, Any]]:

@@ -30,9 +30,9 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
-from rcll import cluster, install, models  # noqa: E402
-from rcll.db import configure  # noqa: E402
-from rcll.recall import recall  # noqa: E402
+from rcll import cluster, install, models
+from rcll.db import configure
+from rcll.recall import recall
 
 LOCOMO = Path("/work/shared/data/locomo/locomo10.json")
 TOPICS = 200
@@ -47,7 +47,7 @@ def vocabulary() -> tuple[list[str], np.ndarray]:
     counts: Counter[str] = Counter()
     data = json.loads(LOCOMO.read_text())
     for sample in data:
-        for key, turns in sample["conversation"].items():
+        for turns in sample["conversation"].values():
             if isinstance(turns, list):
                 for t in turns:
                     counts.update(re.findall(r"[a-z']+", str(t.get("text", "")).lower()))
@@ -101,7 +101,7 @@ def build(conn: psycopg.Connection[Any], n: int, seed: int = 7) -> dict[str, Any
         tw = topic_words[topic_of[i]]
         for j in rng.choice(k, size=max(1, k // 3), replace=False):
             ws[j] = tw[int(rng.integers(0, len(tw)))]
-        ents = sorted(set(int(e) for e in rng.choice(n_ent, size=int(rng.integers(0, 4)), p=ent_p)))
+        ents = sorted({int(e) for e in rng.choice(n_ent, size=int(rng.integers(0, 4)), p=ent_p)})
         unit_ents.append(ents)
         if ents:
             ws.insert(int(rng.integers(0, k)), " and ".join(ent_names[e] for e in ents))
@@ -110,18 +110,16 @@ def build(conn: psycopg.Connection[Any], n: int, seed: int = 7) -> dict[str, Any
     conn.execute("DROP INDEX rcll.memory_units_embedding_hnsw")
     conn.execute("DROP INDEX rcll.memory_units_lexical_gin")
     prov = json.dumps({"via": "bench"})
-    with conn.cursor() as cur:
-        with cur.copy("COPY rcll.memory_units (bank_id, text, embedding, room, author, author_source, valid, mentioned_at, provenance) FROM STDIN") as cp:
-            for i in range(n):
-                when = str(t0 - np.timedelta64(int(ages[i]), "s")) + "+00"
-                cp.write_row((bank_id, texts[i], vecs[i], rooms[room_of[i]], authors[i % 10], "self_declared",
-                              f"[{when},)", when, prov))
+    with conn.cursor() as cur, cur.copy("COPY rcll.memory_units (bank_id, text, embedding, room, author, author_source, valid, mentioned_at, provenance) FROM STDIN") as cp:
+        for i in range(n):
+            when = str(t0 - np.timedelta64(int(ages[i]), "s")) + "+00"
+            cp.write_row((bank_id, texts[i], vecs[i], rooms[room_of[i]], authors[i % 10], "self_declared",
+                          f"[{when},)", when, prov))
     ids = [r[0] for r in conn.execute("SELECT unit_id FROM rcll.memory_units WHERE bank_id = %s ORDER BY unit_id", (bank_id,))]
-    with conn.cursor() as cur:
-        with cur.copy("COPY rcll.entities (bank_id, name, mention_count) FROM STDIN") as cp:
-            mentions = Counter(e for es in unit_ents for e in es)
-            for e, name in enumerate(ent_names):
-                cp.write_row((bank_id, name, mentions[e]))
+    with conn.cursor() as cur, cur.copy("COPY rcll.entities (bank_id, name, mention_count) FROM STDIN") as cp:
+        mentions = Counter(e for es in unit_ents for e in es)
+        for e, name in enumerate(ent_names):
+            cp.write_row((bank_id, name, mentions[e]))
     ent_ids = [r[0] for r in conn.execute("SELECT entity_id FROM rcll.entities WHERE bank_id = %s ORDER BY entity_id", (bank_id,))]
     with conn.cursor() as cur:
         with cur.copy("COPY rcll.entity_aliases (bank_id, alias, entity_id) FROM STDIN") as cp:
@@ -195,7 +193,7 @@ CHANNELS["dense"] = CHANNELS["dense"].replace(", reference_time => '2024-06-01'"
 
 def pct(xs: list[float], p: float) -> float:
     xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p * (len(xs) - 1))))]
+    return xs[min(len(xs) - 1, round(p * (len(xs) - 1)))]
 
 
 def measure(conn: psycopg.Connection[Any], qs: list[dict[str, Any]], rerank_depth: int) -> list[list[Any]]:
@@ -239,7 +237,7 @@ def main() -> int:
     ap.add_argument("--port", type=int, default=55530)
     ap.add_argument("--keep", action="store_true", help="keep the cluster (in /tmp) for EXPLAIN")
     args = ap.parse_args()
-    from _common import table  # noqa: PLC0415
+    from _common import table
 
     root = Path(tempfile.mkdtemp(prefix="rcllr-", dir="/tmp"))
     c = cluster.embedded(root / "pg18", port=args.port)

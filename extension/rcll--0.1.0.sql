@@ -653,8 +653,8 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    -- No warning here: the units_author_missing statement trigger warns once per write, for every
-    -- client, whether or not it came through a function that called this.
+    -- No warning here: the units_rooms_inserted statement trigger (050-rooms.sql) warns once per
+    -- write, for every client, whether or not it came through a function that called this.
     author := rcll.current_agent();
     IF author IS NOT NULL THEN
         author_source := 'server';             -- a claimed author is discarded
@@ -723,28 +723,6 @@ COMMENT ON FUNCTION rcll._units_author() IS 'Trigger: the author of every new un
 
 CREATE OR REPLACE TRIGGER units_author BEFORE INSERT ON rcll.memory_units
     FOR EACH ROW EXECUTE FUNCTION rcll._units_author();
-
-CREATE OR REPLACE FUNCTION rcll._units_author_missing()
-RETURNS trigger
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    n bigint;
-BEGIN
-    SELECT count(*) INTO n FROM new_units u WHERE u.author_source = 'none';
-    IF n > 0 THEN
-        RAISE WARNING 'author: no identity for this write; % unit(s) stored without an author', n
-            USING HINT = 'Map the role in rcll.identities, have the RCLL server authenticate the caller, or declare one (author => ...).';
-    END IF;
-    RETURN NULL;
-END
-$$;
-COMMENT ON FUNCTION rcll._units_author_missing() IS 'Trigger: one warning per statement that wrote units with no author (absent rather than wrong: never the connection''s account).';
-
-CREATE OR REPLACE TRIGGER units_author_missing AFTER INSERT ON rcll.memory_units
-    REFERENCING NEW TABLE AS new_units
-    FOR EACH STATEMENT EXECUTE FUNCTION rcll._units_author_missing();
 
 CREATE OR REPLACE FUNCTION rcll._documents_author()
 RETURNS trigger
@@ -1016,9 +994,11 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    typed text := nullif(btrim(NEW.room), '');
-    res   record;
-    auto  text;
+    typed   text := nullif(btrim(NEW.room), '');
+    res     record;
+    auto    text;
+    live    text;
+    aliased text;
 BEGIN
     IF NEW.tags IS NULL THEN
         NEW.tags := '{}';
@@ -1040,23 +1020,33 @@ BEGIN
                 NEW.provenance := NEW.provenance || '{"room_source": "classifier"}'::jsonb;
             END IF;
         END IF;
-    ELSIF EXISTS (SELECT 1 FROM rcll.rooms r
-                  WHERE r.bank_id = NEW.bank_id AND r.name = typed AND r.status <> 'merged') THEN
-        IF NEW.room <> typed THEN                   -- the common case: one index probe
-            NEW.room := typed;
-        END IF;
     ELSE
-        res := rcll._canonical_room(NEW.bank_id, typed);
-        NEW.room := res.room;
-        IF res.how = 'new' THEN
-            NEW.tags := NEW.tags || ('room-new:' || typed);
-        ELSIF res.room <> typed THEN
-            -- Nothing about the call is lost: the typed string stays on the unit.
+        -- The common cases in one index probe each: a live registry name as typed, or a spelling
+        -- recorded before (alias targets are never merged rooms: approving a merge repoints them).
+        SELECT r.name, a.room INTO live, aliased
+        FROM (SELECT 1) AS one
+        LEFT JOIN rcll.rooms r ON r.bank_id = NEW.bank_id AND r.name = typed AND r.status <> 'merged'
+        LEFT JOIN rcll.room_aliases a ON a.bank_id = NEW.bank_id AND a.alias = typed;
+        IF live IS NOT NULL THEN
+            IF NEW.room <> typed THEN
+                NEW.room := typed;
+            END IF;
+        ELSIF aliased IS NOT NULL THEN
+            NEW.room := aliased;
             NEW.tags := NEW.tags || ('room-alias:' || typed);
-            IF res.how <> 'alias' THEN
-                INSERT INTO rcll.room_aliases (bank_id, alias, room, reason)
-                VALUES (NEW.bank_id, typed, res.room, 'spelling')
-                ON CONFLICT (bank_id, alias) DO NOTHING;
+        ELSE
+            res := rcll._canonical_room(NEW.bank_id, typed);
+            NEW.room := res.room;
+            IF res.how = 'new' THEN
+                NEW.tags := NEW.tags || ('room-new:' || typed);
+            ELSIF res.room <> typed THEN
+                -- Nothing about the call is lost: the typed string stays on the unit.
+                NEW.tags := NEW.tags || ('room-alias:' || typed);
+                IF res.how <> 'alias' THEN
+                    INSERT INTO rcll.room_aliases (bank_id, alias, room, reason)
+                    VALUES (NEW.bank_id, typed, res.room, 'spelling')
+                    ON CONFLICT (bank_id, alias) DO NOTHING;
+                END IF;
             END IF;
         END IF;
     END IF;
@@ -1081,27 +1071,39 @@ LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    unattributed bigint;
 BEGIN
-    WITH g AS (
-        SELECT n.bank_id, n.room, count(*) AS c,
+    -- One pass over the statement's rows serves the registry and the authorship warning: a second
+    -- statement trigger cost as much again per write.
+    WITH g AS MATERIALIZED (
+        SELECT n.bank_id, n.room, count(*) AS c, count(*) FILTER (WHERE n.author_source = 'none') AS none,
                bool_and(coalesce(n.provenance ->> 'room_source', '') = 'classifier') AS by_classifier
-        FROM new_units n WHERE n.room IS NOT NULL GROUP BY n.bank_id, n.room
+        FROM new_units n GROUP BY n.bank_id, n.room
     ), q AS (
         INSERT INTO rcll.room_count_queue (bank_id, room, delta)
-        SELECT g.bank_id, g.room, g.c FROM g
+        SELECT g.bank_id, g.room, g.c FROM g WHERE g.room IS NOT NULL
+    ), r AS (
+        -- A registry row for a room used for the first time. Existing rows are skipped without a
+        -- lock; new rooms are inserted in sorted order, so single-statement writers cannot deadlock.
+        INSERT INTO rcll.rooms (bank_id, name, created_by, first_used, last_used)
+        SELECT g.bank_id, g.room, CASE WHEN g.by_classifier THEN 'system' ELSE 'human' END, now(), now()
+        FROM g
+        WHERE g.room IS NOT NULL
+          AND NOT EXISTS (SELECT 1 FROM rcll.rooms x WHERE x.bank_id = g.bank_id AND x.name = g.room)
+        ORDER BY g.bank_id, g.room
+        ON CONFLICT (bank_id, name) DO NOTHING
     )
-    -- A registry row for a room used for the first time. Existing rows are skipped without a lock;
-    -- a brand-new room is inserted in sorted order, so single-statement writers cannot deadlock.
-    INSERT INTO rcll.rooms (bank_id, name, created_by, first_used, last_used)
-    SELECT g.bank_id, g.room, CASE WHEN g.by_classifier THEN 'system' ELSE 'human' END, now(), now()
-    FROM g
-    WHERE NOT EXISTS (SELECT 1 FROM rcll.rooms r WHERE r.bank_id = g.bank_id AND r.name = g.room)
-    ORDER BY g.bank_id, g.room
-    ON CONFLICT (bank_id, name) DO NOTHING;
+    SELECT sum(g.none) INTO unattributed FROM g;
+    IF unattributed > 0 THEN
+        -- Absent rather than wrong: never the connection's account, and said once per write.
+        RAISE WARNING 'author: no identity for this write; % unit(s) stored without an author', unattributed
+            USING HINT = 'Map the role in rcll.identities, have the RCLL server authenticate the caller, or declare one (author => ...).';
+    END IF;
     RETURN NULL;
 END
 $$;
-COMMENT ON FUNCTION rcll._units_rooms_inserted() IS 'Trigger (statement): appends one count delta per room written and registers rooms used for the first time (human when a caller named the room, system when the classifier did).';
+COMMENT ON FUNCTION rcll._units_rooms_inserted() IS 'Trigger (statement): appends one count delta per room written, registers rooms used for the first time (human when a caller named the room, system when the classifier did), and warns once when units were written without an author.';
 
 CREATE OR REPLACE TRIGGER units_rooms_inserted AFTER INSERT ON rcll.memory_units
     REFERENCING NEW TABLE AS new_units
@@ -2173,19 +2175,27 @@ BEGIN
             UNION ALL
             SELECT x.entity_id, lower(x.name), 1.0::real
             FROM rcll.entities x WHERE x.bank_id = bk AND lower(x.name) = ANY (grams)
-            UNION ALL
-            -- Fuzzy: trigram similarity of an alias to an n-gram of the query (GIN trigram index).
-            SELECT a.entity_id, a.alias, public.similarity(a.alias, g.g)
-            FROM unnest(grams) g(g)
-            JOIN rcll.entity_aliases a ON a.bank_id = bk AND a.alias OPERATOR(public.%) g.g
-            WHERE length(g.g) >= 4 AND public.similarity(a.alias, g.g) >= query_entities.min_similarity
-            UNION ALL
-            SELECT x.entity_id, lower(x.name), public.similarity(lower(x.name), g.g)
-            FROM unnest(grams) g(g)
-            JOIN rcll.entities x ON x.bank_id = bk AND lower(x.name) OPERATOR(public.%) g.g
-            WHERE length(g.g) >= 4 AND public.similarity(lower(x.name), g.g) >= query_entities.min_similarity
         ) c
         ORDER BY c.entity_id, c.sim DESC, c.matched
+    ) m
+    JOIN rcll.entities e ON e.entity_id = m.entity_id
+    ORDER BY m.sim DESC, m.entity_id
+    LIMIT query_entities.max_entities;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    -- Nothing named exactly: trigram similarity of an alias (every spelling, the canonical name
+    -- included) to a one- or two-word n-gram of the query. One GIN probe per n-gram, so only
+    -- when the exact match found nothing.
+    RETURN QUERY
+    SELECT m.entity_id, e.name, m.matched, m.sim
+    FROM (
+        SELECT DISTINCT ON (a.entity_id) a.entity_id, a.alias AS matched, public.similarity(a.alias, g.g) AS sim
+        FROM unnest(grams) g(g)
+        JOIN rcll.entity_aliases a ON a.bank_id = bk AND a.alias OPERATOR(public.%) g.g
+        WHERE length(g.g) >= 4 AND g.g NOT LIKE '% % %'
+          AND public.similarity(a.alias, g.g) >= query_entities.min_similarity
+        ORDER BY a.entity_id, 3 DESC, a.alias
     ) m
     JOIN rcll.entities e ON e.entity_id = m.entity_id
     ORDER BY m.sim DESC, m.entity_id
@@ -2193,7 +2203,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION rcll.query_entities(text, text, real, integer)
-    IS 'Entities a query names: exact matches of its word n-grams against entity names and aliases, plus trigram matches with similarity >= min_similarity. The graph channel''s seeds.';
+    IS 'Entities a query names: exact matches of its word n-grams (up to three words) against entity names and aliases; when there are none, trigram matches of aliases to its one- and two-word n-grams with similarity >= min_similarity. The graph channel''s seeds.';
 
 CREATE OR REPLACE FUNCTION rcll.channel_graph(
     query                text,

@@ -11,8 +11,7 @@ import psycopg
 import pytest
 
 from rcll import models
-
-from test_recall_seed import BANK, seed
+from test_recall_seed import seed
 
 
 def _qe(text: str) -> Any:

@@ -11,13 +11,12 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
+from conftest import Leg
 from rcll import models
 from rcll.db import configure
 from rcll.errors import RcllError
 from rcll.export import export_bank, import_bank, read_manifest, validate_pam
 from rcll.recall import candidates, recall
-
-from conftest import Leg
 from test_recall_seed import BANK, seed
 
 

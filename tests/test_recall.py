@@ -11,12 +11,11 @@ import psycopg
 import pytest
 
 import rcll
+from conftest import Leg
 from rcll import models
 from rcll.budget import cut_to_budget
 from rcll.db import configure
 from rcll.recall import candidates, recall
-
-from conftest import Leg
 from test_recall_seed import seed
 
 CHANNEL_SQL = {

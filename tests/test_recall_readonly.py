@@ -12,9 +12,8 @@ import psycopg
 import pytest
 from pglast.parser import parse_sql_json
 
-from rcll import models
-
 from conftest import Leg
+from rcll import models
 from test_recall import python_path
 from test_recall_seed import seed
 

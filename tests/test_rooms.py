@@ -130,11 +130,11 @@ def test_rooms_listing_takes_wildcards_and_shows_aliases(db: Db, bank: str) -> N
 
 
 def test_wrong_room_scores_zero(db: Db, bank: str) -> None:
-    retain(db, "the canary deploy to production failed on the database migration", room="deployment")
+    dep = retain(db, "the canary deploy to production failed on the database migration", room="deployment")[0]
     retain(db, "the login button is misaligned on the settings page", room="ui")
     hits = recall_rooms(db, "canary deploy production migration", ["ui"])
     assert all(room == "ui" for _, room in hits)
-    assert not [h for h in hits if "canary" in h[1]]
+    assert dep not in [u for u, _ in hits]
     assert recall_rooms(db, "canary deploy production migration", ["security"]) == []
     right = recall_rooms(db, "canary deploy production migration", ["deployment"])
     assert [room for _, room in right] == ["deployment"]

@@ -7,10 +7,9 @@ from typing import Any
 
 import psycopg
 
+from conftest import PORTS, Leg
 from rcll import cluster, models
 from rcll.db import configure
-
-from conftest import PORTS, Leg
 from test_recall import python_path
 from test_recall_seed import seed
 

@@ -1,4 +1,4 @@
-"""The `rcll` command: serve, db, install, bank, retain, recall."""
+"""The `rcll` command: serve, mcp, db, install, bank, retain, recall, rooms, tags, stats, state, export, import."""
 
 from __future__ import annotations
 
@@ -158,6 +158,173 @@ def cmd_recall(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- rooms, tags, stats, state --------------------------------------------------------------------
+
+def _service(args: argparse.Namespace, read_only: bool = False) -> Any:
+    from rcll.api import Service
+    from rcll.db import resolve_dsn
+
+    svc = Service(resolve_dsn(args.dsn), read_only=read_only, pool_size=1)
+    svc.open()
+    return svc
+
+
+def cmd_rooms(args: argparse.Namespace) -> int:
+    svc = _service(args)
+    try:
+        rows = svc.rooms(args.bank, args.pattern)
+    finally:
+        svc.close()
+    human = "\n".join(f"{r['name']:<24} {r['fact_count']:>8}  {r['status']}"
+                      + (f" -> {r['merged_into']}" if r.get("merged_into") else "")
+                      + (f"  aliases: {', '.join(r['aliases'])}" if r.get("aliases") else "") for r in rows)
+    _out(args, human or "(no rooms)", rows)
+    return 0
+
+
+def cmd_tags(args: argparse.Namespace) -> int:
+    svc = _service(args)
+    try:
+        rows = svc.tags(args.bank, args.pattern)
+    finally:
+        svc.close()
+    _out(args, "\n".join(f"{r['tag']:<40} {r['unit_count']:>8}" for r in rows) or "(no tags)", rows)
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    svc = _service(args)
+    try:
+        data = svc.stats(args.bank)
+    finally:
+        svc.close()
+    lines = [f"bank {data['bank']}"]
+    for section in ("totals", "kind", "room", "hall", "layer", "author", "link_type", "extraction"):
+        if data.get(section):
+            lines.append(f"{section}: " + ", ".join(f"{k} {v}" for k, v in data[section].items()))
+    for purpose, t in data.get("tokens", {}).items():
+        lines.append(f"tokens {purpose}: {t['calls']} calls, read {t['read_tokens']}, "
+                     f"write {t['write_input_tokens']} in / {t['write_output_tokens']} out")
+    _out(args, "\n".join(lines), data)
+    return 0
+
+
+def cmd_state(args: argparse.Namespace) -> int:
+    svc = _service(args)
+    try:
+        if args.action == "get":
+            st = svc.state_get(args.bank, args.room, args.key, args.version)
+            if st is None:
+                _out(args, f"no state for {args.room}/{args.key}", None)
+                return 3
+            _out(args, f"v{st['version']}: {json.dumps(st['value'])}", st)
+        else:
+            if args.value is None:
+                raise RcllError("value", "a JSON value is required", "rcll state put ROOM KEY '<json>'")
+            try:
+                value = json.loads(args.value)
+            except json.JSONDecodeError as e:
+                raise RcllError("value", f"not valid JSON: {e.msg}") from e
+            res = svc.state_put(None, args.bank, args.room, args.key, value, args.expected_version)
+            _out(args, f"{args.room}/{args.key} is now version {res['version']}", res)
+    finally:
+        svc.close()
+    return 0
+
+
+# -- export / import ------------------------------------------------------------------------------
+
+def _bar(args: argparse.Namespace, total: int | None, unit: str) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit=unit, disable=args.json or not sys.stderr.isatty(), file=sys.stderr)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from rcll.db import connect
+    from rcll.export import export_bank
+
+    with connect(args.dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM rcll.memory_units WHERE bank_id = rcll._bank_id(%s)",
+                           (args.bank,)).fetchone()
+        conn.commit()
+        with _bar(args, None, "row") as bar:
+            def progress(table: str, n: int) -> None:
+                bar.set_description(table)
+                bar.update(n)
+            summary = export_bank(conn, args.bank, args.out, progress=progress)
+    data = summary.as_dict()
+    _out(args, f"exported bank {args.bank} to {args.out}: {summary.tables.get('memory_units', 0)} units "
+               f"(of {row[0] if row else '?'}), {summary.tables.get('links', 0)} links, "
+               f"{sum(summary.tables.values())} rows in {len(summary.tables)} tables; "
+               f"PAM view {summary.memories} memories", data)
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from rcll import install
+    from rcll.db import connect
+    from rcll.export import import_bank, read_manifest
+
+    manifest = read_manifest(args.path)
+    total = sum(int(t["rows"]) for t in manifest["tables"])
+    with connect(args.dsn) as conn:
+        install.install(conn)
+        conn.commit()
+        with _bar(args, total, "row") as bar:
+            def progress(table: str, n: int) -> None:
+                bar.set_description(table)
+                bar.update(n)
+            res = import_bank(conn, args.path, on_conflict=args.on_conflict, progress=progress)
+    _out(args, f"imported bank {res.bank} ({'new' if res.fresh else 'merged, ' + args.on_conflict}): "
+               f"{sum(res.rows.values())} rows", res.as_dict())
+    return 0
+
+
+def cmd_validate_pam(args: argparse.Namespace) -> int:
+    from rcll.export import validate_pam
+
+    problems = validate_pam(args.path)
+    _out(args, "\n".join(problems) or "PAM view valid", {"valid": not problems, "problems": problems})
+    return 0 if not problems else 1
+
+
+# -- mcp ------------------------------------------------------------------------------------------
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from rcll.api import Service
+    from rcll.auth import TokenMap
+    from rcll.db import resolve_dsn
+    from rcll.mcp_server import build_server, http_app
+
+    if args.read_only and args.write_tools:
+        raise RcllError("write_tools", "read-only mode serves only read tools", "drop --write-tools or --read-only")
+    if args.read_only:
+        os.environ["LLM_PROVIDER"] = "none"      # a read-only server holds no key and calls no model
+        os.environ.pop("ANTHROPIC_API_KEY", None)
+    service = Service(resolve_dsn(args.dsn), read_only=args.read_only)
+    service.open()
+    tokens = TokenMap.from_env()
+    agent = args.agent or os.environ.get("RCLL_AGENT") or None
+    if agent and not service.identity_honoured:
+        print("rcll mcp: warning: the database role is not a member of rcll_identity_server; "
+              "writes will carry no server identity", file=sys.stderr)
+    server = build_server(service, agent=agent, tokens=tokens, default_bank=args.bank,
+                          write_tools=not args.read_only)
+    try:
+        if args.transport == "stdio":
+            server.run("stdio")
+        else:
+            import uvicorn
+
+            print(f"RCLL MCP (streamable HTTP) on http://{args.host}:{args.port}/mcp"
+                  f"{' read-only' if args.read_only else ''}", file=sys.stderr, flush=True)
+            uvicorn.run(http_app(server, tokens), host=args.host, port=args.port, log_level="warning")
+    finally:
+        service.close()
+    return 0
+
+
 # -- serve --------------------------------------------------------------------------------------
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -236,6 +403,55 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--budget", type=int, default=4096)
     s.add_argument("query")
     s.set_defaults(func=cmd_recall)
+
+    s = sub.add_parser("rooms", parents=[common], help="list a bank's rooms (topics) with counts and aliases")
+    s.add_argument("--bank", required=True)
+    s.add_argument("pattern", nargs="?", default="*", help="wildcards * and ?")
+    s.set_defaults(func=cmd_rooms)
+
+    s = sub.add_parser("tags", parents=[common], help="list tags with counts (author:* is the roster of writers)")
+    s.add_argument("--bank", required=True)
+    s.add_argument("pattern", nargs="?", default="*")
+    s.set_defaults(func=cmd_tags)
+
+    s = sub.add_parser("stats", parents=[common], help="a bank by room, hall, layer, author, link type, and the write-cost ledger")
+    s.add_argument("--bank", required=True)
+    s.set_defaults(func=cmd_stats)
+
+    s = sub.add_parser("state", parents=[common], help="a room's keyed state: get ROOM KEY, put ROOM KEY JSON")
+    s.add_argument("action", choices=["get", "put"])
+    s.add_argument("room")
+    s.add_argument("key")
+    s.add_argument("value", nargs="?", help="put: the JSON value")
+    s.add_argument("--bank", required=True)
+    s.add_argument("--version", type=int, help="get: this version instead of the latest")
+    s.add_argument("--expected-version", type=int, default=0, help="put: the version you read (0: none yet)")
+    s.set_defaults(func=cmd_state)
+
+    s = sub.add_parser("export", parents=[common], help="write a whole bank (PAM view + lossless sidecar) to a directory")
+    s.add_argument("--bank", required=True)
+    s.add_argument("--out", required=True, help="directory to create")
+    s.set_defaults(func=cmd_export)
+
+    s = sub.add_parser("import", parents=[common], help="load an export directory (one transaction)")
+    s.add_argument("path")
+    s.add_argument("--on-conflict", choices=["error", "skip", "replace"], default="error",
+                   help="rows that already exist: error (default), skip, replace")
+    s.set_defaults(func=cmd_import)
+
+    s = sub.add_parser("validate-pam", parents=[common], help="check an export's PAM view against the PAM SDK")
+    s.add_argument("path")
+    s.set_defaults(func=cmd_validate_pam)
+
+    s = sub.add_parser("mcp", parents=[common], help="run the MCP server (stdio or streamable HTTP)")
+    s.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    s.add_argument("--host", default=os.environ.get("RCLL_HOST", "127.0.0.1"))
+    s.add_argument("--port", type=int, default=int(os.environ.get("RCLL_MCP_PORT", 8766)))
+    s.add_argument("--bank", default=None, help="default bank for tools called without one (default: $RCLL_BANK or default)")
+    s.add_argument("--agent", default=None, help="stdio: the agent this process writes as (default: $RCLL_AGENT)")
+    s.add_argument("--read-only", action="store_true", help="read tools only, over a SELECT-only role, no LLM key")
+    s.add_argument("--write-tools", action="store_true", help="(refused with --read-only)")
+    s.set_defaults(func=cmd_mcp)
     return p
 
 

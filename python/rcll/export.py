@@ -26,6 +26,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -255,51 +256,38 @@ def export_bank(conn: psycopg.Connection[Any], bank: str, out: Path | str, *,
     (out / "rcll").mkdir(parents=True, exist_ok=True)
     summary = ExportSummary(bank, out)
     manifest_tables: list[dict[str, Any]] = []
-    was_autocommit = conn.autocommit
-    if conn.autocommit is False and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-        conn.commit()
-    conn.autocommit = False
-    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-    conn.read_only = True
-    try:
-        with conn.transaction():
-            tables = [str(r[0]) for r in conn.execute(
-                "SELECT table_name FROM rcll.export_tables() ORDER BY table_position").fetchall()]
-            max_ids_row = conn.execute("SELECT rcll.export_max_ids(bank => %s)", (bank,)).fetchone()
-            max_ids = max_ids_row[0] if max_ids_row else {}
-            pam: _PamWriter | None = None
-            for table in tables:
-                path = out / "rcll" / f"{table}.jsonl"
-                h = hashlib.sha256()
-                n = 0
-                with path.open("wb") as f:
-                    for line in _stream(conn, bank, table):
-                        b = line.encode() + b"\n"
-                        f.write(b)
-                        h.update(b)
-                        n += 1
-                        if table == "banks":
-                            pam = _PamWriter(out / PAM_FILE, json.loads(line))
-                        elif table == "memory_units" and pam is not None:
-                            pam.memory(pam_memory(json.loads(line)))
-                        elif table == "links" and pam is not None:
-                            pam.relation(pam_relation(json.loads(line)))
-                        if progress and n % 500 == 0:
-                            progress(table, 500)
-                if progress and n % 500:
-                    progress(table, n % 500)
-                summary.tables[table] = n
-                manifest_tables.append({"name": table, "file": f"rcll/{table}.jsonl", "rows": n,
-                                        "sha256": h.hexdigest()})
-            assert pam is not None
-            pam_sha = pam.close()
-            summary.memories, summary.relations = pam.memories, pam.relations
-    except psycopg.Error as e:
-        raise _db_error(e) from e
-    finally:
-        conn.read_only = False
-        conn.isolation_level = None
-        conn.autocommit = was_autocommit
+    with _snapshot(conn):
+        tables = [str(r[0]) for r in conn.execute(
+            "SELECT table_name FROM rcll.export_tables() ORDER BY table_position").fetchall()]
+        max_ids_row = conn.execute("SELECT rcll.export_max_ids(bank => %s)", (bank,)).fetchone()
+        max_ids = max_ids_row[0] if max_ids_row else {}
+        pam: _PamWriter | None = None
+        for table in tables:
+            path = out / "rcll" / f"{table}.jsonl"
+            h = hashlib.sha256()
+            n = 0
+            with path.open("wb") as f:
+                for line in _stream(conn, bank, table):
+                    b = line.encode() + b"\n"
+                    f.write(b)
+                    h.update(b)
+                    n += 1
+                    if table == "banks":
+                        pam = _PamWriter(out / PAM_FILE, json.loads(line))
+                    elif table == "memory_units" and pam is not None:
+                        pam.memory(pam_memory(json.loads(line)))
+                    elif table == "links" and pam is not None:
+                        pam.relation(pam_relation(json.loads(line)))
+                    if progress and n % 500 == 0:
+                        progress(table, 500)
+            if progress and n % 500:
+                progress(table, n % 500)
+            summary.tables[table] = n
+            manifest_tables.append({"name": table, "file": f"rcll/{table}.jsonl", "rows": n,
+                                    "sha256": h.hexdigest()})
+        assert pam is not None
+        pam_sha = pam.close()
+        summary.memories, summary.relations = pam.memories, pam.relations
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION, "rcll_version": __version__, "bank": bank,
         "canonical_order": CANONICAL_ORDER, "max_ids": max_ids, "tables": manifest_tables,
@@ -308,6 +296,125 @@ def export_bank(conn: psycopg.Connection[Any], bank: str, out: Path | str, *,
     }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return summary
+
+
+@contextmanager
+def _snapshot(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """One REPEATABLE READ, read-only transaction: every table of an export from one snapshot."""
+    was_autocommit = conn.autocommit
+    if not conn.autocommit and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        conn.commit()
+    conn.autocommit = False
+    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+    conn.read_only = True
+    try:
+        with conn.transaction():
+            yield
+    except psycopg.Error as e:
+        raise _db_error(e) from e
+    finally:
+        conn.read_only = False
+        conn.isolation_level = None
+        conn.autocommit = was_autocommit
+
+
+STREAM_FORMAT = "rcll-export-stream"
+
+
+def iter_export(conn: psycopg.Connection[Any], bank: str) -> Iterator[bytes]:
+    """The bank as NDJSON (the HTTP form of an export): a header line with the format, bank,
+    tables and max_ids, then one {"table": ..., "row": ...} line per row in the canonical order."""
+    with _snapshot(conn):
+        tables = [str(r[0]) for r in conn.execute(
+            "SELECT table_name FROM rcll.export_tables() ORDER BY table_position").fetchall()]
+        row = conn.execute("SELECT rcll.export_max_ids(bank => %s)", (bank,)).fetchone()
+        head = {"format": STREAM_FORMAT, "format_version": FORMAT_VERSION, "rcll_version": __version__,
+                "bank": bank, "tables": tables, "max_ids": row[0] if row else {}}
+        yield (json.dumps(head, sort_keys=True) + "\n").encode()
+        for table in tables:
+            prefix = b'{"table":"' + table.encode() + b'","row":'
+            for line in _stream(conn, bank, table):
+                yield prefix + line.encode() + b"}\n"
+
+
+def import_stream(conn: psycopg.Connection[Any], lines: Any, *, on_conflict: str = "error") -> ImportSummary:
+    """Import the NDJSON form (iter_export's output) in one transaction."""
+    it = iter(lines)
+    try:
+        head = json.loads(next(it))
+    except StopIteration as e:
+        raise RcllError("body", "empty import", "send the output of GET /export") from e
+    except json.JSONDecodeError as e:
+        raise RcllError("body", f"line 1 is not valid JSON: {e.msg}", "send the output of GET /export") from e
+    if not isinstance(head, dict) or head.get("format") != STREAM_FORMAT:
+        raise RcllError("body", f"line 1 is not an {STREAM_FORMAT} header", "send the output of GET /export")
+
+    def rows() -> Iterator[tuple[str, bytes]]:
+        for n, raw in enumerate(it, 2):
+            raw = raw.strip()
+            if not raw:
+                continue
+            if raw.startswith(b'{"table":"') and raw.endswith(b"}") and b'","row":' in raw[:80]:
+                table, _, rest = raw[10:].partition(b'","row":')
+                yield table.decode(), rest[:-1]
+                continue
+            try:
+                obj = json.loads(raw)
+            except json.JSONDecodeError as e:
+                raise RcllError(f"line {n}", f"not valid JSON: {e.msg}") from e
+            if not isinstance(obj, dict) or not isinstance(obj.get("table"), str) or "row" not in obj:
+                raise RcllError(f"line {n}", 'expected {"table": ..., "row": {...}}')
+            yield obj["table"], json.dumps(obj["row"]).encode()
+
+    return _import_rows(conn, rows(), head.get("max_ids") or {}, on_conflict, None)
+
+
+def _import_rows(conn: psycopg.Connection[Any], rows: Iterator[tuple[str, bytes]], max_ids: dict[str, Any],
+                 on_conflict: str, progress: Progress | None) -> ImportSummary:
+    if on_conflict not in ("error", "skip", "replace"):
+        raise RcllError("on_conflict", f"{on_conflict!r} is not a conflict policy", "use error, skip or replace")
+    was_autocommit = conn.autocommit
+    if not conn.autocommit and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        conn.commit()
+    conn.autocommit = False
+    try:
+        with conn.transaction():
+            first = next(rows, None)
+            if first is None or first[0] != "banks":
+                raise RcllError("banks", "an import starts with the bank's row")
+            conn.execute("SELECT rcll.import_begin(bank_row => %s::jsonb, on_conflict => %s, max_ids => %s::jsonb)",
+                         (first[1].decode(), on_conflict, json.dumps(max_ids)))
+            batch: list[bytes] = []
+            size = 0
+            current: str | None = None
+
+            def flush() -> None:
+                nonlocal batch, size
+                if batch and current is not None:
+                    conn.execute("SELECT rcll.import_rows(table_name => %s, rows => %s::jsonb)",
+                                 (current, (b"[" + b",".join(batch) + b"]").decode()))
+                    if progress:
+                        progress(current, len(batch))
+                batch, size = [], 0
+
+            for table, raw in rows:
+                if table == "banks":
+                    raise RcllError("banks", "an import holds exactly one bank row")
+                if table != current or len(batch) >= IMPORT_BATCH_ROWS or size >= IMPORT_BATCH_BYTES:
+                    flush()
+                    current = table
+                batch.append(raw)
+                size += len(raw)
+            flush()
+            row = conn.execute("SELECT rcll.import_finish()").fetchone()
+    except psycopg.Error as e:
+        raise _db_error(e) from e
+    finally:
+        conn.autocommit = was_autocommit
+    assert row is not None
+    res = row[0]
+    return ImportSummary(res["bank"], int(res["bank_id"]), bool(res["fresh"]),
+                         {k: int(v) for k, v in (res.get("rows") or {}).items()})
 
 
 # -- import --------------------------------------------------------------------------------------
@@ -374,35 +481,16 @@ def import_bank(conn: psycopg.Connection[Any], path: Path | str, *, on_conflict:
     tables = manifest["tables"]
     if not tables or tables[0]["name"] != "banks":
         raise RcllError(f"{MANIFEST}.tables", "the first table must be banks")
-    was_autocommit = conn.autocommit
-    if not conn.autocommit and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-        conn.commit()
-    conn.autocommit = False
     for t in tables:   # every file whole and as exported before anything is written
         for _ in _lines(path / t["file"], t["sha256"], t["file"]):
             pass
-    try:
-        with conn.transaction():
-            bank_lines = list(_lines(path / tables[0]["file"], tables[0]["sha256"], tables[0]["file"]))
-            if len(bank_lines) != 1:
-                raise RcllError(tables[0]["file"], f"expected one bank row, found {len(bank_lines)}")
-            conn.execute("SELECT rcll.import_begin(bank_row => %s::jsonb, on_conflict => %s, max_ids => %s::jsonb)",
-                         (bank_lines[0].decode(), on_conflict, json.dumps(manifest.get("max_ids", {}))))
-            for t in tables[1:]:
-                for batch, n in _batches(_lines(path / t["file"], t["sha256"], t["file"])):
-                    conn.execute("SELECT rcll.import_rows(table_name => %s, rows => %s::jsonb)",
-                                 (t["name"], batch.decode()))
-                    if progress:
-                        progress(t["name"], n)
-            row = conn.execute("SELECT rcll.import_finish()").fetchone()
-    except psycopg.Error as e:
-        raise _db_error(e) from e
-    finally:
-        conn.autocommit = was_autocommit
-    assert row is not None
-    res = row[0]
-    return ImportSummary(res["bank"], int(res["bank_id"]), bool(res["fresh"]),
-                         {k: int(v) for k, v in (res.get("rows") or {}).items()})
+
+    def rows() -> Iterator[tuple[str, bytes]]:
+        for t in tables:
+            for line in _lines(path / t["file"], t["sha256"], t["file"]):
+                yield t["name"], line
+
+    return _import_rows(conn, rows(), manifest.get("max_ids", {}), on_conflict, progress)
 
 
 # -- PAM validation ------------------------------------------------------------------------------

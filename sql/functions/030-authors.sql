@@ -51,8 +51,8 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    -- No warning here: the units_author_missing statement trigger warns once per write, for every
-    -- client, whether or not it came through a function that called this.
+    -- No warning here: the units_rooms_inserted statement trigger (050-rooms.sql) warns once per
+    -- write, for every client, whether or not it came through a function that called this.
     author := rcll.current_agent();
     IF author IS NOT NULL THEN
         author_source := 'server';             -- a claimed author is discarded
@@ -121,28 +121,6 @@ COMMENT ON FUNCTION rcll._units_author() IS 'Trigger: the author of every new un
 
 CREATE OR REPLACE TRIGGER units_author BEFORE INSERT ON rcll.memory_units
     FOR EACH ROW EXECUTE FUNCTION rcll._units_author();
-
-CREATE OR REPLACE FUNCTION rcll._units_author_missing()
-RETURNS trigger
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    n bigint;
-BEGIN
-    SELECT count(*) INTO n FROM new_units u WHERE u.author_source = 'none';
-    IF n > 0 THEN
-        RAISE WARNING 'author: no identity for this write; % unit(s) stored without an author', n
-            USING HINT = 'Map the role in rcll.identities, have the RCLL server authenticate the caller, or declare one (author => ...).';
-    END IF;
-    RETURN NULL;
-END
-$$;
-COMMENT ON FUNCTION rcll._units_author_missing() IS 'Trigger: one warning per statement that wrote units with no author (absent rather than wrong: never the connection''s account).';
-
-CREATE OR REPLACE TRIGGER units_author_missing AFTER INSERT ON rcll.memory_units
-    REFERENCING NEW TABLE AS new_units
-    FOR EACH STATEMENT EXECUTE FUNCTION rcll._units_author_missing();
 
 CREATE OR REPLACE FUNCTION rcll._documents_author()
 RETURNS trigger

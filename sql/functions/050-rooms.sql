@@ -122,9 +122,11 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    typed text := nullif(btrim(NEW.room), '');
-    res   record;
-    auto  text;
+    typed   text := nullif(btrim(NEW.room), '');
+    res     record;
+    auto    text;
+    live    text;
+    aliased text;
 BEGIN
     IF NEW.tags IS NULL THEN
         NEW.tags := '{}';
@@ -146,23 +148,33 @@ BEGIN
                 NEW.provenance := NEW.provenance || '{"room_source": "classifier"}'::jsonb;
             END IF;
         END IF;
-    ELSIF EXISTS (SELECT 1 FROM rcll.rooms r
-                  WHERE r.bank_id = NEW.bank_id AND r.name = typed AND r.status <> 'merged') THEN
-        IF NEW.room <> typed THEN                   -- the common case: one index probe
-            NEW.room := typed;
-        END IF;
     ELSE
-        res := rcll._canonical_room(NEW.bank_id, typed);
-        NEW.room := res.room;
-        IF res.how = 'new' THEN
-            NEW.tags := NEW.tags || ('room-new:' || typed);
-        ELSIF res.room <> typed THEN
-            -- Nothing about the call is lost: the typed string stays on the unit.
+        -- The common cases in one index probe each: a live registry name as typed, or a spelling
+        -- recorded before (alias targets are never merged rooms: approving a merge repoints them).
+        SELECT r.name, a.room INTO live, aliased
+        FROM (SELECT 1) AS one
+        LEFT JOIN rcll.rooms r ON r.bank_id = NEW.bank_id AND r.name = typed AND r.status <> 'merged'
+        LEFT JOIN rcll.room_aliases a ON a.bank_id = NEW.bank_id AND a.alias = typed;
+        IF live IS NOT NULL THEN
+            IF NEW.room <> typed THEN
+                NEW.room := typed;
+            END IF;
+        ELSIF aliased IS NOT NULL THEN
+            NEW.room := aliased;
             NEW.tags := NEW.tags || ('room-alias:' || typed);
-            IF res.how <> 'alias' THEN
-                INSERT INTO rcll.room_aliases (bank_id, alias, room, reason)
-                VALUES (NEW.bank_id, typed, res.room, 'spelling')
-                ON CONFLICT (bank_id, alias) DO NOTHING;
+        ELSE
+            res := rcll._canonical_room(NEW.bank_id, typed);
+            NEW.room := res.room;
+            IF res.how = 'new' THEN
+                NEW.tags := NEW.tags || ('room-new:' || typed);
+            ELSIF res.room <> typed THEN
+                -- Nothing about the call is lost: the typed string stays on the unit.
+                NEW.tags := NEW.tags || ('room-alias:' || typed);
+                IF res.how <> 'alias' THEN
+                    INSERT INTO rcll.room_aliases (bank_id, alias, room, reason)
+                    VALUES (NEW.bank_id, typed, res.room, 'spelling')
+                    ON CONFLICT (bank_id, alias) DO NOTHING;
+                END IF;
             END IF;
         END IF;
     END IF;
@@ -187,27 +199,39 @@ LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    unattributed bigint;
 BEGIN
-    WITH g AS (
-        SELECT n.bank_id, n.room, count(*) AS c,
+    -- One pass over the statement's rows serves the registry and the authorship warning: a second
+    -- statement trigger cost as much again per write.
+    WITH g AS MATERIALIZED (
+        SELECT n.bank_id, n.room, count(*) AS c, count(*) FILTER (WHERE n.author_source = 'none') AS none,
                bool_and(coalesce(n.provenance ->> 'room_source', '') = 'classifier') AS by_classifier
-        FROM new_units n WHERE n.room IS NOT NULL GROUP BY n.bank_id, n.room
+        FROM new_units n GROUP BY n.bank_id, n.room
     ), q AS (
         INSERT INTO rcll.room_count_queue (bank_id, room, delta)
-        SELECT g.bank_id, g.room, g.c FROM g
+        SELECT g.bank_id, g.room, g.c FROM g WHERE g.room IS NOT NULL
+    ), r AS (
+        -- A registry row for a room used for the first time. Existing rows are skipped without a
+        -- lock; new rooms are inserted in sorted order, so single-statement writers cannot deadlock.
+        INSERT INTO rcll.rooms (bank_id, name, created_by, first_used, last_used)
+        SELECT g.bank_id, g.room, CASE WHEN g.by_classifier THEN 'system' ELSE 'human' END, now(), now()
+        FROM g
+        WHERE g.room IS NOT NULL
+          AND NOT EXISTS (SELECT 1 FROM rcll.rooms x WHERE x.bank_id = g.bank_id AND x.name = g.room)
+        ORDER BY g.bank_id, g.room
+        ON CONFLICT (bank_id, name) DO NOTHING
     )
-    -- A registry row for a room used for the first time. Existing rows are skipped without a lock;
-    -- a brand-new room is inserted in sorted order, so single-statement writers cannot deadlock.
-    INSERT INTO rcll.rooms (bank_id, name, created_by, first_used, last_used)
-    SELECT g.bank_id, g.room, CASE WHEN g.by_classifier THEN 'system' ELSE 'human' END, now(), now()
-    FROM g
-    WHERE NOT EXISTS (SELECT 1 FROM rcll.rooms r WHERE r.bank_id = g.bank_id AND r.name = g.room)
-    ORDER BY g.bank_id, g.room
-    ON CONFLICT (bank_id, name) DO NOTHING;
+    SELECT sum(g.none) INTO unattributed FROM g;
+    IF unattributed > 0 THEN
+        -- Absent rather than wrong: never the connection's account, and said once per write.
+        RAISE WARNING 'author: no identity for this write; % unit(s) stored without an author', unattributed
+            USING HINT = 'Map the role in rcll.identities, have the RCLL server authenticate the caller, or declare one (author => ...).';
+    END IF;
     RETURN NULL;
 END
 $$;
-COMMENT ON FUNCTION rcll._units_rooms_inserted() IS 'Trigger (statement): appends one count delta per room written and registers rooms used for the first time (human when a caller named the room, system when the classifier did).';
+COMMENT ON FUNCTION rcll._units_rooms_inserted() IS 'Trigger (statement): appends one count delta per room written, registers rooms used for the first time (human when a caller named the room, system when the classifier did), and warns once when units were written without an author.';
 
 CREATE OR REPLACE TRIGGER units_rooms_inserted AFTER INSERT ON rcll.memory_units
     REFERENCING NEW TABLE AS new_units

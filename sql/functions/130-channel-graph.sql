@@ -50,19 +50,27 @@ BEGIN
             UNION ALL
             SELECT x.entity_id, lower(x.name), 1.0::real
             FROM rcll.entities x WHERE x.bank_id = bk AND lower(x.name) = ANY (grams)
-            UNION ALL
-            -- Fuzzy: trigram similarity of an alias to an n-gram of the query (GIN trigram index).
-            SELECT a.entity_id, a.alias, public.similarity(a.alias, g.g)
-            FROM unnest(grams) g(g)
-            JOIN rcll.entity_aliases a ON a.bank_id = bk AND a.alias OPERATOR(public.%) g.g
-            WHERE length(g.g) >= 4 AND public.similarity(a.alias, g.g) >= query_entities.min_similarity
-            UNION ALL
-            SELECT x.entity_id, lower(x.name), public.similarity(lower(x.name), g.g)
-            FROM unnest(grams) g(g)
-            JOIN rcll.entities x ON x.bank_id = bk AND lower(x.name) OPERATOR(public.%) g.g
-            WHERE length(g.g) >= 4 AND public.similarity(lower(x.name), g.g) >= query_entities.min_similarity
         ) c
         ORDER BY c.entity_id, c.sim DESC, c.matched
+    ) m
+    JOIN rcll.entities e ON e.entity_id = m.entity_id
+    ORDER BY m.sim DESC, m.entity_id
+    LIMIT query_entities.max_entities;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    -- Nothing named exactly: trigram similarity of an alias (every spelling, the canonical name
+    -- included) to a one- or two-word n-gram of the query. One GIN probe per n-gram, so only
+    -- when the exact match found nothing.
+    RETURN QUERY
+    SELECT m.entity_id, e.name, m.matched, m.sim
+    FROM (
+        SELECT DISTINCT ON (a.entity_id) a.entity_id, a.alias AS matched, public.similarity(a.alias, g.g) AS sim
+        FROM unnest(grams) g(g)
+        JOIN rcll.entity_aliases a ON a.bank_id = bk AND a.alias OPERATOR(public.%) g.g
+        WHERE length(g.g) >= 4 AND g.g NOT LIKE '% % %'
+          AND public.similarity(a.alias, g.g) >= query_entities.min_similarity
+        ORDER BY a.entity_id, 3 DESC, a.alias
     ) m
     JOIN rcll.entities e ON e.entity_id = m.entity_id
     ORDER BY m.sim DESC, m.entity_id
@@ -70,7 +78,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION rcll.query_entities(text, text, real, integer)
-    IS 'Entities a query names: exact matches of its word n-grams against entity names and aliases, plus trigram matches with similarity >= min_similarity. The graph channel''s seeds.';
+    IS 'Entities a query names: exact matches of its word n-grams (up to three words) against entity names and aliases; when there are none, trigram matches of aliases to its one- and two-word n-grams with similarity >= min_similarity. The graph channel''s seeds.';
 
 CREATE OR REPLACE FUNCTION rcll.channel_graph(
     query                text,

@@ -1,0 +1,130 @@
+"""Fuzz the MCP tools with generated arguments (hypothesis): no crashes, every error names a field.
+
+    PYTHONPATH=python .venv/bin/python bench/fuzz_mcp.py [--examples 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import fresh_database  # noqa: E402
+
+JSON = None
+
+
+def _strategies() -> dict[str, Any]:
+    from hypothesis import strategies as st
+
+    text = st.one_of(st.text(max_size=40), st.sampled_from(["b", "deployment", "*", "author:*", "", "\x00"]))
+    anything = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | text,
+                            lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=8), c, max_size=3),
+                            max_leaves=8)
+    maybe = lambda s: st.one_of(st.none(), s, anything)  # noqa: E731
+    bank = st.one_of(st.just("b"), text, anything)
+    texts = st.one_of(st.none(), st.lists(text, max_size=4), anything)
+    return {
+        "memory_recall": st.fixed_dictionaries({"query": st.one_of(text, anything)}, optional={
+            "bank": bank, "rooms": texts, "mine": maybe(st.booleans()), "authors": texts, "halls": texts,
+            "layers": texts, "tags": texts, "thread": maybe(text), "budget": maybe(st.integers()),
+            "time_from": maybe(text), "time_to": maybe(text), "as_of": maybe(text)}),
+        "memory_retain": st.fixed_dictionaries({"content": st.one_of(text, anything)}, optional={
+            "bank": bank, "room": maybe(text), "thread": maybe(text), "tags": texts, "hall": maybe(text),
+            "layer": maybe(text), "source": maybe(text), "occurred_at": maybe(text), "metadata": anything}),
+        "memory_rooms": st.fixed_dictionaries({}, optional={"bank": bank, "pattern": maybe(text)}),
+        "memory_tags": st.fixed_dictionaries({}, optional={"bank": bank, "pattern": maybe(text)}),
+        "memory_state_get": st.fixed_dictionaries({"room": st.one_of(text, anything), "key": st.one_of(text, anything)},
+                                                  optional={"bank": bank, "version": maybe(st.integers())}),
+        "memory_state_put": st.fixed_dictionaries({"room": st.one_of(text, anything), "key": st.one_of(text, anything),
+                                                   "value": anything},
+                                                  optional={"bank": bank, "expected_version": maybe(st.integers())}),
+        "memory_session_start": st.fixed_dictionaries({}, optional={"bank": bank, "rooms": texts,
+                                                                     "thread": maybe(text)}),
+    }
+
+
+def names_a_field(text: str) -> bool:
+    """An MCP error names the field: our {field, error, hint} JSON, or the SDK's argument validation
+    message (which lists the failing argument)."""
+    if "{" in text:
+        try:
+            return bool(json.loads(text[text.index("{"):]).get("field"))
+        except (json.JSONDecodeError, AttributeError):
+            pass
+    return "validation error" in text.lower() or "input should be" in text.lower()
+
+
+def fuzz(dsn: str, examples: int) -> dict[str, Any]:
+    import psycopg
+
+    from rcll.api import Service
+    from rcll.mcp_server import build_server
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT rcll.create_bank('b')")
+    svc = Service(dsn)
+    svc.open()
+    server = build_server(svc, agent="fuzzer", default_bank="b")
+    counts: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    failures: list[str] = []
+    try:
+        for tool, strategy in _strategies().items():
+            _run_tool(server, tool, strategy, examples, counts, failures)
+    finally:
+        svc.close()
+    return {"counts": {k: dict(v) for k, v in counts.items()}, "failures": failures}
+
+
+def _run_tool(server: Any, tool: str, strategy: Any, examples: int,
+              counts: dict[str, collections.Counter[str]], failures: list[str]) -> None:
+    import anyio
+    from hypothesis import HealthCheck, Phase, given, settings
+    from mcp import Client
+
+    @settings(max_examples=examples, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck), phases=[Phase.generate])
+    @given(args=strategy)
+    def run(args: dict[str, Any]) -> None:
+        async def go() -> Any:
+            async with Client(server) as client:
+                return await client.call_tool(tool, args)
+        r = anyio.run(go)
+        if not r.is_error:
+            counts[tool]["ok"] += 1
+            return
+        text = r.content[0].text if r.content else ""
+        if "Error executing tool" in text and "{" not in text and not names_a_field(text):
+            counts[tool]["crash"] += 1
+            failures.append(f"{tool}({args!r}) -> {text[:200]}")
+        elif names_a_field(text):
+            counts[tool]["rejected"] += 1
+        else:
+            counts[tool]["unnamed"] += 1
+            failures.append(f"{tool}({args!r}) -> {text[:200]}")
+    run()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--examples", type=int, default=200)
+    args = p.parse_args()
+    with fresh_database("fuzzmcp", port=55491) as dsn:
+        out = fuzz(dsn, args.examples)
+    print(f"{'tool':<22} {'calls':>6} {'ok':>6} {'rejected':>9} {'crash':>6} {'unnamed':>8}")
+    for tool, c in sorted(out["counts"].items()):
+        print(f"{tool:<22} {sum(c.values()):>6} {c.get('ok', 0):>6} {c.get('rejected', 0):>9} "
+      f"{c.get('crash', 0):>6} {c.get('unnamed', 0):>8}")
+    print(f"{len(out['failures'])} failures")
+    for f in out["failures"][:20]:
+        print("  " + f)
+    return 1 if out["failures"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

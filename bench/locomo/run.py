@@ -1,0 +1,195 @@
+"""LoCoMo retrieval through RCLL: every channel alone, fused, fused + rerank at several depths.
+
+    .venv/bin/python bench/locomo/run.py [--sample N] [--depths 20,50,100,300] [--port 55540]
+
+Retains every LoCoMo turn in chunk mode - one bank per conversation, one document per session,
+one chunk per turn written "[<session date>] <speaker>: <text>", the session date as occurred_at
+- with bge-small embeddings, then recalls every question of categories 1-4 (or a stratified
+sample) and scores turn-level nDCG@5, R@5, R@10 and MRR per category and overall
+(bench/locomo/metrics.py). The reference time of a conversation is its last session's date
+(its "now"). One recall_candidates call per question yields every channel's own ranking (its
+rank columns) and the fused one; cross-encoder scores are computed once for the deepest depth and
+cut for the shallower ones (a pair's score does not depend on the other pairs), with latency
+measured per depth increment. Also reported: the share of evidence ranked in the top 10 that
+survives the 4,096-token cut at the default settings. LoCoMo: Maharana et al., ACL 2024,
+CC BY-NC 4.0 (see data/locomo/ATTRIBUTION.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "python"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from locomo.dataset import CATEGORY_NAMES, Conversation, load
+from locomo.metrics import Aggregate
+from rcll import cluster, install, models
+from rcll.budget import DEFAULT_BUDGET, cut_to_budget
+from rcll.db import configure
+from rcll.recall import DEFAULT_RERANK_DEPTH, candidates
+
+CHANNELS = ("dense", "lexical", "graph", "temporal")
+
+
+def turn_text(t: Any) -> str:
+    return f"[{t.date_str}] {t.speaker}: {t.text}"
+
+
+def retain(conn: psycopg.Connection[Any], convs: list[Conversation]) -> dict[int, str]:
+    """One bank per conversation; returns unit_id -> dia id."""
+    emb = models.get_embedder()
+    unit_dia: dict[int, str] = {}
+    for c in convs:
+        bank = f"locomo{c.index}"
+        conn.execute("SELECT rcll.create_bank(%s)", (bank,))
+        texts = [turn_text(t) for t in c.turns]
+        vecs = emb.embed(texts)
+        by_session: dict[int, list[int]] = defaultdict(list)
+        for i, t in enumerate(c.turns):
+            by_session[t.session].append(i)
+        for s, idx in sorted(by_session.items()):
+            chunks = [texts[i] for i in idx]
+            row = conn.execute(
+                """SELECT unit_ids FROM rcll.retain_chunks(bank => %s, content => %s, chunks => %s,
+                       embeddings => %s::vector[], occurred_at => %s, source => %s, author => 'locomo')""",
+                (bank, "\n".join(chunks), chunks, [vecs[i] for i in idx], c.turns[idx[0]].date,
+                 f"{c.sample_id}/session_{s}")).fetchone()
+            assert row is not None
+            for uid, i in zip(row[0], idx, strict=True):
+                unit_dia[int(uid)] = c.turns[i].dia_id
+        conn.execute("SELECT * FROM rcll.refresh_bank_stats(%s)", (bank,))
+    conn.execute("ANALYZE")
+    return unit_dia
+
+
+def pct(xs: list[float], p: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, round(p * (len(s) - 1)))] if s else float("nan")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sample", type=int, default=0, help="questions to score (stratified by category); 0 = all")
+    ap.add_argument("--depths", default="20,50,100,300")
+    ap.add_argument("--port", type=int, default=55540)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    depths = sorted(int(d) for d in args.depths.split(","))
+    default_depth = DEFAULT_RERANK_DEPTH
+
+    convs, questions = load()
+    if args.sample and args.sample < len(questions):
+        rnd = random.Random(args.seed)
+        by_cat: dict[int, list[Any]] = defaultdict(list)
+        for q in questions:
+            by_cat[q.category].append(q)
+        questions = []
+        for cat, qs in sorted(by_cat.items()):
+            questions += rnd.sample(qs, max(1, round(args.sample * len(qs) / sum(map(len, by_cat.values())))))
+    now = {c.index: max(t.date for t in c.turns) for c in convs}
+
+    root = Path(tempfile.mkdtemp(prefix="rclll-", dir="/tmp"))
+    c = cluster.embedded(root / "pg18", port=args.port)
+    c.start()
+    try:
+        with psycopg.connect(c.url(), autocommit=True) as admin:
+            admin.execute("CREATE DATABASE locomo")
+        with psycopg.connect(c.url("locomo"), autocommit=True) as conn:
+            install.install(conn)
+            configure(conn)
+            t = time.perf_counter()
+            unit_dia = retain(conn, convs)
+            print(f"retained {len(unit_dia):,} turns in {time.perf_counter() - t:.0f} s; scoring {len(questions)} questions",
+                  flush=True)
+            emb = models.get_embedder()
+            rr = models.get_reranker()
+            aggs: dict[str, Aggregate] = defaultdict(Aggregate)
+            lat: dict[str, list[float]] = defaultdict(list)
+            survive_num = survive_den = 0
+            for n, q in enumerate(questions):
+                bank = f"locomo{q.conv}"
+                t = time.perf_counter()
+                qe = emb.embed_query(q.question)
+                lat["embed"].append((time.perf_counter() - t) * 1000)
+                t = time.perf_counter()
+                pool = candidates(conn, q.question, bank, query_embedding=qe, reference_time=now[q.conv],
+                                  limit=max(depths + [100]))
+                lat["sql"].append((time.perf_counter() - t) * 1000)
+                # Every channel's own ranking, from its rank column (recall_candidates returns
+                # the union when the limit is above what the channels found).
+                full = candidates(conn, q.question, bank, query_embedding=qe, reference_time=now[q.conv], limit=1300)
+                for ch in CHANNELS:
+                    ranked = sorted((f for f in full if getattr(f, f"rank_{ch}") is not None),
+                                    key=lambda f, ch=ch: getattr(f, f"rank_{ch}"))
+                    aggs[f"{ch} alone"].add(q.category, [unit_dia[f.unit_id] for f in ranked], q.evidence)
+                fused_ids = [unit_dia[f.unit_id] for f in pool]
+                aggs["fused (RRF), no rerank"].add(q.category, fused_ids, q.evidence)
+                # Rerank once to the deepest depth, timing each increment.
+                scores: list[float] = []
+                elapsed = 0.0
+                start = 0
+                for d in depths:
+                    chunk = [f.text for f in pool[start:d]]
+                    t = time.perf_counter()
+                    if chunk:
+                        scores += [float(x) for x in rr.score(q.question, chunk)]
+                    elapsed += (time.perf_counter() - t) * 1000
+                    start = max(start, min(d, len(pool)))
+                    lat[f"rerank@{d}"].append(elapsed)
+                for d in depths:
+                    top = sorted(range(min(d, len(pool))), key=lambda i: -scores[i])
+                    order = top + list(range(min(d, len(pool)), len(pool)))
+                    aggs[f"fused + rerank@{d}"].add(q.category, [fused_ids[i] for i in order], q.evidence)
+                    if d == default_depth:
+                        t = time.perf_counter()
+                        tokens = emb.count_tokens([pool[i].text for i in order])
+                        kept = {fused_ids[order[i]] for i in cut_to_budget(tokens, DEFAULT_BUDGET, 100)}
+                        lat["cut"].append((time.perf_counter() - t) * 1000)
+                        top10 = [fused_ids[i] for i in order[:10] if fused_ids[i] in q.evidence]
+                        survive_den += len(top10)
+                        survive_num += sum(1 for x in top10 if x in kept)
+                if (n + 1) % 100 == 0:
+                    print(f"  {n + 1} questions", flush=True)
+    finally:
+        c.destroy()
+        shutil.rmtree(root, ignore_errors=True)
+
+    print(f"\nLoCoMo, {len(questions)} questions (categories 1-4), turn-level retrieval\n")
+    print("| configuration | nDCG@5 | R@5 | R@10 | MRR | " + " | ".join(f"nDCG@5 {CATEGORY_NAMES[k]}" for k in (1, 2, 3, 4)) + " |")
+    print("|---|---|---|---|---|" + "---|" * 4)
+    order = [f"{ch} alone" for ch in CHANNELS] + ["fused (RRF), no rerank"] + [f"fused + rerank@{d}" for d in depths]
+    for name in order:
+        t = aggs[name].table()
+        a = t["all"]
+        cats = " | ".join(f"{t[str(k)]['ndcg@5']:.3f}" if str(k) in t else "-" for k in (1, 2, 3, 4))
+        mark = " (default)" if name == f"fused + rerank@{default_depth}" else ""
+        print(f"| {name}{mark} | {a['ndcg@5']:.3f} | {a['r@5']:.3f} | {a['r@10']:.3f} | {a['mrr']:.3f} | {cats} |")
+    print(f"\nper category, default settings (rerank@{default_depth}):")
+    print(aggs[f"fused + rerank@{default_depth}"].format())
+    print("\nper category, lexical (BM25) alone:")
+    print(aggs["lexical alone"].format())
+    print("\nlatency (ms)      p50      p95")
+    for k in ["embed", "sql"] + [f"rerank@{d}" for d in depths] + ["cut"]:
+        print(f"{k:<14} {statistics.median(lat[k]):8.1f} {pct(lat[k], 0.95):8.1f}")
+    full_default = [a + b + c_ + d for a, b, c_, d in zip(lat["embed"], lat["sql"], lat[f"rerank@{default_depth}"], lat["cut"], strict=False)]
+    print(f"{'full recall':<14} {statistics.median(full_default):8.1f} {pct(full_default, 0.95):8.1f}   (embed + sql + rerank@{default_depth} + cut)")
+    if survive_den:
+        print(f"\nevidence in the top 10 that survives the {DEFAULT_BUDGET}-token cut: {survive_num}/{survive_den} = {survive_num / survive_den:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,172 @@
+"""MCP server (official `mcp` SDK, 2.x MCPServer): the memory tools over stdio or streamable HTTP.
+
+Tools: memory_retain, memory_recall, memory_rooms, memory_tags, memory_state_get,
+memory_state_put, memory_session_start. Read tools carry readOnlyHint. Read-only mode registers
+only the read tools, connects as a role that cannot write (refusing to start otherwise), never
+needs an LLM key, and refuses to start if write tools are asked for too.
+
+Identity: over stdio the agent is the server's configuration (--agent / RCLL_AGENT), set by whoever
+launched the process; over HTTP it is the bearer token's agent (RCLL_TOKENS). A tool argument never
+names the author.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+
+from rcll import __version__
+from rcll.api import Service
+from rcll.auth import TokenMap
+from rcll.errors import RcllError
+
+READ_TOOLS = ("memory_recall", "memory_rooms", "memory_tags", "memory_state_get", "memory_session_start")
+WRITE_TOOLS = ("memory_retain", "memory_state_put")
+
+_READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+_WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
+
+
+def _error(e: RcllError) -> ToolError:
+    return ToolError(json.dumps(e.as_dict()))
+
+
+def build_server(service: Service, *, agent: str | None = None, tokens: TokenMap | None = None,
+                 default_bank: str | None = None, write_tools: bool | None = None) -> MCPServer:
+    """The MCP server over `service`. write_tools defaults to not service.read_only; asking for
+    write tools on a read-only service is refused."""
+    if write_tools is None:
+        write_tools = not service.read_only
+    if write_tools and service.read_only:
+        raise RcllError("write_tools", "a read-only server cannot serve write tools",
+                        "drop --write-tools, or run a read-write server")
+    tokens = tokens or TokenMap()
+    bank_default = default_bank or os.environ.get("RCLL_BANK") or "default"
+    mcp = MCPServer(name="rcll", version=__version__,
+                    instructions="Memory for an agent fleet: recall before you act, retain what you learn. "
+                                 "Rooms are topics; the author of a write is who this server says you are.")
+
+    def who(ctx: Context | None) -> str | None:
+        request = None
+        if ctx is not None:
+            try:
+                request = ctx.request_context.request
+            except ValueError:
+                request = None
+        headers = getattr(request, "headers", None)
+        if headers is not None:
+            return tokens.agent_for(headers.get("authorization")) if tokens.enabled else agent
+        return agent
+
+    async def call(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+        except RcllError as e:
+            raise _error(e) from e
+
+    @mcp.tool(annotations=_READ, description="Recall facts for a query. Filters: rooms (topics), mine (only what "
+              "you wrote), authors, halls (fact types), layers (L0 rules, L1 decisions, L2 observations), tags, "
+              "thread, time_from/time_to (ISO 8601), as_of; budget is the token budget of the answer.")
+    async def memory_recall(query: str, bank: str | None = None, rooms: list[str] | None = None,
+                            mine: bool | None = None, authors: list[str] | None = None,
+                            halls: list[str] | None = None, layers: list[str] | None = None,
+                            tags: list[str] | None = None, thread: str | None = None, budget: int | None = None,
+                            time_from: str | None = None, time_to: str | None = None, as_of: str | None = None,
+                            ctx: Context | None = None) -> dict[str, Any]:
+        a = await call(who, ctx)
+        return dict(await call(service.recall, a, bank or bank_default, query, rooms=rooms, mine=mine,
+                               authors=authors, halls=halls, layers=layers, tags=tags, thread=thread,
+                               budget=budget, time_from=time_from, time_to=time_to, as_of=as_of))
+
+    @mcp.tool(annotations=_READ, description="The rooms (topics) of a bank with unit counts, status and aliases; "
+              "pattern takes * and ? wildcards.")
+    async def memory_rooms(bank: str | None = None, pattern: str | None = None,
+                           ctx: Context | None = None) -> dict[str, Any]:
+        await call(who, ctx)
+        return {"rooms": await call(service.rooms, bank or bank_default, pattern)}
+
+    @mcp.tool(annotations=_READ, description="Tags in use with counts; pattern takes wildcards "
+              "(author:* lists everyone who wrote to the bank).")
+    async def memory_tags(bank: str | None = None, pattern: str | None = None,
+                          ctx: Context | None = None) -> dict[str, Any]:
+        await call(who, ctx)
+        return {"tags": await call(service.tags, bank or bank_default, pattern)}
+
+    @mcp.tool(annotations=_READ, description="Read a room's keyed state (exact room and key; the latest "
+              "version unless version is given). Returns state null when there is none.")
+    async def memory_state_get(room: str, key: str, bank: str | None = None, version: int | None = None,
+                               ctx: Context | None = None) -> dict[str, Any]:
+        await call(who, ctx)
+        return {"state": await call(service.state_get, bank or bank_default, room, key, version)}
+
+    @mcp.tool(annotations=_READ, description="The L0 rules and procedures to load at the start of a session, "
+              "for the given rooms (plus bank-wide rules) and thread.")
+    async def memory_session_start(bank: str | None = None, rooms: list[str] | None = None,
+                                   thread: str | None = None, ctx: Context | None = None) -> dict[str, Any]:
+        a = await call(who, ctx)
+        return {"rules": await call(service.session_start, a, bank or bank_default, rooms, thread)}
+
+    if write_tools:
+        @mcp.tool(annotations=_WRITE, description="Retain text into memory. room is a topic label (free text, "
+                  "canonicalised by spelling); the author is who this server says you are.")
+        async def memory_retain(content: str, bank: str | None = None, room: str | None = None,
+                                thread: str | None = None, tags: list[str] | None = None,
+                                hall: str | None = None, layer: str | None = None, source: str | None = None,
+                                occurred_at: str | None = None, metadata: dict[str, Any] | None = None,
+                                ctx: Context | None = None) -> dict[str, Any]:
+            a = await call(who, ctx)
+            return dict(await call(service.retain, a, bank or bank_default, content, room=room, thread=thread,
+                                   tags=tags, hall=hall, layer=layer, source=source, occurred_at=occurred_at,
+                                   metadata=metadata, via="mcp"))
+
+        @mcp.tool(annotations=_WRITE, description="Write a room's keyed state if expected_version is the current "
+                  "version (0 when there is none); fails naming both versions otherwise.")
+        async def memory_state_put(room: str, key: str, value: Any, expected_version: int = 0,
+                                   bank: str | None = None, ctx: Context | None = None) -> dict[str, Any]:
+            a = await call(who, ctx)
+            return dict(await call(service.state_put, a, bank or bank_default, room, key, value, expected_version))
+
+    return mcp
+
+
+def http_app(mcp: MCPServer, tokens: TokenMap, *, path: str = "/mcp") -> Any:
+    """The streamable-HTTP ASGI app, refusing requests without a valid bearer token when tokens
+    are configured (401 with {field, error, hint})."""
+    app = mcp.streamable_http_app(streamable_http_path=path, json_response=True)
+    if not tokens.enabled:
+        return app
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            headers = {k.decode().lower(): v.decode() for k, v in scope.get("headers", [])}
+            try:
+                tokens.agent_for(headers.get("authorization"))
+            except RcllError as e:
+                body = json.dumps(e.as_dict()).encode()
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"content-type", b"application/json"),
+                                        (b"www-authenticate", b"Bearer")]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await app(scope, receive, send)
+
+    return guarded
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m rcll.mcp_server` - same options as `rcll mcp`."""
+    from rcll.cli import main as cli_main
+
+    return cli_main(["mcp", *(argv or [])])
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,23 @@
+"""Bounded fuzzing: the HTTP API from its OpenAPI document, the MCP tools with generated arguments.
+No 500s, no crashes, every rejection names the field (bench/fuzz_*.py run the long versions)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import fuzz_http  # noqa: E402
+import fuzz_mcp  # noqa: E402
+
+
+def test_http_api_survives_schema_fuzzing(dsn: str) -> None:
+    out = fuzz_http.fuzz(dsn, examples=12)
+    assert out["failures"] == []
+    assert not any(code >= 500 and code != 503 for st in out["statuses"].values() for code in st)
+
+
+def test_mcp_tools_survive_generated_arguments(dsn: str) -> None:
+    out = fuzz_mcp.fuzz(dsn, examples=12)
+    assert out["failures"] == []
