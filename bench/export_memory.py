@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import connect, fresh_database, table  # noqa: E402
+from _common import connect, fresh_database, table
 
 CEILING_MB = 400
 
@@ -30,16 +30,15 @@ def populate(dsn: str, bank: str, n: int) -> None:
             INSERT INTO rcll.documents (bank_id, content, content_hash, provenance)
             SELECT %(b)s, 'doc ' || g, sha256(convert_to(%(bank)s || g, 'UTF8')), '{"via": "bench"}'
             FROM generate_series(1, %(docs)s) g""", {"b": b, "bank": bank, "docs": max(1, n // 10)})
+        first = conn.execute("SELECT min(document_id) FROM rcll.documents WHERE bank_id = %s", (b,)).fetchone()[0]  # type: ignore[index]
         conn.execute("""
             INSERT INTO rcll.memory_units (bank_id, document_id, text, embedding, room, hall, tags, provenance)
-            SELECT %(b)s, d.document_id, 'Unit ' || g || ' about deploys and schemas, note ' || md5(g::text),
+            SELECT %(b)s, %(first)s + (g %% greatest(1, %(n)s / 10)),
+                   'Unit ' || g || ' about deploys and schemas, note ' || md5(g::text),
                    (SELECT array_agg(random()::real)::vector FROM generate_series(1, 384) WHERE g > 0),
                    (ARRAY['deployment', 'schema', 'auth', NULL])[1 + g %% 4], 'fact',
                    ARRAY['bench', 'ticket:' || (g %% 97)], '{"via": "bench"}'
-            FROM generate_series(1, %(n)s) g
-            JOIN LATERAL (SELECT document_id FROM rcll.documents WHERE bank_id = %(b)s
-                          ORDER BY document_id OFFSET (g %% greatest(1, %(n)s / 10)) LIMIT 1) d ON true""",
-                     {"b": b, "n": n})
+            FROM generate_series(1, %(n)s) g""", {"b": b, "n": n, "first": first})
         conn.execute("""
             INSERT INTO rcll.links (bank_id, from_unit, to_unit, link_type, weight)
             SELECT %(b)s, u.unit_id, u.unit_id - 1, 'temporal', 0.5 FROM rcll.memory_units u

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import sys
@@ -191,41 +192,92 @@ CHANNELS = {
 CHANNELS["dense"] = CHANNELS["dense"].replace(", reference_time => '2024-06-01'", "")
 
 
+def cpu_ns(pid: int) -> int:
+    """Nanoseconds a process has spent on a CPU (/proc/<pid>/schedstat): unlike wall time, this
+    does not grow when other work on the machine competes for the cores."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+
+
 def pct(xs: list[float], p: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, round(p * (len(xs) - 1)))]
 
 
 def measure(conn: psycopg.Connection[Any], qs: list[dict[str, Any]], rerank_depth: int) -> list[list[Any]]:
+    """Rows: phase, wall p50, wall p95, CPU p50 (the work itself, free of the machine's load),
+    wall p50 by filter kind."""
     rows: list[list[Any]] = []
+    backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
     for name, sql in CHANNELS.items():
         times: list[float] = []
+        cpu: list[float] = []
         by_kind: dict[str, list[float]] = {}
         for q in qs:
             p = {"q": q["text"], "qe": q["qe"], "bank": BANK, "rooms": q["filters"].get("rooms"),
                  "authors": q["filters"].get("authors")}
             conn.execute(sql, p).fetchone()          # warm
+            c0 = cpu_ns(backend)
             t = time.perf_counter()
             conn.execute(sql, p).fetchone()
             ms = (time.perf_counter() - t) * 1000
+            cpu.append((cpu_ns(backend) - c0) / 1e6)
             times.append(ms)
             by_kind.setdefault(q["kind"], []).append(ms)
-        rows.append([f"SQL {name}", statistics.median(times), pct(times, 0.95),
+        rows.append([f"SQL {name}", statistics.median(times), pct(times, 0.95), statistics.median(cpu),
                      " ".join(f"{k}:{statistics.median(v):.1f}" for k, v in sorted(by_kind.items()))])
     emb = models.get_embedder()
     models.get_reranker()
     phases: dict[str, list[float]] = {"embed": [], "sql": [], "rerank": [], "cut": [], "total": []}
+    cpus: dict[str, list[float]] = {k: [] for k in phases}
     for q in qs:
+        c0 = time.process_time()
         t = time.perf_counter()
         emb.embed_query(q["text"])
         embed_ms = (time.perf_counter() - t) * 1000
+        embed_cpu = (time.process_time() - c0) * 1000
+        b0 = cpu_ns(backend)
+        c0 = time.process_time()
         r = recall(conn, q["text"], BANK, query_embedding=q["qe"], rerank_depth=rerank_depth,
                    reference_time="2024-06-01", **q["filters"])
+        client_cpu = (time.process_time() - c0) * 1000
+        sql_cpu = (cpu_ns(backend) - b0) / 1e6
         for k, v in (("embed", embed_ms), ("sql", r.timings.sql), ("rerank", r.timings.rerank), ("cut", r.timings.cut)):
             phases[k].append(v)
         phases["total"].append(embed_ms + r.timings.sql + r.timings.rerank + r.timings.cut)
+        # Client CPU of recall() is almost all rerank (2 intra-op threads: CPU ms / 2 is about
+        # the wall time on an idle machine).
+        cpus["embed"].append(embed_cpu)
+        cpus["sql"].append(sql_cpu)
+        cpus["rerank"].append(client_cpu)
+        cpus["total"].append(embed_cpu + sql_cpu + client_cpu)
     for k, v in phases.items():
-        rows.append([f"recall {k}" + (f" (depth {rerank_depth})" if k == "rerank" else ""), statistics.median(v), pct(v, 0.95), ""])
+        label = f"recall {k}" + (f" (depth {rerank_depth})" if k == "rerank" else "")
+        rows.append([label, statistics.median(v), pct(v, 0.95), statistics.median(cpus[k]) if cpus[k] else "", ""])
+    return rows
+
+
+ROUTE = "SELECT unit_id FROM rcll.channel_dense(%(qe)s, %(bank)s, rooms => %(rooms)s, authors => %(authors)s, exact_below => %(exact)s) ORDER BY rank"
+
+
+def routing(conn: psycopg.Connection[Any], qs: list[dict[str, Any]]) -> list[list[Any]]:
+    """Dense channel, exact scan vs HNSW iterative scan, per kind of filter: latency and the
+    HNSW top-10's overlap with the exact top-10 (what route-by-size chooses between)."""
+    rows = []
+    for kind in ("tiny room", "author", "big room", "none"):
+        sel = [q for q in qs if q["kind"] == kind]
+        ex_ms, hn_ms, rec = [], [], []
+        for q in sel:
+            p = {"qe": q["qe"], "bank": BANK, "rooms": q["filters"].get("rooms"), "authors": q["filters"].get("authors")}
+            res = {}
+            for name, exact in (("exact", 10**9), ("hnsw", 0)):
+                conn.execute(ROUTE, {**p, "exact": exact}).fetchall()
+                t = time.perf_counter()
+                res[name] = [r[0] for r in conn.execute(ROUTE, {**p, "exact": exact}).fetchall()]
+                (ex_ms if name == "exact" else hn_ms).append((time.perf_counter() - t) * 1000)
+            top = set(res["exact"][:10])
+            rec.append(len(top & set(res["hnsw"][:10])) / max(1, len(top)))
+        if sel:
+            rows.append([kind, len(sel), statistics.median(ex_ms), statistics.median(hn_ms), statistics.mean(rec)])
     return rows
 
 
@@ -252,10 +304,14 @@ def main() -> int:
                 configure(conn)
                 t = time.perf_counter()
                 d = build(conn, n)
-                print(f"\n{n:,} units: built in {time.perf_counter() - t:.0f} s (indexes {d['index_s']:.0f} s)", flush=True)
+                load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+                print(f"\n{n:,} units: built in {time.perf_counter() - t:.0f} s (indexes {d['index_s']:.0f} s); load average {load}", flush=True)
                 qs = queries(d, args.queries)
                 rows = measure(conn, qs, args.rerank_depth)
-                print(table(["phase", "p50 ms", "p95 ms", "p50 by filter (ms)"], rows), flush=True)
+                print(table(["phase", "wall p50 ms", "wall p95 ms", "CPU p50 ms", "wall p50 by filter (ms)"], rows), flush=True)
+                print("\ndense routing: exact scan vs HNSW iterative scan (300 results)")
+                print(table(["filter", "queries", "exact p50 ms", "HNSW p50 ms", "HNSW recall@10 vs exact"],
+                            routing(conn, qs)), flush=True)
     finally:
         if not args.keep:
             c.destroy()

@@ -1934,17 +1934,33 @@ BEGIN
     IF q IS NULL OR lim = 0 THEN
         RETURN;
     END IF;
-    -- How big is the filtered set? First an upper bound from the (bank_id, room) btree alone
-    -- (an index-only scan that stops at exact_below + 1 entries: well under a millisecond). Only
-    -- when that is large and a further filter could still make the set small is the exact
-    -- filtered count taken (it reads the heap, up to exact_below + 1 matching rows).
+    -- How big is the filtered set? An upper bound first, from btree index-only scans that stop
+    -- at exact_below + 1 entries (well under a millisecond each): the bank's rooms, and for each
+    -- further filter that has a (bank_id, column) index, that filter alone; the conjunction is
+    -- at most the smallest. Only tag filters (GIN, no index-only scan) may still shrink a big
+    -- bound: then the filtered rows themselves are counted, up to exact_below + 1.
     SELECT count(*) INTO n FROM (
         SELECT 1 FROM rcll.memory_units u
         WHERE u.bank_id = b AND (rs IS NULL OR u.room = ANY (rs))
         LIMIT exact_below + 1) s;
-    IF n > exact_below AND (auth IS NOT NULL OR channel_dense.halls IS NOT NULL OR channel_dense.layers IS NOT NULL
-                            OR channel_dense.tags_any IS NOT NULL OR channel_dense.tags_all IS NOT NULL
-                            OR channel_dense.thread IS NOT NULL) THEN
+    IF n > exact_below AND auth IS NOT NULL AND NOT channel_dense.include_unattributed THEN
+        n := least(n, (SELECT count(*) FROM (SELECT 1 FROM rcll.memory_units u
+                                             WHERE u.bank_id = b AND u.author = ANY (auth) LIMIT exact_below + 1) s));
+    END IF;
+    IF n > exact_below AND channel_dense.thread IS NOT NULL THEN
+        n := least(n, (SELECT count(*) FROM (SELECT 1 FROM rcll.memory_units u
+                                             WHERE u.bank_id = b AND u.thread = channel_dense.thread LIMIT exact_below + 1) s));
+    END IF;
+    IF n > exact_below AND channel_dense.halls IS NOT NULL THEN
+        n := least(n, (SELECT count(*) FROM (SELECT 1 FROM rcll.memory_units u
+                                             WHERE u.bank_id = b AND u.hall = ANY (channel_dense.halls) LIMIT exact_below + 1) s));
+    END IF;
+    IF n > exact_below AND channel_dense.layers IS NOT NULL THEN
+        n := least(n, (SELECT count(*) FROM (SELECT 1 FROM rcll.memory_units u
+                                             WHERE u.bank_id = b AND u.layer = ANY (channel_dense.layers) LIMIT exact_below + 1) s));
+    END IF;
+    IF n > exact_below AND (channel_dense.tags_any IS NOT NULL OR channel_dense.tags_all IS NOT NULL
+                            OR (auth IS NOT NULL AND channel_dense.include_unattributed)) THEN
         SELECT count(*) INTO n FROM (
             SELECT 1 FROM rcll.memory_units u
             WHERE u.bank_id = b AND u.embedding IS NOT NULL
@@ -2092,8 +2108,9 @@ BEGIN
     ), hits AS MATERIALIZED (
         SELECT c.unit_id, c.keep, c.lexical_length AS dl, t.lexeme,
                coalesce(array_length(t.positions, 1), 1)::double precision AS tf
-        FROM cand c, unnest(c.lexical) t
-        WHERE t.lexeme = ANY (terms)
+        -- Only the query's lexemes, with their positions: marking them with weight A and
+        -- filtering on it is ~3x cheaper than unnesting the whole tsvector of every candidate.
+        FROM cand c, unnest(ts_filter(setweight(setweight(c.lexical, 'D'), 'A', terms), '{a}')) t
     ), df AS (
         -- Per-bank document frequency: counted (exact) for candidate-generating terms, estimated
         -- from ANALYZE for the pruned common ones. The bank (not the filtered set) is the corpus.
@@ -2532,10 +2549,13 @@ CREATE OR REPLACE FUNCTION rcll.channel_temporal(
     reference_time       timestamptz DEFAULT now(),
     query_embedding      vector DEFAULT NULL,
     "limit"              integer DEFAULT 300,
-    scan_limit           integer DEFAULT 5000)
+    scan_limit           integer DEFAULT 5000,
+    mention_slack        interval DEFAULT '7 days')
 RETURNS TABLE (unit_id bigint, score double precision, rank integer)
 LANGUAGE plpgsql STABLE
 SET plan_cache_mode = force_custom_plan
+SET hnsw.iterative_scan = relaxed_order
+SET hnsw.ef_search = 100
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
@@ -2548,6 +2568,7 @@ DECLARE
                                  rcll.parse_time_range(channel_temporal.query, coalesce(channel_temporal.reference_time, now())));
     lo     timestamptz;
     hi     timestamptz;
+    hi_mentioned timestamptz;
     anchor timestamptz;
 BEGIN
     IF r IS NULL OR isempty(r) OR lim = 0 THEN
@@ -2558,6 +2579,9 @@ BEGIN
     IF upper_inc(r) THEN
         hi := hi + interval '1 microsecond';
     END IF;
+    -- Things are talked about after they happen: a unit known only by when it was said (a chunk)
+    -- matches if it was said in the range or up to mention_slack after it.
+    hi_mentioned := hi + coalesce(channel_temporal.mention_slack, interval '0');
     -- Closeness is measured to the middle of a bounded range, or to its one finite end.
     anchor := CASE WHEN lower(r) IS NOT NULL AND upper(r) IS NOT NULL THEN lower(r) + (upper(r) - lower(r)) / 2
                    ELSE coalesce(lower(r), upper(r), reference_time) END;
@@ -2565,15 +2589,44 @@ BEGIN
     -- A unit's time is when it happened (occurred_start..occurred_end), else when it was said
     -- (mentioned_at), else when it became valid. In range = starts in it (index
     -- memory_units_bank_when) or, for an event with an end, spans into it.
-    -- Within the range, the query's meaning orders units when its embedding is given; otherwise
-    -- closeness in time does.
+    IF channel_temporal.query_embedding IS NOT NULL THEN
+        -- Within the range, the query's meaning orders units: a dense search filtered by time.
+        -- With the filter values as constants the planner picks, from the statistics of the
+        -- time index, an exact scan of a narrow range or an HNSW iterative scan of a wide one.
+        RETURN QUERY
+        SELECT d.unit_id, 1 - d.dist, (row_number() OVER (ORDER BY d.dist, d.unit_id DESC))::integer
+        FROM (
+            SELECT u.unit_id, u.embedding OPERATOR(public.<=>) channel_temporal.query_embedding AS dist
+            FROM rcll.memory_units u
+            WHERE u.bank_id = bk AND u.embedding IS NOT NULL
+          AND ((coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) >= lo
+                AND coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) < hi_mentioned
+                AND (u.occurred_start IS NOT NULL OR u.mentioned_at IS NULL OR u.mentioned_at < hi_mentioned)
+                AND (u.occurred_start IS NULL OR u.occurred_start < hi))
+               OR (u.occurred_end IS NOT NULL AND u.occurred_start < lo AND u.occurred_end >= lo))
+          AND (rs IS NULL OR u.room = ANY (rs))
+          AND (auth IS NULL OR u.author = ANY (auth) OR (channel_temporal.include_unattributed AND u.author IS NULL))
+          AND (channel_temporal.halls IS NULL OR u.hall = ANY (channel_temporal.halls))
+          AND (channel_temporal.layers IS NULL OR u.layer = ANY (channel_temporal.layers))
+          AND (channel_temporal.tags_any IS NULL OR u.tags && channel_temporal.tags_any)
+          AND (channel_temporal.tags_all IS NULL OR u.tags @> channel_temporal.tags_all)
+          AND (channel_temporal.thread IS NULL OR u.thread = channel_temporal.thread)
+          AND (channel_temporal.as_of IS NULL OR u.valid @> channel_temporal.as_of)
+            ORDER BY u.embedding OPERATOR(public.<=>) channel_temporal.query_embedding
+            LIMIT lim) d
+        ORDER BY 3;
+        RETURN;
+    END IF;
+    -- Without an embedding: closeness in time to the range (the first scan_limit units found).
     RETURN QUERY
     WITH c AS MATERIALIZED (
-        SELECT u.unit_id, u.embedding, coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) AS t
+        SELECT u.unit_id, coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) AS t
         FROM rcll.memory_units u
         WHERE u.bank_id = bk
           AND ((coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) >= lo
-                AND coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) < hi)
+                AND coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) < hi_mentioned
+                AND (u.occurred_start IS NOT NULL OR u.mentioned_at IS NULL OR u.mentioned_at < hi_mentioned)
+                AND (u.occurred_start IS NULL OR u.occurred_start < hi))
                OR (u.occurred_end IS NOT NULL AND u.occurred_start < lo AND u.occurred_end >= lo))
           AND (rs IS NULL OR u.room = ANY (rs))
           AND (auth IS NULL OR u.author = ANY (auth) OR (channel_temporal.include_unattributed AND u.author IS NULL))
@@ -2585,10 +2638,7 @@ BEGIN
           AND (channel_temporal.as_of IS NULL OR u.valid @> channel_temporal.as_of)
         LIMIT greatest(coalesce(channel_temporal.scan_limit, 5000), lim)
     ), s AS (
-        SELECT c.unit_id,
-               CASE WHEN channel_temporal.query_embedding IS NOT NULL
-                    THEN coalesce(1 - (c.embedding OPERATOR(public.<=>) channel_temporal.query_embedding), 0)
-                    ELSE 1 / (1 + abs(extract(epoch FROM c.t - anchor)::double precision) / 86400) END AS score
+        SELECT c.unit_id, 1 / (1 + abs(extract(epoch FROM c.t - anchor)::double precision) / 86400) AS score
         FROM c
     )
     SELECT s.unit_id, s.score, (row_number() OVER (ORDER BY s.score DESC, s.unit_id DESC))::integer
@@ -2597,8 +2647,8 @@ BEGIN
     LIMIT lim;
 END
 $$;
-COMMENT ON FUNCTION rcll.channel_temporal(text, text, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, vector, integer, integer)
-    IS 'Temporal recall channel: units whose time (occurred_start..occurred_end, else mentioned_at, else start of validity) falls in time_range, or in the range rcll.parse_time_range finds in the query relative to reference_time; ordered by similarity to query_embedding when given, else by closeness to the range. Empty when the query names no time. Filtered before ranking.';
+COMMENT ON FUNCTION rcll.channel_temporal(text, text, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, vector, integer, integer, interval)
+    IS 'Temporal recall channel: units whose time (occurred_start..occurred_end, else mentioned_at, else start of validity) falls in time_range (a unit known only by mentioned_at also up to mention_slack after it: things are said after they happen), or in the range rcll.parse_time_range finds in the query relative to reference_time; ordered by similarity to query_embedding when given, else by closeness to the range. Empty when the query names no time. Filtered before ranking.';
 
 
 -- functions 150-recall-candidates.sql

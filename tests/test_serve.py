@@ -46,6 +46,8 @@ def server() -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(30)
+        if proc.stdout is not None:
+            proc.stdout.close()
         subprocess.run([sys.executable, "-m", "rcll.cli", "db", "stop"], env=env, capture_output=True)
         subprocess.run(["rm", "-rf", str(home)])
 

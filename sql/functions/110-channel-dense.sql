@@ -38,17 +38,33 @@ BEGIN
     IF q IS NULL OR lim = 0 THEN
         RETURN;
     END IF;
-    -- How big is the filtered set? First an upper bound from the (bank_id, room) btree alone
-    -- (an index-only scan that stops at exact_below + 1 entries: well under a millisecond). Only
-    -- when that is large and a further filter could still make the set small is the exact
-    -- filtered count taken (it reads the heap, up to exact_below + 1 matching rows).
+    -- How big is the filtered set? An upper bound first, from btree index-only scans that stop
+    -- at exact_below + 1 entries (well under a millisecond each): the bank's rooms, and for each
+    -- further filter that has a (bank_id, column) index, that filter alone; the conjunction is
+    -- at most the smallest. Only tag filters (GIN, no index-only scan) may still shrink a big
+    -- bound: then the filtered rows themselves are counted, up to exact_below + 1.
     SELECT count(*) INTO n FROM (
         SELECT 1 FROM rcll.memory_units u
         WHERE u.bank_id = b AND (rs IS NULL OR u.room = ANY (rs))
         LIMIT exact_below + 1) s;
-    IF n > exact_below AND (auth IS NOT NULL OR channel_dense.halls IS NOT NULL OR channel_dense.layers IS NOT NULL
-                            OR channel_dense.tags_any IS NOT NULL OR channel_dense.tags_all IS NOT NULL
-                            OR channel_dense.thread IS NOT NULL) THEN
+    IF n > exact_below AND auth IS NOT NULL AND NOT channel_dense.include_unattributed THEN
+        n := least(n, (SELECT count(*) FROM (SELECT 1 FROM rcll.memory_units u
+                                             WHERE u.bank_id = b AND u.author = ANY (auth) LIMIT exact_below + 1) s));
+    END IF;
+    IF n > exact_below AND channel_dense.thread IS NOT NULL THEN
+        n := least(n, (SELECT count(*) FROM (SELECT 1 FROM rcll.memory_units u
+                                             WHERE u.bank_id = b AND u.thread = channel_dense.thread LIMIT exact_below + 1) s));
+    END IF;
+    IF n > exact_below AND channel_dense.halls IS NOT NULL THEN
+        n := least(n, (SELECT count(*) FROM (SELECT 1 FROM rcll.memory_units u
+                                             WHERE u.bank_id = b AND u.hall = ANY (channel_dense.halls) LIMIT exact_below + 1) s));
+    END IF;
+    IF n > exact_below AND channel_dense.layers IS NOT NULL THEN
+        n := least(n, (SELECT count(*) FROM (SELECT 1 FROM rcll.memory_units u
+                                             WHERE u.bank_id = b AND u.layer = ANY (channel_dense.layers) LIMIT exact_below + 1) s));
+    END IF;
+    IF n > exact_below AND (channel_dense.tags_any IS NOT NULL OR channel_dense.tags_all IS NOT NULL
+                            OR (auth IS NOT NULL AND channel_dense.include_unattributed)) THEN
         SELECT count(*) INTO n FROM (
             SELECT 1 FROM rcll.memory_units u
             WHERE u.bank_id = b AND u.embedding IS NOT NULL

@@ -17,10 +17,13 @@ CREATE OR REPLACE FUNCTION rcll.channel_temporal(
     reference_time       timestamptz DEFAULT now(),
     query_embedding      vector DEFAULT NULL,
     "limit"              integer DEFAULT 300,
-    scan_limit           integer DEFAULT 5000)
+    scan_limit           integer DEFAULT 5000,
+    mention_slack        interval DEFAULT '7 days')
 RETURNS TABLE (unit_id bigint, score double precision, rank integer)
 LANGUAGE plpgsql STABLE
 SET plan_cache_mode = force_custom_plan
+SET hnsw.iterative_scan = relaxed_order
+SET hnsw.ef_search = 100
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
@@ -33,6 +36,7 @@ DECLARE
                                  rcll.parse_time_range(channel_temporal.query, coalesce(channel_temporal.reference_time, now())));
     lo     timestamptz;
     hi     timestamptz;
+    hi_mentioned timestamptz;
     anchor timestamptz;
 BEGIN
     IF r IS NULL OR isempty(r) OR lim = 0 THEN
@@ -43,6 +47,9 @@ BEGIN
     IF upper_inc(r) THEN
         hi := hi + interval '1 microsecond';
     END IF;
+    -- Things are talked about after they happen: a unit known only by when it was said (a chunk)
+    -- matches if it was said in the range or up to mention_slack after it.
+    hi_mentioned := hi + coalesce(channel_temporal.mention_slack, interval '0');
     -- Closeness is measured to the middle of a bounded range, or to its one finite end.
     anchor := CASE WHEN lower(r) IS NOT NULL AND upper(r) IS NOT NULL THEN lower(r) + (upper(r) - lower(r)) / 2
                    ELSE coalesce(lower(r), upper(r), reference_time) END;
@@ -50,15 +57,44 @@ BEGIN
     -- A unit's time is when it happened (occurred_start..occurred_end), else when it was said
     -- (mentioned_at), else when it became valid. In range = starts in it (index
     -- memory_units_bank_when) or, for an event with an end, spans into it.
-    -- Within the range, the query's meaning orders units when its embedding is given; otherwise
-    -- closeness in time does.
+    IF channel_temporal.query_embedding IS NOT NULL THEN
+        -- Within the range, the query's meaning orders units: a dense search filtered by time.
+        -- With the filter values as constants the planner picks, from the statistics of the
+        -- time index, an exact scan of a narrow range or an HNSW iterative scan of a wide one.
+        RETURN QUERY
+        SELECT d.unit_id, 1 - d.dist, (row_number() OVER (ORDER BY d.dist, d.unit_id DESC))::integer
+        FROM (
+            SELECT u.unit_id, u.embedding OPERATOR(public.<=>) channel_temporal.query_embedding AS dist
+            FROM rcll.memory_units u
+            WHERE u.bank_id = bk AND u.embedding IS NOT NULL
+          AND ((coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) >= lo
+                AND coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) < hi_mentioned
+                AND (u.occurred_start IS NOT NULL OR u.mentioned_at IS NULL OR u.mentioned_at < hi_mentioned)
+                AND (u.occurred_start IS NULL OR u.occurred_start < hi))
+               OR (u.occurred_end IS NOT NULL AND u.occurred_start < lo AND u.occurred_end >= lo))
+          AND (rs IS NULL OR u.room = ANY (rs))
+          AND (auth IS NULL OR u.author = ANY (auth) OR (channel_temporal.include_unattributed AND u.author IS NULL))
+          AND (channel_temporal.halls IS NULL OR u.hall = ANY (channel_temporal.halls))
+          AND (channel_temporal.layers IS NULL OR u.layer = ANY (channel_temporal.layers))
+          AND (channel_temporal.tags_any IS NULL OR u.tags && channel_temporal.tags_any)
+          AND (channel_temporal.tags_all IS NULL OR u.tags @> channel_temporal.tags_all)
+          AND (channel_temporal.thread IS NULL OR u.thread = channel_temporal.thread)
+          AND (channel_temporal.as_of IS NULL OR u.valid @> channel_temporal.as_of)
+            ORDER BY u.embedding OPERATOR(public.<=>) channel_temporal.query_embedding
+            LIMIT lim) d
+        ORDER BY 3;
+        RETURN;
+    END IF;
+    -- Without an embedding: closeness in time to the range (the first scan_limit units found).
     RETURN QUERY
     WITH c AS MATERIALIZED (
-        SELECT u.unit_id, u.embedding, coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) AS t
+        SELECT u.unit_id, coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) AS t
         FROM rcll.memory_units u
         WHERE u.bank_id = bk
           AND ((coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) >= lo
-                AND coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) < hi)
+                AND coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) < hi_mentioned
+                AND (u.occurred_start IS NOT NULL OR u.mentioned_at IS NULL OR u.mentioned_at < hi_mentioned)
+                AND (u.occurred_start IS NULL OR u.occurred_start < hi))
                OR (u.occurred_end IS NOT NULL AND u.occurred_start < lo AND u.occurred_end >= lo))
           AND (rs IS NULL OR u.room = ANY (rs))
           AND (auth IS NULL OR u.author = ANY (auth) OR (channel_temporal.include_unattributed AND u.author IS NULL))
@@ -70,10 +106,7 @@ BEGIN
           AND (channel_temporal.as_of IS NULL OR u.valid @> channel_temporal.as_of)
         LIMIT greatest(coalesce(channel_temporal.scan_limit, 5000), lim)
     ), s AS (
-        SELECT c.unit_id,
-               CASE WHEN channel_temporal.query_embedding IS NOT NULL
-                    THEN coalesce(1 - (c.embedding OPERATOR(public.<=>) channel_temporal.query_embedding), 0)
-                    ELSE 1 / (1 + abs(extract(epoch FROM c.t - anchor)::double precision) / 86400) END AS score
+        SELECT c.unit_id, 1 / (1 + abs(extract(epoch FROM c.t - anchor)::double precision) / 86400) AS score
         FROM c
     )
     SELECT s.unit_id, s.score, (row_number() OVER (ORDER BY s.score DESC, s.unit_id DESC))::integer
@@ -82,5 +115,5 @@ BEGIN
     LIMIT lim;
 END
 $$;
-COMMENT ON FUNCTION rcll.channel_temporal(text, text, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, vector, integer, integer)
-    IS 'Temporal recall channel: units whose time (occurred_start..occurred_end, else mentioned_at, else start of validity) falls in time_range, or in the range rcll.parse_time_range finds in the query relative to reference_time; ordered by similarity to query_embedding when given, else by closeness to the range. Empty when the query names no time. Filtered before ranking.';
+COMMENT ON FUNCTION rcll.channel_temporal(text, text, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, vector, integer, integer, interval)
+    IS 'Temporal recall channel: units whose time (occurred_start..occurred_end, else mentioned_at, else start of validity) falls in time_range (a unit known only by mentioned_at also up to mention_slack after it: things are said after they happen), or in the range rcll.parse_time_range finds in the query relative to reference_time; ordered by similarity to query_embedding when given, else by closeness to the range. Empty when the query names no time. Filtered before ranking.';
