@@ -13,12 +13,15 @@ Evidence repair (categories 1-4 only; category 5 "adversarial" is not scored):
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-DEFAULT_PATH = Path("/work/shared/data/locomo/locomo10.json")
+# The data set lives in shared/ beside the repository (not vendored: CC BY-NC 4.0); RCLL_LOCOMO overrides.
+DEFAULT_PATH = Path(os.environ.get("RCLL_LOCOMO")
+                    or Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo" / "locomo10.json")
 SCORED_CATEGORIES = (1, 2, 3, 4)
 CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 EXPECTED_QUESTIONS = 1536
