@@ -20,11 +20,9 @@ TOKEN = "fuzz-token-" + "z" * 24
 
 
 def fuzz(dsn: str, examples: int, seed: int = 0) -> dict[str, Any]:
-    import hypothesis
     import psycopg
     import schemathesis
     from fastapi.testclient import TestClient
-    from hypothesis import HealthCheck, given, settings
 
     from rcll.auth import TokenMap
     from rcll.http import create_app
@@ -44,30 +42,38 @@ def fuzz(dsn: str, examples: int, seed: int = 0) -> dict[str, Any]:
         schema = schemathesis.openapi.from_asgi("/openapi.json", app)
         for result in schema.get_all_operations():
             op = result.ok()
-            label = f"{op.method.upper()} {op.path}"
-
-            @settings(max_examples=examples, deadline=None, database=None, derandomize=True,
-                      suppress_health_check=list(HealthCheck), phases=[hypothesis.Phase.generate])
-            @given(case=op.as_strategy())
-            def run(case: Any) -> None:
-                kwargs = case.as_transport_kwargs(base_url="")
-                headers = {**(kwargs.get("headers") or {}), "Authorization": f"Bearer {TOKEN}"}
-                kwargs["headers"] = headers
-                method, url = kwargs.pop("method"), kwargs.pop("url")
-                if isinstance(kwargs.get("data"), (bytes, str)):
-                    kwargs["content"] = kwargs.pop("data")
-                r = client.request(method, url, **{k: v for k, v in kwargs.items()
-                                                   if k in ("params", "headers", "json", "content", "data")})
-                statuses[label][r.status_code] += 1
-                if r.status_code >= 500 and r.status_code != 503:
-                    failures.append(f"{label} -> {r.status_code}: {r.text[:200]}")
-                elif r.status_code >= 400:
-                    body = r.json()
-                    if not isinstance(body, dict) or "field" not in body or "error" not in body:
-                        failures.append(f"{label} -> {r.status_code} without field/error: {r.text[:200]}")
-
-            run()
+            _run_operation(client, op, f"{op.method.upper()} {op.path}", examples, statuses, failures)
     return {"statuses": {k: dict(v) for k, v in statuses.items()}, "failures": failures}
+
+
+def _run_operation(client: Any, op: Any, label: str, examples: int,
+                   statuses: dict[str, collections.Counter[int]], failures: list[str]) -> None:
+    """Send `examples` generated requests to one operation; count statuses, collect failures.
+    A function of its own so the test closure binds this operation's label, not the loop's."""
+    import hypothesis
+    from hypothesis import HealthCheck, given, settings
+
+    @settings(max_examples=examples, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck), phases=[hypothesis.Phase.generate])
+    @given(case=op.as_strategy())
+    def run(case: Any) -> None:
+        kwargs = case.as_transport_kwargs(base_url="")
+        headers = {**(kwargs.get("headers") or {}), "Authorization": f"Bearer {TOKEN}"}
+        kwargs["headers"] = headers
+        method, url = kwargs.pop("method"), kwargs.pop("url")
+        if isinstance(kwargs.get("data"), (bytes, str)):
+            kwargs["content"] = kwargs.pop("data")
+        r = client.request(method, url, **{k: v for k, v in kwargs.items()
+                                           if k in ("params", "headers", "json", "content", "data")})
+        statuses[label][r.status_code] += 1
+        if r.status_code >= 500 and r.status_code != 503:
+            failures.append(f"{label} -> {r.status_code}: {r.text[:200]}")
+        elif r.status_code >= 400:
+            body = r.json()
+            if not isinstance(body, dict) or "field" not in body or "error" not in body:
+                failures.append(f"{label} -> {r.status_code} without field/error: {r.text[:200]}")
+
+    run()
 
 
 def main() -> int:

@@ -1,7 +1,7 @@
 """The local models: bge-small embeddings and the ms-marco cross-encoder, INT8 ONNX.
 
 INT8 outputs shift slightly with batch composition (dynamic quantisation scales per batch), so
-comparisons use tolerances: cosine >= 0.995 for vectors, +-0.5 for logits.
+comparisons use tolerances: cosine >= 0.99 for vectors, +-0.5 for logits.
 """
 
 from __future__ import annotations
@@ -68,8 +68,10 @@ def test_similar_sentences_are_closer_than_unrelated_ones() -> None:
 def test_batch_order_is_restored() -> None:
     embedder = get_embedder()
     batched = embedder.embed(TEXTS, batch_size=2)
-    for text, row in zip(TEXTS, batched):
-        assert cosine(embedder.embed([text])[0], row) >= 0.995
+    alone = np.stack([embedder.embed([text])[0] for text in TEXTS])
+    similarity = batched @ alone.T
+    assert list(similarity.argmax(axis=1)) == list(range(len(TEXTS)))
+    assert similarity.diagonal().min() >= 0.99  # batch neighbours shift INT8 output a little
 
 
 def test_query_embedding_is_the_text_embedding_without_a_prefix() -> None:
@@ -115,6 +117,13 @@ def test_reranker_scores_follow_passage_order() -> None:
     for passage, score in zip(passages, scores):
         assert reranker.score(QUESTION, [passage])[0] == pytest.approx(score, abs=0.5)
     assert int(np.argmax(scores)) == passages.index(PARIS)
+
+
+def test_reranker_score_does_not_depend_on_the_other_passages() -> None:
+    reranker = get_reranker()
+    alone = reranker.score(QUESTION, [PARIS])[0]
+    among_others = reranker.score(QUESTION, [TEXTS[4], BERLIN, PARIS, "France"])[2]
+    assert alone == among_others
 
 
 def test_reranker_cuts_pairs_at_max_length() -> None:

