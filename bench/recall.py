@@ -35,7 +35,8 @@ from rcll import cluster, install, models
 from rcll.db import configure
 from rcll.recall import recall
 
-LOCOMO = Path("/work/shared/data/locomo/locomo10.json")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from locomo.dataset import DEFAULT_PATH as LOCOMO  # noqa: E402
 TOPICS = 200
 DIM = 384
 BANK = "bench"

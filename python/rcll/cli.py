@@ -443,6 +443,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("path")
     s.set_defaults(func=cmd_validate_pam)
 
+    # Listed for --help only: main() hands `rcll consolidate ...` to rcll.consolidate.main.
+    sub.add_parser("consolidate", help="background job: compact related L2 observations into roomed observations")
     s = sub.add_parser("mcp", parents=[common], help="run the MCP server (stdio or streamable HTTP)")
     s.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     s.add_argument("--host", default=os.environ.get("RCLL_HOST", "127.0.0.1"))
@@ -456,6 +458,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["consolidate"]:
+        # Background job with its own options (python -m rcll.consolidate --help).
+        from rcll.consolidate import main as consolidate_main
+
+        return consolidate_main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "bank" and args.action == "create" and not args.name:
         print("rcll: bank create needs a NAME", file=sys.stderr)
