@@ -75,6 +75,39 @@ def retain(conn: psycopg.Connection[Any], convs: list[Conversation]) -> dict[int
     return unit_dia
 
 
+def retain_offline(conn: psycopg.Connection[Any], convs: list[Conversation]) -> dict[int, str]:
+    """LLM_PROVIDER=offline: each turn is its own document, run through the keyless rule extractor
+    (sentence facts, dates against the session date, named entities, links). A turn may yield
+    several units; all map back to the turn."""
+    import os
+
+    from rcll.retain import Document
+    from rcll.retain import retain as retain_doc
+
+    os.environ["LLM_PROVIDER"] = "offline"
+    unit_dia: dict[int, str] = {}
+    for c in convs:
+        bank = f"locomo{c.index}"
+        conn.execute("SELECT rcll.create_bank(%s)", (bank,))
+        for t in c.turns:
+            r = retain_doc(conn, bank, Document(content=f"{t.speaker}: {t.text}", occurred_at=t.date,
+                                                source=f"{c.sample_id}/{t.dia_id}",
+                                                # one thread per turn: repeated lines ("Yeah!") stay distinct
+                                                # documents; recall here names no thread, so it reads them all
+                                                thread=t.dia_id), via="bench")
+            for uid in r.unit_ids:
+                unit_dia[uid] = t.dia_id
+        conn.execute("SELECT * FROM rcll.refresh_bank_stats(%s)", (bank,))
+    conn.execute("ANALYZE")
+    return unit_dia
+
+
+def dedupe(ids: list[str]) -> list[str]:
+    """Turn-level ranking from unit-level ranking: a turn counts at its best-ranked unit."""
+    seen: set[str] = set()
+    return [x for x in ids if not (x in seen or seen.add(x))]  # type: ignore[func-returns-value]
+
+
 def pct(xs: list[float], p: float) -> float:
     s = sorted(xs)
     return s[min(len(s) - 1, round(p * (len(s) - 1)))] if s else float("nan")
@@ -86,6 +119,8 @@ def main() -> int:
     ap.add_argument("--depths", default="20,50,100,300")
     ap.add_argument("--port", type=int, default=55540)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--mode", choices=["chunks", "offline"], default="chunks",
+                    help="chunks: LLM_PROVIDER=none, one chunk per turn; offline: the keyless rule extractor per turn")
     args = ap.parse_args()
     depths = sorted(int(d) for d in args.depths.split(","))
     default_depth = DEFAULT_RERANK_DEPTH
@@ -111,7 +146,7 @@ def main() -> int:
             install.install(conn)
             configure(conn)
             t = time.perf_counter()
-            unit_dia = retain(conn, convs)
+            unit_dia = retain(conn, convs) if args.mode == "chunks" else retain_offline(conn, convs)
             print(f"retained {len(unit_dia):,} turns in {time.perf_counter() - t:.0f} s; scoring {len(questions)} questions",
                   flush=True)
             emb = models.get_embedder()
@@ -134,9 +169,9 @@ def main() -> int:
                 for ch in CHANNELS:
                     ranked = sorted((f for f in full if getattr(f, f"rank_{ch}") is not None),
                                     key=lambda f, ch=ch: getattr(f, f"rank_{ch}"))
-                    aggs[f"{ch} alone"].add(q.category, [unit_dia[f.unit_id] for f in ranked], q.evidence)
+                    aggs[f"{ch} alone"].add(q.category, dedupe([unit_dia[f.unit_id] for f in ranked]), q.evidence)
                 fused_ids = [unit_dia[f.unit_id] for f in pool]
-                aggs["fused (RRF), no rerank"].add(q.category, fused_ids, q.evidence)
+                aggs["fused (RRF), no rerank"].add(q.category, dedupe(fused_ids), q.evidence)
                 # Rerank once to the deepest depth, timing each increment.
                 scores: list[float] = []
                 elapsed = 0.0
@@ -152,7 +187,7 @@ def main() -> int:
                 for d in depths:
                     top = sorted(range(min(d, len(pool))), key=lambda i: -scores[i])
                     order = top + list(range(min(d, len(pool)), len(pool)))
-                    aggs[f"fused + rerank@{d}"].add(q.category, [fused_ids[i] for i in order], q.evidence)
+                    aggs[f"fused + rerank@{d}"].add(q.category, dedupe([fused_ids[i] for i in order]), q.evidence)
                     if d == default_depth:
                         t = time.perf_counter()
                         tokens = emb.count_tokens([pool[i].text for i in order])
@@ -167,7 +202,7 @@ def main() -> int:
         c.destroy()
         shutil.rmtree(root, ignore_errors=True)
 
-    print(f"\nLoCoMo, {len(questions)} questions (categories 1-4), turn-level retrieval\n")
+    print(f"\nLoCoMo, {len(questions)} questions (categories 1-4), turn-level retrieval, retain mode: {args.mode}\n")
     print("| configuration | nDCG@5 | R@5 | R@10 | MRR | " + " | ".join(f"nDCG@5 {CATEGORY_NAMES[k]}" for k in (1, 2, 3, 4)) + " |")
     print("|---|---|---|---|---|" + "---|" * 4)
     order = [f"{ch} alone" for ch in CHANNELS] + ["fused (RRF), no rerank"] + [f"fused + rerank@{d}" for d in depths]

