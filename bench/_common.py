@@ -16,8 +16,8 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from rcll import cluster, install  # noqa: E402
-from rcll.db import configure  # noqa: E402
+from rcll import cluster, install
+from rcll.db import configure
 
 
 @contextmanager
@@ -51,5 +51,5 @@ def connect(dsn: str, **kw: Any) -> psycopg.Connection[Any]:
 def table(headers: list[str], rows: list[list[Any]]) -> str:
     cells = [headers] + [[f"{c:.3f}" if isinstance(c, float) else str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
+    line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"
     return "\n".join([line(cells[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, cells[1:])])

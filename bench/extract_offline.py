@@ -18,8 +18,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
-from bench.locomo.dataset import load  # noqa: E402
-from rcll.extract import offline  # noqa: E402
+from bench.locomo.dataset import load
+
+from rcll.extract import offline
 
 
 def main() -> int:

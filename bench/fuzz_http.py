@@ -14,7 +14,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import fresh_database  # noqa: E402
+from _common import fresh_database
 
 TOKEN = "fuzz-token-" + "z" * 24
 

@@ -14,7 +14,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import fresh_database  # noqa: E402
+from _common import fresh_database
 
 JSON = None
 
@@ -26,7 +26,7 @@ def _strategies() -> dict[str, Any]:
     anything = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | text,
                             lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=8), c, max_size=3),
                             max_leaves=8)
-    maybe = lambda s: st.one_of(st.none(), s, anything)  # noqa: E731
+    maybe = lambda s: st.one_of(st.none(), s, anything)
     bank = st.one_of(st.just("b"), text, anything)
     texts = st.one_of(st.none(), st.lists(text, max_size=4), anything)
     return {

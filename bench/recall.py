@@ -36,7 +36,8 @@ from rcll.db import configure
 from rcll.recall import recall
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from locomo.dataset import DEFAULT_PATH as LOCOMO  # noqa: E402
+from locomo.dataset import DEFAULT_PATH as LOCOMO
+
 TOPICS = 200
 DIM = 384
 BANK = "bench"

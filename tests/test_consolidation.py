@@ -3,7 +3,7 @@ linked, every observation has a room, and every observation is audited."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -13,7 +13,7 @@ from rcll.consolidate import consolidate
 from rcll.errors import RcllError
 from rcll.retain import Document, retain
 
-T = datetime(2026, 8, 20, 9, 0, tzinfo=timezone.utc)
+T = datetime(2026, 8, 20, 9, 0, tzinfo=UTC)
 
 
 def test_consolidation_writes_roomed_audited_observations_linked_to_their_sources(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from rcll.errors import RcllError
 from rcll.retain import Document, retain
 
 FIXTURES = Path(__file__).parent / "fixtures" / "anthropic"
-DOC_TIME = datetime(2026, 8, 26, 10, 0, tzinfo=timezone.utc)
+DOC_TIME = datetime(2026, 8, 26, 10, 0, tzinfo=UTC)
 INCIDENT = ("Yesterday the Helm rollout of billing-api broke because the chart pinned an old image. "
             "Alice Martin (Alice, @alice) decided we pin images by digest from now on. "
             "To deploy billing-api, run make release.")
@@ -87,7 +87,7 @@ def test_a_good_extraction_stores_typed_dated_entity_linked_facts(db: psycopg.Co
     assert [(r[0], r[1], r[2]) for r in rows] == [
         ("fact", "warning", "L2"), ("fact", "discovery", "L2"), ("fact", "decision", "L1"), ("fact", "procedure", "L0")]
     # "yesterday" resolved against the document's time, not today
-    assert rows[0][3] == datetime(2026, 8, 25, tzinfo=timezone.utc)
+    assert rows[0][3] == datetime(2026, 8, 25, tzinfo=UTC)
     assert rows[3][4] == DOC_TIME and rows[3][5] == DOC_TIME
     assert db.execute("SELECT extraction FROM rcll.documents").fetchone() == ("llm",)
     # entities resolved once each; the person's spellings are aliases of one entity

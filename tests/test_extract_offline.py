@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -12,7 +12,7 @@ from rcll.extract import offline
 from rcll.extract.timeparse import find_times
 from rcll.retain import Document, retain
 
-REF = datetime(2023, 5, 8, 13, 56, tzinfo=timezone.utc)   # a Monday
+REF = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)   # a Monday
 
 
 @pytest.mark.parametrize(("text", "start", "end"), [

@@ -8,8 +8,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-import fuzz_http  # noqa: E402
-import fuzz_mcp  # noqa: E402
+import fuzz_http
+import fuzz_mcp
 
 
 def test_http_api_survives_schema_fuzzing(dsn: str) -> None:

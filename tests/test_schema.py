@@ -7,11 +7,10 @@ from typing import Any
 
 import psycopg
 
+from conftest import Leg
 from rcll import install
 from rcll.db import configure
 from rcll.sqlsource import extension_dir
-
-from conftest import Leg
 
 
 def test_every_table_and_column_has_a_comment(db: psycopg.Connection[Any]) -> None:
@@ -35,8 +34,9 @@ def test_every_public_function_has_a_comment(db: psycopg.Connection[Any]) -> Non
 
 
 def test_extension_script_is_up_to_date() -> None:
-    from rcll.build_extension import main
     import sys
+
+    from rcll.build_extension import main
     argv = sys.argv
     sys.argv = ["build_extension", "--check"]
     try:

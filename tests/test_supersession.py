@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -11,11 +11,10 @@ import pytest
 from rcll import extract
 from rcll.models import get_embedder
 from rcll.retain import Document, retain
-
 from test_extract_anthropic import Recorded
 
-T1 = datetime(2026, 8, 1, 9, 0, tzinfo=timezone.utc)
-T2 = datetime(2026, 9, 1, 9, 0, tzinfo=timezone.utc)
+T1 = datetime(2026, 8, 1, 9, 0, tzinfo=UTC)
+T2 = datetime(2026, 9, 1, 9, 0, tzinfo=UTC)
 
 
 def _recall_ranks(db: psycopg.Connection[Any], query: str) -> list[str] | None:

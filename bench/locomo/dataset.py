@@ -16,7 +16,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 # The data set lives in shared/ beside the repository (not vendored: CC BY-NC 4.0); RCLL_LOCOMO overrides.
@@ -26,7 +26,7 @@ SCORED_CATEGORIES = (1, 2, 3, 4)
 CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 EXPECTED_QUESTIONS = 1536
 
-_DATE_RE = re.compile(r"^\s*(\d{1,2}):(\d{2})\s*([ap]m)\s+on\s+(\d{1,2})\s+([A-Za-z]+),?\s+(\d{4})\s*$", re.I)
+_DATE_RE = re.compile(r"^\s*(\d{1,2}):(\d{2})\s*([ap]m)\s+on\s+(\d{1,2})\s+([A-Za-z]+),?\s+(\d{4})\s*$", re.IGNORECASE)
 _ID_RE = re.compile(r"D\s*:?\s*(\d+)\s*:\s*(\d+)")
 _SESSION_RE = re.compile(r"^session_(\d+)$")
 
@@ -72,7 +72,7 @@ def parse_session_date(s: str) -> datetime:
     hh, mm, ampm, day, month, year = m.groups()
     h = int(hh) % 12 + (12 if ampm.lower() == "pm" else 0)
     mon = datetime.strptime(month[:3].title(), "%b").month
-    return datetime(int(year), mon, int(day), h, int(mm), tzinfo=timezone.utc)
+    return datetime(int(year), mon, int(day), h, int(mm), tzinfo=UTC)
 
 
 def canonical_ids(raw: str) -> list[str]:

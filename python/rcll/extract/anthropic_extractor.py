@@ -14,7 +14,7 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from rcll.extract.schema import FACTS_SCHEMA, TOOL_NAME, Fact, SchemaError, normalise, validate
@@ -102,9 +102,9 @@ def extract(text: str, occurred_at: datetime | None, *, client: Any = None, mode
     model = model or model_name()
     retries = int(os.environ.get("RCLL_EXTRACTION_RETRIES", "2")) if schema_retries is None else schema_retries
     delay = float(os.environ.get("RCLL_EXTRACTION_BACKOFF", "1.0")) if backoff is None else backoff
-    reference = occurred_at or datetime.now(timezone.utc)
+    reference = occurred_at or datetime.now(UTC)
     if reference.tzinfo is None:
-        reference = reference.replace(tzinfo=timezone.utc)
+        reference = reference.replace(tzinfo=UTC)
     calls: list[dict[str, Any]] = []
     problem = "no attempt made"
     for attempt in range(retries + 1):

@@ -11,7 +11,7 @@ The same text always gives the same facts.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from rcll.extract.schema import Fact
 from rcll.extract.timeparse import find_times
@@ -27,42 +27,29 @@ _TRIVIAL = re.compile(
     r"bye|goodbye|sure|awesome|amazing|right|totally|absolutely|exactly|indeed|same|me too|oh|ah|hmm)"
     r"(?:[\s,!.?]+(?:so much|a lot|you|man|dude|there|[A-Z]\w+))*[\s!.?]*$", re.IGNORECASE)
 
-_NOT_ENTITIES = {w.lower() for w in """
-I I'm I've I'd I'll Im Ive Me My Mine We We're We've Our Us You You're Your He She It It's They Their Them His Her
-The A An This That These Those There Here Then So But And Or If When While Where What Why How Who Which Whose
-Yes No Not Oh Ah Hey Hi Hello Thanks Thank Wow Cool Great Nice Sure Okay OK Yeah Yep Lol Haha Hmm Well Also Just
-Really Totally Absolutely Definitely Maybe Perhaps Still Even Only Actually Anyway Congrats Congratulations Good
-Awesome Amazing Love Glad Sorry Please Let Let's Do Don't Did Didn't Is Isn't Are Aren't Was Wasn't Be Been Have Has
-Had Can Can't Could Would Should Will Won't Must Might May Yesterday Today Tomorrow Tonight Last Next Every Some Any
-All Both Each Few Many Most Other Such After Before Since Until During About Above Across At By For From In Into On
-Of Off Out Over To Up With Without Through Monday Tuesday Wednesday Thursday Friday Saturday Sunday January February
-March April June July August September October November December Mr Mrs Ms Dr Bye Goodbye Speaking Talking Sounds
-Looks Seems Keep Take Make Go Going Got Get Glad Happy Ever Always Never Often Sometimes Usually Once Twice Again
-Right Exactly Indeed Same True Wait Check Btw Yup Nope Alright Hope Hopefully Honestly Plus Though Although Because
-Mondays Tuesdays Wednesdays Thursdays Fridays Saturdays Sundays Weekends
-""".split()}
+_NOT_ENTITIES = {w.lower() for w in ["I", "I'm", "I've", "I'd", "I'll", "Im", "Ive", "Me", "My", "Mine", "We", "We're", "We've", "Our", "Us", "You", "You're", "Your", "He", "She", "It", "It's", "They", "Their", "Them", "His", "Her", "The", "A", "An", "This", "That", "These", "Those", "There", "Here", "Then", "So", "But", "And", "Or", "If", "When", "While", "Where", "What", "Why", "How", "Who", "Which", "Whose", "Yes", "No", "Not", "Oh", "Ah", "Hey", "Hi", "Hello", "Thanks", "Thank", "Wow", "Cool", "Great", "Nice", "Sure", "Okay", "OK", "Yeah", "Yep", "Lol", "Haha", "Hmm", "Well", "Also", "Just", "Really", "Totally", "Absolutely", "Definitely", "Maybe", "Perhaps", "Still", "Even", "Only", "Actually", "Anyway", "Congrats", "Congratulations", "Good", "Awesome", "Amazing", "Love", "Glad", "Sorry", "Please", "Let", "Let's", "Do", "Don't", "Did", "Didn't", "Is", "Isn't", "Are", "Aren't", "Was", "Wasn't", "Be", "Been", "Have", "Has", "Had", "Can", "Can't", "Could", "Would", "Should", "Will", "Won't", "Must", "Might", "May", "Yesterday", "Today", "Tomorrow", "Tonight", "Last", "Next", "Every", "Some", "Any", "All", "Both", "Each", "Few", "Many", "Most", "Other", "Such", "After", "Before", "Since", "Until", "During", "About", "Above", "Across", "At", "By", "For", "From", "In", "Into", "On", "Of", "Off", "Out", "Over", "To", "Up", "With", "Without", "Through", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday", "January", "February", "March", "April", "June", "July", "August", "September", "October", "November", "December", "Mr", "Mrs", "Ms", "Dr", "Bye", "Goodbye", "Speaking", "Talking", "Sounds", "Looks", "Seems", "Keep", "Take", "Make", "Go", "Going", "Got", "Get", "Glad", "Happy", "Ever", "Always", "Never", "Often", "Sometimes", "Usually", "Once", "Twice", "Again", "Right", "Exactly", "Indeed", "Same", "True", "Wait", "Check", "Btw", "Yup", "Nope", "Alright", "Hope", "Hopefully", "Honestly", "Plus", "Though", "Although", "Because", "Mondays", "Tuesdays", "Wednesdays", "Thursdays", "Fridays", "Saturdays", "Sundays", "Weekends"]}
 
 # Hall by keywords, tested in this order; the first that matches wins.
 _HALL_RULES: list[tuple[str, re.Pattern[str]]] = [
     ("rule", re.compile(r"\b(?:always|never|must(?: not)?|mustn't|do not ever|policy|is required|are required|"
-                        r"required to|not allowed|forbidden|mandatory|only ever)\b", re.I)),
+                        r"required to|not allowed|forbidden|mandatory|only ever)\b", re.IGNORECASE)),
     ("procedure", re.compile(r"\b(?:to \w+, (?:run|use|open|click|go)|step \d|first,? .* then|runbook|procedure|"
-                             r"how to|in order to|run `|run the)\b", re.I)),
+                             r"how to|in order to|run `|run the)\b", re.IGNORECASE)),
     ("warning", re.compile(r"\b(?:warning|careful|beware|danger(?:ous)?|avoid|watch out|breaks?|broke|broken|"
-                           r"fails?|failed|failing|bug|outage|crash(?:es|ed)?|incident|risk)\b", re.I)),
+                           r"fails?|failed|failing|bug|outage|crash(?:es|ed)?|incident|risk)\b", re.IGNORECASE)),
     ("decision", re.compile(r"\b(?:decided|decide|decision|we will|we'll|going with|go with|chose|chosen|choose|"
                             r"agreed|settled on|(?:moved|switched|migrated)\b.{0,40}?\bto|"
-                            r"adopt(?:ed)?|plan to|planning to|are going to)\b", re.I)),
+                            r"adopt(?:ed)?|plan to|planning to|are going to)\b", re.IGNORECASE)),
     ("preference", re.compile(r"\b(?:prefer(?:s|red)?|like|likes|love|loves|loved|favou?rite|enjoy(?:s|ed)?|"
-                              r"hate|hates|dislike|rather|fan of|passionate)\b", re.I)),
+                              r"hate|hates|dislike|rather|fan of|passionate)\b", re.IGNORECASE)),
     ("discovery", re.compile(r"\b(?:found out|found that|discovered|turns out|turned out|realized|realised|"
-                             r"learned|learnt|noticed|figured out)\b", re.I)),
+                             r"learned|learnt|noticed|figured out)\b", re.IGNORECASE)),
     ("event", re.compile(r"\b(?:went|attended|visited|met|happened|started|finished|launched|released|deployed|"
-                         r"joined|left|moved|ran|took|had|got|bought|made|signed up|celebrated|won|lost)\b", re.I)),
+                         r"joined|left|moved|ran|took|had|got|bought|made|signed up|celebrated|won|lost)\b", re.IGNORECASE)),
 ]
 _SUPERSEDE = re.compile(r"\b(?:moved|switched|migrated|changed|transitioned) (?:\w+ ){0,2}(?:to|from|over to)\b|"
                         r"\bno longer\b|\binstead of\b|\breplac(?:ed|es|ing)\b|\bnot anymore\b|\bnow (?:use|uses|using)\b",
-                        re.I)
+                        re.IGNORECASE)
 
 
 def sentences(text: str) -> list[tuple[str | None, str]]:
@@ -141,9 +128,9 @@ def _absolute(expr: str, start: datetime, period: str) -> str:
 
 def extract(text: str, occurred_at: datetime | None = None) -> list[Fact]:
     """Facts of a document: one per non-trivial sentence (at least one for any non-empty text)."""
-    reference = occurred_at or datetime.now(timezone.utc)
+    reference = occurred_at or datetime.now(UTC)
     if reference.tzinfo is None:
-        reference = reference.replace(tzinfo=timezone.utc)
+        reference = reference.replace(tzinfo=UTC)
     doc_caps = _capitalised_mid_sentence(text)
     pairs = sentences(text)
     kept = [(sp, s) for sp, s in pairs if len(s.split()) >= 3 and not _TRIVIAL.match(s)]

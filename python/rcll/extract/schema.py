@@ -8,7 +8,7 @@ back; `normalise` then turns a validated tool input into the fact objects rcll.r
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import jsonschema
@@ -102,7 +102,7 @@ def parse_time(value: Any, reference: datetime) -> str | None:
         span = parse_expression(text, reference)
         return span[0].isoformat() if span else None
     if t.tzinfo is None:
-        t = t.replace(tzinfo=reference.tzinfo or timezone.utc)
+        t = t.replace(tzinfo=reference.tzinfo or UTC)
     return t.isoformat()
 
 

@@ -11,7 +11,7 @@ time as RELATIVE_BASE. Each expression resolves to a span [start, end) at its gr
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 _NUM = r"(?:\d{1,3}|a|an|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|a few|a couple of|couple of|several)"
@@ -22,15 +22,15 @@ _MONTH = (r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|
 _ORD = r"(?:\d{1,2})(?:st|nd|rd|th)?"
 
 PATTERNS = [
-    rf"\b(?:the )?day before yesterday\b",
-    rf"\b(?:yesterday|today|tonight|tomorrow|last night)\b",
-    rf"\bthis (?:morning|afternoon|evening)\b",
+    r"\b(?:the )?day before yesterday\b",
+    r"\b(?:yesterday|today|tonight|tomorrow|last night)\b",
+    r"\bthis (?:morning|afternoon|evening)\b",
     rf"\b(?:last|next|this|past) (?:week(?:end)?|month|year|{_WEEKDAY})\b",
     rf"\b{_NUM} {_UNIT} ago\b",
     rf"\bin {_NUM} {_UNIT}\b",
     rf"\b{_MONTH}\.? {_ORD}(?:,? \d{{4}})?\b",
     rf"\b{_ORD} (?:of )?{_MONTH}(?:,? \d{{4}})?\b",
-    rf"\b\d{{4}}-\d{{2}}-\d{{2}}(?:[T ]\d{{2}}:\d{{2}}(?::\d{{2}})?(?:Z|[+-]\d{{2}}:?\d{{2}})?)?\b",
+    r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?(?:Z|[+-]\d{2}:?\d{2})?)?\b",
     rf"\b{_MONTH} \d{{4}}\b",
     rf"\b(?:in|since|during|of) (?:{_MONTH}(?:,? \d{{4}})?|(?:19|20)\d{{2}})\b",
     rf"\bon {_WEEKDAY}\b",
@@ -79,7 +79,7 @@ def _span(start: datetime, period: str) -> tuple[datetime, datetime | None]:
 
 def parse_expression(text: str, reference: datetime) -> tuple[datetime, datetime | None, str] | None:
     """(start, end, period) of one time expression relative to `reference`, or None."""
-    tz = reference.tzinfo or timezone.utc
+    tz = reference.tzinfo or UTC
     base = reference.astimezone(tz).replace(tzinfo=None)
     phrase = re.sub(r"\s+", " ", text.strip().lower())
     phrase = re.sub(r"^(?:in|since|during|of|on|the) ", "", phrase)
