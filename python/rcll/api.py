@@ -22,7 +22,7 @@ from psycopg_pool import ConnectionPool
 from rcll import __version__
 from rcll.auth import act_as, can_write, identity_server_ok
 from rcll.db import configure
-from rcll.errors import RcllError, from_database
+from rcll.errors import RcllError, database_errors, from_database
 from rcll.validate import check_bank
 
 MAX_QUERY = 4000
@@ -219,14 +219,8 @@ class Service:
             layer=text_arg(fields.get("layer"), "layer"),
             metadata=json_arg(fields.get("metadata") or {}, "metadata"),
         )
-        with self.pool.connection() as conn:
-            try:
-                result = _retain_as(conn, agent, b, doc, str(fields.get("via") or "api"))
-            except psycopg.Error as e:
-                mapped = from_database(e)
-                if mapped is not None:
-                    raise mapped from e
-                raise
+        with self.pool.connection() as conn, database_errors():
+            result = _retain_as(conn, agent, b, doc, str(fields.get("via") or "api"))
         return {"document_id": result.document_id, "unit_ids": result.unit_ids, "created": result.created,
                 "mode": result.mode}
 

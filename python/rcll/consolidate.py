@@ -21,7 +21,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from rcll.errors import RcllError, from_database
+from rcll.errors import RcllError, database_errors
 from rcll.validate import check_bank
 
 MAX_OBSERVATION_CHARS = 2000
@@ -86,7 +86,7 @@ def consolidate(conn: psycopg.Connection[Any], bank: str, *, mode: str | None = 
                         "set LLM_PROVIDER=offline (rules) or anthropic")
     from rcll.models import get_embedder
 
-    try:
+    with database_errors():
         groups = conn.execute(
             "SELECT entity_name, unit_ids, texts FROM rcll.consolidation_groups(bank => %(bank)s,"
             " time_window => %(w)s, min_size => %(min)s, max_size => %(max)s, max_groups => %(groups)s)",
@@ -111,11 +111,6 @@ def consolidate(conn: psycopg.Connection[Any], bank: str, *, mode: str | None = 
             assert row is not None
             out.append(Observation(int(row[0]), [int(u) for u in unit_ids], method))
         return out
-    except psycopg.Error as e:
-        mapped = from_database(e)
-        if mapped is not None:
-            raise mapped from e
-        raise
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+
 
 class RcllError(Exception):
     """A request RCLL refused. `field` names the input at fault."""
@@ -26,3 +31,15 @@ def from_database(e: Exception) -> RcllError | None:
     if not field.replace("_", "").isalnum():
         return None
     return RcllError(field, message, getattr(diag, "message_hint", None))
+
+
+@contextmanager
+def database_errors() -> Iterator[None]:
+    """Re-raise a database error from rcll's SQL as the RcllError it describes; others pass."""
+    try:
+        yield
+    except psycopg.Error as e:
+        mapped = from_database(e)
+        if mapped is not None:
+            raise mapped from e
+        raise

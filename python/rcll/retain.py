@@ -18,7 +18,7 @@ import numpy as np
 import psycopg
 
 from rcll.chunking import chunk_text
-from rcll.errors import RcllError, from_database
+from rcll.errors import RcllError, database_errors
 from rcll.validate import check_bank, check_text
 
 PROVIDERS = ("none", "offline", "anthropic")
@@ -70,7 +70,7 @@ def _embed(texts: list[str]) -> np.ndarray[Any, np.dtype[np.float32]]:
 
 def _write_chunks(conn: psycopg.Connection[Any], bank: str, doc: Document, chunks: list[str],
                   vectors: np.ndarray[Any, np.dtype[np.float32]], via: str) -> RetainResult:
-    try:
+    with database_errors():
         row = conn.execute(
             "SELECT * FROM rcll.retain_chunks(bank => %(bank)s, content => %(content)s, chunks => %(chunks)s,"
             " embeddings => %(embeddings)s::vector[], source => %(source)s, occurred_at => %(occurred_at)s,"
@@ -81,11 +81,6 @@ def _write_chunks(conn: psycopg.Connection[Any], bank: str, doc: Document, chunk
              "tags": doc.tags, "hall": doc.hall, "layer": doc.layer,
              "metadata": psycopg.types.json.Jsonb(doc.metadata), "via": via, "author": doc.author},
         ).fetchone()
-    except psycopg.Error as e:
-        mapped = from_database(e)
-        if mapped is not None:
-            raise mapped from e
-        raise
     assert row is not None
     return RetainResult(int(row[0]), [int(u) for u in row[1]], bool(row[2]))
 
