@@ -124,3 +124,18 @@ def test_chunks_are_bounded_and_keep_order() -> None:
     chunks = chunk_text(text, max_chars=300)
     assert all(0 < len(c) <= 300 for c in chunks)
     assert "".join(chunks).replace("\n", "").replace(" ", "") == text.replace("\n", "").replace(" ", "")
+
+
+def test_cli_recall_prints_the_retained_text(dsn: str) -> None:
+    run = [sys.executable, "-m", "rcll.cli"]
+    subprocess.run([*run, "bank", "create", "b", "--dsn", dsn], check=True, capture_output=True)
+    subprocess.run([*run, "retain", "--bank", "b", "--dsn", dsn, "We deploy with Argo CD."], check=True,
+                   capture_output=True)
+    proc = subprocess.run([*run, "recall", "--bank", "b", "--dsn", dsn, "how do we deploy?"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "We deploy with Argo CD." in proc.stdout
+    proc = subprocess.run([*run, "recall", "--bank", "b", "--dsn", dsn, "--json", "how do we deploy?"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert '"We deploy with Argo CD."' in proc.stdout

@@ -136,6 +136,7 @@ def cmd_retain(args: argparse.Namespace) -> int:
 # -- recall -------------------------------------------------------------------------------------
 
 def cmd_recall(args: argparse.Namespace) -> int:
+    from rcll.api import recall_dict
     from rcll.db import connect
     from rcll.recall import recall
 
@@ -146,7 +147,7 @@ def cmd_recall(args: argparse.Namespace) -> int:
         filters["mine"] = True
     with connect(args.dsn) as conn:
         result = recall(conn, args.query, args.bank, budget=args.budget, **filters)
-    data = result.as_dict()
+    data = recall_dict(result)
     if args.json:
         print(json.dumps(data, default=str))
         return 0
