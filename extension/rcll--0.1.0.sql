@@ -503,6 +503,14 @@ CREATE INDEX memory_units_bank_when ON rcll.memory_units
 
 INSERT INTO rcll.migrations (name, sha256) VALUES ('007-recall-time-index.sql', 'b649575e4b098a2ec0174bc895e2c312090690322988f283d43827abc2691f37');
 
+-- migration 008-document-order-index.sql
+-- Run-once: find the chunk before or after a unit in its document (the context channel and the
+-- reranker's context view). It replaces the (document_id) index, which is its prefix.
+CREATE INDEX memory_units_document_chunk ON rcll.memory_units (document_id, chunk_index);
+DROP INDEX rcll.memory_units_document;
+
+INSERT INTO rcll.migrations (name, sha256) VALUES ('008-document-order-index.sql', '542932db829d921d7b8b1f0934cf97d0f3e514534eae39defacb9efcddddba85');
+
 -- functions 010-banks.sql
 -- Banks: creating them and resolving a bank name to its id with an error that says the fix.
 
@@ -1892,6 +1900,38 @@ END
 $$;
 COMMENT ON FUNCTION rcll._notice(text, text) IS 'Internal: raise a NOTICE (with a hint) and return false; lets a SQL-language recall function explain a skipped phase.';
 
+CREATE OR REPLACE FUNCTION rcll._in_scope(
+    u                    rcll.memory_units,
+    bank_id              integer,
+    rooms                text[],
+    authors              text[],
+    include_unattributed boolean,
+    halls                text[],
+    layers               text[],
+    tags_any             text[],
+    tags_all             text[],
+    thread               text,
+    as_of                timestamptz)
+RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- The filters every channel applies before ranking, for one unit. rooms are already expanded
+    -- (rcll._expand_rooms) and authors resolved (rcll._recall_authors); NULL = no filter.
+    SELECT (u).bank_id = _in_scope.bank_id
+       AND (_in_scope.rooms IS NULL OR (u).room = ANY (_in_scope.rooms))
+       AND (_in_scope.authors IS NULL OR (u).author = ANY (_in_scope.authors)
+            OR (_in_scope.include_unattributed AND (u).author IS NULL))
+       AND (_in_scope.halls IS NULL OR (u).hall = ANY (_in_scope.halls))
+       AND (_in_scope.layers IS NULL OR (u).layer = ANY (_in_scope.layers))
+       AND (_in_scope.tags_any IS NULL OR (u).tags && _in_scope.tags_any)
+       AND (_in_scope.tags_all IS NULL OR (u).tags @> _in_scope.tags_all)
+       AND (_in_scope.thread IS NULL OR (u).thread = _in_scope.thread)
+       AND (_in_scope.as_of IS NULL OR (u).valid @> _in_scope.as_of)
+$$;
+COMMENT ON FUNCTION rcll._in_scope(rcll.memory_units, integer, text[], text[], boolean, text[], text[], text[], text[], text, timestamptz)
+    IS 'Internal: whether a unit passes a recall''s filters (bank, expanded rooms, resolved authors, halls, layers, tags, thread, validity as of). Used where a channel reaches units through a neighbour rather than an index scan.';
+
 
 -- functions 110-channel-dense.sql
 -- Dense channel: cosine similarity to the query embedding, filtered before ranking, routed by filtered-set size.
@@ -2017,6 +2057,127 @@ END
 $$;
 COMMENT ON FUNCTION rcll.channel_dense(vector, text, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, integer, integer)
     IS 'Dense recall channel: units ranked by cosine similarity to query_embedding (score = 1 - cosine distance), filtered before ranking by bank, rooms (aliases expanded), authors, halls, layers, tags, thread and validity. Filtered sets of at most exact_below units are scanned exactly; larger ones use the HNSW index with iterative scans.';
+
+
+-- functions 115-channel-context.sql
+-- Context: a unit read together with the chunk before it in its document.
+--
+-- In a conversation or a long text a chunk's meaning often sits partly in the chunk before it: an
+-- answer ("Yes, last Friday!") means something only after its question. The context channel
+-- ranks a unit by the mean of its own and its predecessor's similarity to the query, so the reply
+-- to a matching question comes back even when its own words do not match. It costs nothing at
+-- write time: it starts from the dense channel's hits, and adds the chunk after each of them.
+
+CREATE OR REPLACE FUNCTION rcll.preceding_units(
+    unit_ids             bigint[],
+    bank                 text,
+    rooms                text[] DEFAULT NULL,
+    authors              text[] DEFAULT NULL,
+    mine                 boolean DEFAULT false,
+    include_unattributed boolean DEFAULT false,
+    halls                text[] DEFAULT NULL,
+    layers               text[] DEFAULT NULL,
+    tags_any             text[] DEFAULT NULL,
+    tags_all             text[] DEFAULT NULL,
+    thread               text DEFAULT NULL,
+    as_of                timestamptz DEFAULT now())
+RETURNS TABLE (unit_id bigint, preceding_id bigint, preceding_text text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    b    integer := rcll._bank_id(preceding_units.bank);
+    rs   text[]  := rcll._expand_rooms(b, preceding_units.rooms);
+    auth text[]  := rcll._recall_authors(preceding_units.authors, preceding_units.mine);
+BEGIN
+    -- The predecessor counts only if the same recall could return it: context never carries
+    -- text in from another room, author, thread or validity window.
+    RETURN QUERY
+    SELECT u.unit_id, p.unit_id, p.text
+    FROM rcll.memory_units u
+    JOIN rcll.memory_units p ON p.document_id = u.document_id AND p.chunk_index = u.chunk_index - 1
+    WHERE u.unit_id = ANY (preceding_units.unit_ids) AND u.bank_id = b
+      AND rcll._in_scope(p, b, rs, auth, preceding_units.include_unattributed, preceding_units.halls,
+                         preceding_units.layers, preceding_units.tags_any, preceding_units.tags_all,
+                         preceding_units.thread, preceding_units.as_of);
+END
+$$;
+COMMENT ON FUNCTION rcll.preceding_units(bigint[], text, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz)
+    IS 'For each given unit, the chunk right before it in its document (chunk_index - 1), if that chunk passes the same recall filters; units without one are absent. The cross-encoder''s context view reads it.';
+
+CREATE OR REPLACE FUNCTION rcll.channel_context(
+    query_embedding      vector,
+    seeds                bigint[],
+    bank                 text,
+    rooms                text[] DEFAULT NULL,
+    authors              text[] DEFAULT NULL,
+    mine                 boolean DEFAULT false,
+    include_unattributed boolean DEFAULT false,
+    halls                text[] DEFAULT NULL,
+    layers               text[] DEFAULT NULL,
+    tags_any             text[] DEFAULT NULL,
+    tags_all             text[] DEFAULT NULL,
+    thread               text DEFAULT NULL,
+    as_of                timestamptz DEFAULT now(),
+    "limit"              integer DEFAULT 300)
+RETURNS TABLE (unit_id bigint, score double precision, rank integer)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    b    integer := rcll._bank_id(channel_context.bank);
+    rs   text[]  := rcll._expand_rooms(b, channel_context.rooms);
+    auth text[]  := rcll._recall_authors(channel_context.authors, channel_context.mine);
+    q    public.vector := channel_context.query_embedding;
+    lim  integer := greatest(coalesce(channel_context."limit", 300), 0);
+BEGIN
+    IF q IS NULL OR lim = 0 OR seeds IS NULL THEN
+        RETURN;
+    END IF;
+    -- Candidates: the seeds (the dense channel's hits) and the chunk after each, all passing
+    -- the filters (seeds are checked again: a caller may pass any ids). Score: the mean of a unit's similarity and its
+    -- predecessor's (in scope); a unit without one counts its own twice.
+    RETURN QUERY
+    WITH s AS (
+        SELECT u.unit_id, u.document_id, u.chunk_index FROM rcll.memory_units u
+        WHERE u.unit_id = ANY (channel_context.seeds)
+          AND rcll._in_scope(u, b, rs, auth, channel_context.include_unattributed, channel_context.halls,
+                             channel_context.layers, channel_context.tags_any, channel_context.tags_all,
+                             channel_context.thread, channel_context.as_of)
+    ), c AS (
+        SELECT s.unit_id FROM s
+        UNION
+        SELECT n.unit_id FROM s
+        JOIN rcll.memory_units n ON n.document_id = s.document_id AND n.chunk_index = s.chunk_index + 1
+        WHERE rcll._in_scope(n, b, rs, auth, channel_context.include_unattributed, channel_context.halls,
+                             channel_context.layers, channel_context.tags_any, channel_context.tags_all,
+                             channel_context.thread, channel_context.as_of)
+    ), scored AS (
+        SELECT u.unit_id,
+               1 - ((u.embedding OPERATOR(public.<=>) q)
+                    + coalesce(p.embedding OPERATOR(public.<=>) q, u.embedding OPERATOR(public.<=>) q)) / 2 AS score
+        FROM c
+        JOIN rcll.memory_units u ON u.unit_id = c.unit_id
+        LEFT JOIN LATERAL (
+            SELECT p.embedding FROM rcll.memory_units p
+            WHERE p.document_id = u.document_id AND p.chunk_index = u.chunk_index - 1
+              AND rcll._in_scope(p, b, rs, auth, channel_context.include_unattributed, channel_context.halls,
+                                 channel_context.layers, channel_context.tags_any, channel_context.tags_all,
+                                 channel_context.thread, channel_context.as_of)) p ON true
+        WHERE u.embedding IS NOT NULL
+    )
+    SELECT r.unit_id, r.score, r.rank FROM (
+        SELECT scored.unit_id, scored.score,
+               (row_number() OVER (ORDER BY scored.score DESC, scored.unit_id))::integer AS rank
+        FROM scored) r
+    WHERE r.rank <= lim
+    ORDER BY r.rank;
+END
+$$;
+COMMENT ON FUNCTION rcll.channel_context(vector, bigint[], text, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, integer)
+    IS 'Context recall channel: the seed units (the dense channel''s hits) and the chunk after each, ranked by the mean cosine similarity to query_embedding of the unit and of the chunk before it in its document (score = 1 - mean distance). Neighbours pass the same filters as every channel. Finds replies whose meaning is in the chunk they answer.';
 
 
 -- functions 120-channel-lexical.sql
@@ -2652,7 +2813,10 @@ COMMENT ON FUNCTION rcll.channel_temporal(text, text, text[], text[], boolean, b
 
 
 -- functions 150-recall-candidates.sql
--- Recall phases 2-3: the four channels, fused by reciprocal rank fusion in one statement.
+-- Recall phases 2-3: the four channels (and dense's context variant), fused by reciprocal rank fusion in one statement.
+
+-- The signature before the context channel (parameters and columns changed).
+DROP FUNCTION IF EXISTS rcll.recall_candidates(text, text, vector, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, integer, integer, double precision, double precision, double precision, double precision, integer);
 
 CREATE OR REPLACE FUNCTION rcll.recall_candidates(
     query                text,
@@ -2676,11 +2840,13 @@ CREATE OR REPLACE FUNCTION rcll.recall_candidates(
     lexical_weight       double precision DEFAULT 1.0,
     graph_weight         double precision DEFAULT 1.0,
     temporal_weight      double precision DEFAULT 1.0,
+    context_weight       double precision DEFAULT 1.0,
     "limit"              integer DEFAULT 100)
 RETURNS TABLE (unit_id bigint, text text, room text, hall text, layer text, author text, thread text,
                tags text[], valid tstzrange, occurred_start timestamptz, mentioned_at timestamptz,
                document_id bigint, provenance jsonb, fused_score double precision,
-               rank_dense integer, rank_lexical integer, rank_graph integer, rank_temporal integer)
+               rank_dense integer, rank_lexical integer, rank_graph integer, rank_temporal integer,
+               rank_context integer, context text)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 -- SQL, not PL/pgSQL: the thread parameter and the thread column share a name, which PL/pgSQL
@@ -2695,10 +2861,19 @@ AS $$
             recall_candidates.mine, recall_candidates.include_unattributed, recall_candidates.halls, recall_candidates.layers,
             recall_candidates.tags_any, recall_candidates.tags_all, recall_candidates.thread, recall_candidates.as_of,
             recall_candidates.channel_limit) c
-        WHERE recall_candidates.dense_weight > 0
+        WHERE (recall_candidates.dense_weight > 0 OR recall_candidates.context_weight > 0)
           AND (recall_candidates.query_embedding IS NOT NULL OR rcll._notice(
                 'recall: dense channel skipped: no query_embedding was passed',
                 'Pass query_embedding (the rcll Python client does), or let rcll.recall embed the query in the database (SELECT rcll.enable_in_database_models(...)).'))
+    ), ctx AS (
+        -- Context: the dense hits and the chunk after each, scored with the chunk before them.
+        SELECT c.unit_id, c.rank FROM rcll.channel_context(
+            recall_candidates.query_embedding, (SELECT array_agg(d.unit_id) FROM d), recall_candidates.bank,
+            recall_candidates.rooms, recall_candidates.authors, recall_candidates.mine,
+            recall_candidates.include_unattributed, recall_candidates.halls, recall_candidates.layers,
+            recall_candidates.tags_any, recall_candidates.tags_all, recall_candidates.thread, recall_candidates.as_of,
+            recall_candidates.channel_limit) c
+        WHERE recall_candidates.context_weight > 0
     ), l AS (
         SELECT c.unit_id, c.rank FROM rcll.channel_lexical(
             recall_candidates.query, recall_candidates.bank, recall_candidates.rooms, recall_candidates.authors,
@@ -2727,9 +2902,12 @@ AS $$
                min(x.rank) FILTER (WHERE x.ch = 'd') AS rd,
                min(x.rank) FILTER (WHERE x.ch = 'l') AS rl,
                min(x.rank) FILTER (WHERE x.ch = 'g') AS rg,
-               min(x.rank) FILTER (WHERE x.ch = 't') AS rt
+               min(x.rank) FILTER (WHERE x.ch = 't') AS rt,
+               min(x.rank) FILTER (WHERE x.ch = 'x') AS rx
         FROM (
             SELECT d.unit_id, d.rank, 'd' AS ch, recall_candidates.dense_weight AS w FROM d
+            WHERE recall_candidates.dense_weight > 0
+            UNION ALL SELECT ctx.unit_id, ctx.rank, 'x', recall_candidates.context_weight FROM ctx
             UNION ALL SELECT l.unit_id, l.rank, 'l', recall_candidates.lexical_weight FROM l
             UNION ALL SELECT g.unit_id, g.rank, 'g', recall_candidates.graph_weight FROM g
             UNION ALL SELECT t.unit_id, t.rank, 't', recall_candidates.temporal_weight FROM t
@@ -2739,16 +2917,25 @@ AS $$
         LIMIT greatest(coalesce(recall_candidates."limit", 100), 0)
     )
     SELECT u.unit_id, u.text, u.room, u.hall, u.layer, u.author, u.thread, u.tags, u.valid, u.occurred_start,
-           u.mentioned_at, u.document_id, u.provenance, f.score, f.rd, f.rl, f.rg, f.rt
+           u.mentioned_at, u.document_id, u.provenance, f.score, f.rd, f.rl, f.rg, f.rt, f.rx, p.preceding_text
     FROM fused f JOIN rcll.memory_units u ON u.unit_id = f.unit_id
+    LEFT JOIN rcll.preceding_units(
+        (SELECT array_agg(fused.unit_id) FROM fused), recall_candidates.bank, recall_candidates.rooms,
+        recall_candidates.authors, recall_candidates.mine, recall_candidates.include_unattributed,
+        recall_candidates.halls, recall_candidates.layers, recall_candidates.tags_any, recall_candidates.tags_all,
+        recall_candidates.thread, recall_candidates.as_of) p ON p.unit_id = f.unit_id
     ORDER BY f.score DESC, f.unit_id DESC
 $$;
-COMMENT ON FUNCTION rcll.recall_candidates(text, text, vector, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, integer, integer, double precision, double precision, double precision, double precision, integer)
-    IS 'Recall without the rerank: the dense, lexical, graph and temporal channels (each at most channel_limit units, all filtered before ranking) fused by reciprocal rank fusion, score = sum of weight / (k + rank). Each row: the unit, its axes, the fused score and its rank in each channel (NULL = not found there). rooms NULL = every room; as_of NULL = ignore validity; thread NULL = every thread. Without query_embedding the dense channel is skipped (NOTICE).';
+COMMENT ON FUNCTION rcll.recall_candidates(text, text, vector, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, integer, integer, double precision, double precision, double precision, double precision, double precision, integer)
+    IS 'Recall without the rerank: the dense, lexical, graph and temporal channels and the context channel (dense hits read with the chunk before them; each at most channel_limit units, all filtered before ranking) fused by reciprocal rank fusion, score = sum of weight / (k + rank). Each row: the unit, its axes, the fused score, its rank in each channel (NULL = not found there) and context, the text of the chunk before it in its document when that chunk passes the same filters (the reranker''s second view). rooms NULL = every room; as_of NULL = ignore validity; thread NULL = every thread. Without query_embedding the dense channel is skipped (NOTICE).';
 
 
 -- functions 160-recall.sql
 -- Recall, all five phases from SQL: embed, four channels + fusion, cross-encoder rerank, token-budget cut.
+
+-- The signatures before the context channel and the reranker's context view.
+DROP FUNCTION IF EXISTS rcll.recall(text, text, vector, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, integer, integer, double precision, double precision, double precision, double precision, integer, integer, integer);
+DROP FUNCTION IF EXISTS rcll._recall_ranked(text, text, vector, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, integer, integer, double precision, double precision, double precision, double precision, integer, integer, integer);
 
 CREATE OR REPLACE FUNCTION rcll._recall_ranked(
     query                text,
@@ -2772,11 +2959,14 @@ CREATE OR REPLACE FUNCTION rcll._recall_ranked(
     lexical_weight       double precision DEFAULT 1.0,
     graph_weight         double precision DEFAULT 1.0,
     temporal_weight      double precision DEFAULT 1.0,
+    context_weight       double precision DEFAULT 1.0,
     "limit"              integer DEFAULT 100,
     rerank_depth         integer DEFAULT 50,
+    context_depth        integer DEFAULT 20,
     budget               integer DEFAULT 4096)
 RETURNS TABLE (unit_id bigint, fused_score double precision, rank_dense integer, rank_lexical integer,
-               rank_graph integer, rank_temporal integer, rerank_score real, tokens integer, ordinal integer)
+               rank_graph integer, rank_temporal integer, rank_context integer, rerank_score real,
+               tokens integer, ordinal integer)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -2793,7 +2983,13 @@ DECLARE
     rl     integer[];
     rg     integer[];
     rt     integer[];
+    rx     integer[];
+    ctxs   text[];
     scores real[];
+    second real[];
+    head   integer[];
+    top    integer[];
+    views  text[];
     toks   integer[];
     ord    integer[];
     keep   integer[] := '{}';
@@ -2815,8 +3011,9 @@ BEGIN
     -- Phases 2-3: channels and fusion; enough candidates for the rerank and the final list.
     SELECT array_agg(c.unit_id ORDER BY c.n), array_agg(c.text ORDER BY c.n), array_agg(c.fused_score ORDER BY c.n),
            array_agg(c.rank_dense ORDER BY c.n), array_agg(c.rank_lexical ORDER BY c.n),
-           array_agg(c.rank_graph ORDER BY c.n), array_agg(c.rank_temporal ORDER BY c.n)
-    INTO ids, texts, fused, rd, rl, rg, rt
+           array_agg(c.rank_graph ORDER BY c.n), array_agg(c.rank_temporal ORDER BY c.n),
+           array_agg(c.rank_context ORDER BY c.n), array_agg(c.context ORDER BY c.n)
+    INTO ids, texts, fused, rd, rl, rg, rt, rx, ctxs
     FROM rcll.recall_candidates(
         query => _recall_ranked.query, bank => _recall_ranked.bank, query_embedding => qe, rooms => _recall_ranked.rooms,
         authors => _recall_ranked.authors, mine => _recall_ranked.mine, include_unattributed => _recall_ranked.include_unattributed,
@@ -2825,19 +3022,36 @@ BEGIN
         reference_time => _recall_ranked.reference_time, k => _recall_ranked.k, channel_limit => _recall_ranked.channel_limit,
         dense_weight => _recall_ranked.dense_weight, lexical_weight => _recall_ranked.lexical_weight,
         graph_weight => _recall_ranked.graph_weight, temporal_weight => _recall_ranked.temporal_weight,
-        "limit" => greatest(lim, depth)) WITH ORDINALITY AS c
+        context_weight => _recall_ranked.context_weight, "limit" => greatest(lim, depth)) WITH ORDINALITY AS c
         (unit_id, text, room, hall, layer, author, thread, tags, valid, occurred_start, mentioned_at,
-         document_id, provenance, fused_score, rank_dense, rank_lexical, rank_graph, rank_temporal, n);
+         document_id, provenance, fused_score, rank_dense, rank_lexical, rank_graph, rank_temporal,
+         rank_context, context, n);
     IF ids IS NULL THEN
         RETURN;
     END IF;
 
-    -- Phase 4: the cross-encoder reads the top `depth` candidates with the query; they move to
-    -- the front in its order, the rest keep their fused order behind them.
+    -- Phase 4: the cross-encoder reads the top `depth` candidates with the query; the top
+    -- context_depth of its order are read again with the chunk before them ("<previous> / <text>")
+    -- and scored by the mean of both logits (as rcll.recall.rerank in Python). Reranked
+    -- candidates move to the front in that order, the rest keep their fused order behind them.
     IF models AND depth > 0 THEN
         scores := rcll._model_rerank(_recall_ranked.query, texts[1:depth]);
+        SELECT (array_agg(o.i ORDER BY scores[o.i] DESC, o.i))[1:greatest(coalesce(_recall_ranked.context_depth, 0), 0)]
+        INTO head FROM generate_subscripts(scores, 1) AS o(i);
+        SELECT array_agg(t.i ORDER BY t.pos), array_agg(ctxs[t.i] || ' / ' || texts[t.i] ORDER BY t.pos)
+        INTO top, views
+        FROM unnest(head) WITH ORDINALITY AS t(i, pos) WHERE ctxs[t.i] <> '';
+        IF views IS NOT NULL THEN
+            second := rcll._model_rerank(_recall_ranked.query, views);
+            FOR i IN 1 .. cardinality(top) LOOP
+                scores[top[i]] := (scores[top[i]] + second[i]) / 2;
+            END LOOP;
+        END IF;
     END IF;
-    SELECT array_agg(o.i ORDER BY (scores[o.i] IS NULL), scores[o.i] DESC, o.i) INTO ord
+    -- Order: the context-read head by its mean score, the rest of the reranked ones by theirs,
+    -- then the unreranked candidates in fused order.
+    SELECT array_agg(o.i ORDER BY o.i > cardinality(coalesce(scores, '{}')), NOT (o.i = ANY (coalesce(head, '{}'))),
+                     scores[o.i] DESC NULLS LAST, o.i) INTO ord
     FROM generate_subscripts(ids, 1) AS o(i);
 
     -- Phase 5: fill the token budget (fact text only): a fact that does not fit is skipped and
@@ -2855,12 +3069,12 @@ BEGIN
     END LOOP;
 
     RETURN QUERY
-    SELECT ids[x.i], fused[x.i], rd[x.i], rl[x.i], rg[x.i], rt[x.i], scores[x.i], toks[x.i], x.pos::integer
+    SELECT ids[x.i], fused[x.i], rd[x.i], rl[x.i], rg[x.i], rt[x.i], rx[x.i], scores[x.i], toks[x.i], x.pos::integer
     FROM unnest(keep) WITH ORDINALITY AS x(i, pos)
     ORDER BY x.pos;
 END
 $$;
-COMMENT ON FUNCTION rcll._recall_ranked(text, text, vector, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, integer, integer, double precision, double precision, double precision, double precision, integer, integer, integer)
+COMMENT ON FUNCTION rcll._recall_ranked(text, text, vector, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, integer, integer, double precision, double precision, double precision, double precision, double precision, integer, integer, integer, integer)
     IS 'Internal: rcll.recall''s ranking - candidates, in-database rerank of the top rerank_depth, budget cut - as unit ids in final order with their scores and token counts.';
 
 CREATE OR REPLACE FUNCTION rcll.recall(
@@ -2885,21 +3099,23 @@ CREATE OR REPLACE FUNCTION rcll.recall(
     lexical_weight       double precision DEFAULT 1.0,
     graph_weight         double precision DEFAULT 1.0,
     temporal_weight      double precision DEFAULT 1.0,
+    context_weight       double precision DEFAULT 1.0,
     "limit"              integer DEFAULT 100,
     rerank_depth         integer DEFAULT 50,
+    context_depth        integer DEFAULT 20,
     budget               integer DEFAULT 4096)
 RETURNS TABLE (unit_id bigint, text text, room text, hall text, layer text, author text, thread text,
                tags text[], valid tstzrange, occurred_start timestamptz, mentioned_at timestamptz,
                document_id bigint, provenance jsonb, fused_score double precision,
                rank_dense integer, rank_lexical integer, rank_graph integer, rank_temporal integer,
-               rerank_score real)
+               rank_context integer, rerank_score real)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
     -- SQL around the PL/pgSQL ranking: the thread parameter and the thread column share a name.
     SELECT u.unit_id, u.text, u.room, u.hall, u.layer, u.author, u.thread, u.tags, u.valid, u.occurred_start,
            u.mentioned_at, u.document_id, u.provenance, r.fused_score, r.rank_dense, r.rank_lexical,
-           r.rank_graph, r.rank_temporal, r.rerank_score
+           r.rank_graph, r.rank_temporal, r.rank_context, r.rerank_score
     FROM rcll._recall_ranked(
         query => recall.query, bank => recall.bank, query_embedding => recall.query_embedding,
         rooms => recall.rooms, authors => recall.authors, mine => recall.mine,
@@ -2908,13 +3124,14 @@ AS $$
         as_of => recall.as_of, time_range => recall.time_range, reference_time => recall.reference_time,
         k => recall.k, channel_limit => recall.channel_limit, dense_weight => recall.dense_weight,
         lexical_weight => recall.lexical_weight, graph_weight => recall.graph_weight,
-        temporal_weight => recall.temporal_weight, "limit" => recall."limit",
-        rerank_depth => recall.rerank_depth, budget => recall.budget) r
+        temporal_weight => recall.temporal_weight, context_weight => recall.context_weight,
+        "limit" => recall."limit", rerank_depth => recall.rerank_depth,
+        context_depth => recall.context_depth, budget => recall.budget) r
     JOIN rcll.memory_units u ON u.unit_id = r.unit_id
     ORDER BY r.ordinal
 $$;
-COMMENT ON FUNCTION rcll.recall(text, text, vector, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, integer, integer, double precision, double precision, double precision, double precision, integer, integer, integer)
-    IS 'Recall from SQL: rcll.recall_candidates, then the cross-encoder rerank of the top rerank_depth candidates, then the cut to budget tokens of fact text (skipping facts that do not fit). With in-database models (rcll.enable_in_database_models) the query is embedded and reranked here; without them pass query_embedding, and the rerank is skipped (NOTICE). Never writes.';
+COMMENT ON FUNCTION rcll.recall(text, text, vector, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, integer, integer, double precision, double precision, double precision, double precision, double precision, integer, integer, integer, integer)
+    IS 'Recall from SQL: rcll.recall_candidates, then the cross-encoder rerank of the top rerank_depth candidates (the top context_depth of its order read again with the chunk before them, by the mean of both scores), then the cut to budget tokens of fact text (skipping facts that do not fit). With in-database models (rcll.enable_in_database_models) the query is embedded and reranked here; without them pass query_embedding, and the rerank is skipped (NOTICE). Never writes.';
 
 
 -- functions 170-in-database-models.sql

@@ -23,6 +23,9 @@ CHANNEL_SQL = {
     "lexical": "SELECT count(*) FROM rcll.channel_lexical(%(q)s, 'b', rooms => %(rooms)s)",
     "graph": "SELECT count(*) FROM rcll.channel_graph(%(q)s, 'b', rooms => %(rooms)s)",
     "temporal": "SELECT count(*) FROM rcll.channel_temporal(%(q)s, 'b', rooms => %(rooms)s, reference_time => '2024-05-15')",
+    # Seeded with every unit of the bank: the filter alone must empty it.
+    "context": """SELECT count(*) FROM rcll.channel_context(%(qe)s,
+                      (SELECT array_agg(unit_id) FROM rcll.memory_units), 'b', rooms => %(rooms)s)""",
 }
 
 
@@ -56,7 +59,8 @@ def test_fused_score_is_weighted_reciprocal_rank(db: psycopg.Connection[Any]) ->
     assert facts
     for f in facts:
         expected = sum(w / (60 + r) for w, r in [(1.0, f.rank_dense), (2.0, f.rank_lexical),
-                                                  (1.0, f.rank_graph), (1.0, f.rank_temporal)] if r is not None)
+                                                  (1.0, f.rank_graph), (1.0, f.rank_temporal),
+                                                      (1.0, f.rank_context)] if r is not None)
         assert f.fused_score == pytest.approx(expected)
     assert [f.fused_score for f in facts] == sorted((f.fused_score for f in facts), reverse=True)
     assert any(f.rank_dense and f.rank_lexical and f.rank_graph and f.rank_temporal for f in facts)

@@ -1,6 +1,6 @@
 """LoCoMo retrieval through RCLL: every channel alone, fused, fused + rerank at several depths.
 
-    .venv/bin/python bench/locomo/run.py [--sample N] [--depths 20,50,100,300] [--port 55540]
+    .venv/bin/python bench/locomo/run.py [--sample N] [--depths 20,50,100,300] [--context-depths 20]
 
 Retains every LoCoMo turn in chunk mode - one bank per conversation, one document per session,
 one chunk per turn written "[<session date>] <speaker>: <text>", the session date as occurred_at
@@ -8,9 +8,10 @@ one chunk per turn written "[<session date>] <speaker>: <text>", the session dat
 sample) and scores turn-level nDCG@5, R@5, R@10 and MRR per category and overall
 (bench/locomo/metrics.py). The reference time of a conversation is its last session's date
 (its "now"). One recall_candidates call per question yields every channel's own ranking (its
-rank columns) and the fused one; cross-encoder scores are computed once for the deepest depth and
-cut for the shallower ones (a pair's score does not depend on the other pairs), with latency
-measured per depth increment. Also reported: the share of evidence ranked in the top 10 that
+rank columns) and the fused one. The cross-encoder reads each (question, passage) once; every
+rerank configuration (depth, and how many of its top are read again with the chunk before them)
+is ranked by rcll.recall.rerank from those scores, and its latency is the measured time of the
+pairs it reads. Also reported: the share of evidence ranked in the top 10 that
 survives the 4,096-token cut at the default settings. LoCoMo: Maharana et al., ACL 2024,
 CC BY-NC 4.0 (see data/locomo/ATTRIBUTION.md).
 """
@@ -28,6 +29,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psycopg
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,9 +41,9 @@ from locomo.metrics import Aggregate
 from rcll import cluster, install, models
 from rcll.budget import DEFAULT_BUDGET, cut_to_budget
 from rcll.db import configure
-from rcll.recall import DEFAULT_RERANK_DEPTH, candidates
+from rcll.recall import DEFAULT_CONTEXT_DEPTH, DEFAULT_RERANK_DEPTH, candidates, rerank
 
-CHANNELS = ("dense", "lexical", "graph", "temporal")
+CHANNELS = ("dense", "lexical", "graph", "temporal", "context")
 
 
 def turn_text(t: Any) -> str:
@@ -102,6 +104,31 @@ def retain_offline(conn: psycopg.Connection[Any], convs: list[Conversation]) -> 
     return unit_dia
 
 
+def config_name(depth: int, context_depth: int) -> str:
+    view = f" + context view top {context_depth}" if context_depth else ""
+    return f"fused + rerank@{depth}{view}"
+
+
+class CachedScorer:
+    """The cross-encoder, each (query, passage) scored once; `spent` adds up the measured
+    milliseconds of the pairs read since it was last reset (a pair's share of its batch)."""
+
+    def __init__(self, reranker: Any) -> None:
+        self.reranker = reranker
+        self.cache: dict[tuple[str, str], tuple[float, float]] = {}
+        self.spent = 0.0
+
+    def score(self, query: str, passages: list[str]) -> Any:
+        todo = [p for p in dict.fromkeys(passages) if (query, p) not in self.cache]
+        if todo:
+            t = time.perf_counter()
+            scores = self.reranker.score(query, todo)
+            each = (time.perf_counter() - t) * 1000 / len(todo)
+            self.cache.update({(query, p): (float(x), each) for p, x in zip(todo, scores, strict=True)})
+        self.spent += sum(self.cache[(query, p)][1] for p in passages)
+        return np.array([self.cache[(query, p)][0] for p in passages], dtype=np.float32)
+
+
 def dedupe(ids: list[str]) -> list[str]:
     """Turn-level ranking from unit-level ranking: a turn counts at its best-ranked unit."""
     seen: set[str] = set()
@@ -116,14 +143,18 @@ def pct(xs: list[float], p: float) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sample", type=int, default=0, help="questions to score (stratified by category); 0 = all")
-    ap.add_argument("--depths", default="20,50,100,300")
+    ap.add_argument("--depths", default="20,50,100,300", help="cross-encoder depths (first view)")
+    ap.add_argument("--context-depths", default=str(DEFAULT_CONTEXT_DEPTH),
+                    help="for each depth, also read the top M again with the chunk before them (0 = one view only)")
     ap.add_argument("--port", type=int, default=55540)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--mode", choices=["chunks", "offline"], default="chunks",
                     help="chunks: LLM_PROVIDER=none, one chunk per turn; offline: the keyless rule extractor per turn")
     args = ap.parse_args()
     depths = sorted(int(d) for d in args.depths.split(","))
-    default_depth = DEFAULT_RERANK_DEPTH
+    context_depths = sorted({int(m) for m in args.context_depths.split(",")} | {0})
+    configs = [(d, m) for d in depths for m in context_depths if m <= d]
+    default = (DEFAULT_RERANK_DEPTH, DEFAULT_CONTEXT_DEPTH)
 
     convs, questions = load()
     if args.sample and args.sample < len(questions):
@@ -132,7 +163,7 @@ def main() -> int:
         for q in questions:
             by_cat[q.category].append(q)
         questions = []
-        for cat, qs in sorted(by_cat.items()):
+        for _cat, qs in sorted(by_cat.items()):
             questions += rnd.sample(qs, max(1, round(args.sample * len(qs) / sum(map(len, by_cat.values())))))
     now = {c.index: max(t.date for t in c.turns) for c in convs}
 
@@ -165,35 +196,30 @@ def main() -> int:
                 lat["sql"].append((time.perf_counter() - t) * 1000)
                 # Every channel's own ranking, from its rank column (recall_candidates returns
                 # the union when the limit is above what the channels found).
-                full = candidates(conn, q.question, bank, query_embedding=qe, reference_time=now[q.conv], limit=1300)
+                full = candidates(conn, q.question, bank, query_embedding=qe, reference_time=now[q.conv], limit=1500)
                 for ch in CHANNELS:
                     ranked = sorted((f for f in full if getattr(f, f"rank_{ch}") is not None),
                                     key=lambda f, ch=ch: getattr(f, f"rank_{ch}"))
                     aggs[f"{ch} alone"].add(q.category, dedupe([unit_dia[f.unit_id] for f in ranked]), q.evidence)
                 fused_ids = [unit_dia[f.unit_id] for f in pool]
                 aggs["fused (RRF), no rerank"].add(q.category, dedupe(fused_ids), q.evidence)
-                # Rerank once to the deepest depth, timing each increment.
-                scores: list[float] = []
-                elapsed = 0.0
-                start = 0
-                for d in depths:
-                    chunk = [f.text for f in pool[start:d]]
-                    t = time.perf_counter()
-                    if chunk:
-                        scores += [float(x) for x in rr.score(q.question, chunk)]
-                    elapsed += (time.perf_counter() - t) * 1000
-                    start = max(start, min(d, len(pool)))
-                    lat[f"rerank@{d}"].append(elapsed)
-                for d in depths:
-                    top = sorted(range(min(d, len(pool))), key=lambda i: -scores[i])
-                    order = top + list(range(min(d, len(pool)), len(pool)))
-                    aggs[f"fused + rerank@{d}"].add(q.category, dedupe([fused_ids[i] for i in order]), q.evidence)
-                    if d == default_depth:
+                # The cross-encoder reads each (question, passage) once; every configuration is
+                # then ranked by rcll.recall.rerank from the cached scores, and its latency is the
+                # measured time of the pairs it reads.
+                scorer = CachedScorer(rr)
+                scorer.score(q.question, [f.text for f in pool[: depths[-1]]])
+                for d, m in configs:
+                    scorer.spent = 0.0
+                    ranked = rerank(q.question, pool, scorer, depth=d, context_depth=m)
+                    lat[config_name(d, m)].append(scorer.spent)
+                    ids = [unit_dia[f.unit_id] for f in ranked]
+                    aggs[config_name(d, m)].add(q.category, dedupe(ids), q.evidence)
+                    if (d, m) == default:
                         t = time.perf_counter()
-                        tokens = emb.count_tokens([pool[i].text for i in order])
-                        kept = {fused_ids[order[i]] for i in cut_to_budget(tokens, DEFAULT_BUDGET, 100)}
+                        tokens = emb.count_tokens([f.text for f in ranked])
+                        kept = {ids[i] for i in cut_to_budget(tokens, DEFAULT_BUDGET, 100)}
                         lat["cut"].append((time.perf_counter() - t) * 1000)
-                        top10 = [fused_ids[i] for i in order[:10] if fused_ids[i] in q.evidence]
+                        top10 = [x for x in ids[:10] if x in q.evidence]
                         survive_den += len(top10)
                         survive_num += sum(1 for x in top10 if x in kept)
                 if (n + 1) % 100 == 0:
@@ -205,22 +231,22 @@ def main() -> int:
     print(f"\nLoCoMo, {len(questions)} questions (categories 1-4), turn-level retrieval, retain mode: {args.mode}\n")
     print("| configuration | nDCG@5 | R@5 | R@10 | MRR | " + " | ".join(f"nDCG@5 {CATEGORY_NAMES[k]}" for k in (1, 2, 3, 4)) + " |")
     print("|---|---|---|---|---|" + "---|" * 4)
-    order = [f"{ch} alone" for ch in CHANNELS] + ["fused (RRF), no rerank"] + [f"fused + rerank@{d}" for d in depths]
+    order = [f"{ch} alone" for ch in CHANNELS] + ["fused (RRF), no rerank"] + [config_name(d, m) for d, m in configs]
     for name in order:
         t = aggs[name].table()
         a = t["all"]
         cats = " | ".join(f"{t[str(k)]['ndcg@5']:.3f}" if str(k) in t else "-" for k in (1, 2, 3, 4))
-        mark = " (default)" if name == f"fused + rerank@{default_depth}" else ""
+        mark = " (default)" if name == config_name(*default) else ""
         print(f"| {name}{mark} | {a['ndcg@5']:.3f} | {a['r@5']:.3f} | {a['r@10']:.3f} | {a['mrr']:.3f} | {cats} |")
-    print(f"\nper category, default settings (rerank@{default_depth}):")
-    print(aggs[f"fused + rerank@{default_depth}"].format())
+    print(f"\nper category, default settings ({config_name(*default)}):")
+    print(aggs[config_name(*default)].format())
     print("\nper category, lexical (BM25) alone:")
     print(aggs["lexical alone"].format())
     print("\nlatency (ms)      p50      p95")
-    for k in ["embed", "sql"] + [f"rerank@{d}" for d in depths] + ["cut"]:
-        print(f"{k:<14} {statistics.median(lat[k]):8.1f} {pct(lat[k], 0.95):8.1f}")
-    full_default = [a + b + c_ + d for a, b, c_, d in zip(lat["embed"], lat["sql"], lat[f"rerank@{default_depth}"], lat["cut"], strict=False)]
-    print(f"{'full recall':<14} {statistics.median(full_default):8.1f} {pct(full_default, 0.95):8.1f}   (embed + sql + rerank@{default_depth} + cut)")
+    for k in ["embed", "sql"] + [config_name(d, m) for d, m in configs] + ["cut"]:
+        print(f"{k:<34} {statistics.median(lat[k]):8.1f} {pct(lat[k], 0.95):8.1f}")
+    full_default = [a + b + c_ + d for a, b, c_, d in zip(lat["embed"], lat["sql"], lat[config_name(*default)], lat["cut"], strict=False)]
+    print(f"{'full recall':<34} {statistics.median(full_default):8.1f} {pct(full_default, 0.95):8.1f}   (embed + sql + {config_name(*default)} + cut)")
     if survive_den:
         print(f"\nevidence in the top 10 that survives the {DEFAULT_BUDGET}-token cut: {survive_num}/{survive_den} = {survive_num / survive_den:.3f}")
     return 0

@@ -22,17 +22,23 @@ from rcll.budget import DEFAULT_BUDGET, cut_to_budget
 
 __all__ = [
     "DEFAULT_BUDGET",
+    "DEFAULT_CONTEXT_DEPTH",
     "DEFAULT_RERANK_DEPTH",
     "Fact",
     "RecallResult",
     "Timings",
     "candidates",
+    "context_passage",
     "recall",
+    "rerank",
 ]
 
 # Cross-encoder depth: on LoCoMo (bench/locomo/run.py) depth 50 keeps most of the rerank's gain
 # at about half the latency of depth 100 on 2 CPU cores (~7 ms per pair); see the README table.
 DEFAULT_RERANK_DEPTH = 50
+# The cross-encoder's second view: the top `context_depth` of the first view are read again with
+# the chunk before them ("<previous chunk> / <chunk>") and ranked by the mean of both logits.
+DEFAULT_CONTEXT_DEPTH = 20
 NOW = "now"  # passed as a timestamptz literal: the server's transaction time, like the SQL default
 
 _CANDIDATES = """
@@ -44,7 +50,8 @@ SELECT * FROM rcll.recall_candidates(
     as_of => %(as_of)s::timestamptz, time_range => %(time_range)s::tstzrange,
     reference_time => %(reference_time)s::timestamptz, k => %(k)s, channel_limit => %(channel_limit)s,
     dense_weight => %(dense_weight)s, lexical_weight => %(lexical_weight)s,
-    graph_weight => %(graph_weight)s, temporal_weight => %(temporal_weight)s, "limit" => %(limit)s)
+    graph_weight => %(graph_weight)s, temporal_weight => %(temporal_weight)s,
+    context_weight => %(context_weight)s, "limit" => %(limit)s)
 """
 
 
@@ -77,6 +84,8 @@ class Fact:
     rank_lexical: int | None
     rank_graph: int | None
     rank_temporal: int | None
+    rank_context: int | None = None
+    context: str | None = None  # the chunk before this one in its document (in scope), if any
     rerank_score: float | None = None
     tokens: int = 0
 
@@ -132,6 +141,7 @@ def candidates(
     lexical_weight: float = 1.0,
     graph_weight: float = 1.0,
     temporal_weight: float = 1.0,
+    context_weight: float = 1.0,
     limit: int = 100,
 ) -> list[Fact]:
     """Phases 2-3 only: rcll.recall_candidates with these filters, as Facts in fused order.
@@ -145,7 +155,7 @@ def candidates(
         "as_of": as_of, "time_range": time_range, "reference_time": reference_time,
         "k": k, "channel_limit": channel_limit, "dense_weight": dense_weight,
         "lexical_weight": lexical_weight, "graph_weight": graph_weight,
-        "temporal_weight": temporal_weight, "limit": limit,
+        "temporal_weight": temporal_weight, "context_weight": context_weight, "limit": limit,
     }
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(_CANDIDATES, params).fetchall()
@@ -156,12 +166,46 @@ def _list(values: Sequence[str] | None) -> list[str] | None:
     return None if values is None else list(values)
 
 
+def context_passage(fact: Fact) -> str | None:
+    """The cross-encoder's second view of a fact: the chunk before it, then the fact itself."""
+    return None if not fact.context else f"{fact.context} / {fact.text}"
+
+
+def rerank(
+    query: str,
+    pool: Sequence[Fact],
+    reranker: _Reranker,
+    *,
+    depth: int,
+    context_depth: int = DEFAULT_CONTEXT_DEPTH,
+) -> list[Fact]:
+    """Phase 4. The cross-encoder reads the top `depth` facts (first view: the fact); the top
+    `context_depth` of that order are read again with the chunk before them (second view) and
+    re-ordered by the mean of the two logits - a fact without a preceding chunk keeps its first
+    score. Reranked facts come first, the rest keep their fused order behind them."""
+    depth = min(max(depth, 0), len(pool))
+    if depth == 0:
+        return list(pool)
+    scores = reranker.score(query, [f.text for f in pool[:depth]])
+    head = sorted((replace(f, rerank_score=float(s)) for f, s in zip(pool[:depth], scores, strict=True)),
+                  key=lambda f: -(f.rerank_score or 0.0))
+    top = head[: min(max(context_depth, 0), depth)]
+    views = [(i, p) for i, p in enumerate(context_passage(f) for f in top) if p is not None]
+    if views:
+        second = reranker.score(query, [p for _, p in views])
+        for (i, _), s in zip(views, second, strict=True):
+            top[i] = replace(top[i], rerank_score=((top[i].rerank_score or 0.0) + float(s)) / 2)
+        top.sort(key=lambda f: -(f.rerank_score or 0.0))
+    return top + head[len(top):] + list(pool[depth:])
+
+
 def recall(
     conn: psycopg.Connection[Any],
     query: str,
     bank: str,
     *,
     rerank_depth: int = DEFAULT_RERANK_DEPTH,
+    context_depth: int = DEFAULT_CONTEXT_DEPTH,
     budget: int | None = DEFAULT_BUDGET,
     limit: int = 100,
     embedder: _Embedder | None = None,
@@ -172,8 +216,9 @@ def recall(
     """All five phases: embed the query, rcll.recall_candidates (filters are its parameters:
     rooms, authors, mine, include_unattributed, halls, layers, tags_any, tags_all, thread, as_of,
     time_range, reference_time, k, channel_limit, *_weight), rerank the top `rerank_depth`
-    with the cross-encoder, then fill `budget` tokens of fact text (a fact that does not fit is
-    skipped; a later shorter one may fit). Returns the facts and per-phase timings."""
+    with the cross-encoder (the top `context_depth` of those read again with the chunk before
+    them), then fill `budget` tokens of fact text (a fact that does not fit is skipped; a later
+    shorter one may fit). Returns the facts and per-phase timings."""
     from rcll import models
 
     t = time.perf_counter()
@@ -188,15 +233,10 @@ def recall(
     sql_ms = _ms(t)
 
     t = time.perf_counter()
-    depth = min(max(rerank_depth, 0), len(pool))
     ranked = pool
-    if depth > 0:
-        scores = (reranker or models.get_reranker()).score(query, [f.text for f in pool[:depth]])
-        head = sorted(
-            (replace(f, rerank_score=float(s)) for f, s in zip(pool[:depth], scores, strict=True)),
-            key=lambda f: -(f.rerank_score or 0.0),
-        )
-        ranked = head + pool[depth:]
+    if rerank_depth > 0 and pool:
+        ranked = rerank(query, pool, reranker or models.get_reranker(),
+                        depth=rerank_depth, context_depth=context_depth)
     rerank_ms = _ms(t)
 
     t = time.perf_counter()

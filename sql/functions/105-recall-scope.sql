@@ -27,3 +27,35 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION rcll._notice(text, text) IS 'Internal: raise a NOTICE (with a hint) and return false; lets a SQL-language recall function explain a skipped phase.';
+
+CREATE OR REPLACE FUNCTION rcll._in_scope(
+    u                    rcll.memory_units,
+    bank_id              integer,
+    rooms                text[],
+    authors              text[],
+    include_unattributed boolean,
+    halls                text[],
+    layers               text[],
+    tags_any             text[],
+    tags_all             text[],
+    thread               text,
+    as_of                timestamptz)
+RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- The filters every channel applies before ranking, for one unit. rooms are already expanded
+    -- (rcll._expand_rooms) and authors resolved (rcll._recall_authors); NULL = no filter.
+    SELECT (u).bank_id = _in_scope.bank_id
+       AND (_in_scope.rooms IS NULL OR (u).room = ANY (_in_scope.rooms))
+       AND (_in_scope.authors IS NULL OR (u).author = ANY (_in_scope.authors)
+            OR (_in_scope.include_unattributed AND (u).author IS NULL))
+       AND (_in_scope.halls IS NULL OR (u).hall = ANY (_in_scope.halls))
+       AND (_in_scope.layers IS NULL OR (u).layer = ANY (_in_scope.layers))
+       AND (_in_scope.tags_any IS NULL OR (u).tags && _in_scope.tags_any)
+       AND (_in_scope.tags_all IS NULL OR (u).tags @> _in_scope.tags_all)
+       AND (_in_scope.thread IS NULL OR (u).thread = _in_scope.thread)
+       AND (_in_scope.as_of IS NULL OR (u).valid @> _in_scope.as_of)
+$$;
+COMMENT ON FUNCTION rcll._in_scope(rcll.memory_units, integer, text[], text[], boolean, text[], text[], text[], text[], text, timestamptz)
+    IS 'Internal: whether a unit passes a recall''s filters (bank, expanded rooms, resolved authors, halls, layers, tags, thread, validity as of). Used where a channel reaches units through a neighbour rather than an index scan.';

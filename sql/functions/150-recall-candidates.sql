@@ -1,4 +1,7 @@
--- Recall phases 2-3: the four channels, fused by reciprocal rank fusion in one statement.
+-- Recall phases 2-3: the four channels (and dense's context variant), fused by reciprocal rank fusion in one statement.
+
+-- The signature before the context channel (parameters and columns changed).
+DROP FUNCTION IF EXISTS rcll.recall_candidates(text, text, vector, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, integer, integer, double precision, double precision, double precision, double precision, integer);
 
 CREATE OR REPLACE FUNCTION rcll.recall_candidates(
     query                text,
@@ -22,11 +25,13 @@ CREATE OR REPLACE FUNCTION rcll.recall_candidates(
     lexical_weight       double precision DEFAULT 1.0,
     graph_weight         double precision DEFAULT 1.0,
     temporal_weight      double precision DEFAULT 1.0,
+    context_weight       double precision DEFAULT 1.0,
     "limit"              integer DEFAULT 100)
 RETURNS TABLE (unit_id bigint, text text, room text, hall text, layer text, author text, thread text,
                tags text[], valid tstzrange, occurred_start timestamptz, mentioned_at timestamptz,
                document_id bigint, provenance jsonb, fused_score double precision,
-               rank_dense integer, rank_lexical integer, rank_graph integer, rank_temporal integer)
+               rank_dense integer, rank_lexical integer, rank_graph integer, rank_temporal integer,
+               rank_context integer, context text)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 -- SQL, not PL/pgSQL: the thread parameter and the thread column share a name, which PL/pgSQL
@@ -41,10 +46,19 @@ AS $$
             recall_candidates.mine, recall_candidates.include_unattributed, recall_candidates.halls, recall_candidates.layers,
             recall_candidates.tags_any, recall_candidates.tags_all, recall_candidates.thread, recall_candidates.as_of,
             recall_candidates.channel_limit) c
-        WHERE recall_candidates.dense_weight > 0
+        WHERE (recall_candidates.dense_weight > 0 OR recall_candidates.context_weight > 0)
           AND (recall_candidates.query_embedding IS NOT NULL OR rcll._notice(
                 'recall: dense channel skipped: no query_embedding was passed',
                 'Pass query_embedding (the rcll Python client does), or let rcll.recall embed the query in the database (SELECT rcll.enable_in_database_models(...)).'))
+    ), ctx AS (
+        -- Context: the dense hits and the chunk after each, scored with the chunk before them.
+        SELECT c.unit_id, c.rank FROM rcll.channel_context(
+            recall_candidates.query_embedding, (SELECT array_agg(d.unit_id) FROM d), recall_candidates.bank,
+            recall_candidates.rooms, recall_candidates.authors, recall_candidates.mine,
+            recall_candidates.include_unattributed, recall_candidates.halls, recall_candidates.layers,
+            recall_candidates.tags_any, recall_candidates.tags_all, recall_candidates.thread, recall_candidates.as_of,
+            recall_candidates.channel_limit) c
+        WHERE recall_candidates.context_weight > 0
     ), l AS (
         SELECT c.unit_id, c.rank FROM rcll.channel_lexical(
             recall_candidates.query, recall_candidates.bank, recall_candidates.rooms, recall_candidates.authors,
@@ -73,9 +87,12 @@ AS $$
                min(x.rank) FILTER (WHERE x.ch = 'd') AS rd,
                min(x.rank) FILTER (WHERE x.ch = 'l') AS rl,
                min(x.rank) FILTER (WHERE x.ch = 'g') AS rg,
-               min(x.rank) FILTER (WHERE x.ch = 't') AS rt
+               min(x.rank) FILTER (WHERE x.ch = 't') AS rt,
+               min(x.rank) FILTER (WHERE x.ch = 'x') AS rx
         FROM (
             SELECT d.unit_id, d.rank, 'd' AS ch, recall_candidates.dense_weight AS w FROM d
+            WHERE recall_candidates.dense_weight > 0
+            UNION ALL SELECT ctx.unit_id, ctx.rank, 'x', recall_candidates.context_weight FROM ctx
             UNION ALL SELECT l.unit_id, l.rank, 'l', recall_candidates.lexical_weight FROM l
             UNION ALL SELECT g.unit_id, g.rank, 'g', recall_candidates.graph_weight FROM g
             UNION ALL SELECT t.unit_id, t.rank, 't', recall_candidates.temporal_weight FROM t
@@ -85,9 +102,14 @@ AS $$
         LIMIT greatest(coalesce(recall_candidates."limit", 100), 0)
     )
     SELECT u.unit_id, u.text, u.room, u.hall, u.layer, u.author, u.thread, u.tags, u.valid, u.occurred_start,
-           u.mentioned_at, u.document_id, u.provenance, f.score, f.rd, f.rl, f.rg, f.rt
+           u.mentioned_at, u.document_id, u.provenance, f.score, f.rd, f.rl, f.rg, f.rt, f.rx, p.preceding_text
     FROM fused f JOIN rcll.memory_units u ON u.unit_id = f.unit_id
+    LEFT JOIN rcll.preceding_units(
+        (SELECT array_agg(fused.unit_id) FROM fused), recall_candidates.bank, recall_candidates.rooms,
+        recall_candidates.authors, recall_candidates.mine, recall_candidates.include_unattributed,
+        recall_candidates.halls, recall_candidates.layers, recall_candidates.tags_any, recall_candidates.tags_all,
+        recall_candidates.thread, recall_candidates.as_of) p ON p.unit_id = f.unit_id
     ORDER BY f.score DESC, f.unit_id DESC
 $$;
-COMMENT ON FUNCTION rcll.recall_candidates(text, text, vector, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, integer, integer, double precision, double precision, double precision, double precision, integer)
-    IS 'Recall without the rerank: the dense, lexical, graph and temporal channels (each at most channel_limit units, all filtered before ranking) fused by reciprocal rank fusion, score = sum of weight / (k + rank). Each row: the unit, its axes, the fused score and its rank in each channel (NULL = not found there). rooms NULL = every room; as_of NULL = ignore validity; thread NULL = every thread. Without query_embedding the dense channel is skipped (NOTICE).';
+COMMENT ON FUNCTION rcll.recall_candidates(text, text, vector, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, integer, integer, double precision, double precision, double precision, double precision, double precision, integer)
+    IS 'Recall without the rerank: the dense, lexical, graph and temporal channels and the context channel (dense hits read with the chunk before them; each at most channel_limit units, all filtered before ranking) fused by reciprocal rank fusion, score = sum of weight / (k + rank). Each row: the unit, its axes, the fused score, its rank in each channel (NULL = not found there) and context, the text of the chunk before it in its document when that chunk passes the same filters (the reranker''s second view). rooms NULL = every room; as_of NULL = ignore validity; thread NULL = every thread. Without query_embedding the dense channel is skipped (NOTICE).';
