@@ -1,6 +1,6 @@
 """Recall latency on synthetic agent-fleet stores: p50/p95 per channel, fused, and per recall phase.
 
-    .venv/bin/python bench/recall.py [--sizes 10000,100000] [--queries 60] [--rerank-depth 50]
+    .venv/bin/python bench/recall.py [--sizes 10000,100000] [--queries 60] [--configs DEPTH:CONTEXT_DEPTH,...]
 
 Builds a fresh embedded PG 18 cluster in /tmp, and for each size a store that looks like a fleet's:
 clustered 384-d unit vectors (200 topics), text drawn from LoCoMo's real English vocabulary with its
@@ -15,6 +15,7 @@ vector drawn near the query's topic (the synthetic store's vectors are not bge's
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -33,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
 from rcll import cluster, install, models
 from rcll.db import configure
-from rcll.recall import recall
+from rcll.recall import DEFAULT_CONTEXT_DEPTH, DEFAULT_RERANK_DEPTH, recall
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from locomo.dataset import DEFAULT_PATH as LOCOMO
@@ -85,9 +86,15 @@ def build(conn: psycopg.Connection[Any], n: int, seed: int = 7) -> dict[str, Any
     ent_p = 1.0 / np.arange(1, n_ent + 1) ** 1.1
     ent_p /= ent_p.sum()
 
+    # Units come in documents of 1-19 consecutive chunks (a conversation, a long note), so the
+    # rerank's context view reads the chunk before most of them; room and author are per document.
+    doc_of = np.repeat(np.arange(n), rng.integers(1, 20, size=n))[:n]
+    chunk_of = np.arange(n) - np.searchsorted(doc_of, doc_of)
+    n_docs = int(doc_of[-1]) + 1
     rooms = ["engineering", "operations", "product"] + [f"room-{i}" for i in range(200)]
     room_p = np.array([0.40, 0.25, 0.15] + [0.20 / 200] * 200)
-    room_of = rng.choice(len(rooms), size=n, p=room_p)
+    room_of = rng.choice(len(rooms), size=n_docs, p=room_p)[doc_of]
+    author_of = rng.integers(0, 10, size=n_docs)[doc_of]
     authors = [f"agent-{i}" for i in range(10)]
     t0 = np.datetime64("2024-06-01T00:00:00")
     ages = rng.integers(0, 730 * 86400, size=n)
@@ -113,11 +120,17 @@ def build(conn: psycopg.Connection[Any], n: int, seed: int = 7) -> dict[str, Any
     conn.execute("DROP INDEX rcll.memory_units_embedding_hnsw")
     conn.execute("DROP INDEX rcll.memory_units_lexical_gin")
     prov = json.dumps({"via": "bench"})
-    with conn.cursor() as cur, cur.copy("COPY rcll.memory_units (bank_id, text, embedding, room, author, author_source, valid, mentioned_at, provenance) FROM STDIN") as cp:
+    starts = np.searchsorted(doc_of, np.arange(n_docs + 1))
+    with conn.cursor() as cur, cur.copy("COPY rcll.documents (bank_id, content, content_hash, provenance) FROM STDIN") as cp:
+        for d in range(n_docs):
+            content = "\n".join(texts[starts[d]:starts[d + 1]])
+            cp.write_row((bank_id, content, hashlib.sha256(content.encode()).digest(), prov))
+    doc_ids = [r[0] for r in conn.execute("SELECT document_id FROM rcll.documents WHERE bank_id = %s ORDER BY document_id", (bank_id,))]
+    with conn.cursor() as cur, cur.copy("COPY rcll.memory_units (bank_id, document_id, chunk_index, text, embedding, room, author, author_source, valid, mentioned_at, provenance) FROM STDIN") as cp:
         for i in range(n):
             when = str(t0 - np.timedelta64(int(ages[i]), "s")) + "+00"
-            cp.write_row((bank_id, texts[i], vecs[i], rooms[room_of[i]], authors[i % 10], "self_declared",
-                          f"[{when},)", when, prov))
+            cp.write_row((bank_id, doc_ids[doc_of[i]], int(chunk_of[i]), texts[i], vecs[i], rooms[room_of[i]],
+                          authors[author_of[i]], "self_declared", f"[{when},)", when, prov))
     ids = [r[0] for r in conn.execute("SELECT unit_id FROM rcll.memory_units WHERE bank_id = %s ORDER BY unit_id", (bank_id,))]
     with conn.cursor() as cur, cur.copy("COPY rcll.entities (bank_id, name, mention_count) FROM STDIN") as cp:
         mentions = Counter(e for es in unit_ents for e in es)
@@ -189,7 +202,8 @@ CHANNELS = {
     "lexical": "SELECT count(*) FROM rcll.channel_lexical(%(q)s, %(bank)s, rooms => %(rooms)s, authors => %(authors)s)",
     "graph": "SELECT count(*) FROM rcll.channel_graph(%(q)s, %(bank)s, rooms => %(rooms)s, authors => %(authors)s)",
     "temporal": "SELECT count(*) FROM rcll.channel_temporal(%(q)s, %(bank)s, rooms => %(rooms)s, authors => %(authors)s, reference_time => '2024-06-01', query_embedding => %(qe)s)",
-    "fused (4 channels + RRF)": "SELECT count(*) FROM rcll.recall_candidates(%(q)s, %(bank)s, query_embedding => %(qe)s, rooms => %(rooms)s, authors => %(authors)s, reference_time => '2024-06-01')",
+    "dense + context": "SELECT count(*) FROM rcll.channel_context(%(qe)s, ARRAY(SELECT unit_id FROM rcll.channel_dense(%(qe)s, %(bank)s, rooms => %(rooms)s, authors => %(authors)s)), %(bank)s, rooms => %(rooms)s, authors => %(authors)s)",
+    "fused (5 channels + RRF)": "SELECT count(*) FROM rcll.recall_candidates(%(q)s, %(bank)s, query_embedding => %(qe)s, rooms => %(rooms)s, authors => %(authors)s, reference_time => '2024-06-01')",
 }
 CHANNELS["dense"] = CHANNELS["dense"].replace(", reference_time => '2024-06-01'", "")
 
@@ -205,7 +219,42 @@ def pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, round(p * (len(xs) - 1)))]
 
 
-def measure(conn: psycopg.Connection[Any], qs: list[dict[str, Any]], rerank_depth: int) -> list[list[Any]]:
+def _measure_recall(conn: psycopg.Connection[Any], qs: list[dict[str, Any]], backend: int, emb: Any,
+                    rerank_depth: int, context_depth: int) -> list[list[Any]]:
+    """Full recall per phase, one rerank configuration."""
+    rows: list[list[Any]] = []
+    phases: dict[str, list[float]] = {"embed": [], "sql": [], "rerank": [], "cut": [], "total": []}
+    cpus: dict[str, list[float]] = {k: [] for k in phases}
+    for q in qs:
+        c0 = time.process_time()
+        t = time.perf_counter()
+        emb.embed_query(q["text"])
+        embed_ms = (time.perf_counter() - t) * 1000
+        embed_cpu = (time.process_time() - c0) * 1000
+        b0 = cpu_ns(backend)
+        c0 = time.process_time()
+        r = recall(conn, q["text"], BANK, query_embedding=q["qe"], rerank_depth=rerank_depth,
+                   context_depth=context_depth, reference_time="2024-06-01", **q["filters"])
+        client_cpu = (time.process_time() - c0) * 1000
+        sql_cpu = (cpu_ns(backend) - b0) / 1e6
+        for k, v in (("embed", embed_ms), ("sql", r.timings.sql), ("rerank", r.timings.rerank), ("cut", r.timings.cut)):
+            phases[k].append(v)
+        phases["total"].append(embed_ms + r.timings.sql + r.timings.rerank + r.timings.cut)
+        # Client CPU of recall() is almost all rerank (2 intra-op threads: CPU ms / 2 is about
+        # the wall time on an idle machine).
+        cpus["embed"].append(embed_cpu)
+        cpus["sql"].append(sql_cpu)
+        cpus["rerank"].append(client_cpu)
+        cpus["total"].append(embed_cpu + sql_cpu + client_cpu)
+    for k, v in phases.items():
+        label = f"recall {k}" + (f" (depth {rerank_depth}, context view {context_depth})" if k == "rerank" else "")
+        label += f" [{rerank_depth}:{context_depth}]" if k == "total" else ""
+        rows.append([label, statistics.median(v), pct(v, 0.95), statistics.median(cpus[k]) if cpus[k] else "", ""])
+    return rows
+
+
+def measure(conn: psycopg.Connection[Any], qs: list[dict[str, Any]],
+            configs: list[tuple[int, ...]]) -> list[list[Any]]:
     """Rows: phase, wall p50, wall p95, CPU p50 (the work itself, free of the machine's load),
     wall p50 by filter kind."""
     rows: list[list[Any]] = []
@@ -229,32 +278,8 @@ def measure(conn: psycopg.Connection[Any], qs: list[dict[str, Any]], rerank_dept
                      " ".join(f"{k}:{statistics.median(v):.1f}" for k, v in sorted(by_kind.items()))])
     emb = models.get_embedder()
     models.get_reranker()
-    phases: dict[str, list[float]] = {"embed": [], "sql": [], "rerank": [], "cut": [], "total": []}
-    cpus: dict[str, list[float]] = {k: [] for k in phases}
-    for q in qs:
-        c0 = time.process_time()
-        t = time.perf_counter()
-        emb.embed_query(q["text"])
-        embed_ms = (time.perf_counter() - t) * 1000
-        embed_cpu = (time.process_time() - c0) * 1000
-        b0 = cpu_ns(backend)
-        c0 = time.process_time()
-        r = recall(conn, q["text"], BANK, query_embedding=q["qe"], rerank_depth=rerank_depth,
-                   reference_time="2024-06-01", **q["filters"])
-        client_cpu = (time.process_time() - c0) * 1000
-        sql_cpu = (cpu_ns(backend) - b0) / 1e6
-        for k, v in (("embed", embed_ms), ("sql", r.timings.sql), ("rerank", r.timings.rerank), ("cut", r.timings.cut)):
-            phases[k].append(v)
-        phases["total"].append(embed_ms + r.timings.sql + r.timings.rerank + r.timings.cut)
-        # Client CPU of recall() is almost all rerank (2 intra-op threads: CPU ms / 2 is about
-        # the wall time on an idle machine).
-        cpus["embed"].append(embed_cpu)
-        cpus["sql"].append(sql_cpu)
-        cpus["rerank"].append(client_cpu)
-        cpus["total"].append(embed_cpu + sql_cpu + client_cpu)
-    for k, v in phases.items():
-        label = f"recall {k}" + (f" (depth {rerank_depth})" if k == "rerank" else "")
-        rows.append([label, statistics.median(v), pct(v, 0.95), statistics.median(cpus[k]) if cpus[k] else "", ""])
+    for depth, context_depth in configs:
+        rows += _measure_recall(conn, qs, backend, emb, depth, context_depth)
     return rows
 
 
@@ -287,7 +312,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="10000,100000")
     ap.add_argument("--queries", type=int, default=60)
-    ap.add_argument("--rerank-depth", type=int, default=50)
+    ap.add_argument("--configs", default=f"{DEFAULT_RERANK_DEPTH}:{DEFAULT_CONTEXT_DEPTH}",
+                    help="rerank configurations to time, DEPTH:CONTEXT_DEPTH,... (default: the shipped one)")
     ap.add_argument("--port", type=int, default=55530)
     ap.add_argument("--keep", action="store_true", help="keep the cluster (in /tmp) for EXPLAIN")
     args = ap.parse_args()
@@ -309,7 +335,8 @@ def main() -> int:
                 load = " ".join(f"{x:.1f}" for x in os.getloadavg())
                 print(f"\n{n:,} units: built in {time.perf_counter() - t:.0f} s (indexes {d['index_s']:.0f} s); load average {load}", flush=True)
                 qs = queries(d, args.queries)
-                rows = measure(conn, qs, args.rerank_depth)
+                configs = [tuple(int(x) for x in c.split(":")) for c in args.configs.split(",")]
+                rows = measure(conn, qs, configs)
                 print(table(["phase", "wall p50 ms", "wall p95 ms", "CPU p50 ms", "wall p50 by filter (ms)"], rows), flush=True)
                 print("\ndense routing: exact scan vs HNSW iterative scan (300 results)")
                 print(table(["filter", "queries", "exact p50 ms", "HNSW p50 ms", "HNSW recall@10 vs exact"],

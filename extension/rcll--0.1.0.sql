@@ -1914,7 +1914,8 @@ CREATE OR REPLACE FUNCTION rcll._in_scope(
     as_of                timestamptz)
 RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
+-- No SET clause: that would stop the planner from inlining it into the caller's query (it reads no
+-- table and calls no function; only built-in operators, which pg_catalog resolves first).
 AS $$
     -- The filters every channel applies before ranking, for one unit. rooms are already expanded
     -- (rcll._expand_rooms) and authors resolved (rcll._recall_authors); NULL = no filter.
@@ -2068,6 +2069,16 @@ COMMENT ON FUNCTION rcll.channel_dense(vector, text, text[], text[], boolean, bo
 -- to a matching question comes back even when its own words do not match. It costs nothing at
 -- write time: it starts from the dense channel's hits, and adds the chunk after each of them.
 
+CREATE OR REPLACE FUNCTION rcll._last_words(t text, n integer)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT array_to_string(w[greatest(cardinality(w) - n + 1, 1):], ' ')
+    FROM regexp_split_to_array(btrim(t, E' \t\r\n'), '\s+') AS w
+$$;
+COMMENT ON FUNCTION rcll._last_words(text, integer) IS 'Internal: the last n whitespace-separated words of a text, joined by single spaces.';
+
 CREATE OR REPLACE FUNCTION rcll.preceding_units(
     unit_ids             bigint[],
     bank                 text,
@@ -2136,37 +2147,36 @@ BEGIN
     IF q IS NULL OR lim = 0 OR seeds IS NULL THEN
         RETURN;
     END IF;
-    -- Candidates: the seeds (the dense channel's hits) and the chunk after each, all passing
-    -- the filters (seeds are checked again: a caller may pass any ids). Score: the mean of a unit's similarity and its
-    -- predecessor's (in scope); a unit without one counts its own twice.
+    -- Candidates: the seeds (the dense channel's hits) and the chunk after each; score: the
+    -- mean of a unit's similarity and its predecessor's, a unit without one counting its own
+    -- twice. Every unit read passes the filters (seeds too: a caller may pass any ids). One
+    -- index range scan per seed fetches both of its neighbours.
     RETURN QUERY
     WITH s AS (
-        SELECT u.unit_id, u.document_id, u.chunk_index FROM rcll.memory_units u
-        WHERE u.unit_id = ANY (channel_context.seeds)
+        SELECT u.unit_id, u.document_id, u.chunk_index, 1 - (u.embedding OPERATOR(public.<=>) q) AS sim
+        FROM rcll.memory_units u
+        WHERE u.unit_id = ANY (channel_context.seeds) AND u.embedding IS NOT NULL
           AND rcll._in_scope(u, b, rs, auth, channel_context.include_unattributed, channel_context.halls,
-                             channel_context.layers, channel_context.tags_any, channel_context.tags_all,
-                             channel_context.thread, channel_context.as_of)
-    ), c AS (
-        SELECT s.unit_id FROM s
-        UNION
-        SELECT n.unit_id FROM s
-        JOIN rcll.memory_units n ON n.document_id = s.document_id AND n.chunk_index = s.chunk_index + 1
-        WHERE rcll._in_scope(n, b, rs, auth, channel_context.include_unattributed, channel_context.halls,
-                             channel_context.layers, channel_context.tags_any, channel_context.tags_all,
-                             channel_context.thread, channel_context.as_of)
-    ), scored AS (
-        SELECT u.unit_id,
-               1 - ((u.embedding OPERATOR(public.<=>) q)
-                    + coalesce(p.embedding OPERATOR(public.<=>) q, u.embedding OPERATOR(public.<=>) q)) / 2 AS score
-        FROM c
-        JOIN rcll.memory_units u ON u.unit_id = c.unit_id
-        LEFT JOIN LATERAL (
-            SELECT p.embedding FROM rcll.memory_units p
-            WHERE p.document_id = u.document_id AND p.chunk_index = u.chunk_index - 1
-              AND rcll._in_scope(p, b, rs, auth, channel_context.include_unattributed, channel_context.halls,
                                  channel_context.layers, channel_context.tags_any, channel_context.tags_all,
-                                 channel_context.thread, channel_context.as_of)) p ON true
-        WHERE u.embedding IS NOT NULL
+                                 channel_context.thread, channel_context.as_of)
+    ), w AS (
+        SELECT DISTINCT n.unit_id, n.document_id, n.chunk_index, 1 - (n.embedding OPERATOR(public.<=>) q) AS sim
+        FROM s JOIN rcll.memory_units n
+          ON n.document_id = s.document_id AND n.chunk_index IN (s.chunk_index - 1, s.chunk_index + 1)
+        WHERE n.embedding IS NOT NULL
+          AND rcll._in_scope(n, b, rs, auth, channel_context.include_unattributed, channel_context.halls,
+                                 channel_context.layers, channel_context.tags_any, channel_context.tags_all,
+                                 channel_context.thread, channel_context.as_of)
+    ), known AS (
+        SELECT s.unit_id, s.document_id, s.chunk_index, s.sim FROM s
+        UNION SELECT w.unit_id, w.document_id, w.chunk_index, w.sim FROM w
+    ), c AS (
+        SELECT s.unit_id, s.document_id, s.chunk_index, s.sim FROM s
+        UNION SELECT w.unit_id, w.document_id, w.chunk_index, w.sim FROM w
+        JOIN s ON s.document_id = w.document_id AND w.chunk_index = s.chunk_index + 1
+    ), scored AS (
+        SELECT c.unit_id, (c.sim + coalesce(p.sim, c.sim)) / 2 AS score
+        FROM c LEFT JOIN known p ON p.document_id = c.document_id AND p.chunk_index = c.chunk_index - 1
     )
     SELECT r.unit_id, r.score, r.rank FROM (
         SELECT scored.unit_id, scored.score,
@@ -2255,7 +2265,11 @@ BEGIN
 
     RETURN QUERY
     WITH cand AS MATERIALIZED (
-        SELECT u.unit_id, u.lexical, u.lexical_length,
+        -- Only the query's lexemes, with their positions: marking them with weight A and
+        -- filtering on it is ~3x cheaper than unnesting the whole tsvector of every candidate,
+        -- and keeps the whole tsvector out of the materialised candidates. (lexical carries no
+        -- weights - the units_lexical trigger writes plain to_tsvector - so nothing else is A.)
+        SELECT u.unit_id, ts_filter(setweight(u.lexical, 'A', terms), '{a}') AS qlex, u.lexical_length,
                ((rs IS NULL OR u.room = ANY (rs))
                 AND (auth IS NULL OR u.author = ANY (auth) OR (channel_lexical.include_unattributed AND u.author IS NULL))
                 AND (channel_lexical.halls IS NULL OR u.hall = ANY (channel_lexical.halls))
@@ -2269,9 +2283,7 @@ BEGIN
     ), hits AS MATERIALIZED (
         SELECT c.unit_id, c.keep, c.lexical_length AS dl, t.lexeme,
                coalesce(array_length(t.positions, 1), 1)::double precision AS tf
-        -- Only the query's lexemes, with their positions: marking them with weight A and
-        -- filtering on it is ~3x cheaper than unnesting the whole tsvector of every candidate.
-        FROM cand c, unnest(ts_filter(setweight(setweight(c.lexical, 'D'), 'A', terms), '{a}')) t
+        FROM cand c, unnest(c.qlex) t
     ), df AS (
         -- Per-bank document frequency: counted (exact) for candidate-generating terms, estimated
         -- from ANALYZE for the pruned common ones. The bank (not the filtered set) is the corpus.
@@ -2866,9 +2878,11 @@ AS $$
                 'recall: dense channel skipped: no query_embedding was passed',
                 'Pass query_embedding (the rcll Python client does), or let rcll.recall embed the query in the database (SELECT rcll.enable_in_database_models(...)).'))
     ), ctx AS (
-        -- Context: the dense hits and the chunk after each, scored with the chunk before them.
+        -- Context: the top 100 dense hits and the chunk after each, scored with the chunk before
+        -- them (seeding it with all 300 hits adds 0.008 R@50 on LoCoMo for 3x its time).
         SELECT c.unit_id, c.rank FROM rcll.channel_context(
-            recall_candidates.query_embedding, (SELECT array_agg(d.unit_id) FROM d), recall_candidates.bank,
+            recall_candidates.query_embedding, (SELECT array_agg(d.unit_id) FROM d WHERE d.rank <= 100),
+            recall_candidates.bank,
             recall_candidates.rooms, recall_candidates.authors, recall_candidates.mine,
             recall_candidates.include_unattributed, recall_candidates.halls, recall_candidates.layers,
             recall_candidates.tags_any, recall_candidates.tags_all, recall_candidates.thread, recall_candidates.as_of,
@@ -2917,7 +2931,10 @@ AS $$
         LIMIT greatest(coalesce(recall_candidates."limit", 100), 0)
     )
     SELECT u.unit_id, u.text, u.room, u.hall, u.layer, u.author, u.thread, u.tags, u.valid, u.occurred_start,
-           u.mentioned_at, u.document_id, u.provenance, f.score, f.rd, f.rl, f.rg, f.rt, f.rx, p.preceding_text
+           u.mentioned_at, u.document_id, u.provenance, f.score, f.rd, f.rl, f.rg, f.rt, f.rx,
+           -- the end of the chunk before: what this one answers or continues (16 words keep the
+           -- cross-encoder's second view short; on LoCoMo the whole chunk scored no better)
+           rcll._last_words(p.preceding_text, 16)
     FROM fused f JOIN rcll.memory_units u ON u.unit_id = f.unit_id
     LEFT JOIN rcll.preceding_units(
         (SELECT array_agg(fused.unit_id) FROM fused), recall_candidates.bank, recall_candidates.rooms,
@@ -2927,7 +2944,7 @@ AS $$
     ORDER BY f.score DESC, f.unit_id DESC
 $$;
 COMMENT ON FUNCTION rcll.recall_candidates(text, text, vector, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, integer, integer, double precision, double precision, double precision, double precision, double precision, integer)
-    IS 'Recall without the rerank: the dense, lexical, graph and temporal channels and the context channel (dense hits read with the chunk before them; each at most channel_limit units, all filtered before ranking) fused by reciprocal rank fusion, score = sum of weight / (k + rank). Each row: the unit, its axes, the fused score, its rank in each channel (NULL = not found there) and context, the text of the chunk before it in its document when that chunk passes the same filters (the reranker''s second view). rooms NULL = every room; as_of NULL = ignore validity; thread NULL = every thread. Without query_embedding the dense channel is skipped (NOTICE).';
+    IS 'Recall without the rerank: the dense, lexical, graph and temporal channels and the context channel (dense hits read with the chunk before them; each at most channel_limit units, all filtered before ranking) fused by reciprocal rank fusion, score = sum of weight / (k + rank). Each row: the unit, its axes, the fused score, its rank in each channel (NULL = not found there) and context, the last 16 words of the chunk before it in its document when that chunk passes the same filters (the reranker''s second view). rooms NULL = every room; as_of NULL = ignore validity; thread NULL = every thread. Without query_embedding the dense channel is skipped (NOTICE).';
 
 
 -- functions 160-recall.sql
@@ -2961,8 +2978,8 @@ CREATE OR REPLACE FUNCTION rcll._recall_ranked(
     temporal_weight      double precision DEFAULT 1.0,
     context_weight       double precision DEFAULT 1.0,
     "limit"              integer DEFAULT 100,
-    rerank_depth         integer DEFAULT 50,
-    context_depth        integer DEFAULT 20,
+    rerank_depth         integer DEFAULT 40,
+    context_depth        integer DEFAULT 15,
     budget               integer DEFAULT 4096)
 RETURNS TABLE (unit_id bigint, fused_score double precision, rank_dense integer, rank_lexical integer,
                rank_graph integer, rank_temporal integer, rank_context integer, rerank_score real,
@@ -3101,8 +3118,8 @@ CREATE OR REPLACE FUNCTION rcll.recall(
     temporal_weight      double precision DEFAULT 1.0,
     context_weight       double precision DEFAULT 1.0,
     "limit"              integer DEFAULT 100,
-    rerank_depth         integer DEFAULT 50,
-    context_depth        integer DEFAULT 20,
+    rerank_depth         integer DEFAULT 40,
+    context_depth        integer DEFAULT 15,
     budget               integer DEFAULT 4096)
 RETURNS TABLE (unit_id bigint, text text, room text, hall text, layer text, author text, thread text,
                tags text[], valid tstzrange, occurred_start timestamptz, mentioned_at timestamptz,

@@ -105,6 +105,16 @@ def test_candidates_carry_context_and_rank_context(db: psycopg.Connection[Any]) 
     assert all(f.rank_context is None for f in no_ctx)
 
 
+def test_context_is_the_end_of_the_chunk_before(db: psycopg.Connection[Any]) -> None:
+    ids = seed(db)
+    long = " ".join(f"w{i}" for i in range(40))
+    db.execute("UPDATE rcll.memory_units SET text = %s WHERE unit_id = %s", (long + "\n ", ids[0]))
+    qe = models.get_embedder().embed_query(QUERY)
+    facts = {f.unit_id: f for f in candidates(db, QUERY, BANK, query_embedding=qe)}
+    assert facts[ids[1]].context == " ".join(f"w{i}" for i in range(24, 40))
+    assert db.execute("SELECT rcll._last_words(E'  a\tb\n c  ', 2), rcll._last_words('a b', 5)").fetchone() == ("b c", "a b")
+
+
 class _Scores:
     """A deterministic stand-in for the cross-encoder: a fixed score per passage."""
 

@@ -135,7 +135,9 @@ def recall_dict(result: Any) -> dict[str, Any]:
     if hasattr(result, "as_dict"):
         return dict(_plain(result.as_dict()))
     timings = _plain(result.timings)
-    facts = [{k: v for k, v in _plain(f).items()} for f in result.facts]
+    # context (the chunk before a fact, which the reranker read) stays out: the token budget
+    # counts fact text only, and that chunk is returned on its own when it is relevant.
+    facts = [{k: v for k, v in _plain(f).items() if k != "context"} for f in result.facts]
     return {"facts": facts, "candidates": result.candidates, "tokens": result.tokens, "timings_ms": timings}
 
 

@@ -146,7 +146,9 @@ def cmd_recall(args: argparse.Namespace) -> int:
     if args.mine:
         filters["mine"] = True
     with connect(args.dsn) as conn:
-        result = recall(conn, args.query, args.bank, budget=args.budget, **filters)
+        depths = {k: v for k, v in {"rerank_depth": args.rerank_depth,
+                                    "context_depth": args.context_depth}.items() if v is not None}
+        result = recall(conn, args.query, args.bank, budget=args.budget, **depths, **filters)
     data = recall_dict(result)
     if args.json:
         print(json.dumps(data, default=str))
@@ -402,6 +404,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--thread")
     s.add_argument("--mine", action="store_true")
     s.add_argument("--budget", type=int, default=4096)
+    s.add_argument("--rerank-depth", type=int,
+                   help="candidates the cross-encoder reads (default: rcll.recall.DEFAULT_RERANK_DEPTH; 0 = no rerank)")
+    s.add_argument("--context-depth", type=int,
+                   help="of those, how many it reads again with the chunk before them (default: DEFAULT_CONTEXT_DEPTH)")
     s.add_argument("query")
     s.set_defaults(func=cmd_recall)
 

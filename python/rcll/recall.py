@@ -33,12 +33,14 @@ __all__ = [
     "rerank",
 ]
 
-# Cross-encoder depth: on LoCoMo (bench/locomo/run.py) depth 50 keeps most of the rerank's gain
-# at about half the latency of depth 100 on 2 CPU cores (~7 ms per pair); see the README table.
-DEFAULT_RERANK_DEPTH = 50
-# The cross-encoder's second view: the top `context_depth` of the first view are read again with
-# the chunk before them ("<previous chunk> / <chunk>") and ranked by the mean of both logits.
-DEFAULT_CONTEXT_DEPTH = 20
+# The rerank reads the top DEFAULT_RERANK_DEPTH fused candidates as "<chunk>" (first view), then
+# the top DEFAULT_CONTEXT_DEPTH of its order again as "<end of the chunk before> / <chunk>" (second
+# view), those ordered by the mean of both logits. Chosen on LoCoMo (all 1,536 questions,
+# bench/locomo/run.py and RESEARCH.md) under the 500 ms p50 budget at 100k units on 2 cores
+# (bench/recall.py): the second view is the largest single gain (+0.03 nDCG@5), most of it from
+# the first 10-15 re-read; depth 50 over 40 adds 0.002 nDCG@5 for ~60 ms more. See the README.
+DEFAULT_RERANK_DEPTH = 40
+DEFAULT_CONTEXT_DEPTH = 15
 NOW = "now"  # passed as a timestamptz literal: the server's transaction time, like the SQL default
 
 _CANDIDATES = """
@@ -85,7 +87,7 @@ class Fact:
     rank_graph: int | None
     rank_temporal: int | None
     rank_context: int | None = None
-    context: str | None = None  # the chunk before this one in its document (in scope), if any
+    context: str | None = None  # the end (16 words) of the chunk before this one in its document, in scope
     rerank_score: float | None = None
     tokens: int = 0
 

@@ -42,7 +42,8 @@ CREATE OR REPLACE FUNCTION rcll._in_scope(
     as_of                timestamptz)
 RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
+-- No SET clause: that would stop the planner from inlining it into the caller's query (it reads no
+-- table and calls no function; only built-in operators, which pg_catalog resolves first).
 AS $$
     -- The filters every channel applies before ranking, for one unit. rooms are already expanded
     -- (rcll._expand_rooms) and authors resolved (rcll._recall_authors); NULL = no filter.

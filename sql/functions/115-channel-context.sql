@@ -6,6 +6,16 @@
 -- to a matching question comes back even when its own words do not match. It costs nothing at
 -- write time: it starts from the dense channel's hits, and adds the chunk after each of them.
 
+CREATE OR REPLACE FUNCTION rcll._last_words(t text, n integer)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT array_to_string(w[greatest(cardinality(w) - n + 1, 1):], ' ')
+    FROM regexp_split_to_array(btrim(t, E' \t\r\n'), '\s+') AS w
+$$;
+COMMENT ON FUNCTION rcll._last_words(text, integer) IS 'Internal: the last n whitespace-separated words of a text, joined by single spaces.';
+
 CREATE OR REPLACE FUNCTION rcll.preceding_units(
     unit_ids             bigint[],
     bank                 text,
@@ -74,37 +84,36 @@ BEGIN
     IF q IS NULL OR lim = 0 OR seeds IS NULL THEN
         RETURN;
     END IF;
-    -- Candidates: the seeds (the dense channel's hits) and the chunk after each, all passing
-    -- the filters (seeds are checked again: a caller may pass any ids). Score: the mean of a unit's similarity and its
-    -- predecessor's (in scope); a unit without one counts its own twice.
+    -- Candidates: the seeds (the dense channel's hits) and the chunk after each; score: the
+    -- mean of a unit's similarity and its predecessor's, a unit without one counting its own
+    -- twice. Every unit read passes the filters (seeds too: a caller may pass any ids). One
+    -- index range scan per seed fetches both of its neighbours.
     RETURN QUERY
     WITH s AS (
-        SELECT u.unit_id, u.document_id, u.chunk_index FROM rcll.memory_units u
-        WHERE u.unit_id = ANY (channel_context.seeds)
+        SELECT u.unit_id, u.document_id, u.chunk_index, 1 - (u.embedding OPERATOR(public.<=>) q) AS sim
+        FROM rcll.memory_units u
+        WHERE u.unit_id = ANY (channel_context.seeds) AND u.embedding IS NOT NULL
           AND rcll._in_scope(u, b, rs, auth, channel_context.include_unattributed, channel_context.halls,
-                             channel_context.layers, channel_context.tags_any, channel_context.tags_all,
-                             channel_context.thread, channel_context.as_of)
-    ), c AS (
-        SELECT s.unit_id FROM s
-        UNION
-        SELECT n.unit_id FROM s
-        JOIN rcll.memory_units n ON n.document_id = s.document_id AND n.chunk_index = s.chunk_index + 1
-        WHERE rcll._in_scope(n, b, rs, auth, channel_context.include_unattributed, channel_context.halls,
-                             channel_context.layers, channel_context.tags_any, channel_context.tags_all,
-                             channel_context.thread, channel_context.as_of)
-    ), scored AS (
-        SELECT u.unit_id,
-               1 - ((u.embedding OPERATOR(public.<=>) q)
-                    + coalesce(p.embedding OPERATOR(public.<=>) q, u.embedding OPERATOR(public.<=>) q)) / 2 AS score
-        FROM c
-        JOIN rcll.memory_units u ON u.unit_id = c.unit_id
-        LEFT JOIN LATERAL (
-            SELECT p.embedding FROM rcll.memory_units p
-            WHERE p.document_id = u.document_id AND p.chunk_index = u.chunk_index - 1
-              AND rcll._in_scope(p, b, rs, auth, channel_context.include_unattributed, channel_context.halls,
                                  channel_context.layers, channel_context.tags_any, channel_context.tags_all,
-                                 channel_context.thread, channel_context.as_of)) p ON true
-        WHERE u.embedding IS NOT NULL
+                                 channel_context.thread, channel_context.as_of)
+    ), w AS (
+        SELECT DISTINCT n.unit_id, n.document_id, n.chunk_index, 1 - (n.embedding OPERATOR(public.<=>) q) AS sim
+        FROM s JOIN rcll.memory_units n
+          ON n.document_id = s.document_id AND n.chunk_index IN (s.chunk_index - 1, s.chunk_index + 1)
+        WHERE n.embedding IS NOT NULL
+          AND rcll._in_scope(n, b, rs, auth, channel_context.include_unattributed, channel_context.halls,
+                                 channel_context.layers, channel_context.tags_any, channel_context.tags_all,
+                                 channel_context.thread, channel_context.as_of)
+    ), known AS (
+        SELECT s.unit_id, s.document_id, s.chunk_index, s.sim FROM s
+        UNION SELECT w.unit_id, w.document_id, w.chunk_index, w.sim FROM w
+    ), c AS (
+        SELECT s.unit_id, s.document_id, s.chunk_index, s.sim FROM s
+        UNION SELECT w.unit_id, w.document_id, w.chunk_index, w.sim FROM w
+        JOIN s ON s.document_id = w.document_id AND w.chunk_index = s.chunk_index + 1
+    ), scored AS (
+        SELECT c.unit_id, (c.sim + coalesce(p.sim, c.sim)) / 2 AS score
+        FROM c LEFT JOIN known p ON p.document_id = c.document_id AND p.chunk_index = c.chunk_index - 1
     )
     SELECT r.unit_id, r.score, r.rank FROM (
         SELECT scored.unit_id, scored.score,

@@ -28,8 +28,8 @@ CREATE OR REPLACE FUNCTION rcll._recall_ranked(
     temporal_weight      double precision DEFAULT 1.0,
     context_weight       double precision DEFAULT 1.0,
     "limit"              integer DEFAULT 100,
-    rerank_depth         integer DEFAULT 50,
-    context_depth        integer DEFAULT 20,
+    rerank_depth         integer DEFAULT 40,
+    context_depth        integer DEFAULT 15,
     budget               integer DEFAULT 4096)
 RETURNS TABLE (unit_id bigint, fused_score double precision, rank_dense integer, rank_lexical integer,
                rank_graph integer, rank_temporal integer, rank_context integer, rerank_score real,
@@ -168,8 +168,8 @@ CREATE OR REPLACE FUNCTION rcll.recall(
     temporal_weight      double precision DEFAULT 1.0,
     context_weight       double precision DEFAULT 1.0,
     "limit"              integer DEFAULT 100,
-    rerank_depth         integer DEFAULT 50,
-    context_depth        integer DEFAULT 20,
+    rerank_depth         integer DEFAULT 40,
+    context_depth        integer DEFAULT 15,
     budget               integer DEFAULT 4096)
 RETURNS TABLE (unit_id bigint, text text, room text, hall text, layer text, author text, thread text,
                tags text[], valid tstzrange, occurred_start timestamptz, mentioned_at timestamptz,
