@@ -202,7 +202,8 @@ CHANNELS = {
     "lexical": "SELECT count(*) FROM rcll.channel_lexical(%(q)s, %(bank)s, rooms => %(rooms)s, authors => %(authors)s)",
     "graph": "SELECT count(*) FROM rcll.channel_graph(%(q)s, %(bank)s, rooms => %(rooms)s, authors => %(authors)s)",
     "temporal": "SELECT count(*) FROM rcll.channel_temporal(%(q)s, %(bank)s, rooms => %(rooms)s, authors => %(authors)s, reference_time => '2024-06-01', query_embedding => %(qe)s)",
-    "dense + context": "SELECT count(*) FROM rcll.channel_context(%(qe)s, ARRAY(SELECT unit_id FROM rcll.channel_dense(%(qe)s, %(bank)s, rooms => %(rooms)s, authors => %(authors)s)), %(bank)s, rooms => %(rooms)s, authors => %(authors)s)",
+    # as recall_candidates runs it: seeded with the dense channel's top 100
+    "dense + context": "SELECT count(*) FROM rcll.channel_context(%(qe)s, ARRAY(SELECT unit_id FROM rcll.channel_dense(%(qe)s, %(bank)s, rooms => %(rooms)s, authors => %(authors)s) WHERE rank <= 100), %(bank)s, rooms => %(rooms)s, authors => %(authors)s)",
     "fused (5 channels + RRF)": "SELECT count(*) FROM rcll.recall_candidates(%(q)s, %(bank)s, query_embedding => %(qe)s, rooms => %(rooms)s, authors => %(authors)s, reference_time => '2024-06-01')",
 }
 CHANNELS["dense"] = CHANNELS["dense"].replace(", reference_time => '2024-06-01'", "")
