@@ -151,7 +151,7 @@ def test_in_database_rerank_agrees_with_the_client(pg15: Leg) -> None:
             sql_rows = db.execute("SELECT unit_id, rerank_score FROM rcll.recall(%s, bank => 'b', budget => NULL)", (q,)).fetchall()
             client = recall(db, q, "b", budget=None)
             assert [r[0] for r in sql_rows][:3] == [f.unit_id for f in client.facts][:3]
-            for (uid, score), f in zip(sql_rows, client.facts, strict=False):
+            for (_uid, score), f in zip(sql_rows, client.facts, strict=False):
                 assert score == pytest.approx(f.rerank_score, abs=0.5)
             emb = db.execute("SELECT rcll._model_embed_query(%s)", (q,)).fetchone()
             assert emb is not None
