@@ -1917,7 +1917,9 @@ LANGUAGE sql STABLE PARALLEL SAFE
 -- No SET clause: that would stop the planner from inlining it into the caller's query (it reads no
 -- table and calls no function; only built-in operators, which pg_catalog resolves first).
 AS $$
-    -- The filters every channel applies before ranking, for one unit. rooms are already expanded
+    -- The filters every channel applies before ranking, for one unit, the bank included (so a
+    -- channel's WHERE needs no separate bank_id test: once inlined, (u).bank_id = bank_id is a
+    -- plain qual that the (bank_id, ...) indexes serve). rooms are already expanded
     -- (rcll._expand_rooms) and authors resolved (rcll._recall_authors); NULL = no filter.
     SELECT (u).bank_id = _in_scope.bank_id
        AND (_in_scope.rooms IS NULL OR (u).room = ANY (_in_scope.rooms))
@@ -1931,7 +1933,7 @@ AS $$
        AND (_in_scope.as_of IS NULL OR (u).valid @> _in_scope.as_of)
 $$;
 COMMENT ON FUNCTION rcll._in_scope(rcll.memory_units, integer, text[], text[], boolean, text[], text[], text[], text[], text, timestamptz)
-    IS 'Internal: whether a unit passes a recall''s filters (bank, expanded rooms, resolved authors, halls, layers, tags, thread, validity as of). Used where a channel reaches units through a neighbour rather than an index scan.';
+    IS 'Internal: whether a unit passes a recall''s filters (bank, expanded rooms, resolved authors, halls, layers, tags, thread, validity as of). Every channel filters through it; it is inlined into their queries.';
 
 
 -- functions 110-channel-dense.sql
@@ -2004,15 +2006,9 @@ BEGIN
                             OR (auth IS NOT NULL AND channel_dense.include_unattributed)) THEN
         SELECT count(*) INTO n FROM (
             SELECT 1 FROM rcll.memory_units u
-            WHERE u.bank_id = b AND u.embedding IS NOT NULL
-              AND (rs IS NULL OR u.room = ANY (rs))
-              AND (auth IS NULL OR u.author = ANY (auth) OR (channel_dense.include_unattributed AND u.author IS NULL))
-              AND (channel_dense.halls IS NULL OR u.hall = ANY (channel_dense.halls))
-              AND (channel_dense.layers IS NULL OR u.layer = ANY (channel_dense.layers))
-              AND (channel_dense.tags_any IS NULL OR u.tags && channel_dense.tags_any)
-              AND (channel_dense.tags_all IS NULL OR u.tags @> channel_dense.tags_all)
-              AND (channel_dense.thread IS NULL OR u.thread = channel_dense.thread)
-              AND (channel_dense.as_of IS NULL OR u.valid @> channel_dense.as_of)
+            WHERE u.embedding IS NOT NULL
+              AND rcll._in_scope(u, b, rs, auth, channel_dense.include_unattributed, channel_dense.halls, channel_dense.layers,
+                                 channel_dense.tags_any, channel_dense.tags_all, channel_dense.thread, channel_dense.as_of)
             LIMIT exact_below + 1) s;
     END IF;
 
@@ -2022,15 +2018,9 @@ BEGIN
         RETURN QUERY
         WITH f AS MATERIALIZED (
             SELECT u.unit_id, u.embedding FROM rcll.memory_units u
-            WHERE u.bank_id = b AND u.embedding IS NOT NULL
-              AND (rs IS NULL OR u.room = ANY (rs))
-              AND (auth IS NULL OR u.author = ANY (auth) OR (channel_dense.include_unattributed AND u.author IS NULL))
-              AND (channel_dense.halls IS NULL OR u.hall = ANY (channel_dense.halls))
-              AND (channel_dense.layers IS NULL OR u.layer = ANY (channel_dense.layers))
-              AND (channel_dense.tags_any IS NULL OR u.tags && channel_dense.tags_any)
-              AND (channel_dense.tags_all IS NULL OR u.tags @> channel_dense.tags_all)
-              AND (channel_dense.thread IS NULL OR u.thread = channel_dense.thread)
-              AND (channel_dense.as_of IS NULL OR u.valid @> channel_dense.as_of))
+            WHERE u.embedding IS NOT NULL
+              AND rcll._in_scope(u, b, rs, auth, channel_dense.include_unattributed, channel_dense.halls, channel_dense.layers,
+                                 channel_dense.tags_any, channel_dense.tags_all, channel_dense.thread, channel_dense.as_of))
         SELECT d.unit_id, 1 - d.dist, (row_number() OVER (ORDER BY d.dist, d.unit_id))::integer
         FROM (SELECT f.unit_id, f.embedding OPERATOR(public.<=>) q AS dist FROM f ORDER BY 2, 1 LIMIT lim) d
         ORDER BY 3;
@@ -2041,15 +2031,8 @@ BEGIN
         SELECT d.unit_id, 1 - d.dist, (row_number() OVER (ORDER BY d.dist, d.unit_id))::integer
         FROM (
             SELECT u.unit_id, u.embedding OPERATOR(public.<=>) q AS dist FROM rcll.memory_units u
-            WHERE u.bank_id = b
-              AND (rs IS NULL OR u.room = ANY (rs))
-              AND (auth IS NULL OR u.author = ANY (auth) OR (channel_dense.include_unattributed AND u.author IS NULL))
-              AND (channel_dense.halls IS NULL OR u.hall = ANY (channel_dense.halls))
-              AND (channel_dense.layers IS NULL OR u.layer = ANY (channel_dense.layers))
-              AND (channel_dense.tags_any IS NULL OR u.tags && channel_dense.tags_any)
-              AND (channel_dense.tags_all IS NULL OR u.tags @> channel_dense.tags_all)
-              AND (channel_dense.thread IS NULL OR u.thread = channel_dense.thread)
-              AND (channel_dense.as_of IS NULL OR u.valid @> channel_dense.as_of)
+            WHERE rcll._in_scope(u, b, rs, auth, channel_dense.include_unattributed, channel_dense.halls, channel_dense.layers,
+                                 channel_dense.tags_any, channel_dense.tags_all, channel_dense.thread, channel_dense.as_of)
             ORDER BY u.embedding OPERATOR(public.<=>) q
             LIMIT lim) d
         ORDER BY 3;
@@ -2270,14 +2253,8 @@ BEGIN
         -- and keeps the whole tsvector out of the materialised candidates. (lexical carries no
         -- weights - the units_lexical trigger writes plain to_tsvector - so nothing else is A.)
         SELECT u.unit_id, ts_filter(setweight(u.lexical, 'A', terms), '{a}') AS qlex, u.lexical_length,
-               ((rs IS NULL OR u.room = ANY (rs))
-                AND (auth IS NULL OR u.author = ANY (auth) OR (channel_lexical.include_unattributed AND u.author IS NULL))
-                AND (channel_lexical.halls IS NULL OR u.hall = ANY (channel_lexical.halls))
-                AND (channel_lexical.layers IS NULL OR u.layer = ANY (channel_lexical.layers))
-                AND (channel_lexical.tags_any IS NULL OR u.tags && channel_lexical.tags_any)
-                AND (channel_lexical.tags_all IS NULL OR u.tags @> channel_lexical.tags_all)
-                AND (channel_lexical.thread IS NULL OR u.thread = channel_lexical.thread)
-                AND (channel_lexical.as_of IS NULL OR u.valid @> channel_lexical.as_of)) AS keep
+               rcll._in_scope(u, bk, rs, auth, channel_lexical.include_unattributed, channel_lexical.halls, channel_lexical.layers,
+                              channel_lexical.tags_any, channel_lexical.tags_all, channel_lexical.thread, channel_lexical.as_of) AS keep
         FROM rcll.memory_units u
         WHERE u.bank_id = bk AND u.lexical @@ rcll._tsquery_any(gen)
     ), hits AS MATERIALIZED (
@@ -2459,15 +2436,9 @@ BEGIN
                 CROSS JOIN LATERAL (
                     SELECT ue.unit_id FROM rcll.unit_entities ue
                     JOIN rcll.memory_units u ON u.unit_id = ue.unit_id
-                    WHERE ue.entity_id = e.entity_id AND u.bank_id = bk
-                      AND (rs IS NULL OR u.room = ANY (rs))
-                      AND (auth IS NULL OR u.author = ANY (auth) OR (channel_graph.include_unattributed AND u.author IS NULL))
-                      AND (channel_graph.halls IS NULL OR u.hall = ANY (channel_graph.halls))
-                      AND (channel_graph.layers IS NULL OR u.layer = ANY (channel_graph.layers))
-                      AND (channel_graph.tags_any IS NULL OR u.tags && channel_graph.tags_any)
-                      AND (channel_graph.tags_all IS NULL OR u.tags @> channel_graph.tags_all)
-                      AND (channel_graph.thread IS NULL OR u.thread = channel_graph.thread)
-                      AND (channel_graph.as_of IS NULL OR u.valid @> channel_graph.as_of)
+                    WHERE ue.entity_id = e.entity_id
+                      AND rcll._in_scope(u, bk, rs, auth, channel_graph.include_unattributed, channel_graph.halls, channel_graph.layers,
+                                         channel_graph.tags_any, channel_graph.tags_all, channel_graph.thread, channel_graph.as_of)
                     ORDER BY ue.unit_id DESC LIMIT cap) s
                 UNION ALL
                 -- Units -> linked units (both directions), weighted by the link.
@@ -2478,15 +2449,9 @@ BEGIN
                     UNION ALL
                     SELECT k.from_unit, k.weight FROM rcll.links k WHERE k.to_unit = f.unit_id) l
                 JOIN rcll.memory_units u ON u.unit_id = l.other
-                WHERE hop > 1 AND u.bank_id = bk
-                  AND (rs IS NULL OR u.room = ANY (rs))
-                  AND (auth IS NULL OR u.author = ANY (auth) OR (channel_graph.include_unattributed AND u.author IS NULL))
-                  AND (channel_graph.halls IS NULL OR u.hall = ANY (channel_graph.halls))
-                  AND (channel_graph.layers IS NULL OR u.layer = ANY (channel_graph.layers))
-                  AND (channel_graph.tags_any IS NULL OR u.tags && channel_graph.tags_any)
-                  AND (channel_graph.tags_all IS NULL OR u.tags @> channel_graph.tags_all)
-                  AND (channel_graph.thread IS NULL OR u.thread = channel_graph.thread)
-                  AND (channel_graph.as_of IS NULL OR u.valid @> channel_graph.as_of)
+                WHERE hop > 1
+                  AND rcll._in_scope(u, bk, rs, auth, channel_graph.include_unattributed, channel_graph.halls, channel_graph.layers,
+                                     channel_graph.tags_any, channel_graph.tags_all, channel_graph.thread, channel_graph.as_of)
             ) m
             WHERE m.unit_id <> ALL (all_units)
             GROUP BY m.unit_id
@@ -2771,20 +2736,14 @@ BEGIN
         FROM (
             SELECT u.unit_id, u.embedding OPERATOR(public.<=>) channel_temporal.query_embedding AS dist
             FROM rcll.memory_units u
-            WHERE u.bank_id = bk AND u.embedding IS NOT NULL
+            WHERE u.embedding IS NOT NULL
           AND ((coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) >= lo
                 AND coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) < hi_mentioned
                 AND (u.occurred_start IS NOT NULL OR u.mentioned_at IS NULL OR u.mentioned_at < hi_mentioned)
                 AND (u.occurred_start IS NULL OR u.occurred_start < hi))
                OR (u.occurred_end IS NOT NULL AND u.occurred_start < lo AND u.occurred_end >= lo))
-          AND (rs IS NULL OR u.room = ANY (rs))
-          AND (auth IS NULL OR u.author = ANY (auth) OR (channel_temporal.include_unattributed AND u.author IS NULL))
-          AND (channel_temporal.halls IS NULL OR u.hall = ANY (channel_temporal.halls))
-          AND (channel_temporal.layers IS NULL OR u.layer = ANY (channel_temporal.layers))
-          AND (channel_temporal.tags_any IS NULL OR u.tags && channel_temporal.tags_any)
-          AND (channel_temporal.tags_all IS NULL OR u.tags @> channel_temporal.tags_all)
-          AND (channel_temporal.thread IS NULL OR u.thread = channel_temporal.thread)
-          AND (channel_temporal.as_of IS NULL OR u.valid @> channel_temporal.as_of)
+          AND rcll._in_scope(u, bk, rs, auth, channel_temporal.include_unattributed, channel_temporal.halls, channel_temporal.layers,
+                             channel_temporal.tags_any, channel_temporal.tags_all, channel_temporal.thread, channel_temporal.as_of)
             ORDER BY u.embedding OPERATOR(public.<=>) channel_temporal.query_embedding
             LIMIT lim) d
         ORDER BY 3;
@@ -2795,20 +2754,13 @@ BEGIN
     WITH c AS MATERIALIZED (
         SELECT u.unit_id, coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) AS t
         FROM rcll.memory_units u
-        WHERE u.bank_id = bk
-          AND ((coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) >= lo
+        WHERE ((coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) >= lo
                 AND coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) < hi_mentioned
                 AND (u.occurred_start IS NOT NULL OR u.mentioned_at IS NULL OR u.mentioned_at < hi_mentioned)
                 AND (u.occurred_start IS NULL OR u.occurred_start < hi))
                OR (u.occurred_end IS NOT NULL AND u.occurred_start < lo AND u.occurred_end >= lo))
-          AND (rs IS NULL OR u.room = ANY (rs))
-          AND (auth IS NULL OR u.author = ANY (auth) OR (channel_temporal.include_unattributed AND u.author IS NULL))
-          AND (channel_temporal.halls IS NULL OR u.hall = ANY (channel_temporal.halls))
-          AND (channel_temporal.layers IS NULL OR u.layer = ANY (channel_temporal.layers))
-          AND (channel_temporal.tags_any IS NULL OR u.tags && channel_temporal.tags_any)
-          AND (channel_temporal.tags_all IS NULL OR u.tags @> channel_temporal.tags_all)
-          AND (channel_temporal.thread IS NULL OR u.thread = channel_temporal.thread)
-          AND (channel_temporal.as_of IS NULL OR u.valid @> channel_temporal.as_of)
+          AND rcll._in_scope(u, bk, rs, auth, channel_temporal.include_unattributed, channel_temporal.halls, channel_temporal.layers,
+                             channel_temporal.tags_any, channel_temporal.tags_all, channel_temporal.thread, channel_temporal.as_of)
         LIMIT greatest(coalesce(channel_temporal.scan_limit, 5000), lim)
     ), s AS (
         SELECT c.unit_id, 1 / (1 + abs(extract(epoch FROM c.t - anchor)::double precision) / 86400) AS score

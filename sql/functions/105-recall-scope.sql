@@ -45,7 +45,9 @@ LANGUAGE sql STABLE PARALLEL SAFE
 -- No SET clause: that would stop the planner from inlining it into the caller's query (it reads no
 -- table and calls no function; only built-in operators, which pg_catalog resolves first).
 AS $$
-    -- The filters every channel applies before ranking, for one unit. rooms are already expanded
+    -- The filters every channel applies before ranking, for one unit, the bank included (so a
+    -- channel's WHERE needs no separate bank_id test: once inlined, (u).bank_id = bank_id is a
+    -- plain qual that the (bank_id, ...) indexes serve). rooms are already expanded
     -- (rcll._expand_rooms) and authors resolved (rcll._recall_authors); NULL = no filter.
     SELECT (u).bank_id = _in_scope.bank_id
        AND (_in_scope.rooms IS NULL OR (u).room = ANY (_in_scope.rooms))
@@ -59,4 +61,4 @@ AS $$
        AND (_in_scope.as_of IS NULL OR (u).valid @> _in_scope.as_of)
 $$;
 COMMENT ON FUNCTION rcll._in_scope(rcll.memory_units, integer, text[], text[], boolean, text[], text[], text[], text[], text, timestamptz)
-    IS 'Internal: whether a unit passes a recall''s filters (bank, expanded rooms, resolved authors, halls, layers, tags, thread, validity as of). Used where a channel reaches units through a neighbour rather than an index scan.';
+    IS 'Internal: whether a unit passes a recall''s filters (bank, expanded rooms, resolved authors, halls, layers, tags, thread, validity as of). Every channel filters through it; it is inlined into their queries.';

@@ -67,15 +67,9 @@ BEGIN
                             OR (auth IS NOT NULL AND channel_dense.include_unattributed)) THEN
         SELECT count(*) INTO n FROM (
             SELECT 1 FROM rcll.memory_units u
-            WHERE u.bank_id = b AND u.embedding IS NOT NULL
-              AND (rs IS NULL OR u.room = ANY (rs))
-              AND (auth IS NULL OR u.author = ANY (auth) OR (channel_dense.include_unattributed AND u.author IS NULL))
-              AND (channel_dense.halls IS NULL OR u.hall = ANY (channel_dense.halls))
-              AND (channel_dense.layers IS NULL OR u.layer = ANY (channel_dense.layers))
-              AND (channel_dense.tags_any IS NULL OR u.tags && channel_dense.tags_any)
-              AND (channel_dense.tags_all IS NULL OR u.tags @> channel_dense.tags_all)
-              AND (channel_dense.thread IS NULL OR u.thread = channel_dense.thread)
-              AND (channel_dense.as_of IS NULL OR u.valid @> channel_dense.as_of)
+            WHERE u.embedding IS NOT NULL
+              AND rcll._in_scope(u, b, rs, auth, channel_dense.include_unattributed, channel_dense.halls, channel_dense.layers,
+                                 channel_dense.tags_any, channel_dense.tags_all, channel_dense.thread, channel_dense.as_of)
             LIMIT exact_below + 1) s;
     END IF;
 
@@ -85,15 +79,9 @@ BEGIN
         RETURN QUERY
         WITH f AS MATERIALIZED (
             SELECT u.unit_id, u.embedding FROM rcll.memory_units u
-            WHERE u.bank_id = b AND u.embedding IS NOT NULL
-              AND (rs IS NULL OR u.room = ANY (rs))
-              AND (auth IS NULL OR u.author = ANY (auth) OR (channel_dense.include_unattributed AND u.author IS NULL))
-              AND (channel_dense.halls IS NULL OR u.hall = ANY (channel_dense.halls))
-              AND (channel_dense.layers IS NULL OR u.layer = ANY (channel_dense.layers))
-              AND (channel_dense.tags_any IS NULL OR u.tags && channel_dense.tags_any)
-              AND (channel_dense.tags_all IS NULL OR u.tags @> channel_dense.tags_all)
-              AND (channel_dense.thread IS NULL OR u.thread = channel_dense.thread)
-              AND (channel_dense.as_of IS NULL OR u.valid @> channel_dense.as_of))
+            WHERE u.embedding IS NOT NULL
+              AND rcll._in_scope(u, b, rs, auth, channel_dense.include_unattributed, channel_dense.halls, channel_dense.layers,
+                                 channel_dense.tags_any, channel_dense.tags_all, channel_dense.thread, channel_dense.as_of))
         SELECT d.unit_id, 1 - d.dist, (row_number() OVER (ORDER BY d.dist, d.unit_id))::integer
         FROM (SELECT f.unit_id, f.embedding OPERATOR(public.<=>) q AS dist FROM f ORDER BY 2, 1 LIMIT lim) d
         ORDER BY 3;
@@ -104,15 +92,8 @@ BEGIN
         SELECT d.unit_id, 1 - d.dist, (row_number() OVER (ORDER BY d.dist, d.unit_id))::integer
         FROM (
             SELECT u.unit_id, u.embedding OPERATOR(public.<=>) q AS dist FROM rcll.memory_units u
-            WHERE u.bank_id = b
-              AND (rs IS NULL OR u.room = ANY (rs))
-              AND (auth IS NULL OR u.author = ANY (auth) OR (channel_dense.include_unattributed AND u.author IS NULL))
-              AND (channel_dense.halls IS NULL OR u.hall = ANY (channel_dense.halls))
-              AND (channel_dense.layers IS NULL OR u.layer = ANY (channel_dense.layers))
-              AND (channel_dense.tags_any IS NULL OR u.tags && channel_dense.tags_any)
-              AND (channel_dense.tags_all IS NULL OR u.tags @> channel_dense.tags_all)
-              AND (channel_dense.thread IS NULL OR u.thread = channel_dense.thread)
-              AND (channel_dense.as_of IS NULL OR u.valid @> channel_dense.as_of)
+            WHERE rcll._in_scope(u, b, rs, auth, channel_dense.include_unattributed, channel_dense.halls, channel_dense.layers,
+                                 channel_dense.tags_any, channel_dense.tags_all, channel_dense.thread, channel_dense.as_of)
             ORDER BY u.embedding OPERATOR(public.<=>) q
             LIMIT lim) d
         ORDER BY 3;

@@ -77,14 +77,8 @@ BEGIN
         -- and keeps the whole tsvector out of the materialised candidates. (lexical carries no
         -- weights - the units_lexical trigger writes plain to_tsvector - so nothing else is A.)
         SELECT u.unit_id, ts_filter(setweight(u.lexical, 'A', terms), '{a}') AS qlex, u.lexical_length,
-               ((rs IS NULL OR u.room = ANY (rs))
-                AND (auth IS NULL OR u.author = ANY (auth) OR (channel_lexical.include_unattributed AND u.author IS NULL))
-                AND (channel_lexical.halls IS NULL OR u.hall = ANY (channel_lexical.halls))
-                AND (channel_lexical.layers IS NULL OR u.layer = ANY (channel_lexical.layers))
-                AND (channel_lexical.tags_any IS NULL OR u.tags && channel_lexical.tags_any)
-                AND (channel_lexical.tags_all IS NULL OR u.tags @> channel_lexical.tags_all)
-                AND (channel_lexical.thread IS NULL OR u.thread = channel_lexical.thread)
-                AND (channel_lexical.as_of IS NULL OR u.valid @> channel_lexical.as_of)) AS keep
+               rcll._in_scope(u, bk, rs, auth, channel_lexical.include_unattributed, channel_lexical.halls, channel_lexical.layers,
+                              channel_lexical.tags_any, channel_lexical.tags_all, channel_lexical.thread, channel_lexical.as_of) AS keep
         FROM rcll.memory_units u
         WHERE u.bank_id = bk AND u.lexical @@ rcll._tsquery_any(gen)
     ), hits AS MATERIALIZED (

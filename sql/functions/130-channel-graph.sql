@@ -144,15 +144,9 @@ BEGIN
                 CROSS JOIN LATERAL (
                     SELECT ue.unit_id FROM rcll.unit_entities ue
                     JOIN rcll.memory_units u ON u.unit_id = ue.unit_id
-                    WHERE ue.entity_id = e.entity_id AND u.bank_id = bk
-                      AND (rs IS NULL OR u.room = ANY (rs))
-                      AND (auth IS NULL OR u.author = ANY (auth) OR (channel_graph.include_unattributed AND u.author IS NULL))
-                      AND (channel_graph.halls IS NULL OR u.hall = ANY (channel_graph.halls))
-                      AND (channel_graph.layers IS NULL OR u.layer = ANY (channel_graph.layers))
-                      AND (channel_graph.tags_any IS NULL OR u.tags && channel_graph.tags_any)
-                      AND (channel_graph.tags_all IS NULL OR u.tags @> channel_graph.tags_all)
-                      AND (channel_graph.thread IS NULL OR u.thread = channel_graph.thread)
-                      AND (channel_graph.as_of IS NULL OR u.valid @> channel_graph.as_of)
+                    WHERE ue.entity_id = e.entity_id
+                      AND rcll._in_scope(u, bk, rs, auth, channel_graph.include_unattributed, channel_graph.halls, channel_graph.layers,
+                                         channel_graph.tags_any, channel_graph.tags_all, channel_graph.thread, channel_graph.as_of)
                     ORDER BY ue.unit_id DESC LIMIT cap) s
                 UNION ALL
                 -- Units -> linked units (both directions), weighted by the link.
@@ -163,15 +157,9 @@ BEGIN
                     UNION ALL
                     SELECT k.from_unit, k.weight FROM rcll.links k WHERE k.to_unit = f.unit_id) l
                 JOIN rcll.memory_units u ON u.unit_id = l.other
-                WHERE hop > 1 AND u.bank_id = bk
-                  AND (rs IS NULL OR u.room = ANY (rs))
-                  AND (auth IS NULL OR u.author = ANY (auth) OR (channel_graph.include_unattributed AND u.author IS NULL))
-                  AND (channel_graph.halls IS NULL OR u.hall = ANY (channel_graph.halls))
-                  AND (channel_graph.layers IS NULL OR u.layer = ANY (channel_graph.layers))
-                  AND (channel_graph.tags_any IS NULL OR u.tags && channel_graph.tags_any)
-                  AND (channel_graph.tags_all IS NULL OR u.tags @> channel_graph.tags_all)
-                  AND (channel_graph.thread IS NULL OR u.thread = channel_graph.thread)
-                  AND (channel_graph.as_of IS NULL OR u.valid @> channel_graph.as_of)
+                WHERE hop > 1
+                  AND rcll._in_scope(u, bk, rs, auth, channel_graph.include_unattributed, channel_graph.halls, channel_graph.layers,
+                                     channel_graph.tags_any, channel_graph.tags_all, channel_graph.thread, channel_graph.as_of)
             ) m
             WHERE m.unit_id <> ALL (all_units)
             GROUP BY m.unit_id

@@ -66,20 +66,14 @@ BEGIN
         FROM (
             SELECT u.unit_id, u.embedding OPERATOR(public.<=>) channel_temporal.query_embedding AS dist
             FROM rcll.memory_units u
-            WHERE u.bank_id = bk AND u.embedding IS NOT NULL
+            WHERE u.embedding IS NOT NULL
           AND ((coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) >= lo
                 AND coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) < hi_mentioned
                 AND (u.occurred_start IS NOT NULL OR u.mentioned_at IS NULL OR u.mentioned_at < hi_mentioned)
                 AND (u.occurred_start IS NULL OR u.occurred_start < hi))
                OR (u.occurred_end IS NOT NULL AND u.occurred_start < lo AND u.occurred_end >= lo))
-          AND (rs IS NULL OR u.room = ANY (rs))
-          AND (auth IS NULL OR u.author = ANY (auth) OR (channel_temporal.include_unattributed AND u.author IS NULL))
-          AND (channel_temporal.halls IS NULL OR u.hall = ANY (channel_temporal.halls))
-          AND (channel_temporal.layers IS NULL OR u.layer = ANY (channel_temporal.layers))
-          AND (channel_temporal.tags_any IS NULL OR u.tags && channel_temporal.tags_any)
-          AND (channel_temporal.tags_all IS NULL OR u.tags @> channel_temporal.tags_all)
-          AND (channel_temporal.thread IS NULL OR u.thread = channel_temporal.thread)
-          AND (channel_temporal.as_of IS NULL OR u.valid @> channel_temporal.as_of)
+          AND rcll._in_scope(u, bk, rs, auth, channel_temporal.include_unattributed, channel_temporal.halls, channel_temporal.layers,
+                             channel_temporal.tags_any, channel_temporal.tags_all, channel_temporal.thread, channel_temporal.as_of)
             ORDER BY u.embedding OPERATOR(public.<=>) channel_temporal.query_embedding
             LIMIT lim) d
         ORDER BY 3;
@@ -90,20 +84,13 @@ BEGIN
     WITH c AS MATERIALIZED (
         SELECT u.unit_id, coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) AS t
         FROM rcll.memory_units u
-        WHERE u.bank_id = bk
-          AND ((coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) >= lo
+        WHERE ((coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) >= lo
                 AND coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) < hi_mentioned
                 AND (u.occurred_start IS NOT NULL OR u.mentioned_at IS NULL OR u.mentioned_at < hi_mentioned)
                 AND (u.occurred_start IS NULL OR u.occurred_start < hi))
                OR (u.occurred_end IS NOT NULL AND u.occurred_start < lo AND u.occurred_end >= lo))
-          AND (rs IS NULL OR u.room = ANY (rs))
-          AND (auth IS NULL OR u.author = ANY (auth) OR (channel_temporal.include_unattributed AND u.author IS NULL))
-          AND (channel_temporal.halls IS NULL OR u.hall = ANY (channel_temporal.halls))
-          AND (channel_temporal.layers IS NULL OR u.layer = ANY (channel_temporal.layers))
-          AND (channel_temporal.tags_any IS NULL OR u.tags && channel_temporal.tags_any)
-          AND (channel_temporal.tags_all IS NULL OR u.tags @> channel_temporal.tags_all)
-          AND (channel_temporal.thread IS NULL OR u.thread = channel_temporal.thread)
-          AND (channel_temporal.as_of IS NULL OR u.valid @> channel_temporal.as_of)
+          AND rcll._in_scope(u, bk, rs, auth, channel_temporal.include_unattributed, channel_temporal.halls, channel_temporal.layers,
+                             channel_temporal.tags_any, channel_temporal.tags_all, channel_temporal.thread, channel_temporal.as_of)
         LIMIT greatest(coalesce(channel_temporal.scan_limit, 5000), lim)
     ), s AS (
         SELECT c.unit_id, 1 / (1 + abs(extract(epoch FROM c.t - anchor)::double precision) / 86400) AS score
