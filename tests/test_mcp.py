@@ -8,7 +8,6 @@ import socket
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,12 +16,12 @@ from typing import Any
 import anyio
 import psycopg
 import pytest
-from psycopg import conninfo
 
-from rcll.api import Service
+from conftest import MakeLoginRole
 from rcll.auth import TokenMap
 from rcll.errors import RcllError
 from rcll.mcp_server import READ_TOOLS, WRITE_TOOLS, build_server, http_app
+from rcll.memory import Memory
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "tok-" + "a" * 32
@@ -113,7 +112,7 @@ def test_streamable_http_client_retains_and_recalls_as_its_token(dsn: str) -> No
     from mcp.client.streamable_http import streamable_http_client
 
     _bank(dsn)
-    svc = Service(dsn)
+    svc = Memory(dsn)
     svc.open()
     tokens = TokenMap.from_pairs({TOKEN: "bob"})
     try:
@@ -132,20 +131,7 @@ def test_streamable_http_client_retains_and_recalls_as_its_token(dsn: str) -> No
     assert out["authors"] == ["author:bob"]
 
 
-def _reader(dsn: str) -> str:
-    """A SELECT-only login role (what sql/migrations/006-reader-role.sql's rcll_reader provides)."""
-    role = f"reader_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE ROLE {role} LOGIN")
-        if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = 'rcll_reader'").fetchone():
-            conn.execute(f"GRANT rcll_reader TO {role}")
-        else:
-            conn.execute(f"GRANT USAGE ON SCHEMA rcll TO {role}")
-            conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA rcll TO {role}")
-    return conninfo.make_conninfo(dsn, user=role)
-
-
-def test_read_only_serves_reads_and_the_database_refuses_writes(dsn: str) -> None:
+def test_read_only_serves_reads_and_the_database_refuses_writes(dsn: str, login_role: MakeLoginRole) -> None:
     from mcp import Client
 
     _bank(dsn)
@@ -154,11 +140,12 @@ def test_read_only_serves_reads_and_the_database_refuses_writes(dsn: str) -> Non
                      "chunks => ARRAY['Rules: always run the tests.'], embeddings => NULL, hall => 'rule')")
     # A role that can write is refused in read-only mode.
     with pytest.raises(RcllError) as e:
-        Service(dsn, read_only=True).open()
+        Memory(dsn, read_only=True).open()
     assert e.value.field == "dsn"
 
-    reader = _reader(dsn)
-    svc = Service(reader, read_only=True)
+    # A SELECT-only login role: what sql/migrations/006-reader-role.sql's rcll_reader provides.
+    reader = login_role(member_of="rcll_reader").dsn
+    svc = Memory(reader, read_only=True)
     svc.open()
     try:
         with pytest.raises(RcllError) as e:
@@ -182,7 +169,7 @@ def test_read_only_serves_reads_and_the_database_refuses_writes(dsn: str) -> Non
             conn.execute("SELECT rcll.retain_chunks(bank => 'b', content => 'sneaky', chunks => ARRAY['sneaky'], "
                          "embeddings => NULL)")
         with pytest.raises(RcllError) as e:
-            svc.retain(None, "b", "sneaky")
+            svc.retain("sneaky", bank="b")
         assert e.value.field == "read_only"
     finally:
         svc.close()
@@ -192,7 +179,7 @@ def test_tool_errors_name_the_field(dsn: str) -> None:
     from mcp import Client
 
     _bank(dsn)
-    svc = Service(dsn)
+    svc = Memory(dsn)
     svc.open()
     try:
         server = build_server(svc)

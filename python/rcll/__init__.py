@@ -1,6 +1,30 @@
-"""RCLL: a PostgreSQL-native memory engine for fleets of AI agents."""
+"""RCLL: a PostgreSQL-native memory engine for fleets of AI agents.
+
+    from rcll import Memory
+
+    with Memory() as memory:                       # the embedded database; Memory(dsn=...) for any PostgreSQL
+        memory.retain("We deploy with Argo CD since March.", room="deployment")
+        for fact in memory.recall("how do we deploy?").facts:
+            print(fact.text)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from rcll.sqlsource import extension_version
 
+if TYPE_CHECKING:
+    from rcll.memory import Memory
+
 __version__ = extension_version()
-__all__ = ["__version__"]
+__all__ = ["Memory", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Memory":
+        # Deferred: PostgreSQL backends import rcll.models (plpython3u) and must not load the client.
+        from rcll.memory import Memory
+
+        return Memory
+    raise AttributeError(f"module 'rcll' has no attribute {name!r}")

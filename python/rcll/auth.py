@@ -108,9 +108,10 @@ class TokenMap:
         raise RcllError("authorization", "unknown token", "ask the operator for a token mapped to your agent")
 
 
-def act_as(conn: psycopg.Connection[Any], agent: str | None) -> None:
-    """Inside an open transaction: write and recall as `agent` (NULL clears it)."""
-    conn.execute("SELECT set_config('rcll.agent', %s, true)", (agent or "",))
+def act_as(conn: psycopg.Connection[Any], agent: str | None, *, session: bool = False) -> None:
+    """Inside an open transaction: write and recall as `agent` (None clears it). session: for the
+    rest of the session instead (for work that commits several transactions; clear it after)."""
+    conn.execute("SELECT set_config('rcll.agent', %s, %s)", (agent or "", not session))
 
 
 def identity_server_ok(conn: psycopg.Connection[Any]) -> bool:

@@ -7,14 +7,22 @@ import json
 import os
 import sys
 from collections.abc import Iterator
-from datetime import datetime
-from typing import Any, TextIO
+from datetime import datetime, timedelta
+from typing import IO, Any
 
-from rcll.errors import RcllError
+import psycopg
+from tqdm import tqdm
+
+from rcll import cluster, defaults, models
+from rcll.db import embedded_dsn
+from rcll.document import Document
+from rcll.errors import RcllError, from_database
+from rcll.export import read_manifest, validate_pam
+from rcll.install import InstallError
+from rcll.memory import DEFAULT_BANK, Memory
 from rcll.validate import decode_text
 
 DEFAULT_PORT = 8765
-DEFAULT_BANK = "default"
 
 
 def _out(args: argparse.Namespace, human: str, data: Any) -> None:
@@ -24,12 +32,14 @@ def _out(args: argparse.Namespace, human: str, data: Any) -> None:
         print(human)
 
 
-# -- db -----------------------------------------------------------------------------------------
+def _memory(args: argparse.Namespace, **options: Any) -> Memory:
+    """The Memory every verb goes through: installs or upgrades the schema when it is missing or behind."""
+    return Memory(args.dsn, pool_size=1, **options)
+
+
+# -- db, install, bank ----------------------------------------------------------------------------
 
 def cmd_db(args: argparse.Namespace) -> int:
-    from rcll import cluster
-    from rcll.db import embedded_dsn
-
     c = cluster.embedded()
     if args.action == "start":
         url = embedded_dsn(start=True)
@@ -48,36 +58,29 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 
 def cmd_install(args: argparse.Namespace) -> int:
-    from rcll import install
-    from rcll.db import connect
-
-    with connect(args.dsn) as conn:
-        print(install.install(conn, use_extension=args.extension))
+    with _memory(args, install=True, extension=args.extension) as memory:
+        print(memory.installed)
     return 0
 
 
 def cmd_bank(args: argparse.Namespace) -> int:
-    from rcll.db import connect
-
-    with connect(args.dsn, autocommit=True) as conn:
+    with _memory(args) as memory:
         if args.action == "create":
-            conn.execute("SELECT rcll.create_bank(name => %(name)s, description => %(d)s)",
-                         {"name": args.name, "d": args.description})
+            memory.create_bank(args.name, args.description)
             _out(args, f"bank {args.name} ready", {"bank": args.name})
         else:
-            rows = conn.execute("SELECT * FROM rcll.list_banks()").fetchall()
-            _out(args, "\n".join(f"{r[0]}\t{r[2]} units\t{r[3]} documents" for r in rows) or "(no banks)",
-                 [{"name": r[0], "units": r[2], "documents": r[3]} for r in rows])
+            banks = memory.banks()
+            _out(args, "\n".join(f"{b.name}\t{b.unit_count} units\t{b.document_count} documents" for b in banks)
+                 or "(no banks)", [{"name": b.name, "units": b.unit_count, "documents": b.document_count}
+                                   for b in banks])
     return 0
 
 
 # -- retain -------------------------------------------------------------------------------------
 
-def _read_jsonl(stream: TextIO | Any, defaults: dict[str, Any]) -> Iterator[Any]:
-    from rcll.retain import Document
-
+def _read_jsonl(stream: IO[bytes], defaults: dict[str, Any]) -> Iterator[Document]:
     for lineno, raw in enumerate(stream, 1):
-        line = decode_text(raw, f"line {lineno}") if isinstance(raw, bytes) else raw
+        line = decode_text(raw, f"line {lineno}")
         if not line.strip():
             continue
         try:
@@ -105,122 +108,93 @@ def _read_jsonl(stream: TextIO | Any, defaults: dict[str, Any]) -> Iterator[Any]
 
 
 def cmd_retain(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    from rcll.db import connect
-    from rcll.retain import Document, retain, retain_many
-
-    defaults: dict[str, Any] = {k: v for k, v in {"room": args.room, "thread": args.thread, "source": args.source,
-                                                  "tags": args.tag or None}.items() if v is not None}
-    with connect(args.dsn) as conn:
+    fields: dict[str, Any] = {k: v for k, v in {"room": args.room, "thread": args.thread, "source": args.source,
+                                                "tags": args.tag or None}.items() if v is not None}
+    with _memory(args) as memory:
         if args.jsonl:
             stream = sys.stdin.buffer if args.jsonl == "-" else open(args.jsonl, "rb")  # noqa: SIM115
             with stream, tqdm(unit="doc", disable=args.json or not sys.stderr.isatty()) as bar:
-                results = retain_many(conn, args.bank, _read_jsonl(stream, defaults),
-                                      via="cli", on_progress=bar.update)
+                results = memory.retain_many(_read_jsonl(stream, fields), bank=args.bank, via="cli",
+                                             on_progress=bar.update)
             created = sum(r.created for r in results)
             _out(args, f"retained {len(results)} documents ({created} new, {len(results) - created} already there)",
                  {"documents": len(results), "created": created})
             return 0
-        if args.text is None or args.text == "-":
-            text = decode_text(sys.stdin.buffer.read())
-        else:
-            text = args.text
-        result = retain(conn, args.bank, Document(content=text, **defaults), via="cli")
-        _out(args, f"document {result.document_id}: {len(result.unit_ids)} unit(s)"
-                   f"{'' if result.created else ' (already retained)'}",
-             {"document_id": result.document_id, "unit_ids": result.unit_ids, "created": result.created})
+        text = decode_text(sys.stdin.buffer.read()) if args.text is None or args.text == "-" else args.text
+        result = memory.retain(text, bank=args.bank, via="cli", **fields)
+    _out(args, f"document {result.document_id}: {len(result.unit_ids)} unit(s)"
+               f"{'' if result.created else ' (already retained)'}",
+         {"document_id": result.document_id, "unit_ids": result.unit_ids, "created": result.created})
     return 0
 
 
 # -- recall -------------------------------------------------------------------------------------
 
 def cmd_recall(args: argparse.Namespace) -> int:
-    from rcll.api import recall_dict
-    from rcll.db import connect
-    from rcll.recall import recall
-
-    filters: dict[str, Any] = {k: v for k, v in {
-        "rooms": args.room, "halls": args.hall, "layers": args.layer, "authors": args.author,
-        "tags_any": args.tag, "thread": args.thread}.items() if v}
-    if args.mine:
-        filters["mine"] = True
-    with connect(args.dsn) as conn:
-        depths = {k: v for k, v in {"rerank_depth": args.rerank_depth,
-                                    "context_depth": args.context_depth}.items() if v is not None}
-        result = recall(conn, args.query, args.bank, budget=args.budget, **depths, **filters)
-    data = recall_dict(result)
+    with _memory(args) as memory:
+        result = memory.recall(args.query, bank=args.bank, rooms=args.room, halls=args.hall, layers=args.layer,
+                               authors=args.author, tags_any=args.tag, thread=args.thread, mine=args.mine or None,
+                               budget=args.budget, rerank_depth=args.rerank_depth, context_depth=args.context_depth)
     if args.json:
-        print(json.dumps(data, default=str))
+        print(result.to_json())
         return 0
-    for i, f in enumerate(data["facts"], 1):
-        where = "/".join(x for x in (f.get("room"), f.get("hall"), f.get("layer")) if x)
-        print(f"{i:>3}. {f['text']}" + (f"  [{where}]" if where else ""))
-    timings = ", ".join(f"{k} {v:.0f} ms" for k, v in data.get("timings_ms", {}).items())
-    print(f"-- {len(data['facts'])} facts; {timings}", file=sys.stderr)
+    for i, f in enumerate(result.facts, 1):
+        where = "/".join(x for x in (f.room, f.hall, f.layer) if x)
+        print(f"{i:>3}. {f.text}" + (f"  [{where}]" if where else ""))
+    t = result.timings
+    timings = ", ".join(f"{k} {v:.0f} ms" for k, v in (("embed", t.embed), ("sql", t.sql), ("rerank", t.rerank),
+                                                        ("cut", t.cut)))
+    print(f"-- {len(result.facts)} facts; {timings}", file=sys.stderr)
     return 0
 
 
 # -- rooms, tags, stats, state --------------------------------------------------------------------
 
-def _service(args: argparse.Namespace, read_only: bool = False) -> Any:
-    from rcll.api import Service
-    from rcll.db import resolve_dsn
-
-    svc = Service(resolve_dsn(args.dsn), read_only=read_only, pool_size=1)
-    svc.open()
-    return svc
-
-
 def cmd_rooms(args: argparse.Namespace) -> int:
-    svc = _service(args)
-    try:
-        rows = svc.rooms(args.bank, args.pattern)
-    finally:
-        svc.close()
-    human = "\n".join(f"{r['name']:<24} {r['fact_count']:>8}  {r['status']}"
-                      + (f" -> {r['merged_into']}" if r.get("merged_into") else "")
-                      + (f"  aliases: {', '.join(r['aliases'])}" if r.get("aliases") else "") for r in rows)
-    _out(args, human or "(no rooms)", rows)
+    with _memory(args) as memory:
+        rooms = memory.rooms(args.pattern, bank=args.bank)
+    human = "\n".join(f"{r.name:<24} {r.fact_count:>8}  {r.status}"
+                      + (f" -> {r.merged_into}" if r.merged_into else "")
+                      + (f"  aliases: {', '.join(r.aliases)}" if r.aliases else "") for r in rooms)
+    _out(args, human or "(no rooms)", [r.as_dict() for r in rooms])
     return 0
 
 
 def cmd_tags(args: argparse.Namespace) -> int:
-    svc = _service(args)
-    try:
-        rows = svc.tags(args.bank, args.pattern)
-    finally:
-        svc.close()
-    _out(args, "\n".join(f"{r['tag']:<40} {r['unit_count']:>8}" for r in rows) or "(no tags)", rows)
+    with _memory(args) as memory:
+        tags = memory.tags(args.pattern, bank=args.bank)
+    _out(args, "\n".join(f"{t.tag:<40} {t.unit_count:>8}" for t in tags) or "(no tags)", [t.as_dict() for t in tags])
     return 0
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    svc = _service(args)
-    try:
-        data = svc.stats(args.bank)
-    finally:
-        svc.close()
-    lines = [f"bank {data['bank']}"]
+    with _memory(args) as memory:
+        stats = memory.stats(bank=args.bank)
+    data = stats.as_dict()
+    lines = [f"bank {stats.bank}"]
     for section in ("totals", "kind", "room", "hall", "layer", "author", "link_type", "extraction"):
         if data.get(section):
             lines.append(f"{section}: " + ", ".join(f"{k} {v}" for k, v in data[section].items()))
-    for purpose, t in data.get("tokens", {}).items():
-        lines.append(f"tokens {purpose}: {t['calls']} calls, read {t['read_tokens']}, "
-                     f"write {t['write_input_tokens']} in / {t['write_output_tokens']} out")
+    for purpose, t in stats.tokens.items():
+        lines.append(f"tokens {purpose}: {t.calls} calls, read {t.read_tokens}, "
+                     f"write {t.write_input_tokens} in / {t.write_output_tokens} out")
     _out(args, "\n".join(lines), data)
     return 0
 
 
 def cmd_state(args: argparse.Namespace) -> int:
-    svc = _service(args)
-    try:
+    with _memory(args) as memory:
         if args.action == "get":
-            st = svc.state_get(args.bank, args.room, args.key, args.version)
+            st = memory.get_state(args.room, args.key, bank=args.bank, version=args.version)
             if st is None:
                 _out(args, f"no state for {args.room}/{args.key}", None)
                 return 3
-            _out(args, f"v{st['version']}: {json.dumps(st['value'])}", st)
+            _out(args, f"v{st.version}: {json.dumps(st.value)}", st.as_dict())
+        elif args.action == "history":
+            versions = memory.state_history(args.room, args.key, bank=args.bank)
+            _out(args, "\n".join(f"v{v.version}: {json.dumps(v.value)}  ({v.provenance.get('who') or 'no author'}, "
+                                 f"{v.created_at:%Y-%m-%d %H:%M})" for v in versions)
+                 or f"no state for {args.room}/{args.key}", [v.as_dict() for v in versions])
         else:
             if args.value is None:
                 raise RcllError("value", "a JSON value is required", "rcll state put ROOM KEY '<json>'")
@@ -228,132 +202,90 @@ def cmd_state(args: argparse.Namespace) -> int:
                 value = json.loads(args.value)
             except json.JSONDecodeError as e:
                 raise RcllError("value", f"not valid JSON: {e.msg}") from e
-            res = svc.state_put(None, args.bank, args.room, args.key, value, args.expected_version)
-            _out(args, f"{args.room}/{args.key} is now version {res['version']}", res)
-    finally:
-        svc.close()
+            res = memory.put_state(args.room, args.key, value, expected_version=args.expected_version,
+                                   bank=args.bank, via="cli")
+            _out(args, f"{args.room}/{args.key} is now version {res.version}", res.as_dict())
     return 0
 
 
 # -- export / import ------------------------------------------------------------------------------
 
 def _bar(args: argparse.Namespace, total: int | None, unit: str) -> Any:
-    from tqdm import tqdm
-
     return tqdm(total=total, unit=unit, disable=args.json or not sys.stderr.isatty(), file=sys.stderr)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from rcll.db import connect
-    from rcll.export import export_bank
-
-    with connect(args.dsn) as conn:
-        row = conn.execute("SELECT count(*) FROM rcll.memory_units WHERE bank_id = rcll._bank_id(%s)",
-                           (args.bank,)).fetchone()
-        conn.commit()
-        with _bar(args, None, "row") as bar:
-            def progress(table: str, n: int) -> None:
-                bar.set_description(table)
-                bar.update(n)
-            summary = export_bank(conn, args.bank, args.out, progress=progress)
-    data = summary.as_dict()
-    _out(args, f"exported bank {args.bank} to {args.out}: {summary.tables.get('memory_units', 0)} units "
-               f"(of {row[0] if row else '?'}), {summary.tables.get('links', 0)} links, "
+    with _memory(args) as memory, _bar(args, None, "row") as bar:
+        def progress(table: str, n: int) -> None:
+            bar.set_description(table)
+            bar.update(n)
+        summary = memory.export(args.out, bank=args.bank, progress=progress)
+    _out(args, f"exported bank {args.bank} to {args.out}: {summary.tables.get('memory_units', 0)} units, "
+               f"{summary.tables.get('links', 0)} links, "
                f"{sum(summary.tables.values())} rows in {len(summary.tables)} tables; "
-               f"PAM view {summary.memories} memories", data)
+               f"PAM view {summary.memories} memories", summary.as_dict())
     return 0
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from rcll import install
-    from rcll.db import connect
-    from rcll.export import import_bank, read_manifest
-
     manifest = read_manifest(args.path)
     total = sum(int(t["rows"]) for t in manifest["tables"])
-    with connect(args.dsn) as conn:
-        install.install(conn)
-        conn.commit()
-        with _bar(args, total, "row") as bar:
-            def progress(table: str, n: int) -> None:
-                bar.set_description(table)
-                bar.update(n)
-            res = import_bank(conn, args.path, on_conflict=args.on_conflict, progress=progress)
+    with _memory(args) as memory, _bar(args, total, "row") as bar:
+        def progress(table: str, n: int) -> None:
+            bar.set_description(table)
+            bar.update(n)
+        res = memory.import_(args.path, on_conflict=args.on_conflict, progress=progress)
     _out(args, f"imported bank {res.bank} ({'new' if res.fresh else 'merged, ' + args.on_conflict}): "
                f"{sum(res.rows.values())} rows", res.as_dict())
     return 0
 
 
 def cmd_validate_pam(args: argparse.Namespace) -> int:
-    from rcll.export import validate_pam
-
     problems = validate_pam(args.path)
     _out(args, "\n".join(problems) or "PAM view valid", {"valid": not problems, "problems": problems})
     return 0 if not problems else 1
 
 
-# -- mcp ------------------------------------------------------------------------------------------
+def cmd_consolidate(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        obs = memory.consolidate(bank=args.bank, time_window=timedelta(days=args.window_days),
+                                 min_size=args.min_size, max_groups=args.max_groups)
+    _out(args, f"{len(obs)} observation(s) written from {sum(len(o.sources) for o in obs)} unit(s)",
+         [{"unit_id": o.unit_id, "sources": o.sources, "method": o.method} for o in obs])
+    return 0
+
+
+# -- mcp, serve -----------------------------------------------------------------------------------
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    from rcll.api import Service
-    from rcll.auth import TokenMap
-    from rcll.db import resolve_dsn
-    from rcll.mcp_server import build_server, http_app
+    from rcll import mcp_server  # deferred: the MCP SDK takes seconds to import, every other verb skips it
 
     if args.read_only and args.write_tools:
         raise RcllError("write_tools", "read-only mode serves only read tools", "drop --write-tools or --read-only")
     if args.read_only:
         os.environ["LLM_PROVIDER"] = "none"      # a read-only server holds no key and calls no model
         os.environ.pop("ANTHROPIC_API_KEY", None)
-    service = Service(resolve_dsn(args.dsn), read_only=args.read_only)
-    service.open()
-    tokens = TokenMap.from_env()
-    agent = args.agent or os.environ.get("RCLL_AGENT") or None
-    if agent and not service.identity_honoured:
-        print("rcll mcp: warning: the database role is not a member of rcll_identity_server; "
-              "writes will carry no server identity", file=sys.stderr)
-    server = build_server(service, agent=agent, tokens=tokens, default_bank=args.bank,
-                          write_tools=not args.read_only)
-    try:
-        if args.transport == "stdio":
-            server.run("stdio")
-        else:
-            import uvicorn
-
-            print(f"RCLL MCP (streamable HTTP) on http://{args.host}:{args.port}/mcp"
-                  f"{' read-only' if args.read_only else ''}", file=sys.stderr, flush=True)
-            uvicorn.run(http_app(server, tokens), host=args.host, port=args.port, log_level="warning")
-    finally:
-        service.close()
+    with Memory(args.dsn, read_only=args.read_only) as memory:
+        mcp_server.run(memory, transport=args.transport, host=args.host, port=args.port,
+                       agent=args.agent or os.environ.get("RCLL_AGENT") or None, default_bank=args.bank)
     return 0
 
 
-# -- serve --------------------------------------------------------------------------------------
-
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
+    from rcll import http  # deferred: FastAPI loads only for the server
 
-    from rcll import install
-    from rcll.db import connect, resolve_dsn
-    from rcll.http import create_app
-
-    dsn = resolve_dsn(args.dsn)
-    with connect(dsn) as conn:
-        print(install.install(conn), file=sys.stderr)
-        conn.execute("SELECT rcll.create_bank(%s)", (DEFAULT_BANK,))
-        conn.commit()
-    # Load the models before listening, so the first request does not pay for it.
-    from rcll.models import get_embedder, get_reranker
-
-    get_embedder().embed(["warm up"])
-    get_reranker().score("warm up", ["warm up"])
-    base = f"http://{args.host}:{args.port}"
-    print(f"RCLL listening on {base}  (database: {dsn})")
-    print(f"  try: curl -s {base}/retain -H 'content-type: application/json' "
-          f"-d '{{\"bank\": \"{DEFAULT_BANK}\", \"content\": \"We deploy with Argo CD since March.\"}}'")
-    print(f"       curl -s {base}/recall -H 'content-type: application/json' "
-          f"-d '{{\"bank\": \"{DEFAULT_BANK}\", \"query\": \"how do we deploy?\"}}'", flush=True)
-    uvicorn.run(create_app(dsn), host=args.host, port=args.port, log_level="warning")
+    with Memory(args.dsn, install=True) as memory:
+        print(memory.installed, file=sys.stderr)
+        # Load the models before listening, so the first request does not pay for it.
+        models.get_embedder().embed(["warm up"])
+        models.get_reranker().score("warm up", ["warm up"])
+        base = f"http://{args.host}:{args.port}"
+        print(f"RCLL listening on {base}  (database: {memory.dsn})")
+        print(f"  try: curl -s {base}/retain -H 'content-type: application/json' "
+              f"-d '{{\"bank\": \"{DEFAULT_BANK}\", \"content\": \"We deploy with Argo CD since March.\"}}'")
+        print(f"       curl -s {base}/recall -H 'content-type: application/json' "
+              f"-d '{{\"bank\": \"{DEFAULT_BANK}\", \"query\": \"how do we deploy?\"}}'", flush=True)
+        http.serve(memory, host=args.host, port=args.port)
     return 0
 
 
@@ -403,11 +335,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tag", action="append")
     s.add_argument("--thread")
     s.add_argument("--mine", action="store_true")
-    s.add_argument("--budget", type=int, default=4096)
+    s.add_argument("--budget", type=int, default=defaults.BUDGET)
     s.add_argument("--rerank-depth", type=int,
-                   help="candidates the cross-encoder reads (default: rcll.recall.DEFAULT_RERANK_DEPTH; 0 = no rerank)")
+                   help=f"candidates the cross-encoder reads (default {defaults.RERANK_DEPTH}; 0 = no rerank)")
     s.add_argument("--context-depth", type=int,
-                   help="of those, how many it reads again with the chunk before them (default: DEFAULT_CONTEXT_DEPTH)")
+                   help=f"of those, how many it reads again with the chunk before them (default {defaults.CONTEXT_DEPTH})")
     s.add_argument("query")
     s.set_defaults(func=cmd_recall)
 
@@ -425,8 +357,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--bank", required=True)
     s.set_defaults(func=cmd_stats)
 
-    s = sub.add_parser("state", parents=[common], help="a room's keyed state: get ROOM KEY, put ROOM KEY JSON")
-    s.add_argument("action", choices=["get", "put"])
+    s = sub.add_parser("state", parents=[common],
+                       help="a room's keyed state: get ROOM KEY, put ROOM KEY JSON, history ROOM KEY")
+    s.add_argument("action", choices=["get", "put", "history"])
     s.add_argument("room")
     s.add_argument("key")
     s.add_argument("value", nargs="?", help="put: the JSON value")
@@ -450,8 +383,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("path")
     s.set_defaults(func=cmd_validate_pam)
 
-    # Listed for --help only: main() hands `rcll consolidate ...` to rcll.consolidate.main.
-    sub.add_parser("consolidate", help="background job: compact related L2 observations into roomed observations")
+    s = sub.add_parser("consolidate", parents=[common],
+                       help="background job: compact related L2 observations into roomed observations")
+    s.add_argument("--bank", required=True)
+    s.add_argument("--window-days", type=float, default=7.0)
+    s.add_argument("--min-size", type=int, default=2)
+    s.add_argument("--max-groups", type=int, default=100)
+    s.set_defaults(func=cmd_consolidate)
     s = sub.add_parser("mcp", parents=[common], help="run the MCP server (stdio or streamable HTTP)")
     s.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     s.add_argument("--host", default=os.environ.get("RCLL_HOST", "127.0.0.1"))
@@ -465,23 +403,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["consolidate"]:
-        # Background job with its own options (python -m rcll.consolidate --help).
-        from rcll.consolidate import main as consolidate_main
-
-        return consolidate_main(argv[1:])
-    args = build_parser().parse_args(argv)
+    """Run one verb; a user error is one line on stderr (JSON with --json) and exit status 2."""
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     if args.command == "bank" and args.action == "create" and not args.name:
         print("rcll: bank create needs a NAME", file=sys.stderr)
         return 2
     try:
         return int(args.func(args))
-    except RcllError as e:
+    except (RcllError, psycopg.Error, cluster.ClusterError, InstallError) as e:
+        error = e if isinstance(e, RcllError) else from_database(e)
+        if error is None and not isinstance(e, psycopg.Error):
+            error = RcllError("dsn", str(e))
+        if error is None:                        # not the user's to fix: still one line, with its SQLSTATE
+            error = RcllError("database", f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}",
+                              "this is a bug or an outage; the server log has the details")
         if args.json:
-            print(json.dumps(e.as_dict()), file=sys.stderr)
+            print(json.dumps(error.as_dict()), file=sys.stderr)
         else:
-            print(f"rcll: {e}", file=sys.stderr)
+            print(f"rcll: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

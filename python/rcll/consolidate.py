@@ -7,12 +7,12 @@ a room on every observation (the sources' majority room, else the classifier's, 
 
 The observation's text comes from the LLM when LLM_PROVIDER=anthropic (ledger purpose
 'consolidate'; on failure the offline rule is used instead), else from the offline rule: the
-entity, the time span, and the source facts in time order. `python -m rcll.consolidate --bank NAME`.
+entity, the time span, and the source facts in time order. `rcll consolidate --bank NAME`
+(or Memory.consolidate).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 from dataclasses import dataclass
 from datetime import timedelta
@@ -22,6 +22,8 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from rcll.errors import RcllError, database_errors
+from rcll.extract import anthropic_extractor as ax
+from rcll.models import get_embedder
 from rcll.validate import check_bank
 
 MAX_OBSERVATION_CHARS = 2000
@@ -32,6 +34,8 @@ TOOL = {"name": "record_observation", "description": "Record one observation tha
 
 @dataclass
 class Observation:
+    """An observation written: its unit, the units it consolidates, and how its text was made."""
+
     unit_id: int
     sources: list[int]
     method: str
@@ -50,8 +54,6 @@ def offline_text(entity: str, texts: list[str]) -> str:
 
 
 def llm_text(entity: str, texts: list[str], client: Any = None) -> tuple[str | None, list[dict[str, Any]]]:
-    from rcll.extract import anthropic_extractor as ax
-
     client = client or ax.make_client()
     model = ax.model_name()
     try:
@@ -84,8 +86,6 @@ def consolidate(conn: psycopg.Connection[Any], bank: str, *, mode: str | None = 
     if mode == "none":
         raise RcllError("LLM_PROVIDER", "consolidation is disabled in chunk mode (LLM_PROVIDER=none)",
                         "set LLM_PROVIDER=offline (rules) or anthropic")
-    from rcll.models import get_embedder
-
     with database_errors():
         groups = conn.execute(
             "SELECT entity_name, unit_ids, texts FROM rcll.consolidation_groups(bank => %(bank)s,"
@@ -112,22 +112,3 @@ def consolidate(conn: psycopg.Connection[Any], bank: str, *, mode: str | None = 
             out.append(Observation(int(row[0]), [int(u) for u in unit_ids], method))
         return out
 
-
-def main(argv: list[str] | None = None) -> int:
-    from rcll.db import connect
-
-    p = argparse.ArgumentParser(prog="rcll consolidate", description=__doc__.splitlines()[0])
-    p.add_argument("--bank", required=True)
-    p.add_argument("--window-days", type=float, default=7.0)
-    p.add_argument("--min-size", type=int, default=2)
-    p.add_argument("--max-groups", type=int, default=100)
-    args = p.parse_args(argv)
-    with connect(autocommit=True) as conn:
-        obs = consolidate(conn, args.bank, time_window=timedelta(days=args.window_days),
-                          min_size=args.min_size, max_groups=args.max_groups)
-    print(f"{len(obs)} observation(s) written from {sum(len(o.sources) for o in obs)} unit(s)")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -9,6 +9,7 @@ import psycopg
 from pgvector.psycopg import register_vector
 from psycopg import conninfo
 
+from rcll import cluster
 from rcll.errors import RcllError
 
 DEFAULT_DBNAME = "rcll"
@@ -25,8 +26,6 @@ def check_dsn(dsn: str) -> str:
 
 def embedded_dsn(start: bool = True) -> str:
     """The URL of the embedded default cluster's rcll database, starting the cluster if asked."""
-    from rcll import cluster
-
     c = cluster.embedded()
     if start:
         c.start()

@@ -36,8 +36,9 @@ import psycopg
 from psycopg import sql
 from psycopg.types.string import TextLoader
 
-from rcll import __version__
-from rcll.errors import RcllError, from_database
+from rcll.errors import RcllError, database_errors
+from rcll.sqlsource import extension_version
+from rcll.validate import on_conflict_arg
 
 FORMAT = "rcll-export"
 FORMAT_VERSION = 1
@@ -115,7 +116,7 @@ def pam_memory(unit: dict[str, Any]) -> dict[str, Any]:
             "platform_user_id": unit.get("author"),
             "extraction_method": _EXTRACTION.get(unit["kind"]),
             "extracted_at": _ts(unit["created_at"]),
-            "extractor": f"rcll/{__version__}",
+            "extractor": f"rcll/{extension_version()}",
         },
         "embedding_ref": None,
         "metadata": {"rcll": {k: unit.get(k) for k in (
@@ -160,7 +161,7 @@ class _PamWriter:
             "schema": "portable-ai-memory",
             "schema_version": "1.0",
             "spec_uri": "https://portable-ai-memory.org/spec/v1.0",
-            "exported_by": f"rcll/{__version__}",
+            "exported_by": f"rcll/{extension_version()}",
             "export_type": "full",
             "owner": {"id": f"rcll-bank:{bank['name']}", "created_at": _ts(bank["created_at"])},
         }
@@ -224,11 +225,6 @@ class ExportSummary:
                 "pam": {"memories": self.memories, "relations": self.relations}}
 
 
-def _db_error(e: psycopg.Error) -> Exception:
-    mapped = from_database(e)
-    return mapped if mapped is not None else e
-
-
 def _stream(conn: psycopg.Connection[Any], bank: str, table: str) -> Iterator[str]:
     """The canonical rows of one table as jsonb text, FETCH by FETCH from rcll.export_cursor."""
     cur = conn.cursor()
@@ -289,7 +285,7 @@ def export_bank(conn: psycopg.Connection[Any], bank: str, out: Path | str, *,
         pam_sha = pam.close()
         summary.memories, summary.relations = pam.memories, pam.relations
     manifest = {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "rcll_version": __version__, "bank": bank,
+        "format": FORMAT, "format_version": FORMAT_VERSION, "rcll_version": extension_version(), "bank": bank,
         "canonical_order": CANONICAL_ORDER, "max_ids": max_ids, "tables": manifest_tables,
         "pam": {"file": PAM_FILE, "schema_version": "1.0", "memories": pam.memories,
                 "relations": pam.relations, "sha256": pam_sha},
@@ -308,10 +304,8 @@ def _snapshot(conn: psycopg.Connection[Any]) -> Iterator[None]:
     conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
     conn.read_only = True
     try:
-        with conn.transaction():
+        with database_errors(), conn.transaction():
             yield
-    except psycopg.Error as e:
-        raise _db_error(e) from e
     finally:
         conn.read_only = False
         conn.isolation_level = None
@@ -328,7 +322,7 @@ def iter_export(conn: psycopg.Connection[Any], bank: str) -> Iterator[bytes]:
         tables = [str(r[0]) for r in conn.execute(
             "SELECT table_name FROM rcll.export_tables() ORDER BY table_position").fetchall()]
         row = conn.execute("SELECT rcll.export_max_ids(bank => %s)", (bank,)).fetchone()
-        head = {"format": STREAM_FORMAT, "format_version": FORMAT_VERSION, "rcll_version": __version__,
+        head = {"format": STREAM_FORMAT, "format_version": FORMAT_VERSION, "rcll_version": extension_version(),
                 "bank": bank, "tables": tables, "max_ids": row[0] if row else {}}
         yield (json.dumps(head, sort_keys=True) + "\n").encode()
         for table in tables:
@@ -371,14 +365,13 @@ def import_stream(conn: psycopg.Connection[Any], lines: Any, *, on_conflict: str
 
 def _import_rows(conn: psycopg.Connection[Any], rows: Iterator[tuple[str, bytes]], max_ids: dict[str, Any],
                  on_conflict: str, progress: Progress | None) -> ImportSummary:
-    if on_conflict not in ("error", "skip", "replace"):
-        raise RcllError("on_conflict", f"{on_conflict!r} is not a conflict policy", "use error, skip or replace")
+    on_conflict_arg(on_conflict)
     was_autocommit = conn.autocommit
     if not conn.autocommit and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         conn.commit()
     conn.autocommit = False
     try:
-        with conn.transaction():
+        with database_errors(), conn.transaction():
             first = next(rows, None)
             if first is None or first[0] != "banks":
                 raise RcllError("banks", "an import starts with the bank's row")
@@ -407,8 +400,6 @@ def _import_rows(conn: psycopg.Connection[Any], rows: Iterator[tuple[str, bytes]
                 size += len(raw)
             flush()
             row = conn.execute("SELECT rcll.import_finish()").fetchone()
-    except psycopg.Error as e:
-        raise _db_error(e) from e
     finally:
         conn.autocommit = was_autocommit
     assert row is not None
@@ -474,8 +465,7 @@ class ImportSummary:
 def import_bank(conn: psycopg.Connection[Any], path: Path | str, *, on_conflict: str = "error",
                 progress: Progress | None = None) -> ImportSummary:
     """Load an export directory in one transaction (all or nothing)."""
-    if on_conflict not in ("error", "skip", "replace"):
-        raise RcllError("on_conflict", f"{on_conflict!r} is not a conflict policy", "use error, skip or replace")
+    on_conflict_arg(on_conflict)
     path = Path(path)
     manifest = read_manifest(path)
     tables = manifest["tables"]

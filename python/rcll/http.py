@@ -8,22 +8,25 @@ nothing in a request body can name the author. Every error body is {field, error
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Annotated, Any
 
 import psycopg
+import uvicorn
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from rcll import __version__
-from rcll.api import Service
+from rcll import defaults
 from rcll.auth import TokenMap
 from rcll.errors import RcllError, from_database
+from rcll.memory import Memory
+from rcll.sqlsource import extension_version
+from rcll.validate import MAX_BUDGET, MAX_QUERY
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 
@@ -68,7 +71,7 @@ class RetainResponse(BaseModel):
 class RecallRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     bank: str = Field(min_length=1, max_length=128, pattern=NAME)
-    query: str = Field(min_length=1, max_length=4000)
+    query: str = Field(min_length=1, max_length=MAX_QUERY)
     rooms: list[str] | None = Field(default=None, max_length=256)
     authors: list[str] | None = Field(default=None, max_length=256)
     mine: bool = False
@@ -81,7 +84,7 @@ class RecallRequest(BaseModel):
     as_of: datetime | None = None
     time_from: datetime | None = None
     time_to: datetime | None = None
-    budget: int = Field(default=4096, ge=1, le=200_000)
+    budget: int = Field(default=defaults.BUDGET, ge=1, le=MAX_BUDGET)
 
 
 class StatePut(BaseModel):
@@ -110,21 +113,23 @@ Bank = Annotated[str, Query(min_length=1, max_length=128, pattern=NAME, descript
 
 
 def _status(e: RcllError) -> int:
+    """The one mapping of RcllError to an HTTP status."""
     if e.field == "authorization":
         return 401
     if e.message.startswith("unknown bank"):
         return 404
     if e.field in ("expected_version", "on_conflict") or "already exists" in e.message:
         return 409
+    if e.field == "dsn" and not e.message.startswith("refused by the database"):
+        return 503                             # cannot connect, or no schema: the server's state, not the request
     return 400
 
 
-def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Service | None = None,
+def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | None = None,
                tokens: TokenMap | None = None, read_only: bool = False) -> FastAPI:
-    if service is None:
-        assert dsn is not None
-        service = Service(dsn, read_only=read_only, pool_size=pool_size)
-    svc = service
+    """The HTTP API over `service` (default: a Memory on `dsn`, opened when the app starts). Every
+    endpoint calls the Memory acting as the agent the request's bearer token authenticates."""
+    svc = service if service is not None else Memory(dsn, read_only=read_only, pool_size=pool_size, open=False)
     auth = tokens if tokens is not None else TokenMap.from_env()
 
     @asynccontextmanager
@@ -133,11 +138,12 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Service |
         yield
         svc.close()
 
-    app = FastAPI(title="RCLL", version=__version__, lifespan=lifespan, responses=ERRORS,
+    app = FastAPI(title="RCLL", version=extension_version(), lifespan=lifespan, responses=ERRORS,
                   description="Memory for agent fleets: retain facts, recall them with SQL. Authenticate with "
                               "Authorization: Bearer <token>; the token decides the author of every write.")
 
     app.state.tokens = auth
+    app.state.memory = svc
 
     @app.exception_handler(RcllError)
     async def rcll_error(request: Request, exc: RcllError) -> JSONResponse:
@@ -159,7 +165,7 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Service |
 
     @app.exception_handler(psycopg.Error)
     async def database_error(request: Request, exc: psycopg.Error) -> JSONResponse:
-        mapped = from_database(exc)
+        mapped = from_database(exc, read_only=svc.read_only)
         if mapped is not None:
             return JSONResponse(status_code=_status(mapped), content=mapped.as_dict())
         return JSONResponse(status_code=503, content={"field": None, "error": "database error",
@@ -167,13 +173,14 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Service |
 
     @app.get("/health")
     def health() -> dict[str, Any]:
-        return svc.health()
+        return svc.health().as_dict()
 
     @app.post("/retain", response_model=RetainResponse)
     def retain_endpoint(req: RetainRequest, who: Agent) -> dict[str, Any]:
-        return svc.retain(who, req.bank, req.content, source=req.source, occurred_at=req.occurred_at,
-                          room=req.room, thread=req.thread, tags=req.tags, hall=req.hall, layer=req.layer,
-                          metadata=req.metadata, via="http")
+        return svc.as_agent(who).retain(req.content, bank=req.bank, source=req.source,
+                                        occurred_at=req.occurred_at, room=req.room, thread=req.thread,
+                                        tags=req.tags, hall=req.hall, layer=req.layer, metadata=req.metadata,
+                                        via="http").as_dict()
 
     @app.post("/recall")
     def recall_endpoint(req: RecallRequest, who: Agent) -> dict[str, Any]:
@@ -181,67 +188,54 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Service |
         filters = req.model_dump(exclude={"bank", "query", "budget"}, exclude_none=True)
         if not filters.get("mine"):
             filters.pop("mine", None)
-        out = svc.recall(who, req.bank, req.query, budget=req.budget, **filters)
+        out = svc.as_agent(who).recall(req.query, bank=req.bank, budget=req.budget, **filters).as_dict()
         out["elapsed_ms"] = round((time.perf_counter() - started) * 1000, 1)
         return out
 
     @app.get("/rooms")
     def rooms(bank: Bank, who: Agent, q: Annotated[str, Query(max_length=512)] = "*") -> dict[str, Any]:
-        return {"bank": bank, "rooms": svc.rooms(bank, q)}
+        return {"bank": bank, "rooms": [r.as_dict() for r in svc.rooms(q, bank=bank)]}
 
     @app.get("/tags")
     def tags(bank: Bank, who: Agent, q: Annotated[str, Query(max_length=512, description="wildcards * ?; "
                                                              "author:* is the roster of writers")] = "*") -> dict[str, Any]:
-        return {"bank": bank, "tags": svc.tags(bank, q)}
+        return {"bank": bank, "tags": [t.as_dict() for t in svc.tags(q, bank=bank)]}
 
     @app.get("/stats")
     def stats(bank: Bank, who: Agent) -> dict[str, Any]:
-        return svc.stats(bank)
+        return svc.stats(bank=bank).as_dict()
 
     @app.get("/state")
     def state_get(bank: Bank, room: Annotated[str, Query(min_length=1, max_length=512)],
                   key: Annotated[str, Query(min_length=1, max_length=512)], who: Agent,
                   version: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None) -> dict[str, Any]:
-        st = svc.state_get(bank, room, key, version)
+        st = svc.get_state(room, key, bank=bank, version=version)
         if st is None:
             raise RcllError("key", f"no state for room {room!r} key {key!r}" + (f" version {version}" if version else ""),
                             "put it first (PUT /state with expected_version 0)")
-        return st
+        return st.as_dict()
 
     @app.put("/state", response_model=StatePutResponse)
     def state_put(req: StatePut, who: Agent) -> dict[str, Any]:
-        return svc.state_put(who, req.bank, req.room, req.key, req.value, req.expected_version)
+        return svc.as_agent(who).put_state(req.room, req.key, req.value, expected_version=req.expected_version,
+                                           bank=req.bank, via="api").as_dict()
 
     @app.get("/export", responses={200: {"content": {"application/x-ndjson": {}},
                                          "description": "the bank as NDJSON: a header line, then {table, row} lines"}})
     def export(bank: Bank, who: Agent) -> StreamingResponse:
-        from rcll.export import iter_export
-
-        svc._check_bank(bank)
-
-        def body() -> Iterator[bytes]:
-            with svc.pool.connection() as conn:
-                for line in iter_export(conn, bank):
-                    yield line
-
-        return StreamingResponse(body(), media_type="application/x-ndjson")
+        return StreamingResponse(svc.export_lines(bank=bank), media_type="application/x-ndjson")
 
     @app.post("/import", openapi_extra={"requestBody": {"required": True, "content": {
         "application/x-ndjson": {"schema": {"type": "string"}}}}})
     async def import_(request: Request, who: Agent,
                       on_conflict: Annotated[str, Query(pattern="^(error|skip|replace)$")] = "error") -> dict[str, Any]:
-        from starlette.concurrency import run_in_threadpool
-
-        from rcll.export import import_stream
-
-        svc._write()
+        svc.check_writable()   # refused before the body is read
         raw = await request.body()
-
-        def run() -> dict[str, Any]:
-            with svc.pool.connection() as conn:
-                return import_stream(conn, raw.splitlines(), on_conflict=on_conflict).as_dict()
-
-        return await run_in_threadpool(run)
+        return (await run_in_threadpool(svc.import_lines, raw.splitlines(), on_conflict=on_conflict)).as_dict()
 
     return app
 
+
+def serve(memory: Memory, *, host: str, port: int) -> None:
+    """Serve the HTTP API over `memory` until stopped (tokens from RCLL_TOKENS / RCLL_TOKENS_FILE)."""
+    uvicorn.run(create_app(service=memory), host=host, port=port, log_level="warning")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Any
 
 import anyio
@@ -21,10 +22,10 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
-from rcll import __version__
-from rcll.api import Service
 from rcll.auth import TokenMap
 from rcll.errors import RcllError
+from rcll.memory import Memory
+from rcll.sqlsource import extension_version
 
 READ_TOOLS = ("memory_recall", "memory_rooms", "memory_tags", "memory_state_get", "memory_session_start")
 WRITE_TOOLS = ("memory_retain", "memory_state_put")
@@ -37,10 +38,11 @@ def _error(e: RcllError) -> ToolError:
     return ToolError(json.dumps(e.as_dict()))
 
 
-def build_server(service: Service, *, agent: str | None = None, tokens: TokenMap | None = None,
+def build_server(service: Memory, *, agent: str | None = None, tokens: TokenMap | None = None,
                  default_bank: str | None = None, write_tools: bool | None = None) -> MCPServer:
-    """The MCP server over `service`. write_tools defaults to not service.read_only; asking for
-    write tools on a read-only service is refused."""
+    """The MCP server over `service` (each tool calls it acting as the caller's agent).
+    write_tools defaults to not service.read_only; asking for write tools on a read-only service
+    is refused."""
     if write_tools is None:
         write_tools = not service.read_only
     if write_tools and service.read_only:
@@ -48,7 +50,7 @@ def build_server(service: Service, *, agent: str | None = None, tokens: TokenMap
                         "drop --write-tools, or run a read-write server")
     tokens = tokens or TokenMap()
     bank_default = default_bank or os.environ.get("RCLL_BANK") or "default"
-    mcp = MCPServer(name="rcll", version=__version__,
+    mcp = MCPServer(name="rcll", version=extension_version(),
                     instructions="Memory for an agent fleet: recall before you act, retain what you learn. "
                                  "Rooms are topics; the author of a write is who this server says you are.")
 
@@ -80,37 +82,40 @@ def build_server(service: Service, *, agent: str | None = None, tokens: TokenMap
                             time_from: str | None = None, time_to: str | None = None, as_of: str | None = None,
                             ctx: Context | None = None) -> dict[str, Any]:
         a = await call(who, ctx)
-        return dict(await call(service.recall, a, bank or bank_default, query, rooms=rooms, mine=mine,
-                               authors=authors, halls=halls, layers=layers, tags=tags, thread=thread,
-                               budget=budget, time_from=time_from, time_to=time_to, as_of=as_of))
+        result = await call(service.as_agent(a).recall, query, bank=bank or bank_default, rooms=rooms, mine=mine,
+                            authors=authors, halls=halls, layers=layers, tags=tags, thread=thread,
+                            budget=budget, time_from=time_from, time_to=time_to, as_of=as_of)
+        return dict(result.as_dict())
 
     @mcp.tool(annotations=_READ, description="The rooms (topics) of a bank with unit counts, status and aliases; "
               "pattern takes * and ? wildcards.")
     async def memory_rooms(bank: str | None = None, pattern: str | None = None,
                            ctx: Context | None = None) -> dict[str, Any]:
         await call(who, ctx)
-        return {"rooms": await call(service.rooms, bank or bank_default, pattern)}
+        return {"rooms": [r.as_dict() for r in await call(service.rooms, pattern, bank=bank or bank_default)]}
 
     @mcp.tool(annotations=_READ, description="Tags in use with counts; pattern takes wildcards "
               "(author:* lists everyone who wrote to the bank).")
     async def memory_tags(bank: str | None = None, pattern: str | None = None,
                           ctx: Context | None = None) -> dict[str, Any]:
         await call(who, ctx)
-        return {"tags": await call(service.tags, bank or bank_default, pattern)}
+        return {"tags": [t.as_dict() for t in await call(service.tags, pattern, bank=bank or bank_default)]}
 
     @mcp.tool(annotations=_READ, description="Read a room's keyed state (exact room and key; the latest "
               "version unless version is given). Returns state null when there is none.")
     async def memory_state_get(room: str, key: str, bank: str | None = None, version: int | None = None,
                                ctx: Context | None = None) -> dict[str, Any]:
         await call(who, ctx)
-        return {"state": await call(service.state_get, bank or bank_default, room, key, version)}
+        st = await call(service.get_state, room, key, bank=bank or bank_default, version=version)
+        return {"state": None if st is None else st.as_dict()}
 
     @mcp.tool(annotations=_READ, description="The L0 rules and procedures to load at the start of a session, "
               "for the given rooms (plus bank-wide rules) and thread.")
     async def memory_session_start(bank: str | None = None, rooms: list[str] | None = None,
                                    thread: str | None = None, ctx: Context | None = None) -> dict[str, Any]:
         a = await call(who, ctx)
-        return {"rules": await call(service.session_start, a, bank or bank_default, rooms, thread)}
+        rules = await call(service.as_agent(a).session_start, rooms=rooms, thread=thread, bank=bank or bank_default)
+        return {"rules": [r.as_dict() for r in rules]}
 
     if write_tools:
         @mcp.tool(annotations=_WRITE, description="Retain text into memory. room is a topic label (free text, "
@@ -121,16 +126,19 @@ def build_server(service: Service, *, agent: str | None = None, tokens: TokenMap
                                 occurred_at: str | None = None, metadata: dict[str, Any] | None = None,
                                 ctx: Context | None = None) -> dict[str, Any]:
             a = await call(who, ctx)
-            return dict(await call(service.retain, a, bank or bank_default, content, room=room, thread=thread,
-                                   tags=tags, hall=hall, layer=layer, source=source, occurred_at=occurred_at,
-                                   metadata=metadata, via="mcp"))
+            result = await call(service.as_agent(a).retain, content, bank=bank or bank_default, room=room,
+                                thread=thread, tags=tags, hall=hall, layer=layer, source=source,
+                                occurred_at=occurred_at, metadata=metadata, via="mcp")
+            return dict(result.as_dict())
 
         @mcp.tool(annotations=_WRITE, description="Write a room's keyed state if expected_version is the current "
                   "version (0 when there is none); fails naming both versions otherwise.")
         async def memory_state_put(room: str, key: str, value: Any, expected_version: int = 0,
                                    bank: str | None = None, ctx: Context | None = None) -> dict[str, Any]:
             a = await call(who, ctx)
-            return dict(await call(service.state_put, a, bank or bank_default, room, key, value, expected_version))
+            written = await call(service.as_agent(a).put_state, room, key, value, expected_version=expected_version,
+                                 bank=bank or bank_default, via="api")
+            return dict(written.as_dict())
 
     return mcp
 
@@ -159,14 +167,22 @@ def http_app(mcp: MCPServer, tokens: TokenMap, *, path: str = "/mcp") -> Any:
     return guarded
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m rcll.mcp_server` - same options as `rcll mcp`."""
-    from rcll.cli import main as cli_main
 
-    return cli_main(["mcp", *(argv or [])])
+def run(memory: Memory, *, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8766,
+        agent: str | None = None, default_bank: str | None = None, tokens: TokenMap | None = None) -> None:
+    """Serve the MCP tools over `memory` until stopped: over stdio (the agent is `agent`, the
+    launcher's configuration) or streamable HTTP (the agent is each bearer token's)."""
+    tokens = tokens if tokens is not None else TokenMap.from_env()
+    if agent and not memory.identity_honoured:
+        print("rcll mcp: warning: the database role is not a member of rcll_identity_server; "
+              "writes will carry no server identity", file=sys.stderr)
+    server = build_server(memory, agent=agent, tokens=tokens, default_bank=default_bank,
+                          write_tools=not memory.read_only)
+    if transport == "stdio":
+        server.run("stdio")
+        return
+    import uvicorn  # deferred: only the HTTP transport needs the ASGI server
 
-
-if __name__ == "__main__":
-    import sys
-
-    raise SystemExit(main(sys.argv[1:]))
+    print(f"RCLL MCP (streamable HTTP) on http://{host}:{port}/mcp{' read-only' if memory.read_only else ''}",
+          file=sys.stderr, flush=True)
+    uvicorn.run(http_app(server, tokens), host=host, port=port, log_level="warning")

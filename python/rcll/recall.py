@@ -7,6 +7,7 @@ tokenizer. It never builds SQL: one constant statement calls the named function 
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -18,7 +19,9 @@ import numpy.typing as npt
 import psycopg
 from psycopg.rows import dict_row
 
-from rcll.budget import DEFAULT_BUDGET, cut_to_budget
+from rcll import defaults, models
+from rcll.budget import cut_to_budget
+from rcll.results import plain
 
 __all__ = [
     "DEFAULT_BUDGET",
@@ -33,14 +36,13 @@ __all__ = [
     "rerank",
 ]
 
-# The rerank reads the top DEFAULT_RERANK_DEPTH fused candidates as "<chunk>" (first view), then
-# the top DEFAULT_CONTEXT_DEPTH of its order again as "<end of the chunk before> / <chunk>" (second
-# view), those ordered by the mean of both logits. Chosen on LoCoMo (all 1,536 questions,
-# bench/locomo/run.py and RESEARCH.md) under the 500 ms p50 budget at 100k units on 2 cores
-# (bench/recall.py): the second view is the largest single gain (+0.03 nDCG@5), most of it from
-# the first 10-15 re-read; depth 50 over 40 adds 0.002 nDCG@5 for ~60 ms more. See the README.
-DEFAULT_RERANK_DEPTH = 40
-DEFAULT_CONTEXT_DEPTH = 15
+# The rerank reads the top RERANK_DEPTH fused candidates as "<chunk>" (first view), then the top
+# CONTEXT_DEPTH of its order again as "<end of the chunk before> / <chunk>" (second view), those
+# ordered by the mean of both logits. Why those depths: rcll.defaults (the one source). The
+# DEFAULT_* names are kept for callers (bench/) that import them from here.
+DEFAULT_BUDGET = defaults.BUDGET
+DEFAULT_RERANK_DEPTH = defaults.RERANK_DEPTH
+DEFAULT_CONTEXT_DEPTH = defaults.CONTEXT_DEPTH
 NOW = "now"  # passed as a timestamptz literal: the server's transaction time, like the SQL default
 
 _CANDIDATES = """
@@ -108,11 +110,24 @@ class Timings:
 
 @dataclass(frozen=True, slots=True)
 class RecallResult:
+    """The facts that fit the budget, in rank order, with the per-phase timings."""
+
     facts: list[Fact]
     timings: Timings
     candidates: int = 0
     tokens: int = 0
     ranked: list[Fact] = field(default_factory=list)  # every candidate, reranked, before the cut
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready data: facts, candidates, tokens, timings_ms (what HTTP, MCP and `--json` return).
+        A fact's context (the chunk before it, which the reranker read) stays out: the token budget
+        counts fact text only, and that chunk is returned on its own when it is relevant."""
+        facts = [{k: v for k, v in plain(f).items() if k != "context"} for f in self.facts]
+        return {"facts": facts, "candidates": self.candidates, "tokens": self.tokens,
+                "timings_ms": plain(self.timings)}
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict())
 
 
 def _ms(start: float) -> float:
@@ -137,14 +152,14 @@ def candidates(
     as_of: datetime | str | None = NOW,
     time_range: str | None = None,
     reference_time: datetime | str = NOW,
-    k: int = 60,
-    channel_limit: int = 300,
+    k: int = defaults.RRF_K,
+    channel_limit: int = defaults.CHANNEL_LIMIT,
     dense_weight: float = 1.0,
     lexical_weight: float = 1.0,
     graph_weight: float = 1.0,
     temporal_weight: float = 1.0,
     context_weight: float = 1.0,
-    limit: int = 100,
+    limit: int = defaults.CANDIDATE_LIMIT,
 ) -> list[Fact]:
     """Phases 2-3 only: rcll.recall_candidates with these filters, as Facts in fused order.
     time_range is a tstzrange literal such as '[2024-05-01,2024-06-01)'."""
@@ -179,7 +194,7 @@ def rerank(
     reranker: _Reranker,
     *,
     depth: int,
-    context_depth: int = DEFAULT_CONTEXT_DEPTH,
+    context_depth: int = defaults.CONTEXT_DEPTH,
 ) -> list[Fact]:
     """Phase 4. The cross-encoder reads the top `depth` facts (first view: the fact); the top
     `context_depth` of that order are read again with the chunk before them (second view) and
@@ -206,10 +221,10 @@ def recall(
     query: str,
     bank: str,
     *,
-    rerank_depth: int = DEFAULT_RERANK_DEPTH,
-    context_depth: int = DEFAULT_CONTEXT_DEPTH,
-    budget: int | None = DEFAULT_BUDGET,
-    limit: int = 100,
+    rerank_depth: int = defaults.RERANK_DEPTH,
+    context_depth: int = defaults.CONTEXT_DEPTH,
+    budget: int | None = defaults.BUDGET,
+    limit: int = defaults.CANDIDATE_LIMIT,
     embedder: _Embedder | None = None,
     reranker: _Reranker | None = None,
     query_embedding: npt.NDArray[np.float32] | None = None,
@@ -221,8 +236,6 @@ def recall(
     with the cross-encoder (the top `context_depth` of those read again with the chunk before
     them), then fill `budget` tokens of fact text (a fact that does not fit is skipped; a later
     shorter one may fit). Returns the facts and per-phase timings."""
-    from rcll import models
-
     t = time.perf_counter()
     emb = embedder or models.get_embedder()
     if query_embedding is None:

@@ -10,49 +10,21 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import numpy as np
 import psycopg
 
 from rcll.chunking import chunk_text
+from rcll.document import Document, RetainResult
 from rcll.errors import RcllError, database_errors
-from rcll.validate import check_bank, check_text
+from rcll.extract import retain_extracted
+from rcll.models import get_embedder
+from rcll.validate import check_bank
+
+__all__ = ["PROVIDERS", "Document", "RetainResult", "provider", "retain", "retain_many"]
 
 PROVIDERS = ("none", "offline", "anthropic")
-
-
-@dataclass
-class Document:
-    content: str
-    source: str | None = None
-    occurred_at: datetime | None = None
-    room: str | None = None
-    thread: str | None = None
-    tags: list[str] = field(default_factory=list)
-    hall: str | None = None
-    layer: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
-    author: str | None = None  # a claim only: the server's identity wins (rcll._resolve_author)
-
-    def check(self) -> None:
-        check_text(self.content, "content")
-        if not isinstance(self.tags, list) or not all(isinstance(t, str) for t in self.tags):
-            raise RcllError("tags", "must be a list of strings")
-        if not isinstance(self.metadata, dict):
-            raise RcllError("metadata", "must be a JSON object")
-        if self.layer is not None and self.layer not in ("L0", "L1", "L2"):
-            raise RcllError("layer", f"{self.layer!r} is not a layer", "use L0, L1 or L2")
-
-
-@dataclass
-class RetainResult:
-    document_id: int
-    unit_ids: list[int]
-    created: bool
-    mode: str = "chunks"
 
 
 def provider() -> str:
@@ -63,8 +35,6 @@ def provider() -> str:
 
 
 def _embed(texts: list[str]) -> np.ndarray[Any, np.dtype[np.float32]]:
-    from rcll.models import get_embedder
-
     return get_embedder().embed(texts)
 
 
@@ -91,8 +61,6 @@ def retain(conn: psycopg.Connection[Any], bank: str, doc: Document, *, via: str 
     doc.check()
     mode = provider()
     if mode != "none":
-        from rcll.extract import retain_extracted
-
         return retain_extracted(conn, bank, doc, mode=mode, via=via)
     chunks = chunk_text(doc.content)
     vectors = _embed(chunks)

@@ -1,13 +1,27 @@
-"""Input checks that happen before anything is written; each failure names the field and the fix."""
+"""Input checks, the one module for them: each failure is an RcllError naming the field and the fix.
+
+Every interface (the Python API, CLI, HTTP, MCP) passes its callers' values through these before
+anything reaches the database; HTTP's schema checks shapes first, these check what it cannot
+(NUL bytes, surrogates, finite numbers, ranges).
+"""
 
 from __future__ import annotations
 
+import math
 import os
+from datetime import datetime
 from typing import Any
 
 from rcll.errors import RcllError
 
 DEFAULT_MAX_DOCUMENT_BYTES = 1_048_576
+MAX_QUERY = 4000
+MAX_NAME = 512
+MAX_BANK_NAME = 128
+MAX_LIST = 256
+MAX_BUDGET = 200_000
+MAX_VERSION = 2**31 - 1
+LAYERS = ("L0", "L1", "L2")
 
 
 def max_document_bytes() -> int:
@@ -22,6 +36,7 @@ def decode_text(raw: bytes, field: str = "content") -> str:
 
 
 def check_text(text: Any, field: str = "content", limit: int | None = None) -> str:
+    """Text to retain: a non-blank string without NUL, at most `limit` bytes (RCLL_MAX_DOCUMENT_BYTES)."""
     if not isinstance(text, str):
         raise RcllError(field, f"must be a string, got {type(text).__name__}")
     if "\x00" in text:
@@ -38,6 +53,115 @@ def check_text(text: Any, field: str = "content", limit: int | None = None) -> s
 
 
 def check_bank(bank: Any) -> str:
+    """A bank name is present and a string (whether the bank exists is the database's answer)."""
     if not isinstance(bank, str) or not bank:
         raise RcllError("bank", "a bank name is required", "pass --bank NAME (create it with `rcll bank create NAME`)")
-    return bank
+    return str(text_arg(bank, "bank", required=True, limit=MAX_BANK_NAME))
+
+
+def check_document(content: Any, tags: Any, metadata: Any, layer: Any) -> None:
+    """The fields of a Document that retain needs before anything is embedded."""
+    check_text(content, "content")
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise RcllError("tags", "must be a list of strings")
+    if not isinstance(metadata, dict):
+        raise RcllError("metadata", "must be a JSON object")
+    if layer is not None and layer not in LAYERS:
+        raise RcllError("layer", f"{layer!r} is not a layer", "use L0, L1 or L2")
+
+
+def text_arg(value: Any, field: str, *, required: bool = False, limit: int = MAX_NAME) -> str | None:
+    """An optional (or required) string PostgreSQL text can hold, at most `limit` characters."""
+    if value is None:
+        if required:
+            raise RcllError(field, "is required")
+        return None
+    if not isinstance(value, str):
+        raise RcllError(field, f"must be a string, got {type(value).__name__}")
+    if "\x00" in value:
+        raise RcllError(field, "contains a NUL byte", "PostgreSQL text cannot hold NUL; strip it")
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in value):
+        raise RcllError(field, "contains an unpaired UTF-16 surrogate", "send valid Unicode text")
+    if required and not value.strip():
+        raise RcllError(field, "is empty")
+    if len(value) > limit:
+        raise RcllError(field, f"{len(value)} characters is over the limit of {limit}")
+    return value
+
+
+def required_text(value: Any, field: str, *, limit: int = MAX_NAME) -> str:
+    """text_arg for a value that must be there."""
+    return str(text_arg(value, field, required=True, limit=limit))
+
+
+def list_arg(value: Any, field: str) -> list[str] | None:
+    """An optional list of non-empty strings (a single string is a list of one)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple)):
+        raise RcllError(field, f"must be a list of strings, got {type(value).__name__}")
+    if len(value) > MAX_LIST:
+        raise RcllError(field, f"{len(value)} items is over the limit of {MAX_LIST}")
+    return [required_text(v, f"{field}[{i}]") for i, v in enumerate(value)]
+
+
+def int_arg(value: Any, field: str, lo: int, hi: int, default: int | None = None) -> int | None:
+    """An optional integer in lo..hi (booleans are not integers here)."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RcllError(field, f"must be an integer, got {type(value).__name__}")
+    if not lo <= value <= hi:
+        raise RcllError(field, f"{value} is out of range", f"use {lo}..{hi}")
+    return value
+
+
+def bool_arg(value: Any, field: str) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    raise RcllError(field, "must be true or false")
+
+
+def time_arg(value: Any, field: str) -> datetime | None:
+    """An optional timestamp: a datetime or an ISO 8601 string."""
+    if value is None or isinstance(value, datetime):
+        dt = value
+    elif isinstance(value, str):
+        text_arg(value, field)
+        try:
+            dt = datetime.fromisoformat(value)
+        except ValueError as e:
+            raise RcllError(field, f"{value!r} is not an ISO 8601 timestamp", "e.g. 2024-05-01T00:00:00Z") from e
+    else:
+        raise RcllError(field, f"must be an ISO 8601 timestamp string, got {type(value).__name__}")
+    if dt is not None and not 1 <= dt.year <= 9999:
+        raise RcllError(field, "year out of range")
+    return dt
+
+
+def json_arg(value: Any, field: str, depth: int = 0) -> Any:
+    """A JSON value PostgreSQL jsonb can hold (no NUL, finite numbers, bounded depth)."""
+    if depth > 64:
+        raise RcllError(field, "nested too deeply (over 64 levels)")
+    if isinstance(value, str):
+        text_arg(value, field, limit=1 << 20)
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise RcllError(field, "numbers must be finite (no NaN or Infinity)")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            text_arg(k, f"{field}.<key>", limit=1 << 16)
+            json_arg(v, f"{field}.{k}", depth + 1)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            json_arg(v, f"{field}[{i}]", depth + 1)
+    elif value is not None and not isinstance(value, (bool, int, float)):
+        raise RcllError(field, f"not a JSON value ({type(value).__name__})")
+    return value
+
+
+def on_conflict_arg(value: Any) -> str:
+    if value not in ("error", "skip", "replace"):
+        raise RcllError("on_conflict", f"{value!r} is not a conflict policy", "use error, skip or replace")
+    return str(value)

@@ -14,18 +14,19 @@ nothing stored.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import psycopg
 from psycopg.types.json import Jsonb
 
 from rcll.chunking import chunk_text
-from rcll.errors import RcllError, from_database
+from rcll.document import Document, RetainResult
+from rcll.errors import RcllError, database_errors
+from rcll.extract import anthropic_extractor, offline
+from rcll.extract.anthropic_extractor import ExtractionFailed
 from rcll.extract.schema import Fact
-
-if TYPE_CHECKING:
-    from rcll.retain import Document, RetainResult
+from rcll.models import get_embedder
 
 FAILURE_MODES = ("chunks", "error")
 # Offline supersession only has the fact's own text to go on, so it asks for a closer match.
@@ -48,30 +49,19 @@ def failure_mode() -> str:
 
 
 def _embed(texts: list[str]) -> np.ndarray[Any, np.dtype[np.float32]]:
-    from rcll.models import get_embedder
-
     return get_embedder().embed(texts)
 
 
 def _db(call: Any) -> Any:
-    try:
+    with database_errors():
         return call()
-    except psycopg.Error as e:
-        mapped = from_database(e)
-        if mapped is not None:
-            raise mapped from e
-        raise
 
 
 def extract_facts(doc: Document, mode: str, client: Any = None) -> tuple[list[Fact], list[dict[str, Any]]]:
     """(facts, ledger calls) for a document; raises ExtractionFailed for the LLM."""
     if mode == "offline":
-        from rcll.extract import offline
-
         return offline.extract(doc.content, doc.occurred_at), []
     if mode == "anthropic":
-        from rcll.extract import anthropic_extractor
-
         result = anthropic_extractor.extract(doc.content, doc.occurred_at, client=client or _client)
         return result.facts, result.calls
     raise RcllError("LLM_PROVIDER", f"{mode!r} does not extract", "use offline or anthropic")
@@ -85,9 +75,6 @@ def _common(doc: Document, via: str) -> dict[str, Any]:
 
 def retain_extracted(conn: psycopg.Connection[Any], bank: str, doc: Document, *, mode: str, via: str = "python",
                      client: Any = None) -> RetainResult:
-    from rcll.extract.anthropic_extractor import ExtractionFailed
-    from rcll.retain import RetainResult
-
     policy = failure_mode()
     existing = _db(lambda: conn.execute(
         "SELECT document_id, unit_ids, extraction FROM rcll.find_document(bank => %(bank)s,"
@@ -129,8 +116,6 @@ def retain_extracted(conn: psycopg.Connection[Any], bank: str, doc: Document, *,
 
 def _failed(conn: psycopg.Connection[Any], bank: str, doc: Document, via: str, policy: str, error: str,
             calls: list[dict[str, Any]]) -> RetainResult:
-    from rcll.retain import RetainResult
-
     if policy == "error":
         if calls:                              # the tokens were spent: the ledger says so
             with conn.transaction():

@@ -95,9 +95,9 @@ def entities(sentence: str, doc_capitalised: set[str]) -> list[dict[str, str]]:
         found.setdefault(name.lower(), {"name": name})
     for m in _TECHY.finditer(sentence):
         w = m.group(0)
-        if w.lower() not in _NOT_ENTITIES and not w.isdigit() and not re.fullmatch(r"\d+\w{0,2}", w):
-            if not any(w.lower() in k.split() for k in found):
-                found.setdefault(w.lower(), {"name": w})
+        if (w.lower() not in _NOT_ENTITIES and not w.isdigit() and not re.fullmatch(r"\d+\w{0,2}", w)
+                and not any(w.lower() in k.split() for k in found)):
+            found.setdefault(w.lower(), {"name": w})
     return list(found.values())
 
 

@@ -13,6 +13,8 @@ from typing import Any
 
 import jsonschema
 
+from rcll.extract.timeparse import parse_expression
+
 HALLS = ("decision", "event", "preference", "procedure", "rule", "warning", "discovery", "fact")
 
 _TIME = {"type": ["string", "null"], "description": "ISO 8601 date or date-time, or null if unknown"}
@@ -97,8 +99,6 @@ def parse_time(value: Any, reference: datetime) -> str | None:
     try:
         t = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        from rcll.extract.timeparse import parse_expression
-
         span = parse_expression(text, reference)
         return span[0].isoformat() if span else None
     if t.tzinfo is None:

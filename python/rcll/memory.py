@@ -1,0 +1,501 @@
+"""Memory: the Python API, and the one door every interface goes through (CLI, HTTP, MCP).
+
+    from rcll import Memory
+
+    with Memory() as memory:                  # the embedded database `rcll serve` uses
+        memory.retain("We deploy with Argo CD since March.", room="deployment")
+        print(memory.recall("how do we deploy?").facts[0].text)
+
+Memory(dsn=...) (or RCLL_DSN) opens any PostgreSQL. Opening installs or upgrades the rcll schema
+when it is missing or behind, as `rcll serve` does (install=False never does; read-only never
+can). Each verb checks its input (rcll.validate: every rejection is an RcllError naming the field),
+takes a pooled connection, sets rcll.agent for the transaction to the identity this Memory acts
+as, and calls the named SQL function; database errors reach the caller as RcllError
+(rcll.errors.from_database) when they are the caller's to fix.
+
+Identity is the server's word: a Memory acts as the agent it was opened with (agent=, the
+process's configured identity, honoured only when the database role is a member of
+rcll_identity_server), and servers hand each request a view with as_agent(<the token's agent>).
+No verb takes an author.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool
+
+from rcll import cluster, defaults, install
+from rcll.auth import act_as, can_write, identity_server_ok
+from rcll.consolidate import Observation, consolidate
+from rcll.db import configure, connect, resolve_dsn
+from rcll.document import Document, RetainResult
+from rcll.errors import RcllError, database_errors
+from rcll.export import ExportSummary, ImportSummary, export_bank, import_bank, import_stream, iter_export
+from rcll.recall import RecallResult, recall
+from rcll.results import Bank, Health, Room, Rule, State, StateWritten, Stats, Tag, TokenAccount
+from rcll.retain import retain, retain_many
+from rcll.sqlsource import extension_version, migrations
+from rcll.validate import (
+    MAX_BUDGET,
+    MAX_QUERY,
+    MAX_VERSION,
+    bool_arg,
+    check_bank,
+    int_arg,
+    json_arg,
+    list_arg,
+    on_conflict_arg,
+    required_text,
+    text_arg,
+    time_arg,
+)
+
+__all__ = [
+    "DEFAULT_BANK", "Bank", "Document", "ExportSummary", "Health", "ImportSummary", "Memory", "Observation",
+    "RecallResult", "RetainResult", "Room", "Rule", "State", "StateWritten", "Stats", "Tag", "TokenAccount",
+]
+
+DEFAULT_BANK = "default"
+MAX_DEPTH = 1000
+Progress = Callable[[str, int], None]
+
+
+@dataclass
+class _Pool:
+    """What every view of one Memory shares: the database, its pool and the server's mode."""
+
+    dsn: str
+    read_only: bool
+    pool_size: int
+    configure: Callable[[psycopg.Connection[Any]], None]
+    pool: ConnectionPool[psycopg.Connection[Any]] | None = None
+    opened: bool = False
+    identity_honoured: bool = False
+    installed: str | None = None
+
+
+def schema_is_current(conn: psycopg.Connection[Any]) -> bool:
+    """Whether this database holds the rcll schema with every migration this package ships
+    (as the extension at this version, or applied by `rcll install`)."""
+    ext = install.installed_as_extension(conn)
+    if ext is not None:
+        return ext == extension_version()
+    row = conn.execute("SELECT to_regclass('rcll.migrations') IS NOT NULL").fetchone()
+    if not (row and row[0]):
+        return False
+    applied = {str(r[0]) for r in conn.execute("SELECT name FROM rcll.migrations")}
+    return all(m.name in applied for m in migrations())
+
+
+class Memory:
+    """A memory store: a pool of connections to one database and the verbs.
+
+    dsn: a PostgreSQL connection string (default: $RCLL_DSN, else the embedded database, started
+    if needed). bank: the bank a verb uses when it is not given one. agent: the identity writes
+    and `mine` recalls act as. read_only: only the read verbs, over a role that cannot write
+    (opening refuses a role that can). install: None installs or upgrades the schema when it is
+    missing or behind, True always (what `rcll serve` does), False never; extension: install as
+    CREATE EXTENSION rcll (after `make install` on the server). open=False defers
+    connecting until open() (servers open in their start-up hook).
+    """
+
+    def __init__(self, dsn: str | None = None, *, bank: str = DEFAULT_BANK, agent: str | None = None,
+                 read_only: bool = False, pool_size: int = 4, install: bool | None = None,
+                 extension: bool = False, open: bool = True) -> None:
+        self.bank = check_bank(bank)
+        self.agent = agent
+        self._install = install
+        self._extension = extension
+        try:
+            target = resolve_dsn(dsn)
+        except cluster.ClusterError as e:
+            raise RcllError("dsn", f"the embedded database cannot start: {e}",
+                            "set RCLL_DSN (or pass dsn=) to use another PostgreSQL") from e
+        self._shared = _Pool(target, read_only, pool_size, self._configure)
+        if open:
+            self.open()
+
+    @classmethod
+    def _view(cls, shared: _Pool, bank: str, agent: str | None) -> Memory:
+        view = cls.__new__(cls)
+        view.bank, view.agent, view._install, view._extension, view._shared = bank, agent, False, False, shared
+        return view
+
+    def as_agent(self, agent: str | None) -> Memory:
+        """This Memory acting as `agent` (the identity a server authenticated), sharing the pool."""
+        return Memory._view(self._shared, self.bank, agent)
+
+    # -- the connection ---------------------------------------------------------------------------
+
+    @property
+    def dsn(self) -> str:
+        return self._shared.dsn
+
+    @property
+    def read_only(self) -> bool:
+        return self._shared.read_only
+
+    @property
+    def identity_honoured(self) -> bool:
+        """Whether the database honours the identity this Memory sets (role in rcll_identity_server)."""
+        return self._shared.identity_honoured
+
+    @property
+    def installed(self) -> str | None:
+        """What opening did to the schema (None when it was current and left alone)."""
+        return self._shared.installed
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        configure(conn)
+        if self.read_only:
+            conn.execute("SET default_transaction_read_only = on")
+            conn.commit()
+
+    def open(self) -> None:
+        """Connect: check the role against read-only mode, install or upgrade the schema if needed
+        (creating the default bank, as `rcll serve` does), then open the pool. Idempotent."""
+        shared = self._shared
+        if shared.opened:
+            return
+        with connect(shared.dsn, autocommit=True) as conn:
+            if shared.read_only and can_write(conn):
+                raise RcllError("dsn", "read-only mode connects as a role that can write",
+                                "connect as a SELECT-only role (e.g. rcll_reader); see sql/migrations/006-reader-role.sql")
+            if not shared.read_only and (self._install or (self._install is None and not schema_is_current(conn))):
+                try:
+                    with database_errors():
+                        shared.installed = install.install(conn, use_extension=self._extension)
+                except install.InstallError as e:
+                    field, _, message = str(e).partition(": ")
+                    ok = message and field.replace("_", "").isalnum()
+                    raise (RcllError(field, message) if ok else RcllError("install", str(e))) from e
+                with database_errors():
+                    conn.execute("SELECT rcll.create_bank(name => %s)", (DEFAULT_BANK,))
+            shared.identity_honoured = identity_server_ok(conn)
+        shared.pool = ConnectionPool(shared.dsn, min_size=1, max_size=shared.pool_size,
+                                     configure=shared.configure, open=False)
+        shared.pool.open(wait=True)
+        shared.opened = True
+
+    def close(self) -> None:
+        """Close the pool (every view of this Memory with it)."""
+        if self._shared.opened and self._shared.pool is not None:
+            self._shared.pool.close()
+            self._shared.opened = False
+
+    def __enter__(self) -> Memory:
+        self.open()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[psycopg.Connection[Any]]:
+        """One transaction on a pooled connection, acting as this Memory's agent."""
+        with (self._connection() as conn, database_errors(read_only=self.read_only),
+              conn.transaction()):
+            act_as(conn, self.agent)
+            yield conn
+
+    @contextmanager
+    def _session(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection in autocommit mode acting as the agent for the whole session, for
+        work that commits its own transactions (bulk retain, consolidation)."""
+        with self._connection() as conn, database_errors(read_only=self.read_only):
+            conn.autocommit = True
+            try:
+                act_as(conn, self.agent, session=True)
+                yield conn
+            finally:
+                if not conn.closed:
+                    act_as(conn, None, session=True)
+                    conn.autocommit = False
+
+    def _connection(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        if not self._shared.opened or self._shared.pool is None:
+            raise RcllError("memory", "this Memory is closed", "open() it, or use it in a with block")
+        return self._shared.pool.connection()
+
+    def _bank(self, bank: str | None) -> str:
+        return check_bank(self.bank if bank is None else bank)
+
+    def _known_bank(self, bank: str | None) -> str:
+        b = self._bank(bank)
+        with self._tx() as conn:
+            conn.execute("SELECT rcll._bank_id(%s)", (b,))   # an unknown bank is an error, not silence
+        return b
+
+    def check_writable(self) -> None:
+        """Raise RcllError(read_only) on a read-only Memory."""
+        if self.read_only:
+            raise RcllError("read_only", "this server is read-only", "send writes to a read-write RCLL server")
+
+    # -- banks ------------------------------------------------------------------------------------
+
+    def health(self) -> Health:
+        """The server's state: ok, the rcll and pgvector versions, and whether it is read-only."""
+        with self._tx() as conn:
+            row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+        return Health("ok", extension_version(), row[0] if row else None, self.read_only)
+
+    def create_bank(self, name: str, description: str | None = None) -> int:
+        """Create a bank (idempotent); returns its id."""
+        self.check_writable()
+        n = check_bank(name)
+        d = text_arg(description, "description", limit=1 << 16)
+        with self._tx() as conn:
+            row = conn.execute("SELECT rcll.create_bank(name => %s, description => %s)", (n, d)).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def banks(self) -> list[Bank]:
+        """Every bank with its unit and document counts."""
+        with self._tx() as conn, conn.cursor(row_factory=dict_row) as cur:
+            return [Bank.from_row(r) for r in cur.execute("SELECT * FROM rcll.list_banks()").fetchall()]
+
+    # -- retain -----------------------------------------------------------------------------------
+
+    def retain(self, content: str, *, bank: str | None = None, room: str | None = None,
+               thread: str | None = None, tags: Sequence[str] | None = None, hall: str | None = None,
+               layer: str | None = None, source: str | None = None, occurred_at: datetime | str | None = None,
+               metadata: Mapping[str, Any] | None = None, via: str = "python") -> RetainResult:
+        """Retain one document: chunks embedded locally (LLM_PROVIDER=none), or facts extracted
+        (offline, anthropic). The same content in the same bank and thread is stored once
+        (created=False the second time). The author is this Memory's agent, never an argument."""
+        self.check_writable()
+        b = self._bank(bank)
+        text_arg(content, "content", required=True, limit=1 << 24)
+        doc = Document(
+            content=content,
+            source=text_arg(source, "source"),
+            occurred_at=time_arg(occurred_at, "occurred_at"),
+            room=text_arg(room, "room"),
+            thread=text_arg(thread, "thread"),
+            tags=list_arg(tags, "tags") or [],
+            hall=text_arg(hall, "hall"),
+            layer=text_arg(layer, "layer"),
+            metadata=json_arg(dict(metadata or {}), "metadata"),
+        )
+        v = required_text(via, "via")
+        # rcll.agent is transaction-local (a session setting would leak to the next user of the
+        # pooled connection), so retain() runs inside the transaction that sets it.
+        with self._tx() as conn:
+            return retain(conn, b, doc, via=v)
+
+    def retain_many(self, docs: Iterable[Document | str], *, bank: str | None = None, via: str = "python",
+                    batch_size: int = 512, on_progress: Callable[[int], None] | None = None) -> list[RetainResult]:
+        """Retain many documents (Documents or plain strings), embedding one batch while the
+        previous one is written; each batch is one transaction, and an invalid document stops the
+        run before its batch is written."""
+        self.check_writable()
+        b = self._bank(bank)
+        v = required_text(via, "via")
+        size = int_arg(batch_size, "batch_size", 1, 100_000) or 512
+        items = (Document(content=d) if isinstance(d, str) else d for d in docs)
+        with self._session() as conn:
+            return retain_many(conn, b, items, via=v, batch_size=size, on_progress=on_progress)
+
+    # -- recall -----------------------------------------------------------------------------------
+
+    def recall(self, query: str, *, bank: str | None = None, rooms: Sequence[str] | None = None,
+               authors: Sequence[str] | None = None, mine: bool | None = None,
+               include_unattributed: bool | None = None, halls: Sequence[str] | None = None,
+               layers: Sequence[str] | None = None, tags_any: Sequence[str] | None = None,
+               tags_all: Sequence[str] | None = None, tags: Sequence[str] | None = None,
+               thread: str | None = None, as_of: datetime | str | None = None,
+               time_from: datetime | str | None = None, time_to: datetime | str | None = None,
+               budget: int | None = None, rerank_depth: int | None = None,
+               context_depth: int | None = None) -> RecallResult:
+        """The facts for a query that fit `budget` tokens (default rcll.defaults.BUDGET), best
+        first, with per-phase timings. Filters: rooms (aliases and merges followed), authors, mine
+        (only what this Memory's agent wrote), halls, layers, tags_any (tags is the same), tags_all,
+        thread, as_of (what was valid then), time_from/time_to (when it happened)."""
+        b = self._bank(bank)
+        q = required_text(query, "query", limit=MAX_QUERY)
+        filters: dict[str, Any] = {}
+        for name, field, value in (("rooms", "rooms", rooms), ("authors", "authors", authors),
+                                   ("halls", "halls", halls), ("layers", "layers", layers),
+                                   ("tags_any", "tags_any", tags_any), ("tags_all", "tags_all", tags_all),
+                                   ("tags_any", "tags", tags)):
+            checked = list_arg(value, field)
+            if checked is not None:
+                filters[name] = checked
+        if thread is not None:
+            filters["thread"] = text_arg(thread, "thread")
+        if bool_arg(mine, "mine") is not None:
+            filters["mine"] = mine
+        if bool_arg(include_unattributed, "include_unattributed") is not None:
+            filters["include_unattributed"] = include_unattributed
+        at = time_arg(as_of, "as_of")
+        if at is not None:
+            filters["as_of"] = at
+        lo, hi = time_arg(time_from, "time_from"), time_arg(time_to, "time_to")
+        if lo is not None or hi is not None:
+            if lo is not None and hi is not None and lo > hi:
+                raise RcllError("time_to", "is before time_from")
+            filters["time_range"] = f"[{lo.isoformat() if lo else ''},{hi.isoformat() if hi else ''})"
+        tokens = int_arg(budget, "budget", 1, MAX_BUDGET, defaults.BUDGET)
+        depth = int_arg(rerank_depth, "rerank_depth", 0, MAX_DEPTH, defaults.RERANK_DEPTH) or 0
+        second = int_arg(context_depth, "context_depth", 0, MAX_DEPTH, defaults.CONTEXT_DEPTH) or 0
+        if filters.get("mine") and self.agent is None:
+            raise RcllError("mine", "this server has no identity for you",
+                            "authenticate (bearer token or --agent), or filter by authors")
+        with self._tx() as conn:
+            conn.execute("SELECT rcll._bank_id(%s)", (b,))     # an unknown bank is an error, not silence
+            return recall(conn, q, b, budget=tokens, rerank_depth=depth, context_depth=second, **filters)
+
+    # -- rooms, tags, stats -------------------------------------------------------------------------
+
+    def rooms(self, pattern: str | None = None, *, bank: str | None = None) -> list[Room]:
+        """A bank's rooms (topics) matching `pattern` (wildcards * and ?) with counts, status, aliases."""
+        b = self._bank(bank)
+        p = text_arg(pattern, "pattern") or "*"
+        with self._tx() as conn, conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute("SELECT * FROM rcll.rooms(bank => %s, pattern => %s)", (b, p)).fetchall()
+        return [Room.from_row(r) for r in rows]
+
+    def tags(self, pattern: str | None = None, *, bank: str | None = None) -> list[Tag]:
+        """Tags in use matching `pattern` (wildcards), with counts; 'author:*' lists every writer."""
+        b = self._bank(bank)
+        p = text_arg(pattern, "q") or "*"
+        with self._tx() as conn, conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute("SELECT * FROM rcll.tags(bank => %s, pattern => %s)", (b, p)).fetchall()
+        return [Tag.from_row(r) for r in rows]
+
+    def stats(self, *, bank: str | None = None) -> Stats:
+        """A bank by kind, room, hall, layer, author, link type and extraction, and its token account."""
+        b = self._bank(bank)
+        with self._tx() as conn, conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute("SELECT * FROM rcll.stats(bank => %s)", (b,)).fetchall()
+        out = Stats(bank=b)
+        for r in rows:
+            if r["section"] == "tokens":
+                out.tokens[r["name"]] = TokenAccount(r["value"], r["read_tokens"], r["write_input_tokens"],
+                                                     r["write_output_tokens"])
+            elif isinstance(getattr(out, r["section"], None), dict) and r["section"] != "other":
+                getattr(out, r["section"])[r["name"]] = r["value"]
+            else:
+                out.other.setdefault(r["section"], {})[r["name"]] = r["value"]
+        return out
+
+    # -- state ------------------------------------------------------------------------------------
+
+    def get_state(self, room: str, key: str, *, bank: str | None = None, version: int | None = None) -> State | None:
+        """A room's keyed state (exact room and key): the latest version, or `version`; None if none."""
+        b = self._bank(bank)
+        r, k = required_text(room, "room"), required_text(key, "key")
+        v = int_arg(version, "version", 1, MAX_VERSION)
+        with self._tx() as conn, conn.cursor(row_factory=dict_row) as cur:
+            row = cur.execute("SELECT * FROM rcll.get_state(bank => %s, room => %s, key => %s, at_version => %s)",
+                              (b, r, k, v)).fetchone()
+        return None if row is None else State.from_row(row)
+
+    def put_state(self, room: str, key: str, value: Any, *, expected_version: int = 0, bank: str | None = None,
+                  via: str = "python") -> StateWritten:
+        """Write a new version of a room's keyed state if `expected_version` is the current one
+        (0: none yet); otherwise an RcllError on expected_version naming both versions."""
+        self.check_writable()
+        b = self._bank(bank)
+        r, k = required_text(room, "room"), required_text(key, "key")
+        ev = int_arg(expected_version, "expected_version", 0, MAX_VERSION, 0)
+        json_arg(value, "value")
+        with self._tx() as conn:
+            row = conn.execute("SELECT rcll.put_state(bank => %s, room => %s, key => %s, value => %s, "
+                               "expected_version => %s, via => %s)",
+                               (b, r, k, Jsonb(value), ev, required_text(via, "via"))).fetchone()
+        assert row is not None
+        return StateWritten(r, k, int(row[0]))
+
+    def state_history(self, room: str, key: str, *, bank: str | None = None) -> list[State]:
+        """Every version of a room's keyed state, newest first, each with its provenance."""
+        b = self._bank(bank)
+        r, k = required_text(room, "room"), required_text(key, "key")
+        with self._tx() as conn, conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute("SELECT * FROM rcll.state_history(bank => %s, room => %s, key => %s)",
+                               (b, r, k)).fetchall()
+        return [State.from_row(x) for x in rows]
+
+    def session_start(self, *, rooms: Sequence[str] | None = None, thread: str | None = None,
+                      bank: str | None = None) -> list[Rule]:
+        """The L0 rules and procedures to load at the start of a session, for `rooms` (plus the
+        bank-wide ones) and `thread`."""
+        b = self._bank(bank)
+        rs = list_arg(rooms, "rooms")
+        t = text_arg(thread, "thread")
+        with self._tx() as conn, conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute("SELECT * FROM rcll.session_start(bank => %s, rooms => %s, thread => %s)",
+                               (b, rs, t)).fetchall()
+        return [Rule.from_row(r) for r in rows]
+
+    # -- export / import --------------------------------------------------------------------------
+
+    def export(self, to: str | os.PathLike[str] | IO[bytes], *, bank: str | None = None,
+               progress: Progress | None = None) -> ExportSummary:
+        """Export a whole bank: to a directory path (PAM view + lossless sidecar + manifest, see
+        rcll.export), or to a binary file as NDJSON (the form GET /export streams)."""
+        b = self._known_bank(bank)
+        if isinstance(to, (str, os.PathLike)):
+            with self._connection() as conn:
+                return export_bank(conn, b, Path(to), progress=progress)
+        summary = ExportSummary(b, Path(getattr(to, "name", "-")))
+        for line in self.export_lines(bank=b):
+            to.write(line)
+            if line.startswith(b'{"table":"'):
+                table = line[10:line.index(b'"', 10)].decode()
+                summary.tables[table] = summary.tables.get(table, 0) + 1
+        return summary
+
+    def export_lines(self, *, bank: str | None = None) -> Iterator[bytes]:
+        """The bank as NDJSON lines from one snapshot: a header, then {"table", "row"} per row. An
+        unknown bank is refused here, before the first line."""
+        b = self._known_bank(bank)
+
+        def lines() -> Iterator[bytes]:
+            with self._connection() as conn:
+                yield from iter_export(conn, b)
+
+        return lines()
+
+    def import_(self, source: str | os.PathLike[str] | IO[bytes], *, on_conflict: str = "error",
+                progress: Progress | None = None) -> ImportSummary:
+        """Load an export (a directory `export` wrote, or an NDJSON file) in one transaction, into
+        the bank it names. on_conflict: error (default), skip or replace rows that already exist."""
+        self.check_writable()
+        policy = on_conflict_arg(on_conflict)
+        if isinstance(source, (str, os.PathLike)):
+            with self._connection() as conn:
+                return import_bank(conn, Path(source), on_conflict=policy, progress=progress)
+        return self.import_lines(source, on_conflict=policy)
+
+    def import_lines(self, lines: Iterable[bytes], *, on_conflict: str = "error") -> ImportSummary:
+        """Load the NDJSON form of an export (export_lines' output) in one transaction."""
+        self.check_writable()
+        policy = on_conflict_arg(on_conflict)
+        with self._connection() as conn:
+            return import_stream(conn, lines, on_conflict=policy)
+
+    # -- background -------------------------------------------------------------------------------
+
+    def consolidate(self, *, bank: str | None = None, time_window: timedelta = timedelta(days=7),
+                    min_size: int = 2, max_groups: int = 100) -> list[Observation]:
+        """Compact related pending L2 units into one observation per group (a background job;
+        needs LLM_PROVIDER offline or anthropic). Returns what was written."""
+        self.check_writable()
+        b = self._bank(bank)
+        lo = int_arg(min_size, "min_size", 2, 10_000) or 2
+        groups = int_arg(max_groups, "max_groups", 1, 1_000_000) or 100
+        with self._session() as conn:
+            return consolidate(conn, b, time_window=time_window, min_size=lo, max_groups=groups)

@@ -1,0 +1,153 @@
+"""What the verbs return: typed rows (dataclasses), each able to render itself as JSON-ready data.
+
+recall's result types (Fact, Timings, RecallResult) live beside recall in rcll.recall; retain's
+(RetainResult) beside Document in rcll.document; export's and import's in rcll.export.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from datetime import datetime
+from typing import Any, Self
+
+
+def plain(value: Any) -> Any:
+    """JSON-ready data: dataclasses and mappings as dicts, datetimes as ISO 8601, ranges as
+    {lower, upper, bounds}, non-finite floats as None."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {k: plain(v) for k, v in asdict(value).items()}
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if hasattr(value, "lower") and hasattr(value, "upper") and hasattr(value, "bounds"):   # a psycopg Range
+        return {"lower": plain(value.lower), "upper": plain(value.upper), "bounds": value.bounds}
+    return value
+
+
+class Renders:
+    """as_dict() (JSON-ready data) and to_json() for a result dataclass."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(plain(self))
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict())
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Self:
+        """From a dict_row of the SQL function this type mirrors (extra columns are ignored)."""
+        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        return cls(**{k: v for k, v in row.items() if k in names})
+
+
+@dataclass(frozen=True, slots=True)
+class Health(Renders):
+    status: str
+    rcll: str
+    pgvector: str | None
+    read_only: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Bank(Renders):
+    """A row of rcll.list_banks()."""
+
+    name: str
+    description: str | None
+    unit_count: int
+    document_count: int
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Room(Renders):
+    """A row of rcll.rooms(): a topic with its status, counts and aliases."""
+
+    name: str
+    status: str
+    merged_into: str | None
+    proposed_into: str | None
+    fact_count: int
+    aliases: list[str]
+    created_by: str | None
+    first_used: datetime | None
+    last_used: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Tag(Renders):
+    """A row of rcll.tags(): a tag in use and how many units carry it."""
+
+    tag: str
+    unit_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class State(Renders):
+    """One version of a room's keyed state (rcll.get_state, rcll.state_history)."""
+
+    value: Any
+    version: int
+    provenance: dict[str, Any]
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class StateWritten(Renders):
+    """What rcll.put_state wrote: the room, the key and the new version."""
+
+    room: str
+    key: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Rule(Renders):
+    """A row of rcll.session_start(): an L0 rule or procedure to load at the start of a session."""
+
+    unit_id: int
+    room: str | None
+    hall: str | None
+    text: str
+    author: str | None
+    tags: list[str]
+    provenance: dict[str, Any]
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class TokenAccount(Renders):
+    calls: int
+    read_tokens: int
+    write_input_tokens: int
+    write_output_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Stats(Renders):
+    """rcll.stats() by section: counts by kind, room, hall, layer, author, link type and extraction,
+    and the token account per purpose (reading costs nothing; writing is what the model calls cost)."""
+
+    bank: str
+    totals: dict[str, int] = field(default_factory=dict)
+    kind: dict[str, int] = field(default_factory=dict)
+    room: dict[str, int] = field(default_factory=dict)
+    hall: dict[str, int] = field(default_factory=dict)
+    layer: dict[str, int] = field(default_factory=dict)
+    author: dict[str, int] = field(default_factory=dict)
+    link_type: dict[str, int] = field(default_factory=dict)
+    extraction: dict[str, int] = field(default_factory=dict)
+    tokens: dict[str, TokenAccount] = field(default_factory=dict)
+    other: dict[str, dict[str, int]] = field(default_factory=dict)   # sections added after this client
+
+    def as_dict(self) -> dict[str, Any]:
+        out = dict(plain(self))
+        out.update(out.pop("other"))
+        return out

@@ -1,0 +1,220 @@
+"""The Python API: `from rcll import Memory` does every verb with typed results and field-named
+errors, and it is the one door - the CLI, HTTP and MCP go through it."""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from conftest import Leg
+from rcll import Memory
+from rcll.document import Document, RetainResult
+from rcll.errors import RcllError
+from rcll.export import ExportSummary, ImportSummary
+from rcll.http import create_app
+from rcll.mcp_server import build_server
+from rcll.recall import RecallResult
+from rcll.results import Room, State, Stats, Tag
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def memory(dsn: str) -> Iterator[Memory]:
+    with Memory(dsn, bank="fleet") as m:
+        m.create_bank("fleet")
+        yield m
+
+
+def test_retain_then_recall_with_typed_results(memory: Memory) -> None:
+    r = memory.retain("We deploy the API with Argo CD since March.", room="deployment", tags=["ops"])
+    assert isinstance(r, RetainResult) and r.created and r.unit_ids
+    assert memory.retain("We deploy the API with Argo CD since March.", room="deployment").created is False
+    many = memory.retain_many(["Rollbacks use helm rollback.", Document(content="Carol owns the billing service.",
+                                                                            room="billing")])
+    assert [x.created for x in many] == [True, True]
+
+    result = memory.recall("how do we deploy?", rooms=["deployment"])
+    assert isinstance(result, RecallResult)
+    assert "Argo CD" in result.facts[0].text and result.facts[0].room == "deployment"
+    data = json.loads(result.to_json())
+    assert data == result.as_dict() and set(data) == {"facts", "candidates", "tokens", "timings_ms"}
+    assert "context" not in data["facts"][0] and data["facts"][0]["text"] == result.facts[0].text
+
+
+def test_rooms_tags_and_stats(memory: Memory) -> None:
+    memory.retain("The canary gets 5% of traffic.", room="deployment", tags=["ops", "canary"])
+    memory.retain("Invoices go out on the 1st.", room="billing")
+    rooms = memory.rooms()
+    assert all(isinstance(r, Room) for r in rooms)
+    assert {"deployment", "billing"} <= {r.name for r in rooms}
+    assert [r.name for r in memory.rooms("dep*")] == ["deployment"]
+    tags = memory.tags("c*")
+    assert [(t.tag, t.unit_count) for t in tags] == [("canary", 1)] and isinstance(tags[0], Tag)
+    stats = memory.stats()
+    assert isinstance(stats, Stats) and stats.bank == "fleet"
+    assert stats.room.get("deployment") == 1 and stats.tokens["total"].read_tokens == 0
+    assert stats.as_dict()["tokens"]["total"]["calls"] == stats.tokens["total"].calls
+
+
+def test_state_put_get_and_history(memory: Memory) -> None:
+    assert memory.get_state("deployment", "spread") is None
+    assert memory.put_state("deployment", "spread", {"n": 1}).version == 1
+    assert memory.put_state("deployment", "spread", {"n": 2}, expected_version=1).version == 2
+    with pytest.raises(RcllError) as e:
+        memory.put_state("deployment", "spread", {"n": 3}, expected_version=1)
+    assert e.value.field == "expected_version" and "current version is 2" in e.value.message
+    latest = memory.get_state("deployment", "spread")
+    assert isinstance(latest, State) and (latest.version, latest.value) == (2, {"n": 2})
+    assert memory.get_state("deployment", "spread", version=1).value == {"n": 1}  # type: ignore[union-attr]
+    history = memory.state_history("deployment", "spread")
+    assert [(s.version, s.value) for s in history] == [(2, {"n": 2}), (1, {"n": 1})]
+    assert history[0].provenance["via"] == "python"
+
+
+def test_session_start_loads_the_rules(memory: Memory) -> None:
+    memory.retain("Always run the tests before a deploy.", hall="rule", layer="L0")
+    memory.retain("Deploys to prod need two approvals.", hall="rule", layer="L0", room="deployment")
+    memory.retain("Billing runs nightly.", room="billing")
+    rules = memory.session_start(rooms=["deployment"])
+    assert [r.text for r in rules] == ["Always run the tests before a deploy.", "Deploys to prod need two approvals."]
+
+
+def test_export_then_import_into_another_database(memory: Memory, leg: Leg, tmp_path: Path) -> None:
+    memory.retain("A fact to carry over.", room="moves")
+    summary = memory.export(tmp_path / "fleet")
+    assert isinstance(summary, ExportSummary) and summary.tables["memory_units"] == 1
+
+    other = leg.new_database()
+    try:
+        with Memory(leg.url(other), bank="fleet") as there:
+            imported = there.import_(tmp_path / "fleet")
+            assert isinstance(imported, ImportSummary) and imported.bank == "fleet" and imported.fresh
+            assert there.recall("what carries over?").facts[0].text == "A fact to carry over."
+            with pytest.raises(RcllError) as e:
+                there.import_(tmp_path / "fleet")
+            assert e.value.field == "bank"
+    finally:
+        leg.drop_database(other)
+
+    # The NDJSON form (what HTTP streams) goes to and from a file object.
+    buf = io.BytesIO()
+    streamed = memory.export(buf)
+    assert streamed.tables["memory_units"] == 1
+    buf.seek(0)
+    assert memory.import_(buf, on_conflict="skip").bank == "fleet"
+
+
+def test_errors_name_the_field(memory: Memory, dsn: str) -> None:
+    cases: list[tuple[Callable[[], object], str]] = [
+        (lambda: memory.retain("   "), "content"),
+        (lambda: memory.retain("ok", layer="L9"), "layer"),
+        (lambda: memory.retain("ok", tags=["a\x00b"]), "tags[0]"),
+        (lambda: memory.recall("x", bank="nope"), "bank"),
+        (lambda: memory.recall(""), "query"),
+        (lambda: memory.recall("x", budget=0), "budget"),
+        (lambda: memory.recall("x", time_from="2024-06-01", time_to="2024-05-01"), "time_to"),
+        (lambda: memory.recall("x", mine=True), "mine"),          # no identity to be "me"
+        (lambda: memory.rooms(bank="nope"), "bank"),
+        (lambda: memory.put_state("r", "k", float("nan")), "value"),
+        (lambda: memory.import_(io.BytesIO(b"not json\n")), "body"),
+        (lambda: Memory("host=x port=notanumber =="), "dsn"),
+    ]
+    for call, field in cases:
+        with pytest.raises(RcllError) as e:
+            call()
+        assert e.value.field == field, (field, e.value)
+
+
+def test_a_view_acts_as_its_agent_and_the_author_is_never_an_argument(memory: Memory, dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:   # the test role is a superuser: honoured
+        assert conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone() == (True,)
+    memory.as_agent("alice").retain("Alice prefers blue-green deploys.", room="deployment")
+    memory.as_agent("bob").retain("Bob prefers canaries.", room="deployment")
+    facts = memory.as_agent("alice").recall("deploy preferences", mine=True).facts
+    assert {f.author for f in facts} == {"alice"}
+    assert sorted(t.tag for t in memory.tags("author:*")) == ["author:alice", "author:bob"]
+    assert memory.agent is None        # a view does not change the Memory it came from
+
+
+def test_a_memory_on_an_empty_database_installs_the_schema(leg: Leg) -> None:
+    empty = leg.new_database(template="template1")
+    try:
+        with Memory(leg.url(empty)) as m:
+            assert m.installed and [b.name for b in m.banks()] == ["default"]
+            m.retain("Installed on first use.")
+        with Memory(leg.url(empty)) as m:
+            assert m.installed is None        # current: left alone
+            assert m.recall("first use").facts[0].text == "Installed on first use."
+    finally:
+        leg.drop_database(empty)
+
+
+def _rcll_imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rcll"):
+            names |= {node.module} if node.module != "rcll" else {f"rcll.{a.name}" for a in node.names}
+    return names
+
+
+def test_cli_http_and_mcp_go_through_memory(dsn: str) -> None:
+    # None of the three talks SQL or reaches the recall/retain/export machinery itself.
+    allowed = {"rcll.auth", "rcll.errors", "rcll.memory", "rcll.sqlsource", "rcll.defaults", "rcll.validate",
+               "rcll.results", "rcll.document", "rcll.cluster", "rcll.db", "rcll.install", "rcll.export",
+               "rcll.models", "rcll.http", "rcll.mcp_server"}
+    for name in ("cli.py", "http.py", "mcp_server.py"):
+        source = (ROOT / "python" / "rcll" / name).read_text()
+        assert _rcll_imports(ROOT / "python" / "rcll" / name) <= allowed, name
+        for raw in ("SELECT ", "psycopg.connect(", ".execute(", "retain_many(conn", "import_bank(", "export_bank("):
+            assert raw not in source, (name, raw)
+    cli = (ROOT / "python" / "rcll" / "cli.py").read_text()
+    assert "from rcll.db import embedded_dsn" in cli and "connect" not in cli.split("from rcll.db import")[1].split("\n")[0]
+    assert "from rcll.export import read_manifest, validate_pam" in cli   # file checks only, no database
+
+    app = create_app(dsn)
+    assert isinstance(app.state.memory, Memory)
+    with Memory(dsn) as m:
+        assert build_server(m) is not None
+        with pytest.raises(TypeError):
+            build_server()  # type: ignore[call-arg]
+
+
+def test_cli_verbs_work_on_a_fresh_home_and_errors_are_one_line() -> None:
+    home = Path(tempfile.mkdtemp(prefix="rcllm-", dir="/tmp"))
+    env = {**os.environ, "RCLL_HOME": str(home), "LLM_PROVIDER": "none", "PYTHONPATH": str(ROOT / "python")}
+    env.pop("RCLL_DSN", None)
+
+    def rcll(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "rcll.cli", *args], env=env, capture_output=True, text=True,
+                              timeout=300)
+
+    try:
+        assert rcll("db", "start").returncode == 0
+        steps = [rcll("bank", "create", "fleet"),
+                 rcll("retain", "--bank", "fleet", "--room", "deployment", "We deploy with Argo CD."),
+                 rcll("recall", "--bank", "fleet", "how do we deploy?"),
+                 rcll("state", "put", "deployment", "spread", '{"n": 1}', "--bank", "fleet"),
+                 rcll("state", "history", "deployment", "spread", "--bank", "fleet"),
+                 rcll("rooms", "--bank", "fleet"), rcll("tags", "--bank", "fleet"), rcll("stats", "--bank", "fleet"),
+                 rcll("bank", "list")]
+        for p in steps:
+            assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+        assert "We deploy with Argo CD." in steps[2].stdout and "v1: {\"n\": 1}" in steps[4].stdout
+        for p in (rcll("recall", "--bank", "nope", "x"), rcll("state", "put", "r", "k", "{nope", "--bank", "fleet"),
+                  rcll("import", str(home / "missing"))):
+            assert p.returncode == 2 and "Traceback" not in p.stderr
+            assert p.stderr.startswith("rcll: ") and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    finally:
+        rcll("db", "stop")
+        subprocess.run(["rm", "-rf", str(home)])
