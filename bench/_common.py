@@ -1,10 +1,13 @@
-"""Shared benchmark plumbing: a throwaway embedded cluster and a fresh rcll database."""
+"""Shared benchmark plumbing: a throwaway embedded cluster, fresh rcll databases, Markdown tables.
+
+The benchmarks run as modules from the repository root (`.venv/bin/python -m bench.recall`), with
+the rcll package imported from the venv (scripts/bootstrap installs it editable).
+"""
 
 from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,34 +15,49 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from psycopg import sql
 
 from rcll import cluster, install
 from rcll.db import configure
 
 
 @contextmanager
-def fresh_database(name: str = "bench", port: int = 55490) -> Iterator[str]:
-    """A fresh embedded PG 18 cluster (in /tmp) with rcll installed; yields the DSN."""
-    keep = os.environ.get("RCLL_BENCH_DSN")
-    if keep:
-        yield keep
-        return
-    root = Path(tempfile.mkdtemp(prefix="rcllb-", dir="/tmp"))
+def embedded_cluster(port: int, prefix: str = "rcllb-", keep: bool = False) -> Iterator[cluster.Cluster]:
+    """A started embedded PG 18 cluster in a new directory under /tmp; destroyed afterwards
+    unless `keep` (then its URL is printed, for EXPLAIN)."""
+    root = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
     c = cluster.embedded(root / "pg18", port=port)
     try:
         c.start()
-        with psycopg.connect(c.url(), autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-        with psycopg.connect(c.url(name)) as conn:
-            install.install(conn)
-            conn.commit()
-        yield c.url(name)
+        yield c
     finally:
-        c.destroy()
-        shutil.rmtree(root, ignore_errors=True)
+        if keep:
+            print(f"cluster kept: {c.url()}")
+        else:
+            c.destroy()
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def create_database(c: cluster.Cluster, name: str) -> str:
+    """A new database on `c` with rcll installed; returns its DSN."""
+    with psycopg.connect(c.url(), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    with psycopg.connect(c.url(name)) as conn:
+        install.install(conn)
+        conn.commit()
+    return c.url(name)
+
+
+@contextmanager
+def fresh_database(name: str = "bench", port: int = 55490) -> Iterator[str]:
+    """A fresh embedded cluster with one rcll database; yields the DSN. RCLL_BENCH_DSN reuses
+    an existing database instead."""
+    reuse = os.environ.get("RCLL_BENCH_DSN")
+    if reuse:
+        yield reuse
+        return
+    with embedded_cluster(port) as c:
+        yield create_database(c, name)
 
 
 def connect(dsn: str, **kw: Any) -> psycopg.Connection[Any]:
@@ -51,5 +69,7 @@ def connect(dsn: str, **kw: Any) -> psycopg.Connection[Any]:
 def table(headers: list[str], rows: list[list[Any]]) -> str:
     cells = [headers] + [[f"{c:.3f}" if isinstance(c, float) else str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"
+
+    def line(r: list[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"
     return "\n".join([line(cells[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, cells[1:])])

@@ -4,7 +4,7 @@ supersessions, room-state versions) is bulk-loaded, then a child process runs `r
 entry point, in-process) and reports its peak RSS (ru_maxrss). The table shows memory staying flat
 as N grows.
 
-    PYTHONPATH=python .venv/bin/python bench/export_memory.py [--units 1000 10000 100000]
+    .venv/bin/python -m bench.export_memory [--units 1000 10000 100000]
 
 Loading: set-based INSERT ... SELECT generate_series, with the embeddings built in SQL
 (l2_normalize of 384 random() values per row). The HNSW index is dropped for the load - maintaining
@@ -30,9 +30,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench._common import connect, fresh_database, table
 
-from _common import connect, fresh_database, table
+ROOT = Path(__file__).resolve().parents[1]   # the child runs as -m bench.export_memory from here
 
 # Peak RSS of the exporting process that the README promises at every size measured (MB): 81 MB was
 # measured at both 10k and 100k units (it plateaus once a FETCH batch of 2000 rows is full).
@@ -211,8 +211,8 @@ def main() -> int:
                 _log(f"loaded {n} units in {load:.1f} s (" +
                      ", ".join(f"{k} {v:.1f}" for k, v in phases.items()) + ")")
                 with tempfile.TemporaryDirectory(prefix="rclle-") as tmp:
-                    res = subprocess.run([sys.executable, __file__, "--child", dsn, bank, str(Path(tmp) / "x")],
-                                         check=False, capture_output=True, text=True)
+                    res = subprocess.run([sys.executable, "-m", "bench.export_memory", "--child", dsn, bank, str(Path(tmp) / "x")],
+                                         check=False, capture_output=True, text=True, cwd=ROOT)
                 if res.returncode != 0:
                     _log(res.stderr[-2000:])
                     return 2

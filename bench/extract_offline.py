@@ -5,21 +5,15 @@ does. Prints the share of turns yielding >= 1 entity (with and without the speak
 one) and >= 1 dated fact (a time expression in the turn resolved against the session date), for
 all turns and for the evidence turns of the temporal questions (category 2), plus halls and speed.
 
-    PYTHONPATH=python:. .venv/bin/python bench/extract_offline.py
+    .venv/bin/python -m bench.extract_offline
 """
 
 from __future__ import annotations
 
 import collections
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
 from bench.locomo.dataset import load
-
 from rcll.extract import offline
 
 
@@ -57,7 +51,7 @@ def main() -> int:
     for key, c in rows.items():
         n = c["turns"]
 
-        def pct(k: str) -> str:
+        def pct(k: str, c: collections.Counter[str] = c, n: int = n) -> str:
             return f"{100 * c[k] / n:.1f}%"
         print(f"| {key:<28} | {n:>5} | {pct('entity'):>10} | {pct('entity_besides_speaker'):>22} | {pct('dated'):>14} "
               f"| {pct('entity_and_dated'):>14} | {pct('entity_besides_speaker_and_dated'):>26} |")

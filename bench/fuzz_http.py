@@ -1,20 +1,16 @@
 """Fuzz the HTTP API from its own OpenAPI document (schemathesis): no 500s, every rejection names
 the field. Prints requests, statuses and 5xx counts per operation.
 
-    PYTHONPATH=python .venv/bin/python bench/fuzz_http.py [--examples 200]   (RCLL_BENCH_DSN to reuse a database)
+    .venv/bin/python -m bench.fuzz_http [--examples 200]   (RCLL_BENCH_DSN to reuse a database)
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
-import sys
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import fresh_database
+from bench._common import fresh_database
 
 TOKEN = "fuzz-token-" + "z" * 24
 

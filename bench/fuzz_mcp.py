@@ -1,6 +1,6 @@
 """Fuzz the MCP tools with generated arguments (hypothesis): no crashes, every error names a field.
 
-    PYTHONPATH=python .venv/bin/python bench/fuzz_mcp.py [--examples 200]
+    .venv/bin/python -m bench.fuzz_mcp [--examples 200]
 """
 
 from __future__ import annotations
@@ -8,13 +8,9 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import sys
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import fresh_database
+from bench._common import fresh_database
 
 JSON = None
 
@@ -63,12 +59,12 @@ def names_a_field(text: str) -> bool:
 def fuzz(dsn: str, examples: int) -> dict[str, Any]:
     import psycopg
 
-    from rcll.api import Service
     from rcll.mcp_server import build_server
+    from rcll.memory import Memory
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SELECT rcll.create_bank('b')")
-    svc = Service(dsn)
+    svc = Memory(dsn)
     svc.open()
     server = build_server(svc, agent="fuzzer", default_bank="b")
     counts: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)

@@ -8,7 +8,7 @@ content-hash dedup never short-circuits a write. Reported: wall time and the ser
 time (from /proc; robust on a loaded machine). Two comparisons: janitor + registry triggers alone,
 and every issue-4 trigger (authors too).
 
-    .venv/bin/python bench/janitor_overhead.py [--docs 400] [--chunks 4] [--reps 4] [--block 50] [--embeddings]
+    .venv/bin/python -m bench.janitor_overhead [--docs 400] [--chunks 4] [--reps 4] [--block 50] [--embeddings]
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from _common import connect, fresh_database, table
+from bench._common import connect, fresh_database, table
 
 ROOMS = ["deployment", "deploy", "Deploys", "ui", "api", "schema", "infra", "orchestrator", "marketing", None]
 JANITOR = ["units_janitor", "units_rooms_inserted", "units_rooms_deleted"]

@@ -1,6 +1,6 @@
 """Recall latency on synthetic agent-fleet stores: p50/p95 per channel, fused, and per recall phase.
 
-    .venv/bin/python bench/recall.py [--sizes 10000,100000] [--queries 60] [--configs DEPTH:CONTEXT_DEPTH,...]
+    .venv/bin/python -m bench.recall [--sizes 10000,100000] [--queries 60] [--configs DEPTH:CONTEXT_DEPTH,...]
 
 Builds a fresh embedded PG 18 cluster in /tmp, and for each size a store that looks like a fleet's:
 clustered 384-d unit vectors (200 topics), text drawn from LoCoMo's real English vocabulary with its
@@ -20,8 +20,6 @@ import json
 import os
 import re
 import statistics
-import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -30,14 +28,10 @@ from typing import Any
 import numpy as np
 import psycopg
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
-
-from rcll import cluster, install, models
-from rcll.db import configure
+from bench._common import connect, create_database, embedded_cluster, table
+from bench.locomo.dataset import DEFAULT_PATH as LOCOMO
+from rcll import models
 from rcll.recall import DEFAULT_CONTEXT_DEPTH, DEFAULT_RERANK_DEPTH, recall
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from locomo.dataset import DEFAULT_PATH as LOCOMO
 
 TOPICS = 200
 DIM = 384
@@ -318,19 +312,10 @@ def main() -> int:
     ap.add_argument("--port", type=int, default=55530)
     ap.add_argument("--keep", action="store_true", help="keep the cluster (in /tmp) for EXPLAIN")
     args = ap.parse_args()
-    from _common import table
 
-    root = Path(tempfile.mkdtemp(prefix="rcllr-", dir="/tmp"))
-    c = cluster.embedded(root / "pg18", port=args.port)
-    c.start()
-    try:
+    with embedded_cluster(args.port, prefix="rcllr-", keep=args.keep) as pg:
         for n in (int(s) for s in args.sizes.split(",")):
-            db = f"recall_{n}"
-            with psycopg.connect(c.url(), autocommit=True) as admin:
-                admin.execute(f'CREATE DATABASE "{db}"')
-            with psycopg.connect(c.url(db), autocommit=True) as conn:
-                install.install(conn)
-                configure(conn)
+            with connect(create_database(pg, f"recall_{n}"), autocommit=True) as conn:
                 t = time.perf_counter()
                 d = build(conn, n)
                 load = " ".join(f"{x:.1f}" for x in os.getloadavg())
@@ -342,13 +327,6 @@ def main() -> int:
                 print("\ndense routing: exact scan vs HNSW iterative scan (300 results)")
                 print(table(["filter", "queries", "exact p50 ms", "HNSW p50 ms", "HNSW recall@10 vs exact"],
                             routing(conn, qs)), flush=True)
-    finally:
-        if not args.keep:
-            c.destroy()
-            import shutil
-            shutil.rmtree(root, ignore_errors=True)
-        else:
-            print(f"cluster kept: {c.url()}")
     return 0
 
 

@@ -5,7 +5,7 @@ janitor rewrites some of them) for 30 s while a background job folds the count q
 Afterwards: fold once more and compare every room's registry count with count(*) of its units, and
 the rows the writers were told they wrote with the rows in the table.
 
-    .venv/bin/python bench/registry_concurrency.py [--writers 16] [--seconds 30] [--chunks 4] [--embeddings]
+    .venv/bin/python -m bench.registry_concurrency [--writers 16] [--seconds 30] [--chunks 4] [--embeddings]
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from _common import connect, fresh_database, table
+from bench._common import connect, fresh_database, table
 
 ROOMS = ["deployment", "deploy", "Deploys", "ui", "api", "API", "schema", "infra", "infrastructure",
          "auth", "testing", "tests", "orchestrator", "Orchestrators", "marketing", None]

@@ -4,7 +4,7 @@ Embedding is the physical limit of keyless retain; the figure that matters is th
 retain rate / embedder rate (target >= 0.75), taken in one run so machine noise cancels.
 Each phase runs in its own child process, so peak memory (max RSS) is per phase.
 
-    .venv/bin/python bench/retain.py [--turns 10000] [--repeat 3]
+    .venv/bin/python -m bench.retain [--turns 10000] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import statistics
 import time
 from typing import Any
 
-from _common import connect, fresh_database, table
-from locomo.dataset import load_conversations
+from bench._common import connect, fresh_database, table
+from bench.locomo.dataset import load_conversations
 
 
 def texts(n: int) -> list[tuple[str, Any]]:

@@ -10,14 +10,18 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import sys
 import tempfile
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 import pytest
+from psycopg import conninfo, sql
 
+import rcll
 from rcll import cluster, install
 from rcll.db import configure
 
@@ -41,12 +45,12 @@ class Leg:
     def new_database(self, template: str = TEMPLATE) -> str:
         name = f"t_{os.getpid()}_{next(_counter)}"
         with self.admin() as conn:
-            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+            conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template)))
         return name
 
     def drop_database(self, name: str) -> None:
         with self.admin() as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 def _start_leg(name: str, base: Path) -> Leg:
@@ -60,8 +64,8 @@ def _start_leg(name: str, base: Path) -> Leg:
     c.start()
     leg = Leg(name, c)
     with leg.admin() as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE}"')
-        conn.execute(f'CREATE DATABASE "{TEMPLATE}"')
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(TEMPLATE)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(TEMPLATE)))
     with psycopg.connect(leg.url(TEMPLATE)) as conn:
         install.install(conn)
         conn.commit()
@@ -122,3 +126,68 @@ def db(dsn: str) -> Iterator[psycopg.Connection[Any]]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         configure(conn)
         yield conn
+
+
+class LoginRole(NamedTuple):
+    name: str
+    dsn: str
+
+
+TABLE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE")
+MakeLoginRole = Callable[..., LoginRole]
+
+
+@pytest.fixture
+def login_role(dsn: str) -> Iterator[MakeLoginRole]:
+    """Makes plain (non-superuser) LOGIN roles on the test's database:
+    `login_role("SELECT", "INSERT")` may use those privileges on every rcll table,
+    `login_role(member_of="rcll_reader")` is a member of that role. Each is dropped, with
+    everything granted to it, after the test."""
+    made: list[str] = []
+
+    def make(*privileges: str, member_of: str | None = None) -> LoginRole:
+        assert set(privileges) <= set(TABLE_PRIVILEGES), privileges
+        name = f"rcll_t_{uuid.uuid4().hex[:12]}"
+        role = sql.Identifier(name)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(role))
+            made.append(name)
+            if member_of:
+                conn.execute(sql.SQL("GRANT {} TO {}").format(sql.Identifier(member_of), role))
+            if privileges:
+                conn.execute(sql.SQL("GRANT USAGE ON SCHEMA rcll TO {}").format(role))
+                conn.execute(sql.SQL("GRANT {} ON ALL TABLES IN SCHEMA rcll TO {}").format(
+                    sql.SQL(", ").join(map(sql.SQL, privileges)), role))
+        return LoginRole(name, conninfo.make_conninfo(dsn, user=name))
+
+    yield make
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for name in made:
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+
+
+def python_path() -> list[str]:
+    """The venv's site-packages and the directory holding the rcll package."""
+    site = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    return [str(site), str(Path(rcll.__file__).resolve().parents[1])]
+
+
+# For tests of the models inside PostgreSQL, which only the pg15 leg (plpython3u) has.
+pg15_only = pytest.mark.parametrize("leg", ["pg15"], indirect=True)
+
+
+@pytest.fixture
+def models_dsn(leg: Leg) -> Iterator[str]:
+    """A fresh rcll database on the test's leg with the models running inside PostgreSQL where the
+    leg can run them (pg15: rcll.enable_in_database_models with this venv's site-packages and
+    the rcll package); on pg18 the client embeds and reranks. Mark a test @pg15_only to run it
+    there alone."""
+    name = leg.new_database()
+    try:
+        if leg.name == "pg15":
+            with psycopg.connect(leg.url(name), autocommit=True) as conn:
+                conn.execute("SELECT rcll.enable_in_database_models(%s)", (python_path(),))
+        yield leg.url(name)
+    finally:
+        leg.drop_database(name)

@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg import conninfo, sql
+from psycopg import sql
 
+from conftest import MakeLoginRole
 from rcll.db import configure
+from sqlcall import call_one
 
 Db = psycopg.Connection[Any]
 
 
 def retain(db: Db, text: str, **kw: Any) -> dict[str, Any]:
     args = {"bank": "b", "content": text, "chunks": [text], "embeddings": None, **kw}
-    names = ", ".join(f"{k} => %({k})s" for k in args)
-    uid = db.execute(f"SELECT unit_ids[1] FROM rcll.retain_chunks({names})", args).fetchone()[0]  # type: ignore[index]
+    uid = call_one(db, "rcll.retain_chunks", **args)["unit_ids"][0]
     row = db.execute("""SELECT u.author, u.author_source, u.tags, u.provenance, d.provenance
                         FROM rcll.memory_units u JOIN rcll.documents d USING (document_id)
                         WHERE u.unit_id = %s""", (uid,)).fetchone()
@@ -34,20 +33,6 @@ def author_tags(u: dict[str, Any]) -> list[str]:
 def bank(db: Db) -> str:
     db.execute("SELECT rcll.create_bank('b')")
     return "b"
-
-
-@pytest.fixture
-def login_role(db: Db, dsn: str) -> Iterator[tuple[str, str]]:
-    """A plain (non-superuser) login role that may write to rcll; yields (role, its dsn)."""
-    role = f"rcll_t_{uuid.uuid4().hex[:12]}"
-    db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
-    db.execute(sql.SQL("GRANT USAGE ON SCHEMA rcll TO {}").format(sql.Identifier(role)))
-    db.execute(sql.SQL("GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA rcll TO {}").format(sql.Identifier(role)))
-    try:
-        yield role, conninfo.make_conninfo(dsn, user=role)
-    finally:
-        db.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
-        db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
 
 def test_forged_author_is_replaced(db: Db, bank: str) -> None:
@@ -81,8 +66,8 @@ def test_no_identity_means_no_author_and_one_warning(db: Db, bank: str) -> None:
         ["WARNING: author: no identity for this write; 2 unit(s) stored without an author"]
 
 
-def test_mapped_role_writes_as_its_agent(db: Db, bank: str, login_role: tuple[str, str]) -> None:
-    role, role_dsn = login_role
+def test_mapped_role_writes_as_its_agent(db: Db, bank: str, login_role: MakeLoginRole) -> None:
+    role, role_dsn = login_role("SELECT", "INSERT")     # may write to rcll
     db.execute("INSERT INTO rcll.identities (role_name, agent) VALUES (%s, 'deployer')", (role,))
     with psycopg.connect(role_dsn, autocommit=True) as conn:
         configure(conn)
@@ -92,8 +77,8 @@ def test_mapped_role_writes_as_its_agent(db: Db, bank: str, login_role: tuple[st
     assert author_tags(u) == ["author:deployer"]
 
 
-def test_rcll_agent_is_honoured_only_for_the_identity_server(db: Db, bank: str, login_role: tuple[str, str]) -> None:
-    role, role_dsn = login_role
+def test_rcll_agent_is_honoured_only_for_the_identity_server(db: Db, bank: str, login_role: MakeLoginRole) -> None:
+    role, role_dsn = login_role("SELECT", "INSERT")     # may write to rcll
     with psycopg.connect(role_dsn, autocommit=True) as conn:
         configure(conn)
         conn.execute("SET rcll.agent = 'alice'")                     # a psql user forging the server's GUC
@@ -110,13 +95,13 @@ def test_rcll_agent_is_honoured_only_for_the_identity_server(db: Db, bank: str, 
         db.execute(sql.SQL("REVOKE rcll_identity_server FROM {}").format(sql.Identifier(role)))
 
 
-def test_consolidation_may_carry_author_tags_only_as_the_server(db: Db, bank: str, login_role: tuple[str, str]) -> None:
+def test_consolidation_may_carry_author_tags_only_as_the_server(db: Db, bank: str, login_role: MakeLoginRole) -> None:
     insert = """INSERT INTO rcll.memory_units (bank_id, kind, text, tags, provenance)
                 SELECT bank_id, 'observation', 'merged observation', ARRAY['author:alice', 'author:bob'],
                        '{"via": "consolidate"}' FROM rcll.banks WHERE name = 'b' RETURNING tags"""
     db.execute("SET rcll.carry_tags = on")
     assert db.execute(insert).fetchone() == (["author:alice", "author:bob"],)
-    role, role_dsn = login_role
+    role, role_dsn = login_role("SELECT", "INSERT")     # may write to rcll
     with psycopg.connect(role_dsn, autocommit=True) as conn:
         conn.execute("SET rcll.carry_tags = on")
         assert conn.execute(insert).fetchone() == ([],)

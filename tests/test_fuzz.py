@@ -3,13 +3,7 @@ No 500s, no crashes, every rejection names the field (bench/fuzz_*.py run the lo
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-
-import fuzz_http
-import fuzz_mcp
+from bench import fuzz_http, fuzz_mcp
 
 
 def test_http_api_survives_schema_fuzzing(dsn: str) -> None:

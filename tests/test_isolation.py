@@ -2,29 +2,24 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg import conninfo, sql
+
+from conftest import LoginRole, MakeLoginRole
 
 Db = psycopg.Connection[Any]
 
 
 @pytest.fixture
-def agent_role(db: Db, dsn: str) -> Iterator[tuple[str, str]]:
-    role = f"rcll_t_{uuid.uuid4().hex[:12]}"
-    db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
-    db.execute(sql.SQL("GRANT USAGE ON SCHEMA rcll TO {}").format(sql.Identifier(role)))
-    db.execute(sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA rcll TO {}").format(sql.Identifier(role)))
+def agent_role(db: Db, login_role: MakeLoginRole) -> Iterator[LoginRole]:
+    """A login role that may read and write every rcll table; bank isolation is off again after."""
     try:
-        yield role, conninfo.make_conninfo(dsn, user=role)
+        yield login_role("SELECT", "INSERT", "UPDATE", "DELETE")
     finally:
         db.execute("SELECT rcll.disable_bank_isolation()")
-        db.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
-        db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
 
 def seed(db: Db) -> None:
@@ -34,7 +29,7 @@ def seed(db: Db) -> None:
                    (bank, f"{bank} deploys", f"{bank} deploys"))
 
 
-def test_bank_isolation_limits_a_role_to_its_banks(db: Db, agent_role: tuple[str, str]) -> None:
+def test_bank_isolation_limits_a_role_to_its_banks(db: Db, agent_role: LoginRole) -> None:
     role, role_dsn = agent_role
     seed(db)
     db.execute("SELECT rcll.grant_bank(%s, 'mine')", (role,))
@@ -57,7 +52,7 @@ def test_bank_isolation_limits_a_role_to_its_banks(db: Db, agent_role: tuple[str
         assert conn.execute("SELECT count(*) FROM rcll.banks").fetchone() == (2,)
 
 
-def test_isolation_is_off_unless_enabled(db: Db, agent_role: tuple[str, str]) -> None:
+def test_isolation_is_off_unless_enabled(db: Db, agent_role: LoginRole) -> None:
     _, role_dsn = agent_role
     seed(db)
     with psycopg.connect(role_dsn, autocommit=True) as conn:

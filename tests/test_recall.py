@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
-import rcll
-from conftest import Leg
+from conftest import Leg, pg15_only
 from rcll import models
 from rcll.budget import cut_to_budget
 from rcll.db import configure
@@ -112,49 +109,35 @@ def test_recall_in_sql_without_models_skips_dense_and_rerank_with_a_notice(pg18:
         pg18.drop_database(name)
 
 
-def python_path() -> list[str]:
-    """The venv's site-packages and the directory holding the rcll package."""
-    site = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
-    return [str(site), str(Path(rcll.__file__).resolve().parents[1])]
+@pg15_only
+def test_recall_from_psql_on_pg15_returns_reranked_rows(leg: Leg, models_dsn: str) -> None:
+    with psycopg.connect(models_dsn, autocommit=True) as db:
+        configure(db)
+        ids = seed(db)
+    psql = str(leg.cluster.bindir / "psql")
+    out = subprocess.run(
+        [psql, models_dsn, "-X", "-A", "-t", "-F", "|", "-v", "ON_ERROR_STOP=1", "-c",
+         "SELECT unit_id, rerank_score, rank_dense FROM rcll.recall('how do we roll back a bad release?', bank => 'b')"],
+        capture_output=True, text=True, check=True)
+    rows = [line.split("|") for line in out.stdout.strip().splitlines()]
+    assert int(rows[0][0]) == ids["rollback"]
+    scores = [float(r[1]) for r in rows]
+    assert scores == sorted(scores, reverse=True)
+    assert any(r[2] for r in rows)             # the dense channel ran: embedded in the database
+    assert "NOTICE" not in out.stderr
 
 
-def test_recall_from_psql_on_pg15_returns_reranked_rows(pg15: Leg) -> None:
-    name = pg15.new_database()
-    try:
-        with psycopg.connect(pg15.url(name), autocommit=True) as db:
-            configure(db)
-            ids = seed(db)
-            db.execute("SELECT rcll.enable_in_database_models(%s)", (python_path(),))
-        psql = str(pg15.cluster.bindir / "psql")
-        out = subprocess.run(
-            [psql, pg15.url(name), "-X", "-A", "-t", "-F", "|", "-v", "ON_ERROR_STOP=1", "-c",
-             "SELECT unit_id, rerank_score, rank_dense FROM rcll.recall('how do we roll back a bad release?', bank => 'b')"],
-            capture_output=True, text=True, check=True)
-        rows = [line.split("|") for line in out.stdout.strip().splitlines()]
-        assert int(rows[0][0]) == ids["rollback"]
-        scores = [float(r[1]) for r in rows]
-        assert scores == sorted(scores, reverse=True)
-        assert any(r[2] for r in rows)             # the dense channel ran: embedded in the database
-        assert "NOTICE" not in out.stderr
-    finally:
-        pg15.drop_database(name)
-
-
-def test_in_database_rerank_agrees_with_the_client(pg15: Leg) -> None:
-    name = pg15.new_database()
-    try:
-        with psycopg.connect(pg15.url(name), autocommit=True) as db:
-            configure(db)
-            seed(db)
-            db.execute("SELECT rcll.enable_in_database_models(%s)", (python_path(),))
-            q = "where does carol work now?"
-            sql_rows = db.execute("SELECT unit_id, rerank_score FROM rcll.recall(%s, bank => 'b', budget => NULL)", (q,)).fetchall()
-            client = recall(db, q, "b", budget=None)
-            assert [r[0] for r in sql_rows][:3] == [f.unit_id for f in client.facts][:3]
-            for (_uid, score), f in zip(sql_rows, client.facts, strict=False):
-                assert score == pytest.approx(f.rerank_score, abs=0.5)
-            emb = db.execute("SELECT rcll._model_embed_query(%s)", (q,)).fetchone()
-            assert emb is not None
-            assert float(emb[0].to_numpy() @ models.get_embedder().embed_query(q)) > 0.995
-    finally:
-        pg15.drop_database(name)
+@pg15_only
+def test_in_database_rerank_agrees_with_the_client(models_dsn: str) -> None:
+    with psycopg.connect(models_dsn, autocommit=True) as db:
+        configure(db)
+        seed(db)
+        q = "where does carol work now?"
+        sql_rows = db.execute("SELECT unit_id, rerank_score FROM rcll.recall(%s, bank => 'b', budget => NULL)", (q,)).fetchall()
+        client = recall(db, q, "b", budget=None)
+        assert [r[0] for r in sql_rows][:3] == [f.unit_id for f in client.facts][:3]
+        for (_uid, score), f in zip(sql_rows, client.facts, strict=False):
+            assert score == pytest.approx(f.rerank_score, abs=0.5)
+        emb = db.execute("SELECT rcll._model_embed_query(%s)", (q,)).fetchone()
+        assert emb is not None
+        assert float(emb[0].to_numpy() @ models.get_embedder().embed_query(q)) > 0.995

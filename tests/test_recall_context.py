@@ -10,11 +10,10 @@ import numpy.typing as npt
 import psycopg
 import pytest
 
-from conftest import Leg
+from conftest import pg15_only
 from rcll import models
 from rcll.db import configure
 from rcll.recall import Fact, candidates, context_passage, recall, rerank
-from test_recall import python_path
 
 BANK = "c"
 CONVERSATION = [
@@ -153,21 +152,17 @@ def test_recall_ranks_the_reply_first_with_the_context_view(db: psycopg.Connecti
     assert ids[1] in [f.unit_id for f in with_view.facts[:2]]
 
 
-def test_in_database_two_view_rerank_agrees_with_the_client(pg15: Leg) -> None:
-    name = pg15.new_database()
-    try:
-        with psycopg.connect(pg15.url(name), autocommit=True) as db:
-            configure(db)
-            seed(db)
-            db.execute("SELECT rcll.enable_in_database_models(%s)", (python_path(),))
-            sql_rows = db.execute("""SELECT unit_id, rerank_score, rank_context FROM rcll.recall(
-                                         %s, bank => %s, budget => NULL)""", (QUERY, BANK)).fetchall()
-            client = recall(db, QUERY, BANK, budget=None)
-            assert [r[0] for r in sql_rows] == [f.unit_id for f in client.facts]
-            for (_, score, _), f in zip(sql_rows, client.facts, strict=True):
-                assert (score is None) == (f.rerank_score is None)
-                if score is not None:
-                    assert score == pytest.approx(f.rerank_score, abs=0.5)
-            assert any(r[2] is not None for r in sql_rows)
-    finally:
-        pg15.drop_database(name)
+@pg15_only
+def test_in_database_two_view_rerank_agrees_with_the_client(models_dsn: str) -> None:
+    with psycopg.connect(models_dsn, autocommit=True) as db:
+        configure(db)
+        seed(db)
+        sql_rows = db.execute("""SELECT unit_id, rerank_score, rank_context FROM rcll.recall(
+                                     %s, bank => %s, budget => NULL)""", (QUERY, BANK)).fetchall()
+        client = recall(db, QUERY, BANK, budget=None)
+        assert [r[0] for r in sql_rows] == [f.unit_id for f in client.facts]
+        for (_, score, _), f in zip(sql_rows, client.facts, strict=True):
+            assert (score is None) == (f.rerank_score is None)
+            if score is not None:
+                assert score == pytest.approx(f.rerank_score, abs=0.5)
+        assert any(r[2] is not None for r in sql_rows)

@@ -12,9 +12,8 @@ import psycopg
 import pytest
 from pglast.parser import parse_sql_json
 
-from conftest import Leg
+from conftest import pg15_only
 from rcll import models
-from test_recall import python_path
 from test_recall_seed import seed
 
 ENTRY_POINTS = ["rcll.recall", "rcll.recall_candidates", "rcll.channel_dense", "rcll.channel_lexical",
@@ -48,7 +47,8 @@ def _function_statements(language: str, definition: str, source: str) -> tuple[l
     """(SQL statements in the body, PL/pgSQL statement kinds used)."""
     if language == "sql":
         return _sql_statements(source, 0), []
-    tree = pglast.parse_plpgsql(definition)
+    # pglast's PL/pgSQL parser resolves names only in pg_catalog and public: read rcll's scope type unqualified.
+    tree = pglast.parse_plpgsql(definition.replace("rcll.recall_scope", "recall_scope"))
     stmts: list[dict[str, Any]] = []
     kinds = [k for k, _ in _walk(tree) if k.startswith("PLpgSQL_stmt_")]
     for key, value in _walk(tree):
@@ -88,7 +88,8 @@ def _recall_path(db: psycopg.Connection[Any]) -> dict[str, tuple[str, str, str, 
 
 def test_recall_path_contains_no_write_and_no_volatile_call(db: psycopg.Connection[Any]) -> None:
     path = _recall_path(db)
-    assert {"rcll.channel_dense", "rcll._expand_rooms", "rcll._bm25_corpus", "rcll._recall_ranked"} <= path.keys()
+    assert {"rcll.channel_dense", "rcll._channel_dense", "rcll.recall_scope", "rcll._expand_rooms", "rcll._in_scope",
+            "rcll._bm25_corpus", "rcll._recall_embedding", "rcll._recall_rerank"} <= path.keys()
     problems: list[str] = []
     for name, (lang, vol, definition, source) in sorted(path.items()):
         if vol == "v":
@@ -117,7 +118,8 @@ def test_recall_path_contains_no_write_and_no_volatile_call(db: psycopg.Connecti
 def test_recall_functions_are_declared_stable(db: psycopg.Connection[Any]) -> None:
     rows = db.execute("""SELECT p.proname, p.provolatile::text FROM pg_proc p
                          WHERE p.pronamespace = 'rcll'::regnamespace
-                           AND (p.proname LIKE 'channel\\_%' OR p.proname IN ('recall', 'recall_candidates', '_recall_ranked'))""").fetchall()
+                           AND (p.proname LIKE '%channel\\_%' OR p.proname IN ('recall', 'recall_candidates', 'recall_scope',
+                                                                                '_recall_embedding', '_recall_rerank'))""").fetchall()
     assert len(rows) >= 7
     assert {vol for _, vol in rows} == {"s"}
 
@@ -160,30 +162,26 @@ def test_recall_runs_as_a_role_that_can_only_read(db: psycopg.Connection[Any]) -
     assert all(c > 0 for c in counts)
 
 
-def test_in_database_models_are_read_only_too(pg15: Leg) -> None:
-    name = pg15.new_database()
-    try:
-        with psycopg.connect(pg15.url(name), autocommit=True) as db:
-            from rcll.db import configure
-            configure(db)
-            seed(db)
-            db.execute("SELECT rcll.enable_in_database_models(%s)", (python_path(),))
-            path = _recall_path(db)
-            models_fns = {n: v for n, v in path.items() if n.startswith("rcll._model_")}
-            assert len(models_fns) == 3
-            for n, (lang, vol, _, source) in models_fns.items():
-                assert (lang, vol) == ("plpython3u", "s"), n
-                assert "plpy.execute" not in source and "plpy.prepare" not in source and "plpy.cursor" not in source
-            assert all(c > 0 for c in _recall_as_reader(db))
-            db.autocommit = False
-            db.execute("SET ROLE rcll_reader")
-            db.execute("SET TRANSACTION READ ONLY")
-            rows = db.execute("SELECT rerank_score FROM rcll.recall('where did carol move?', bank => 'b')").fetchall()
-            assert rows and all(r[0] is not None for r in rows[:5])
-            assert db.execute("SELECT pg_current_xact_id_if_assigned()").fetchone() == (None,)
-            db.rollback()
-    finally:
-        pg15.drop_database(name)
+@pg15_only
+def test_in_database_models_are_read_only_too(models_dsn: str) -> None:
+    with psycopg.connect(models_dsn, autocommit=True) as db:
+        from rcll.db import configure
+        configure(db)
+        seed(db)
+        path = _recall_path(db)
+        models_fns = {n: v for n, v in path.items() if n.startswith("rcll._model_")}
+        assert len(models_fns) == 3
+        for n, (lang, vol, _, source) in models_fns.items():
+            assert (lang, vol) == ("plpython3u", "s"), n
+            assert "plpy.execute" not in source and "plpy.prepare" not in source and "plpy.cursor" not in source
+        assert all(c > 0 for c in _recall_as_reader(db))
+        db.autocommit = False
+        db.execute("SET ROLE rcll_reader")
+        db.execute("SET TRANSACTION READ ONLY")
+        rows = db.execute("SELECT rerank_score FROM rcll.recall('where did carol move?', bank => 'b')").fetchall()
+        assert rows and all(r[0] is not None for r in rows[:5])
+        assert db.execute("SELECT pg_current_xact_id_if_assigned()").fetchone() == (None,)
+        db.rollback()
 
 
 @pytest.mark.parametrize("statement", ["INSERT INTO rcll.banks (name) VALUES ('x')", "SELECT rcll.create_bank('x')"])

@@ -7,16 +7,15 @@ from typing import Any
 import psycopg
 import pytest
 
+from sqlcall import call_one
+
 Db = psycopg.Connection[Any]
 
 
 def retain(db: Db, text: str, room: str | None = None, bank: str = "b", **kw: Any) -> list[int]:
     """One document of one chunk (no embedding); returns its unit ids."""
     args = {"bank": bank, "content": text, "chunks": [text], "embeddings": None, "room": room, **kw}
-    names = ", ".join(f"{k} => %({k})s" for k in args)
-    row = db.execute(f"SELECT unit_ids FROM rcll.retain_chunks({names})", args).fetchone()
-    assert row is not None
-    return list(row[0])
+    return list(call_one(db, "rcll.retain_chunks", **args)["unit_ids"])
 
 
 def unit(db: Db, unit_id: int) -> dict[str, Any]:

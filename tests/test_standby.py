@@ -6,11 +6,11 @@ import time
 from typing import Any
 
 import psycopg
+from psycopg import conninfo
 
 from conftest import PORTS, Leg
 from rcll import cluster, models
 from rcll.db import configure
-from test_recall import python_path
 from test_recall_seed import seed
 
 Q = "how do we deploy with helm, and where did carol move last year?"
@@ -31,15 +31,13 @@ def _results(url: str) -> list[list[tuple[Any, ...]]]:
         return [conn.execute(sql, {"q": Q, "qe": qe}).fetchall() for sql in CALLS]
 
 
-def test_recall_on_a_hot_standby_returns_the_primarys_rows(leg: Leg) -> None:
-    name = leg.new_database()
+def test_recall_on_a_hot_standby_returns_the_primarys_rows(leg: Leg, models_dsn: str) -> None:
+    name = conninfo.conninfo_to_dict(models_dsn)["dbname"]
     standby: cluster.Cluster | None = None
     try:
-        with psycopg.connect(leg.url(name), autocommit=True) as db:
+        with psycopg.connect(models_dsn, autocommit=True) as db:
             configure(db)
             seed(db)
-            if leg.name == "pg15":
-                db.execute("SELECT rcll.enable_in_database_models(%s)", (python_path(),))
         standby = cluster.replica(leg.cluster, leg.cluster.datadir.parent / f"{leg.name}-standby",
                                   port=PORTS[leg.name] + 100)
         with psycopg.connect(leg.url(name), autocommit=True) as db:
@@ -62,4 +60,3 @@ def test_recall_on_a_hot_standby_returns_the_primarys_rows(leg: Leg) -> None:
     finally:
         if standby is not None:
             standby.destroy()
-        leg.drop_database(name)

@@ -10,14 +10,14 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from rcll.db import configure
+from sqlcall import scalar
 
 Db = psycopg.Connection[Any]
 
 
 def put(db: Db, room: str, key: str, value: Any, expected: int | None, **kw: Any) -> int:
     args = {"bank": "b", "room": room, "key": key, "value": Jsonb(value), "expected_version": expected, **kw}
-    names = ", ".join(f"{k} => %({k})s" for k in args)
-    return int(db.execute(f"SELECT rcll.put_state({names})", args).fetchone()[0])  # type: ignore[index]
+    return int(scalar(db, "rcll.put_state", **args))
 
 
 def get(db: Db, room: str, key: str) -> tuple[Any, int] | None:

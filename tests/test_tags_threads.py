@@ -8,13 +8,14 @@ import numpy as np
 import psycopg
 import pytest
 
+from sqlcall import call_one
+
 Db = psycopg.Connection[Any]
 
 
 def retain(db: Db, text: str, bank: str = "b", **kw: Any) -> int:
     args = {"bank": bank, "content": text, "chunks": [text], "embeddings": kw.pop("embeddings", None), **kw}
-    names = ", ".join(f"{k} => %({k})s" for k in args)
-    return int(db.execute(f"SELECT unit_ids[1] FROM rcll.retain_chunks({names})", args).fetchone()[0])  # type: ignore[index]
+    return int(call_one(db, "rcll.retain_chunks", **args)["unit_ids"][0])
 
 
 def as_agent(db: Db, agent: str | None) -> None:

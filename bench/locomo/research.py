@@ -5,7 +5,7 @@ stemming + PostgreSQL's english.stop), bge-small dense over several passage form
 temporal channel, a capitalised-name entity channel, weighted RRF, and cross-encoder reranking
 of the fused pool. Everything expensive is cached under --cache (default /tmp/lcm/cache).
 
-    PYTHONPATH=python:/path/to/snowballstemmer .venv/bin/python -m bench.locomo.research first
+    PYTHONPATH=/path/to/snowballstemmer .venv/bin/python -m bench.locomo.research first
     ... research rerank --kind date --depths 20,30,50 --sample 3
     ... research rerank --kind date+prevdate --depths 20,30 --sample 3   (two views, averaged)
 
@@ -27,6 +27,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
+
 from bench.locomo.dataset import Conversation, Turn, load
 from bench.locomo.metrics import Aggregate
 
@@ -182,12 +183,9 @@ def rrf(lists: Sequence[Sequence[int]], weights: Sequence[float] | None = None, 
 
 # ---------------------------------------------------------------- models
 def _models():
-    try:
-        from rcll import models  # python/ on PYTHONPATH
+    from rcll import models  # loads the ONNX runtime only for the commands that embed or rerank
 
-        return models.get_embedder(), models.get_reranker()
-    except ImportError as e:  # pragma: no cover
-        raise SystemExit(f"put python/ on PYTHONPATH ({e})")
+    return models.get_embedder(), models.get_reranker()
 
 
 class Lab:

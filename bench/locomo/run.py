@@ -1,6 +1,7 @@
 """LoCoMo retrieval through RCLL: every channel alone, fused, fused + rerank at several depths.
 
-    .venv/bin/python bench/locomo/run.py [--sample N] [--depths 20,50,100,300] [--context-depths 20]
+    .venv/bin/python -m bench.locomo.run [--sample N] [--depths 20,50,100,300] [--context-depths 20]
+        [--split] [--dump-rankings FILE]
 
 Retains every LoCoMo turn in chunk mode - one bank per conversation, one document per session,
 one chunk per turn written "[<session date>] <speaker>: <text>", the session date as occurred_at
@@ -19,31 +20,28 @@ CC BY-NC 4.0 (see data/locomo/ATTRIBUTION.md).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import random
-import shutil
 import statistics
-import sys
-import tempfile
 import time
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import psycopg
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "python"))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from locomo.dataset import CATEGORY_NAMES, Conversation, load
-from locomo.metrics import Aggregate
-from rcll import cluster, install, models
+from bench._common import connect, create_database, embedded_cluster
+from bench.locomo.dataset import CATEGORY_NAMES, Conversation, load
+from bench.locomo.metrics import Aggregate
+from rcll import models
 from rcll.budget import DEFAULT_BUDGET, cut_to_budget
-from rcll.db import configure
 from rcll.recall import DEFAULT_CONTEXT_DEPTH, DEFAULT_RERANK_DEPTH, candidates, rerank
 
 CHANNELS = ("dense", "lexical", "graph", "temporal", "context")
+# Selection discipline (issue 14): choices are made on conversations 0-4 and reported on 5-9 and all ten.
+HALVES = {"conversations 0-4 (choose)": range(0, 5), "conversations 5-9 (report)": range(5, 10)}
+ALL = "all ten conversations"
 
 
 def turn_text(t: Any) -> str:
@@ -150,6 +148,11 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--mode", choices=["chunks", "offline"], default="chunks",
                     help="chunks: LLM_PROVIDER=none, one chunk per turn; offline: the keyless rule extractor per turn")
+    ap.add_argument("--split", action="store_true",
+                    help="also print the table for conversations 0-4 (where choices are made) and 5-9 (where they are reported)")
+    ap.add_argument("--dump-rankings", metavar="FILE",
+                    help="write, per question, the default configuration's final ranking (unit ids and their dia ids) "
+                         "as JSON lines, for exact before/after comparisons of runs with the same arguments")
     args = ap.parse_args()
     depths = sorted(int(d) for d in args.depths.split(","))
     context_depths = sorted({int(m) for m in args.context_depths.split(",")} | {0})
@@ -167,81 +170,90 @@ def main() -> int:
             questions += rnd.sample(qs, max(1, round(args.sample * len(qs) / sum(map(len, by_cat.values())))))
     now = {c.index: max(t.date for t in c.turns) for c in convs}
 
-    root = Path(tempfile.mkdtemp(prefix="rclll-", dir="/tmp"))
-    c = cluster.embedded(root / "pg18", port=args.port)
-    c.start()
-    try:
-        with psycopg.connect(c.url(), autocommit=True) as admin:
-            admin.execute("CREATE DATABASE locomo")
-        with psycopg.connect(c.url("locomo"), autocommit=True) as conn:
-            install.install(conn)
-            configure(conn)
-            t = time.perf_counter()
-            unit_dia = retain(conn, convs) if args.mode == "chunks" else retain_offline(conn, convs)
-            print(f"retained {len(unit_dia):,} turns in {time.perf_counter() - t:.0f} s; scoring {len(questions)} questions",
-                  flush=True)
-            emb = models.get_embedder()
-            rr = models.get_reranker()
-            aggs: dict[str, Aggregate] = defaultdict(Aggregate)
-            lat: dict[str, list[float]] = defaultdict(list)
-            survive_num = survive_den = 0
-            for n, q in enumerate(questions):
-                bank = f"locomo{q.conv}"
-                t = time.perf_counter()
-                qe = emb.embed_query(q.question)
-                lat["embed"].append((time.perf_counter() - t) * 1000)
-                t = time.perf_counter()
-                pool = candidates(conn, q.question, bank, query_embedding=qe, reference_time=now[q.conv],
-                                  limit=max(depths + [100]))
-                lat["sql"].append((time.perf_counter() - t) * 1000)
-                # Every channel's own ranking, from its rank column (recall_candidates returns
-                # the union when the limit is above what the channels found).
-                full = candidates(conn, q.question, bank, query_embedding=qe, reference_time=now[q.conv], limit=1500)
-                for ch in CHANNELS:
-                    ranked = sorted((f for f in full if getattr(f, f"rank_{ch}") is not None),
-                                    key=lambda f, ch=ch: getattr(f, f"rank_{ch}"))
-                    aggs[f"{ch} alone"].add(q.category, dedupe([unit_dia[f.unit_id] for f in ranked]), q.evidence)
-                fused_ids = [unit_dia[f.unit_id] for f in pool]
-                aggs["fused (RRF), no rerank"].add(q.category, dedupe(fused_ids), q.evidence)
-                # The cross-encoder reads each (question, passage) once; every configuration is
-                # then ranked by rcll.recall.rerank from the cached scores, and its latency is the
-                # measured time of the pairs it reads.
-                scorer = CachedScorer(rr)
-                scorer.score(q.question, [f.text for f in pool[: depths[-1]]])
-                for d, m in configs:
-                    scorer.spent = 0.0
-                    ranked = rerank(q.question, pool, scorer, depth=d, context_depth=m)
-                    lat[config_name(d, m)].append(scorer.spent)
-                    ids = [unit_dia[f.unit_id] for f in ranked]
-                    aggs[config_name(d, m)].add(q.category, dedupe(ids), q.evidence)
-                    if (d, m) == default:
-                        t = time.perf_counter()
-                        tokens = emb.count_tokens([f.text for f in ranked])
-                        kept = {ids[i] for i in cut_to_budget(tokens, DEFAULT_BUDGET, 100)}
-                        lat["cut"].append((time.perf_counter() - t) * 1000)
-                        top10 = [x for x in ids[:10] if x in q.evidence]
-                        survive_den += len(top10)
-                        survive_num += sum(1 for x in top10 if x in kept)
-                if (n + 1) % 100 == 0:
-                    print(f"  {n + 1} questions", flush=True)
-    finally:
-        c.destroy()
-        shutil.rmtree(root, ignore_errors=True)
+    # Every figure is kept for all ten conversations and, with --split, for each half as well.
+    groups = ({name: set(half) for name, half in HALVES.items()} if args.split else {}) | {ALL: set(now)}
+    aggs: dict[str, dict[str, Aggregate]] = {g: defaultdict(Aggregate) for g in groups}
 
-    print(f"\nLoCoMo, {len(questions)} questions (categories 1-4), turn-level retrieval, retain mode: {args.mode}\n")
-    print("| configuration | nDCG@5 | R@5 | R@10 | MRR | " + " | ".join(f"nDCG@5 {CATEGORY_NAMES[k]}" for k in (1, 2, 3, 4)) + " |")
-    print("|---|---|---|---|---|" + "---|" * 4)
+    def score(name: str, q: Any, ranking: list[str]) -> None:
+        for g, members in groups.items():
+            if q.conv in members:
+                aggs[g][name].add(q.category, ranking, q.evidence)
+
+    with (embedded_cluster(args.port, prefix="rclll-") as pg,
+          connect(create_database(pg, "locomo"), autocommit=True) as conn,
+          open(args.dump_rankings, "w") if args.dump_rankings else contextlib.nullcontext() as dump):
+        t = time.perf_counter()
+        unit_dia = retain(conn, convs) if args.mode == "chunks" else retain_offline(conn, convs)
+        print(f"retained {len(unit_dia):,} turns in {time.perf_counter() - t:.0f} s; scoring {len(questions)} questions",
+              flush=True)
+        emb = models.get_embedder()
+        rr = models.get_reranker()
+        lat: dict[str, list[float]] = defaultdict(list)
+        survive_num = survive_den = 0
+        for n, q in enumerate(questions):
+            bank = f"locomo{q.conv}"
+            t = time.perf_counter()
+            qe = emb.embed_query(q.question)
+            lat["embed"].append((time.perf_counter() - t) * 1000)
+            t = time.perf_counter()
+            pool = candidates(conn, q.question, bank, query_embedding=qe, reference_time=now[q.conv],
+                              limit=max(depths + [100]))
+            lat["sql"].append((time.perf_counter() - t) * 1000)
+            # Every channel's own ranking, from its rank column (recall_candidates returns
+            # the union when the limit is above what the channels found).
+            full = candidates(conn, q.question, bank, query_embedding=qe, reference_time=now[q.conv], limit=1500)
+            for ch in CHANNELS:
+                ranked = sorted((f for f in full if getattr(f, f"rank_{ch}") is not None),
+                                key=lambda f, ch=ch: getattr(f, f"rank_{ch}"))
+                score(f"{ch} alone", q, dedupe([unit_dia[f.unit_id] for f in ranked]))
+            fused_ids = [unit_dia[f.unit_id] for f in pool]
+            score("fused (RRF), no rerank", q, dedupe(fused_ids))
+            # The cross-encoder reads each (question, passage) once; every configuration is
+            # then ranked by rcll.recall.rerank from the cached scores, and its latency is the
+            # measured time of the pairs it reads.
+            scorer = CachedScorer(rr)
+            scorer.score(q.question, [f.text for f in pool[: depths[-1]]])
+            for d, m in configs:
+                scorer.spent = 0.0
+                ranked = rerank(q.question, pool, scorer, depth=d, context_depth=m)
+                lat[config_name(d, m)].append(scorer.spent)
+                ids = [unit_dia[f.unit_id] for f in ranked]
+                score(config_name(d, m), q, dedupe(ids))
+                if (d, m) == default:
+                    t = time.perf_counter()
+                    tokens = emb.count_tokens([f.text for f in ranked])
+                    kept = {ids[i] for i in cut_to_budget(tokens, DEFAULT_BUDGET, 100)}
+                    lat["cut"].append((time.perf_counter() - t) * 1000)
+                    top10 = [x for x in ids[:10] if x in q.evidence]
+                    survive_den += len(top10)
+                    survive_num += sum(1 for x in top10 if x in kept)
+            if dump is not None:
+                ranked = rerank(q.question, pool, scorer, depth=default[0], context_depth=default[1])
+                dump.write(json.dumps({"conv": q.conv, "qid": q.qid, "category": q.category,
+                                       "unit_ids": [f.unit_id for f in ranked],
+                                       "dia_ids": [unit_dia[f.unit_id] for f in ranked]}) + "\n")
+            if (n + 1) % 100 == 0:
+                print(f"  {n + 1} questions", flush=True)
+
     order = [f"{ch} alone" for ch in CHANNELS] + ["fused (RRF), no rerank"] + [config_name(d, m) for d, m in configs]
-    for name in order:
-        t = aggs[name].table()
-        a = t["all"]
-        cats = " | ".join(f"{t[str(k)]['ndcg@5']:.3f}" if str(k) in t else "-" for k in (1, 2, 3, 4))
-        mark = " (default)" if name == config_name(*default) else ""
-        print(f"| {name}{mark} | {a['ndcg@5']:.3f} | {a['r@5']:.3f} | {a['r@10']:.3f} | {a['mrr']:.3f} | {cats} |")
+    for g in groups:                     # the halves first, all ten last
+        asked = sum(1 for q in questions if q.conv in groups[g])
+        if not asked:                    # a small --sample may leave a half without questions
+            continue
+        where = "" if g == ALL else f", {g}"
+        print(f"\nLoCoMo, {asked} questions (categories 1-4){where}, turn-level retrieval, retain mode: {args.mode}\n")
+        print("| configuration | nDCG@5 | R@5 | R@10 | MRR | " + " | ".join(f"nDCG@5 {CATEGORY_NAMES[k]}" for k in (1, 2, 3, 4)) + " |")
+        print("|---|---|---|---|---|" + "---|" * 4)
+        for name in order:
+            t = aggs[g][name].table()
+            a = t["all"]
+            cats = " | ".join(f"{t[str(k)]['ndcg@5']:.3f}" if str(k) in t else "-" for k in (1, 2, 3, 4))
+            mark = " (default)" if name == config_name(*default) else ""
+            print(f"| {name}{mark} | {a['ndcg@5']:.3f} | {a['r@5']:.3f} | {a['r@10']:.3f} | {a['mrr']:.3f} | {cats} |")
     print(f"\nper category, default settings ({config_name(*default)}):")
-    print(aggs[config_name(*default)].format())
+    print(aggs[ALL][config_name(*default)].format())
     print("\nper category, lexical (BM25) alone:")
-    print(aggs["lexical alone"].format())
+    print(aggs[ALL]["lexical alone"].format())
     print("\nlatency (ms)      p50      p95")
     for k in ["embed", "sql"] + [config_name(d, m) for d, m in configs] + ["cut"]:
         print(f"{k:<34} {statistics.median(lat[k]):8.1f} {pct(lat[k], 0.95):8.1f}")
