@@ -51,7 +51,7 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    -- No warning here: the units_rooms_inserted statement trigger (050-rooms.sql) warns once per
+    -- No warning here: the units_rooms_inserted statement trigger (051-room-counts.sql) warns once per
     -- write, for every client, whether or not it came through a function that called this.
     author := rcll.current_agent();
     IF author IS NOT NULL THEN
@@ -120,7 +120,8 @@ $$;
 COMMENT ON FUNCTION rcll._units_author() IS 'Trigger: the author of every new unit, resolved by the server (a caller''s author and author: tags are discarded when it knows; otherwise kept as self_declared), carried on an author:<name> tag and in provenance.';
 
 CREATE OR REPLACE TRIGGER units_author BEFORE INSERT ON rcll.memory_units
-    FOR EACH ROW EXECUTE FUNCTION rcll._units_author();
+    FOR EACH ROW WHEN (current_setting('row_security') <> 'off' OR NOT rcll._restoring('rcll.memory_units'))
+    EXECUTE FUNCTION rcll._units_author();
 
 CREATE OR REPLACE FUNCTION rcll._documents_author()
 RETURNS trigger
@@ -145,4 +146,5 @@ $$;
 COMMENT ON FUNCTION rcll._documents_author() IS 'Trigger: a document''s provenance names the server-resolved writer (a caller''s "who" is replaced when the server knows, else marked self_declared).';
 
 CREATE OR REPLACE TRIGGER documents_author BEFORE INSERT ON rcll.documents
-    FOR EACH ROW EXECUTE FUNCTION rcll._documents_author();
+    FOR EACH ROW WHEN (current_setting('row_security') <> 'off' OR NOT rcll._restoring('rcll.documents'))
+    EXECUTE FUNCTION rcll._documents_author();

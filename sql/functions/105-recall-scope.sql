@@ -1,4 +1,5 @@
--- The scope of a recall: which authors it reads, resolved once for every channel.
+-- The scope of a recall: what it may read (bank, rooms, authors, filters), resolved once per recall
+-- by rcll.recall_scope and passed to every channel as one rcll.recall_scope value.
 
 CREATE OR REPLACE FUNCTION rcll._recall_authors(authors text[], mine boolean)
 RETURNS text[]
@@ -28,37 +29,82 @@ END
 $$;
 COMMENT ON FUNCTION rcll._notice(text, text) IS 'Internal: raise a NOTICE (with a hint) and return false; lets a SQL-language recall function explain a skipped phase.';
 
-CREATE OR REPLACE FUNCTION rcll._in_scope(
-    u                    rcll.memory_units,
-    bank_id              integer,
-    rooms                text[],
-    authors              text[],
-    include_unattributed boolean,
-    halls                text[],
-    layers               text[],
-    tags_any             text[],
-    tags_all             text[],
-    thread               text,
-    as_of                timestamptz)
+CREATE OR REPLACE FUNCTION rcll._expand_rooms(bank_id integer, rooms text[])
+RETURNS text[]
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    names text[];
+BEGIN
+    -- The names given are always kept (a recall never loses what it asked for); each adds the
+    -- canonical room its spelling, alias or merged name resolves to now - so an old name stays
+    -- readable forever - and a canonical room adds the names that resolve to it.
+    SELECT array_agg(DISTINCT x.name ORDER BY x.name) INTO names FROM (
+        SELECT btrim(g.name) AS name FROM unnest(rooms) AS g(name)
+        UNION ALL
+        SELECT (rcll._canonical_room(_expand_rooms.bank_id, g.name)).room FROM unnest(rooms) AS g(name)
+    ) x WHERE x.name IS NOT NULL AND x.name <> '';
+    SELECT array_agg(DISTINCT x.name ORDER BY x.name) INTO names FROM (
+        SELECT unnest(names) AS name
+        UNION ALL
+        SELECT a.alias FROM rcll.room_aliases a
+        WHERE a.bank_id = _expand_rooms.bank_id AND a.room = ANY (names)
+        UNION ALL
+        SELECT r.name FROM rcll.rooms r
+        WHERE r.bank_id = _expand_rooms.bank_id AND r.status = 'merged' AND r.merged_into = ANY (names)
+    ) x;
+    RETURN coalesce(names, '{}');
+END
+$$;
+COMMENT ON FUNCTION rcll._expand_rooms(integer, text[]) IS 'Internal: the rooms a recall reads - the names given, the canonical room each resolves to (spelling, alias, approved merge: an old name stays readable forever), and the aliases and merged names of those rooms. NULL means all rooms. Provisional (unapproved) merges expand nothing.';
+
+CREATE OR REPLACE FUNCTION rcll.recall_scope(
+    bank                 text,
+    rooms                text[] DEFAULT NULL,
+    authors              text[] DEFAULT NULL,
+    mine                 boolean DEFAULT false,
+    include_unattributed boolean DEFAULT false,
+    halls                text[] DEFAULT NULL,
+    layers               text[] DEFAULT NULL,
+    tags_any             text[] DEFAULT NULL,
+    tags_all             text[] DEFAULT NULL,
+    thread               text DEFAULT NULL,
+    as_of                timestamptz DEFAULT now())
+RETURNS rcll.recall_scope
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- The only place a recall resolves its bank, rooms and authors; every channel reads the result.
+    SELECT ROW(b.id, rcll._expand_rooms(b.id, recall_scope.rooms),
+               rcll._recall_authors(recall_scope.authors, recall_scope.mine),
+               coalesce(recall_scope.include_unattributed, false), recall_scope.halls, recall_scope.layers,
+               recall_scope.tags_any, recall_scope.tags_all, recall_scope.thread, recall_scope.as_of)::rcll.recall_scope
+    FROM (SELECT rcll._bank_id(recall_scope.bank) AS id) b
+$$;
+COMMENT ON FUNCTION rcll.recall_scope(text, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz)
+    IS 'The scope of a recall, resolved once: the bank''s id (unknown bank: error), rooms expanded through aliases and merges (rcll._expand_rooms; NULL = all rooms), authors narrowed by mine (rcll._recall_authors; NULL = all), and the other filters as given. rcll.recall_candidates builds it once and passes it to every channel.';
+
+CREATE OR REPLACE FUNCTION rcll._in_scope(u rcll.memory_units, scope rcll.recall_scope)
 RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE
 -- No SET clause: that would stop the planner from inlining it into the caller's query (it reads no
 -- table and calls no function; only built-in operators, which pg_catalog resolves first).
 AS $$
     -- The filters every channel applies before ranking, for one unit, the bank included (so a
-    -- channel's WHERE needs no separate bank_id test: once inlined, (u).bank_id = bank_id is a
-    -- plain qual that the (bank_id, ...) indexes serve). rooms are already expanded
-    -- (rcll._expand_rooms) and authors resolved (rcll._recall_authors); NULL = no filter.
-    SELECT (u).bank_id = _in_scope.bank_id
-       AND (_in_scope.rooms IS NULL OR (u).room = ANY (_in_scope.rooms))
-       AND (_in_scope.authors IS NULL OR (u).author = ANY (_in_scope.authors)
-            OR (_in_scope.include_unattributed AND (u).author IS NULL))
-       AND (_in_scope.halls IS NULL OR (u).hall = ANY (_in_scope.halls))
-       AND (_in_scope.layers IS NULL OR (u).layer = ANY (_in_scope.layers))
-       AND (_in_scope.tags_any IS NULL OR (u).tags && _in_scope.tags_any)
-       AND (_in_scope.tags_all IS NULL OR (u).tags @> _in_scope.tags_all)
-       AND (_in_scope.thread IS NULL OR (u).thread = _in_scope.thread)
-       AND (_in_scope.as_of IS NULL OR (u).valid @> _in_scope.as_of)
+    -- channel's WHERE needs no separate bank_id test). Inlined into a channel's query, whose
+    -- custom plan holds the scope as a constant, each (scope).field folds to a constant: the NULL
+    -- branches vanish and (u).bank_id = <id> is a plain qual that the (bank_id, ...) indexes serve.
+    SELECT (u).bank_id = (scope).bank_id
+       AND ((scope).rooms IS NULL OR (u).room = ANY ((scope).rooms))
+       AND ((scope).authors IS NULL OR (u).author = ANY ((scope).authors)
+            OR ((scope).include_unattributed AND (u).author IS NULL))
+       AND ((scope).halls IS NULL OR (u).hall = ANY ((scope).halls))
+       AND ((scope).layers IS NULL OR (u).layer = ANY ((scope).layers))
+       AND ((scope).tags_any IS NULL OR (u).tags && (scope).tags_any)
+       AND ((scope).tags_all IS NULL OR (u).tags @> (scope).tags_all)
+       AND ((scope).thread IS NULL OR (u).thread = (scope).thread)
+       AND ((scope).as_of IS NULL OR (u).valid @> (scope).as_of)
 $$;
-COMMENT ON FUNCTION rcll._in_scope(rcll.memory_units, integer, text[], text[], boolean, text[], text[], text[], text[], text, timestamptz)
-    IS 'Internal: whether a unit passes a recall''s filters (bank, expanded rooms, resolved authors, halls, layers, tags, thread, validity as of). Every channel filters through it; it is inlined into their queries.';
+COMMENT ON FUNCTION rcll._in_scope(rcll.memory_units, rcll.recall_scope)
+    IS 'Internal: whether a unit passes a recall''s scope (bank, expanded rooms, resolved authors, halls, layers, tags, thread, validity as of). Every channel filters through it; it is inlined into their queries.';

@@ -1,20 +1,10 @@
 -- Dense channel: cosine similarity to the query embedding, filtered before ranking, routed by filtered-set size.
 
-CREATE OR REPLACE FUNCTION rcll.channel_dense(
-    query_embedding      vector,
-    bank                 text,
-    rooms                text[] DEFAULT NULL,
-    authors              text[] DEFAULT NULL,
-    mine                 boolean DEFAULT false,
-    include_unattributed boolean DEFAULT false,
-    halls                text[] DEFAULT NULL,
-    layers               text[] DEFAULT NULL,
-    tags_any             text[] DEFAULT NULL,
-    tags_all             text[] DEFAULT NULL,
-    thread               text DEFAULT NULL,
-    as_of                timestamptz DEFAULT now(),
-    "limit"              integer DEFAULT 300,
-    exact_below          integer DEFAULT 3000)
+CREATE OR REPLACE FUNCTION rcll._channel_dense(
+    query_embedding vector,
+    scope           rcll.recall_scope,
+    "limit"         integer DEFAULT (rcll.recall_defaults()).channel_limit,
+    exact_below     integer DEFAULT 3000)
 RETURNS TABLE (unit_id bigint, score double precision, rank integer)
 LANGUAGE plpgsql STABLE
 -- Custom plans: with the filter values folded in as constants, the NULL branches of the filter
@@ -28,11 +18,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    b    integer := rcll._bank_id(channel_dense.bank);
-    rs   text[]  := rcll._expand_rooms(b, channel_dense.rooms);
-    auth text[]  := rcll._recall_authors(channel_dense.authors, channel_dense.mine);
-    q    public.vector :=  channel_dense.query_embedding;
-    lim  integer := greatest(coalesce(channel_dense."limit", 300), 0);
+    b    integer := (scope).bank_id;
+    q    public.vector := _channel_dense.query_embedding;
+    lim  integer := greatest(coalesce(_channel_dense."limit", (rcll.recall_defaults()).channel_limit), 0);
     n    integer;
 BEGIN
     IF q IS NULL OR lim = 0 THEN
@@ -45,31 +33,30 @@ BEGIN
     -- bound: then the filtered rows themselves are counted, up to exact_below + 1.
     SELECT count(*) INTO n FROM (
         SELECT 1 FROM rcll.memory_units u
-        WHERE u.bank_id = b AND (rs IS NULL OR u.room = ANY (rs))
+        WHERE u.bank_id = b AND ((scope).rooms IS NULL OR u.room = ANY ((scope).rooms))
         LIMIT exact_below + 1) s;
-    IF n > exact_below AND auth IS NOT NULL AND NOT channel_dense.include_unattributed THEN
+    IF n > exact_below AND (scope).authors IS NOT NULL AND NOT (scope).include_unattributed THEN
         n := least(n, (SELECT count(*) FROM (SELECT 1 FROM rcll.memory_units u
-                                             WHERE u.bank_id = b AND u.author = ANY (auth) LIMIT exact_below + 1) s));
+                                             WHERE u.bank_id = b AND u.author = ANY ((scope).authors) LIMIT exact_below + 1) s));
     END IF;
-    IF n > exact_below AND channel_dense.thread IS NOT NULL THEN
+    IF n > exact_below AND (scope).thread IS NOT NULL THEN
         n := least(n, (SELECT count(*) FROM (SELECT 1 FROM rcll.memory_units u
-                                             WHERE u.bank_id = b AND u.thread = channel_dense.thread LIMIT exact_below + 1) s));
+                                             WHERE u.bank_id = b AND u.thread = (scope).thread LIMIT exact_below + 1) s));
     END IF;
-    IF n > exact_below AND channel_dense.halls IS NOT NULL THEN
+    IF n > exact_below AND (scope).halls IS NOT NULL THEN
         n := least(n, (SELECT count(*) FROM (SELECT 1 FROM rcll.memory_units u
-                                             WHERE u.bank_id = b AND u.hall = ANY (channel_dense.halls) LIMIT exact_below + 1) s));
+                                             WHERE u.bank_id = b AND u.hall = ANY ((scope).halls) LIMIT exact_below + 1) s));
     END IF;
-    IF n > exact_below AND channel_dense.layers IS NOT NULL THEN
+    IF n > exact_below AND (scope).layers IS NOT NULL THEN
         n := least(n, (SELECT count(*) FROM (SELECT 1 FROM rcll.memory_units u
-                                             WHERE u.bank_id = b AND u.layer = ANY (channel_dense.layers) LIMIT exact_below + 1) s));
+                                             WHERE u.bank_id = b AND u.layer = ANY ((scope).layers) LIMIT exact_below + 1) s));
     END IF;
-    IF n > exact_below AND (channel_dense.tags_any IS NOT NULL OR channel_dense.tags_all IS NOT NULL
-                            OR (auth IS NOT NULL AND channel_dense.include_unattributed)) THEN
+    IF n > exact_below AND ((scope).tags_any IS NOT NULL OR (scope).tags_all IS NOT NULL
+                            OR ((scope).authors IS NOT NULL AND (scope).include_unattributed)) THEN
         SELECT count(*) INTO n FROM (
             SELECT 1 FROM rcll.memory_units u
             WHERE u.embedding IS NOT NULL
-              AND rcll._in_scope(u, b, rs, auth, channel_dense.include_unattributed, channel_dense.halls, channel_dense.layers,
-                                 channel_dense.tags_any, channel_dense.tags_all, channel_dense.thread, channel_dense.as_of)
+              AND rcll._in_scope(u, scope)
             LIMIT exact_below + 1) s;
     END IF;
 
@@ -80,8 +67,7 @@ BEGIN
         WITH f AS MATERIALIZED (
             SELECT u.unit_id, u.embedding FROM rcll.memory_units u
             WHERE u.embedding IS NOT NULL
-              AND rcll._in_scope(u, b, rs, auth, channel_dense.include_unattributed, channel_dense.halls, channel_dense.layers,
-                                 channel_dense.tags_any, channel_dense.tags_all, channel_dense.thread, channel_dense.as_of))
+              AND rcll._in_scope(u, scope))
         SELECT d.unit_id, 1 - d.dist, (row_number() OVER (ORDER BY d.dist, d.unit_id))::integer
         FROM (SELECT f.unit_id, f.embedding OPERATOR(public.<=>) q AS dist FROM f ORDER BY 2, 1 LIMIT lim) d
         ORDER BY 3;
@@ -92,13 +78,12 @@ BEGIN
         SELECT d.unit_id, 1 - d.dist, (row_number() OVER (ORDER BY d.dist, d.unit_id))::integer
         FROM (
             SELECT u.unit_id, u.embedding OPERATOR(public.<=>) q AS dist FROM rcll.memory_units u
-            WHERE rcll._in_scope(u, b, rs, auth, channel_dense.include_unattributed, channel_dense.halls, channel_dense.layers,
-                                 channel_dense.tags_any, channel_dense.tags_all, channel_dense.thread, channel_dense.as_of)
+            WHERE rcll._in_scope(u, scope)
             ORDER BY u.embedding OPERATOR(public.<=>) q
             LIMIT lim) d
         ORDER BY 3;
     END IF;
 END
 $$;
-COMMENT ON FUNCTION rcll.channel_dense(vector, text, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, integer, integer)
-    IS 'Dense recall channel: units ranked by cosine similarity to query_embedding (score = 1 - cosine distance), filtered before ranking by bank, rooms (aliases expanded), authors, halls, layers, tags, thread and validity. Filtered sets of at most exact_below units are scanned exactly; larger ones use the HNSW index with iterative scans.';
+COMMENT ON FUNCTION rcll._channel_dense(vector, rcll.recall_scope, integer, integer)
+    IS 'Internal: the dense recall channel over a resolved scope (rcll.channel_dense is its psql entry point): units ranked by cosine similarity to query_embedding (score = 1 - cosine distance), filtered before ranking. Filtered sets of at most exact_below units are scanned exactly; larger ones use the HNSW index with iterative scans.';

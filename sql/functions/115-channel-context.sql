@@ -16,28 +16,12 @@ AS $$
 $$;
 COMMENT ON FUNCTION rcll._last_words(text, integer) IS 'Internal: the last n whitespace-separated words of a text, joined by single spaces.';
 
-CREATE OR REPLACE FUNCTION rcll.preceding_units(
-    unit_ids             bigint[],
-    bank                 text,
-    rooms                text[] DEFAULT NULL,
-    authors              text[] DEFAULT NULL,
-    mine                 boolean DEFAULT false,
-    include_unattributed boolean DEFAULT false,
-    halls                text[] DEFAULT NULL,
-    layers               text[] DEFAULT NULL,
-    tags_any             text[] DEFAULT NULL,
-    tags_all             text[] DEFAULT NULL,
-    thread               text DEFAULT NULL,
-    as_of                timestamptz DEFAULT now())
+CREATE OR REPLACE FUNCTION rcll._preceding_units(unit_ids bigint[], scope rcll.recall_scope)
 RETURNS TABLE (unit_id bigint, preceding_id bigint, preceding_text text)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
-DECLARE
-    b    integer := rcll._bank_id(preceding_units.bank);
-    rs   text[]  := rcll._expand_rooms(b, preceding_units.rooms);
-    auth text[]  := rcll._recall_authors(preceding_units.authors, preceding_units.mine);
 BEGIN
     -- The predecessor counts only if the same recall could return it: context never carries
     -- text in from another room, author, thread or validity window.
@@ -45,41 +29,26 @@ BEGIN
     SELECT u.unit_id, p.unit_id, p.text
     FROM rcll.memory_units u
     JOIN rcll.memory_units p ON p.document_id = u.document_id AND p.chunk_index = u.chunk_index - 1
-    WHERE u.unit_id = ANY (preceding_units.unit_ids) AND u.bank_id = b
-      AND rcll._in_scope(p, b, rs, auth, preceding_units.include_unattributed, preceding_units.halls,
-                         preceding_units.layers, preceding_units.tags_any, preceding_units.tags_all,
-                         preceding_units.thread, preceding_units.as_of);
+    WHERE u.unit_id = ANY (_preceding_units.unit_ids) AND u.bank_id = (scope).bank_id
+      AND rcll._in_scope(p, scope);
 END
 $$;
-COMMENT ON FUNCTION rcll.preceding_units(bigint[], text, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz)
-    IS 'For each given unit, the chunk right before it in its document (chunk_index - 1), if that chunk passes the same recall filters; units without one are absent. The cross-encoder''s context view reads it.';
+COMMENT ON FUNCTION rcll._preceding_units(bigint[], rcll.recall_scope)
+    IS 'Internal: for each given unit, the chunk right before it in its document (chunk_index - 1), if that chunk passes the scope; units without one are absent (rcll.preceding_units is its psql entry point). The cross-encoder''s context view reads it.';
 
-CREATE OR REPLACE FUNCTION rcll.channel_context(
-    query_embedding      vector,
-    seeds                bigint[],
-    bank                 text,
-    rooms                text[] DEFAULT NULL,
-    authors              text[] DEFAULT NULL,
-    mine                 boolean DEFAULT false,
-    include_unattributed boolean DEFAULT false,
-    halls                text[] DEFAULT NULL,
-    layers               text[] DEFAULT NULL,
-    tags_any             text[] DEFAULT NULL,
-    tags_all             text[] DEFAULT NULL,
-    thread               text DEFAULT NULL,
-    as_of                timestamptz DEFAULT now(),
-    "limit"              integer DEFAULT 300)
+CREATE OR REPLACE FUNCTION rcll._channel_context(
+    query_embedding vector,
+    seeds           bigint[],
+    scope           rcll.recall_scope,
+    "limit"         integer DEFAULT (rcll.recall_defaults()).channel_limit)
 RETURNS TABLE (unit_id bigint, score double precision, rank integer)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    b    integer := rcll._bank_id(channel_context.bank);
-    rs   text[]  := rcll._expand_rooms(b, channel_context.rooms);
-    auth text[]  := rcll._recall_authors(channel_context.authors, channel_context.mine);
-    q    public.vector := channel_context.query_embedding;
-    lim  integer := greatest(coalesce(channel_context."limit", 300), 0);
+    q    public.vector := _channel_context.query_embedding;
+    lim  integer := greatest(coalesce(_channel_context."limit", (rcll.recall_defaults()).channel_limit), 0);
 BEGIN
     IF q IS NULL OR lim = 0 OR seeds IS NULL THEN
         RETURN;
@@ -92,18 +61,14 @@ BEGIN
     WITH s AS (
         SELECT u.unit_id, u.document_id, u.chunk_index, 1 - (u.embedding OPERATOR(public.<=>) q) AS sim
         FROM rcll.memory_units u
-        WHERE u.unit_id = ANY (channel_context.seeds) AND u.embedding IS NOT NULL
-          AND rcll._in_scope(u, b, rs, auth, channel_context.include_unattributed, channel_context.halls,
-                                 channel_context.layers, channel_context.tags_any, channel_context.tags_all,
-                                 channel_context.thread, channel_context.as_of)
+        WHERE u.unit_id = ANY (_channel_context.seeds) AND u.embedding IS NOT NULL
+          AND rcll._in_scope(u, scope)
     ), w AS (
         SELECT DISTINCT n.unit_id, n.document_id, n.chunk_index, 1 - (n.embedding OPERATOR(public.<=>) q) AS sim
         FROM s JOIN rcll.memory_units n
           ON n.document_id = s.document_id AND n.chunk_index IN (s.chunk_index - 1, s.chunk_index + 1)
         WHERE n.embedding IS NOT NULL
-          AND rcll._in_scope(n, b, rs, auth, channel_context.include_unattributed, channel_context.halls,
-                                 channel_context.layers, channel_context.tags_any, channel_context.tags_all,
-                                 channel_context.thread, channel_context.as_of)
+          AND rcll._in_scope(n, scope)
     ), known AS (
         SELECT s.unit_id, s.document_id, s.chunk_index, s.sim FROM s
         UNION SELECT w.unit_id, w.document_id, w.chunk_index, w.sim FROM w
@@ -123,5 +88,5 @@ BEGIN
     ORDER BY r.rank;
 END
 $$;
-COMMENT ON FUNCTION rcll.channel_context(vector, bigint[], text, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, integer)
-    IS 'Context recall channel: the seed units (the dense channel''s hits) and the chunk after each, ranked by the mean cosine similarity to query_embedding of the unit and of the chunk before it in its document (score = 1 - mean distance). Neighbours pass the same filters as every channel. Finds replies whose meaning is in the chunk they answer.';
+COMMENT ON FUNCTION rcll._channel_context(vector, bigint[], rcll.recall_scope, integer)
+    IS 'Internal: the context recall channel over a resolved scope (rcll.channel_context is its psql entry point): the seed units (the dense channel''s hits) and the chunk after each, ranked by the mean cosine similarity to query_embedding of the unit and of the chunk before it in its document (score = 1 - mean distance). Neighbours pass the same scope as every channel. Finds replies whose meaning is in the chunk they answer.';

@@ -17,9 +17,9 @@ AS $$
 $$;
 COMMENT ON FUNCTION rcll._query_ngrams(text, integer) IS 'Internal: lower-cased word n-grams of a query (possessives dropped), for matching entity names and aliases.';
 
-CREATE OR REPLACE FUNCTION rcll.query_entities(
+CREATE OR REPLACE FUNCTION rcll._query_entities(
     query          text,
-    bank           text,
+    bank_id        integer,
     min_similarity real DEFAULT 0.6,
     max_entities   integer DEFAULT 16)
 RETURNS TABLE (entity_id bigint, name text, matched text, similarity real)
@@ -29,13 +29,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    bk  integer := rcll._bank_id(query_entities.bank);
+    bk  integer := _query_entities.bank_id;
     cfg regconfig;
     grams text[];
 BEGIN
     SELECT x.text_search_config INTO cfg FROM rcll.banks x WHERE x.bank_id = bk;
     -- Single stop words ("the", "we") never name an entity; short single tokens only match exactly.
-    grams := ARRAY(SELECT g FROM unnest(rcll._query_ngrams(coalesce(query_entities.query, ''), 3)) g
+    grams := ARRAY(SELECT g FROM unnest(rcll._query_ngrams(coalesce(_query_entities.query, ''), 3)) g
                    WHERE g LIKE '% %' OR length(to_tsvector(cfg, g)) > 0);
     IF cardinality(grams) = 0 THEN
         RETURN;
@@ -55,7 +55,7 @@ BEGIN
     ) m
     JOIN rcll.entities e ON e.entity_id = m.entity_id
     ORDER BY m.sim DESC, m.entity_id
-    LIMIT query_entities.max_entities;
+    LIMIT _query_entities.max_entities;
     IF FOUND THEN
         RETURN;
     END IF;
@@ -69,34 +69,39 @@ BEGIN
         FROM unnest(grams) g(g)
         JOIN rcll.entity_aliases a ON a.bank_id = bk AND a.alias OPERATOR(public.%) g.g
         WHERE length(g.g) >= 4 AND g.g NOT LIKE '% % %'
-          AND public.similarity(a.alias, g.g) >= query_entities.min_similarity
+          AND public.similarity(a.alias, g.g) >= _query_entities.min_similarity
         ORDER BY a.entity_id, 3 DESC, a.alias
     ) m
     JOIN rcll.entities e ON e.entity_id = m.entity_id
     ORDER BY m.sim DESC, m.entity_id
-    LIMIT query_entities.max_entities;
+    LIMIT _query_entities.max_entities;
 END
+$$;
+COMMENT ON FUNCTION rcll._query_entities(text, integer, real, integer)
+    IS 'Internal: rcll.query_entities for a resolved bank id (the graph channel''s seeds).';
+
+CREATE OR REPLACE FUNCTION rcll.query_entities(
+    query          text,
+    bank           text,
+    min_similarity real DEFAULT 0.6,
+    max_entities   integer DEFAULT 16)
+RETURNS TABLE (entity_id bigint, name text, matched text, similarity real)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT * FROM rcll._query_entities(query_entities.query, rcll._bank_id(query_entities.bank),
+                                       query_entities.min_similarity, query_entities.max_entities)
 $$;
 COMMENT ON FUNCTION rcll.query_entities(text, text, real, integer)
     IS 'Entities a query names: exact matches of its word n-grams (up to three words) against entity names and aliases; when there are none, trigram matches of aliases to its one- and two-word n-grams with similarity >= min_similarity. The graph channel''s seeds.';
 
-CREATE OR REPLACE FUNCTION rcll.channel_graph(
-    query                text,
-    bank                 text,
-    rooms                text[] DEFAULT NULL,
-    authors              text[] DEFAULT NULL,
-    mine                 boolean DEFAULT false,
-    include_unattributed boolean DEFAULT false,
-    halls                text[] DEFAULT NULL,
-    layers               text[] DEFAULT NULL,
-    tags_any             text[] DEFAULT NULL,
-    tags_all             text[] DEFAULT NULL,
-    thread               text DEFAULT NULL,
-    as_of                timestamptz DEFAULT now(),
-    "limit"              integer DEFAULT 300,
-    hops                 integer DEFAULT 2,
-    decay                double precision DEFAULT 0.5,
-    fanout               integer DEFAULT 100)
+CREATE OR REPLACE FUNCTION rcll._channel_graph(
+    query   text,
+    scope   rcll.recall_scope,
+    "limit" integer DEFAULT (rcll.recall_defaults()).channel_limit,
+    hops    integer DEFAULT 2,
+    decay   double precision DEFAULT 0.5,
+    fanout  integer DEFAULT 100)
 RETURNS TABLE (unit_id bigint, score double precision, rank integer)
 LANGUAGE plpgsql STABLE
 SET plan_cache_mode = force_custom_plan
@@ -104,11 +109,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    bk   integer := rcll._bank_id(channel_graph.bank);
-    rs   text[]  := rcll._expand_rooms(bk, channel_graph.rooms);
-    auth text[]  := rcll._recall_authors(channel_graph.authors, channel_graph.mine);
-    lim  integer := greatest(coalesce(channel_graph."limit", 300), 0);
-    cap  integer := greatest(coalesce(channel_graph.fanout, 100), 1);
+    lim  integer := greatest(coalesce(_channel_graph."limit", (rcll.recall_defaults()).channel_limit), 0);
+    cap  integer := greatest(coalesce(_channel_graph.fanout, 100), 1);
     ents bigint[];            -- entity frontier
     eact double precision[];
     seen_ents bigint[];
@@ -122,7 +124,7 @@ BEGIN
         RETURN;
     END IF;
     SELECT array_agg(s.entity_id), array_agg(s.similarity::double precision) INTO ents, eact
-    FROM rcll.query_entities(channel_graph.query, channel_graph.bank) s;
+    FROM rcll._query_entities(_channel_graph.query, (scope).bank_id) s;
     IF ents IS NULL THEN
         RETURN;
     END IF;
@@ -132,25 +134,24 @@ BEGIN
     -- explodes on hubs), no temp tables (a hot standby cannot create them), no graph extension.
     -- Each hop is capped: at most `fanout` units per entity (the newest) and a frontier of at
     -- most `fanout` units, so a hub entity costs as much as an ordinary one.
-    WHILE hop <= greatest(coalesce(channel_graph.hops, 2), 1) LOOP
+    WHILE hop <= greatest(coalesce(_channel_graph.hops, 2), 1) LOOP
         -- Entities -> the units that mention them (filtered: activation never flows through
         -- units the recall may not read). A unit naming several active entities adds them up.
         SELECT array_agg(x.unit_id ORDER BY x.act DESC, x.unit_id DESC), array_agg(x.act ORDER BY x.act DESC, x.unit_id DESC)
         INTO units, uact
         FROM (
             SELECT m.unit_id, sum(m.act) AS act FROM (
-                SELECT s.unit_id, e.act * power(channel_graph.decay, hop - 1) AS act
+                SELECT s.unit_id, e.act * power(_channel_graph.decay, hop - 1) AS act
                 FROM unnest(ents, eact) AS e(entity_id, act)
                 CROSS JOIN LATERAL (
                     SELECT ue.unit_id FROM rcll.unit_entities ue
                     JOIN rcll.memory_units u ON u.unit_id = ue.unit_id
                     WHERE ue.entity_id = e.entity_id
-                      AND rcll._in_scope(u, bk, rs, auth, channel_graph.include_unattributed, channel_graph.halls, channel_graph.layers,
-                                         channel_graph.tags_any, channel_graph.tags_all, channel_graph.thread, channel_graph.as_of)
+                      AND rcll._in_scope(u, scope)
                     ORDER BY ue.unit_id DESC LIMIT cap) s
                 UNION ALL
                 -- Units -> linked units (both directions), weighted by the link.
-                SELECT l.other, f.act * l.weight * channel_graph.decay
+                SELECT l.other, f.act * l.weight * _channel_graph.decay
                 FROM unnest(units, uact) AS f(unit_id, act)
                 CROSS JOIN LATERAL (
                     SELECT k.to_unit AS other, k.weight FROM rcll.links k WHERE k.from_unit = f.unit_id
@@ -158,8 +159,7 @@ BEGIN
                     SELECT k.from_unit, k.weight FROM rcll.links k WHERE k.to_unit = f.unit_id) l
                 JOIN rcll.memory_units u ON u.unit_id = l.other
                 WHERE hop > 1
-                  AND rcll._in_scope(u, bk, rs, auth, channel_graph.include_unattributed, channel_graph.halls, channel_graph.layers,
-                                     channel_graph.tags_any, channel_graph.tags_all, channel_graph.thread, channel_graph.as_of)
+                  AND rcll._in_scope(u, scope)
             ) m
             WHERE m.unit_id <> ALL (all_units)
             GROUP BY m.unit_id
@@ -169,7 +169,7 @@ BEGIN
         all_units := all_units || units;
         all_act := all_act || uact;
         hop := hop + 1;
-        EXIT WHEN hop > greatest(coalesce(channel_graph.hops, 2), 1);
+        EXIT WHEN hop > greatest(coalesce(_channel_graph.hops, 2), 1);
 
         units := units[1:cap];
         uact := uact[1:cap];
@@ -197,5 +197,5 @@ BEGIN
     LIMIT lim;
 END
 $$;
-COMMENT ON FUNCTION rcll.channel_graph(text, text, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, integer, integer, double precision, integer)
-    IS 'Graph recall channel: activation spread from the entities the query names (rcll.query_entities) to the units mentioning them, then over links and shared entities for `hops` hops, multiplied by decay per hop and capped at fanout per entity and per frontier. Filtered before ranking (activation never passes through units the recall may not read). Plain SQL: runs on hot standbys.';
+COMMENT ON FUNCTION rcll._channel_graph(text, rcll.recall_scope, integer, integer, double precision, integer)
+    IS 'Internal: the graph recall channel over a resolved scope (rcll.channel_graph is its psql entry point): activation spread from the entities the query names (rcll.query_entities) to the units mentioning them, then over links and shared entities for `hops` hops, multiplied by decay per hop and capped at fanout per entity and per frontier. Filtered before ranking (activation never passes through units the recall may not read). Plain SQL: runs on hot standbys.';

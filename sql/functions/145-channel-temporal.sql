@@ -1,24 +1,14 @@
 -- Temporal channel: units whose time falls in the range the query names (or the caller passes).
 
-CREATE OR REPLACE FUNCTION rcll.channel_temporal(
-    query                text,
-    bank                 text,
-    rooms                text[] DEFAULT NULL,
-    authors              text[] DEFAULT NULL,
-    mine                 boolean DEFAULT false,
-    include_unattributed boolean DEFAULT false,
-    halls                text[] DEFAULT NULL,
-    layers               text[] DEFAULT NULL,
-    tags_any             text[] DEFAULT NULL,
-    tags_all             text[] DEFAULT NULL,
-    thread               text DEFAULT NULL,
-    as_of                timestamptz DEFAULT now(),
-    time_range           tstzrange DEFAULT NULL,
-    reference_time       timestamptz DEFAULT now(),
-    query_embedding      vector DEFAULT NULL,
-    "limit"              integer DEFAULT 300,
-    scan_limit           integer DEFAULT 5000,
-    mention_slack        interval DEFAULT '7 days')
+CREATE OR REPLACE FUNCTION rcll._channel_temporal(
+    query           text,
+    scope           rcll.recall_scope,
+    time_range      tstzrange DEFAULT NULL,
+    reference_time  timestamptz DEFAULT now(),
+    query_embedding vector DEFAULT NULL,
+    "limit"         integer DEFAULT (rcll.recall_defaults()).channel_limit,
+    scan_limit      integer DEFAULT 5000,
+    mention_slack   interval DEFAULT '7 days')
 RETURNS TABLE (unit_id bigint, score double precision, rank integer)
 LANGUAGE plpgsql STABLE
 SET plan_cache_mode = force_custom_plan
@@ -28,12 +18,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    bk     integer := rcll._bank_id(channel_temporal.bank);
-    rs     text[]  := rcll._expand_rooms(bk, channel_temporal.rooms);
-    auth   text[]  := rcll._recall_authors(channel_temporal.authors, channel_temporal.mine);
-    lim    integer := greatest(coalesce(channel_temporal."limit", 300), 0);
-    r      tstzrange := coalesce(channel_temporal.time_range,
-                                 rcll.parse_time_range(channel_temporal.query, coalesce(channel_temporal.reference_time, now())));
+    lim    integer := greatest(coalesce(_channel_temporal."limit", (rcll.recall_defaults()).channel_limit), 0);
+    r      tstzrange := coalesce(_channel_temporal.time_range,
+                                 rcll.parse_time_range(_channel_temporal.query, coalesce(_channel_temporal.reference_time, now())));
     lo     timestamptz;
     hi     timestamptz;
     hi_mentioned timestamptz;
@@ -49,7 +36,7 @@ BEGIN
     END IF;
     -- Things are talked about after they happen: a unit known only by when it was said (a chunk)
     -- matches if it was said in the range or up to mention_slack after it.
-    hi_mentioned := hi + coalesce(channel_temporal.mention_slack, interval '0');
+    hi_mentioned := hi + coalesce(_channel_temporal.mention_slack, interval '0');
     -- Closeness is measured to the middle of a bounded range, or to its one finite end.
     anchor := CASE WHEN lower(r) IS NOT NULL AND upper(r) IS NOT NULL THEN lower(r) + (upper(r) - lower(r)) / 2
                    ELSE coalesce(lower(r), upper(r), reference_time) END;
@@ -57,14 +44,14 @@ BEGIN
     -- A unit's time is when it happened (occurred_start..occurred_end), else when it was said
     -- (mentioned_at), else when it became valid. In range = starts in it (index
     -- memory_units_bank_when) or, for an event with an end, spans into it.
-    IF channel_temporal.query_embedding IS NOT NULL THEN
+    IF _channel_temporal.query_embedding IS NOT NULL THEN
         -- Within the range, the query's meaning orders units: a dense search filtered by time.
         -- With the filter values as constants the planner picks, from the statistics of the
         -- time index, an exact scan of a narrow range or an HNSW iterative scan of a wide one.
         RETURN QUERY
         SELECT d.unit_id, 1 - d.dist, (row_number() OVER (ORDER BY d.dist, d.unit_id DESC))::integer
         FROM (
-            SELECT u.unit_id, u.embedding OPERATOR(public.<=>) channel_temporal.query_embedding AS dist
+            SELECT u.unit_id, u.embedding OPERATOR(public.<=>) _channel_temporal.query_embedding AS dist
             FROM rcll.memory_units u
             WHERE u.embedding IS NOT NULL
           AND ((coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) >= lo
@@ -72,9 +59,8 @@ BEGIN
                 AND (u.occurred_start IS NOT NULL OR u.mentioned_at IS NULL OR u.mentioned_at < hi_mentioned)
                 AND (u.occurred_start IS NULL OR u.occurred_start < hi))
                OR (u.occurred_end IS NOT NULL AND u.occurred_start < lo AND u.occurred_end >= lo))
-          AND rcll._in_scope(u, bk, rs, auth, channel_temporal.include_unattributed, channel_temporal.halls, channel_temporal.layers,
-                             channel_temporal.tags_any, channel_temporal.tags_all, channel_temporal.thread, channel_temporal.as_of)
-            ORDER BY u.embedding OPERATOR(public.<=>) channel_temporal.query_embedding
+          AND rcll._in_scope(u, scope)
+            ORDER BY u.embedding OPERATOR(public.<=>) _channel_temporal.query_embedding
             LIMIT lim) d
         ORDER BY 3;
         RETURN;
@@ -89,9 +75,8 @@ BEGIN
                 AND (u.occurred_start IS NOT NULL OR u.mentioned_at IS NULL OR u.mentioned_at < hi_mentioned)
                 AND (u.occurred_start IS NULL OR u.occurred_start < hi))
                OR (u.occurred_end IS NOT NULL AND u.occurred_start < lo AND u.occurred_end >= lo))
-          AND rcll._in_scope(u, bk, rs, auth, channel_temporal.include_unattributed, channel_temporal.halls, channel_temporal.layers,
-                             channel_temporal.tags_any, channel_temporal.tags_all, channel_temporal.thread, channel_temporal.as_of)
-        LIMIT greatest(coalesce(channel_temporal.scan_limit, 5000), lim)
+          AND rcll._in_scope(u, scope)
+        LIMIT greatest(coalesce(_channel_temporal.scan_limit, 5000), lim)
     ), s AS (
         SELECT c.unit_id, 1 / (1 + abs(extract(epoch FROM c.t - anchor)::double precision) / 86400) AS score
         FROM c
@@ -102,5 +87,5 @@ BEGIN
     LIMIT lim;
 END
 $$;
-COMMENT ON FUNCTION rcll.channel_temporal(text, text, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, vector, integer, integer, interval)
-    IS 'Temporal recall channel: units whose time (occurred_start..occurred_end, else mentioned_at, else start of validity) falls in time_range (a unit known only by mentioned_at also up to mention_slack after it: things are said after they happen), or in the range rcll.parse_time_range finds in the query relative to reference_time; ordered by similarity to query_embedding when given, else by closeness to the range. Empty when the query names no time. Filtered before ranking.';
+COMMENT ON FUNCTION rcll._channel_temporal(text, rcll.recall_scope, tstzrange, timestamptz, vector, integer, integer, interval)
+    IS 'Internal: the temporal recall channel over a resolved scope (rcll.channel_temporal is its psql entry point): units whose time (occurred_start..occurred_end, else mentioned_at, else start of validity) falls in time_range (a unit known only by mentioned_at also up to mention_slack after it: things are said after they happen), or in the range rcll.parse_time_range finds in the query relative to reference_time; ordered by similarity to query_embedding when given, else by closeness to the range. Empty when the query names no time. Filtered before ranking.';

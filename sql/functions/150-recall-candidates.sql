@@ -1,8 +1,5 @@
 -- Recall phases 2-3: the four channels (and dense's context variant), fused by reciprocal rank fusion in one statement.
 
--- The signature before the context channel (parameters and columns changed).
-DROP FUNCTION IF EXISTS rcll.recall_candidates(text, text, vector, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, integer, integer, double precision, double precision, double precision, double precision, integer);
-
 CREATE OR REPLACE FUNCTION rcll.recall_candidates(
     query                text,
     bank                 text,
@@ -19,14 +16,14 @@ CREATE OR REPLACE FUNCTION rcll.recall_candidates(
     as_of                timestamptz DEFAULT now(),
     time_range           tstzrange DEFAULT NULL,
     reference_time       timestamptz DEFAULT now(),
-    k                    integer DEFAULT 60,
-    channel_limit        integer DEFAULT 300,
+    k                    integer DEFAULT (rcll.recall_defaults()).k,
+    channel_limit        integer DEFAULT (rcll.recall_defaults()).channel_limit,
     dense_weight         double precision DEFAULT 1.0,
     lexical_weight       double precision DEFAULT 1.0,
     graph_weight         double precision DEFAULT 1.0,
     temporal_weight      double precision DEFAULT 1.0,
     context_weight       double precision DEFAULT 1.0,
-    "limit"              integer DEFAULT 100)
+    "limit"              integer DEFAULT (rcll.recall_defaults()).candidate_limit)
 RETURNS TABLE (unit_id bigint, text text, room text, hall text, layer text, author text, thread text,
                tags text[], valid tstzrange, occurred_start timestamptz, mentioned_at timestamptz,
                document_id bigint, provenance jsonb, fused_score double precision,
@@ -35,17 +32,22 @@ RETURNS TABLE (unit_id bigint, text text, room text, hall text, layer text, auth
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 -- SQL, not PL/pgSQL: the thread parameter and the thread column share a name, which PL/pgSQL
--- refuses. Each channel is PL/pgSQL with custom plans, so the filters are folded where it matters.
+-- refuses. Each channel is PL/pgSQL with custom plans, so the scope is folded where it matters.
 AS $$
     -- RRF: each channel adds weight / (k + rank). k = 60 (Cormack et al.; what hindsight uses)
     -- flattens the head so that agreement between channels beats one channel's first place.
     -- Channels run one after another inside this statement; a channel with weight 0 is not run.
-    WITH d AS (
-        SELECT c.unit_id, c.rank FROM rcll.channel_dense(
-            recall_candidates.query_embedding, recall_candidates.bank, recall_candidates.rooms, recall_candidates.authors,
-            recall_candidates.mine, recall_candidates.include_unattributed, recall_candidates.halls, recall_candidates.layers,
-            recall_candidates.tags_any, recall_candidates.tags_all, recall_candidates.thread, recall_candidates.as_of,
-            recall_candidates.channel_limit) c
+    WITH s AS MATERIALIZED (
+        -- The scope, resolved once (bank, rooms with their aliases, authors with mine) for every channel.
+        SELECT rcll.recall_scope(
+            bank => recall_candidates.bank, rooms => recall_candidates.rooms, authors => recall_candidates.authors,
+            mine => recall_candidates.mine, include_unattributed => recall_candidates.include_unattributed,
+            halls => recall_candidates.halls, layers => recall_candidates.layers, tags_any => recall_candidates.tags_any,
+            tags_all => recall_candidates.tags_all, thread => recall_candidates.thread, as_of => recall_candidates.as_of) AS scope
+    ), d AS (
+        SELECT c.unit_id, c.rank FROM rcll._channel_dense(
+            query_embedding => recall_candidates.query_embedding, scope => (SELECT s.scope FROM s),
+            "limit" => recall_candidates.channel_limit) c
         WHERE (recall_candidates.dense_weight > 0 OR recall_candidates.context_weight > 0)
           AND (recall_candidates.query_embedding IS NOT NULL OR rcll._notice(
                 'recall: dense channel skipped: no query_embedding was passed',
@@ -53,35 +55,24 @@ AS $$
     ), ctx AS (
         -- Context: the top 100 dense hits and the chunk after each, scored with the chunk before
         -- them (seeding it with all 300 hits adds 0.008 R@50 on LoCoMo for 3x its time).
-        SELECT c.unit_id, c.rank FROM rcll.channel_context(
-            recall_candidates.query_embedding, (SELECT array_agg(d.unit_id) FROM d WHERE d.rank <= 100),
-            recall_candidates.bank,
-            recall_candidates.rooms, recall_candidates.authors, recall_candidates.mine,
-            recall_candidates.include_unattributed, recall_candidates.halls, recall_candidates.layers,
-            recall_candidates.tags_any, recall_candidates.tags_all, recall_candidates.thread, recall_candidates.as_of,
-            recall_candidates.channel_limit) c
+        SELECT c.unit_id, c.rank FROM rcll._channel_context(
+            query_embedding => recall_candidates.query_embedding,
+            seeds => (SELECT array_agg(d.unit_id) FROM d WHERE d.rank <= 100),
+            scope => (SELECT s.scope FROM s), "limit" => recall_candidates.channel_limit) c
         WHERE recall_candidates.context_weight > 0
     ), l AS (
-        SELECT c.unit_id, c.rank FROM rcll.channel_lexical(
-            recall_candidates.query, recall_candidates.bank, recall_candidates.rooms, recall_candidates.authors,
-            recall_candidates.mine, recall_candidates.include_unattributed, recall_candidates.halls, recall_candidates.layers,
-            recall_candidates.tags_any, recall_candidates.tags_all, recall_candidates.thread, recall_candidates.as_of,
-            recall_candidates.channel_limit) c
+        SELECT c.unit_id, c.rank FROM rcll._channel_lexical(
+            query => recall_candidates.query, scope => (SELECT s.scope FROM s), "limit" => recall_candidates.channel_limit) c
         WHERE recall_candidates.lexical_weight > 0
     ), g AS (
-        SELECT c.unit_id, c.rank FROM rcll.channel_graph(
-            recall_candidates.query, recall_candidates.bank, recall_candidates.rooms, recall_candidates.authors,
-            recall_candidates.mine, recall_candidates.include_unattributed, recall_candidates.halls, recall_candidates.layers,
-            recall_candidates.tags_any, recall_candidates.tags_all, recall_candidates.thread, recall_candidates.as_of,
-            recall_candidates.channel_limit) c
+        SELECT c.unit_id, c.rank FROM rcll._channel_graph(
+            query => recall_candidates.query, scope => (SELECT s.scope FROM s), "limit" => recall_candidates.channel_limit) c
         WHERE recall_candidates.graph_weight > 0
     ), t AS (
-        SELECT c.unit_id, c.rank FROM rcll.channel_temporal(
-            recall_candidates.query, recall_candidates.bank, recall_candidates.rooms, recall_candidates.authors,
-            recall_candidates.mine, recall_candidates.include_unattributed, recall_candidates.halls, recall_candidates.layers,
-            recall_candidates.tags_any, recall_candidates.tags_all, recall_candidates.thread, recall_candidates.as_of,
-            recall_candidates.time_range, recall_candidates.reference_time, recall_candidates.query_embedding,
-            recall_candidates.channel_limit) c
+        SELECT c.unit_id, c.rank FROM rcll._channel_temporal(
+            query => recall_candidates.query, scope => (SELECT s.scope FROM s),
+            time_range => recall_candidates.time_range, reference_time => recall_candidates.reference_time,
+            query_embedding => recall_candidates.query_embedding, "limit" => recall_candidates.channel_limit) c
         WHERE recall_candidates.temporal_weight > 0
     ), fused AS (
         SELECT x.unit_id,
@@ -101,7 +92,7 @@ AS $$
         ) x
         GROUP BY x.unit_id
         ORDER BY score DESC, x.unit_id DESC
-        LIMIT greatest(coalesce(recall_candidates."limit", 100), 0)
+        LIMIT greatest(coalesce(recall_candidates."limit", (rcll.recall_defaults()).candidate_limit), 0)
     )
     SELECT u.unit_id, u.text, u.room, u.hall, u.layer, u.author, u.thread, u.tags, u.valid, u.occurred_start,
            u.mentioned_at, u.document_id, u.provenance, f.score, f.rd, f.rl, f.rg, f.rt, f.rx,
@@ -109,11 +100,8 @@ AS $$
            -- cross-encoder's second view short; on LoCoMo the whole chunk scored no better)
            rcll._last_words(p.preceding_text, 16)
     FROM fused f JOIN rcll.memory_units u ON u.unit_id = f.unit_id
-    LEFT JOIN rcll.preceding_units(
-        (SELECT array_agg(fused.unit_id) FROM fused), recall_candidates.bank, recall_candidates.rooms,
-        recall_candidates.authors, recall_candidates.mine, recall_candidates.include_unattributed,
-        recall_candidates.halls, recall_candidates.layers, recall_candidates.tags_any, recall_candidates.tags_all,
-        recall_candidates.thread, recall_candidates.as_of) p ON p.unit_id = f.unit_id
+    LEFT JOIN rcll._preceding_units(
+        unit_ids => (SELECT array_agg(fused.unit_id) FROM fused), scope => (SELECT s.scope FROM s)) p ON p.unit_id = f.unit_id
     ORDER BY f.score DESC, f.unit_id DESC
 $$;
 COMMENT ON FUNCTION rcll.recall_candidates(text, text, vector, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, integer, integer, double precision, double precision, double precision, double precision, double precision, integer)

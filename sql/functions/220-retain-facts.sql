@@ -102,9 +102,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     b integer := rcll._bank_id(bank);
-    h bytea;
     doc bigint;
-    who record;
+    stored record;
     prov jsonb;
     n integer := coalesce(jsonb_array_length(CASE WHEN jsonb_typeof(facts) = 'array' THEN facts END), 0);
     doc_time timestamptz := coalesce(retain_facts.occurred_at, now());
@@ -141,13 +140,6 @@ BEGIN
         RAISE EXCEPTION 'extraction: % is not an extraction mode', quote_literal(extraction) USING ERRCODE = '22023',
             HINT = 'Use llm or offline (chunk mode is rcll.retain_chunks).';
     END IF;
-    IF layer IS NOT NULL AND layer NOT IN ('L0', 'L1', 'L2') THEN
-        RAISE EXCEPTION 'layer: % is not a layer', quote_literal(layer) USING ERRCODE = '22023',
-            HINT = 'Use L0 (rules and procedures), L1 (decisions) or L2 (observations).';
-    END IF;
-    IF metadata IS NULL OR jsonb_typeof(metadata) <> 'object' THEN
-        RAISE EXCEPTION 'metadata: must be a JSON object' USING ERRCODE = '22023';
-    END IF;
     FOR i IN 0 .. n - 1 LOOP
         f := facts -> i;
         IF jsonb_typeof(f) <> 'object' OR jsonb_typeof(f -> 'text') <> 'string'
@@ -156,23 +148,16 @@ BEGIN
         END IF;
     END LOOP;
 
-    h := rcll._content_hash(content, thread);
-    who := rcll._resolve_author(author);
-    prov := jsonb_build_object('via', coalesce(via, 'sql'), 'who', who.author,
-                               'author_source', who.author_source, 'at', now(), 'source', source,
-                               'extraction', extraction);
-    INSERT INTO rcll.documents AS d (bank_id, content, content_hash, source, thread, occurred_at, provenance, metadata, extraction)
-    VALUES (b, content, h, source, thread, retain_facts.occurred_at, prov - 'extraction', metadata, extraction)
-    ON CONFLICT ON CONSTRAINT documents_bank_id_content_hash_key DO NOTHING
-    RETURNING d.document_id INTO doc;
-    IF doc IS NULL THEN                         -- already retained: no duplicate facts
-        SELECT d.document_id INTO doc FROM rcll.documents d WHERE d.bank_id = b AND d.content_hash = h;
+    stored := rcll._store_document(b, content, source, thread, retain_facts.occurred_at, layer, metadata, via, author,
+                                   extraction);
+    doc := stored.document_id;
+    IF NOT stored.created THEN                  -- already retained: no duplicate facts
         PERFORM rcll._record_llm_calls(b, doc, llm_calls);
         RETURN QUERY SELECT doc, coalesce(array_agg(u.unit_id ORDER BY u.chunk_index, u.unit_id), '{}'), false
                      FROM rcll.memory_units u WHERE u.document_id = doc;
         RETURN;
     END IF;
-    prov := prov || jsonb_build_object('document_id', doc);
+    prov := stored.provenance || jsonb_build_object('extraction', extraction);
 
     -- 1. the facts
     FOR i IN 0 .. n - 1 LOOP
@@ -184,13 +169,13 @@ BEGIN
         v_to := rcll._fact_time(f, 'valid_to', i);
         IF v_to <= v_from THEN v_to := NULL; END IF;
         f_hall := coalesce(retain_facts.hall, nullif(lower(btrim(f ->> 'hall')), ''));
-        -- no room given: the janitor trigger (050-rooms.sql) classifies facts with rcll.classify_room
+        -- no room given: the janitor trigger (050-room-janitor.sql) classifies facts with rcll.classify_room
         f_room := coalesce(retain_facts.room, nullif(btrim(f ->> 'room'), ''));
         INSERT INTO rcll.memory_units AS u
             (bank_id, document_id, kind, text, embedding, hall, layer, room, author, author_source, thread, tags,
              valid, occurred_start, occurred_end, mentioned_at, chunk_index, provenance, metadata)
         VALUES (b, doc, 'fact', btrim(f ->> 'text'), embeddings[i + 1], f_hall,
-                rcll._layer_for(f_hall, retain_facts.layer), f_room, who.author, who.author_source,
+                rcll._layer_for(f_hall, retain_facts.layer), f_room, stored.author, stored.author_source,
                 retain_facts.thread,
                 ARRAY(SELECT DISTINCT x FROM unnest(coalesce(retain_facts.tags, '{}')
                       || ARRAY(SELECT jsonb_array_elements_text(CASE WHEN jsonb_typeof(f -> 'tags') = 'array'

@@ -1,0 +1,95 @@
+"""The dense channel's route, read from the plans PostgreSQL actually ran (pgvector's regression tests
+are the model): a small filtered set is scanned exactly, a large one through the HNSW index.
+
+The ranking query runs inside PL/pgSQL (rcll._channel_dense), where EXPLAIN cannot reach it, so
+auto_explain logs every nested statement's plan as a NOTICE, which reaches this client. As in
+pgvector's tests, sequential and bitmap scans are discouraged (enable_seqscan, enable_bitmapscan = off):
+on a test-sized table reading every row would otherwise beat any index (on a real bank the planner
+picks HNSW by itself), and the point is which route the channel leaves open - the exact route must
+not reach the HNSW index even then."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg
+import pytest
+
+BANK = "plans"
+BIG = 2000          # units in the big room: above exact_below
+EXACT_BELOW = 1000
+
+
+def _scans(node: dict[str, Any]) -> list[str]:
+    """The plan's scan nodes, outermost first, as EXPLAIN (COSTS OFF) names them."""
+    out: list[str] = []
+    if "Relation Name" in node or "CTE Name" in node:
+        using = f" using {node['Index Name']}" if "Index Name" in node else ""
+        on = node.get("Relation Name", node.get("CTE Name"))
+        out.append(f"{node['Node Type']}{using} on {on}")
+    for child in node.get("Plans", []):
+        out += _scans(child)
+    return out
+
+
+@pytest.fixture
+def store(db: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+    """A bank with a tiny room (3 units) and a big one (BIG units), random unit vectors, analysed."""
+    db.execute("SELECT rcll.create_bank(%s)", (BANK,))
+    db.execute("SELECT setseed(0.5)")
+    for room, n in (("tiny", 3), ("big", BIG)):
+        db.execute("""
+            SELECT * FROM rcll.retain_chunks(
+                bank => %(bank)s, content => %(room)s || ' room', room => %(room)s,
+                chunks => ARRAY(SELECT %(room)s || ' unit ' || i FROM generate_series(1, %(n)s) i),
+                embeddings => (SELECT array_agg(v.e ORDER BY v.i) FROM (
+                    SELECT g.i, array_agg(random() - 0.5)::real[]::vector AS e
+                    FROM generate_series(1, %(n)s) g(i), generate_series(1, 384) d(j) GROUP BY g.i) v))""",
+                   {"bank": BANK, "room": room, "n": n})
+    db.execute("ANALYZE rcll.memory_units")
+    return db
+
+
+def _ranking_plan(db: psycopg.Connection[Any], room: str) -> tuple[int, list[str], str]:
+    """(rows returned, scan nodes of the channel's ranking statement, that plan as JSON) for a dense
+    recall in room."""
+    plans: list[dict[str, Any]] = []
+
+    def keep(d: psycopg.errors.Diagnostic) -> None:
+        if (d.message_primary or "").startswith("duration:"):
+            plans.append(json.loads((d.message_primary or "").split("plan:", 1)[1]))
+
+    db.add_notice_handler(keep)
+    db.execute("LOAD 'auto_explain'")
+    db.execute("SET enable_seqscan = off")
+    db.execute("SET enable_bitmapscan = off")
+    for setting in ("log_min_duration = 0", "log_nested_statements = on", "log_level = notice", "log_format = json"):
+        db.execute(f"SET auto_explain.{setting}")
+    query = db.execute("SELECT embedding FROM rcll.memory_units WHERE room = 'big' ORDER BY unit_id LIMIT 1").fetchone()
+    assert query is not None
+    plans.clear()
+    row = db.execute("""SELECT count(*) FROM rcll.channel_dense(%s, %s, rooms => ARRAY[%s], "limit" => 10,
+                                                              exact_below => %s)""",
+                     (query[0], BANK, room, EXACT_BELOW)).fetchone()
+    db.execute("SET auto_explain.log_min_duration = -1")
+    ranking = [p for p in plans if "OPERATOR(public.<=>)" in p["Query Text"]]
+    assert len(ranking) == 1, [p["Query Text"][:80] for p in plans]
+    assert row is not None
+    return int(row[0]), _scans(ranking[0]["Plan"]), json.dumps(ranking[0]["Plan"])
+
+
+def test_a_tiny_room_is_scanned_exactly_without_the_hnsw_index(store: psycopg.Connection[Any]) -> None:
+    rows, scans, plan = _ranking_plan(store, "tiny")
+    assert rows == 3
+    # The scope reaches the plan as constants (a custom plan folds (scope).rooms to the literal).
+    assert "'{tiny}'::text[]" in plan
+    # The room's rows come from its (bank_id, room) index into the MATERIALIZED set f, which is
+    # sorted by distance: no HNSW scan anywhere.
+    assert scans == ["Index Scan using memory_units_bank_room on memory_units", "CTE Scan on f"]
+
+
+def test_a_room_above_exact_below_is_searched_through_the_hnsw_index(store: psycopg.Connection[Any]) -> None:
+    rows, scans, _ = _ranking_plan(store, "big")
+    assert rows == 10
+    assert scans == ["Index Scan using memory_units_embedding_hnsw on memory_units"]
