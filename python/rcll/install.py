@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import psycopg
 from psycopg import sql
 
-from rcll.sqlsource import extension_version, functions, migrations, record_migration
+from rcll.sqlsource import extension_version, functions, migrations, read_catalog_manifest, record_migration
 
 # One advisory lock key for every installer, so two servers starting at once do not race.
 _INSTALL_LOCK = 0x52434C4C  # "RCLL"
@@ -80,6 +82,71 @@ def install(conn: psycopg.Connection[tuple[object, ...]], *, use_extension: bool
             conn.execute(m.text.encode())
             conn.execute(record_migration(m).encode())
             done += 1
+        dropped = _drop_stale(conn)
         for f in functions():
             conn.execute(f.text.encode())
-        return f"rcll {extension_version()}: {done} migration(s) applied, {len(functions())} function file(s) loaded"
+        return (f"rcll {extension_version()}: {done} migration(s) applied, {dropped} changed function(s) "
+                f"dropped, {len(functions())} function file(s) loaded")
+
+
+_Header = tuple[str, tuple[tuple[str, str, int, bool], ...], bool, int]  # name, params, setof, result type
+
+
+def _header(name: str, modes: list[str], names: list[str], types: list[int], ndefaults: int,
+            setof: bool, result: int, record: int) -> _Header:
+    """A function's header as the catalog has it: (mode, name, type, has a default) per
+    parameter, whether it returns a set, and its result type (record when OUT or TABLE parameters
+    say what it returns). Defaults are the last ndefaults input parameters."""
+    inputs = [i for i, m in enumerate(modes) if m in ("i", "b", "v")]
+    defaulted = set(inputs[len(inputs) - ndefaults:]) if ndefaults else set()
+    params = tuple((m, n, ty, i in defaulted) for i, (m, n, ty) in enumerate(zip(modes, names, types, strict=True)))
+    if any(m in ("o", "b", "t") for m in modes):
+        result = record
+    return name, params, setof, result
+
+
+def _drop_stale(conn: psycopg.Connection[tuple[object, ...]]) -> int:
+    """Drop the rcll triggers the current sources no longer create, and the rcll functions in the
+    catalog that they do not define identically (arguments, their names and defaults, or result
+    changed, or gone): CREATE OR REPLACE cannot change those. What an update script does for an
+    extension install, read from the catalog and extension/catalog.json (the sources' functions
+    and triggers, written by `make extension`). Returns the number of functions dropped."""
+    manifest = read_catalog_manifest()
+    wanted_triggers = {(str(name), str(table)) for name, table in manifest["triggers"]}
+    for name, table in conn.execute(
+            "SELECT t.tgname, c.relname FROM pg_catalog.pg_trigger t "
+            "JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid "
+            "WHERE c.relnamespace = 'rcll'::regnamespace AND p.pronamespace = 'rcll'::regnamespace "
+            "AND NOT t.tgisinternal ORDER BY 2, 1").fetchall():
+        if (str(name), f"rcll.{table}") not in wanted_triggers:
+            conn.execute(sql.SQL("DROP TRIGGER {} ON {}").format(sql.Identifier(str(name)),
+                                                                  sql.Identifier("rcll", str(table))))
+
+    # The types the sources name, as this server resolves them (after the migrations, which may create some).
+    written = sorted({ty for f in manifest["functions"] for *_, ty, _ in f["params"]}
+                     | {f["returns"] for f in manifest["functions"] if f["returns"]} | {"pg_catalog.record"})
+    oids = {str(ty): int(cast(int, oid)) if oid is not None else -1 for ty, oid in conn.execute(
+        "SELECT t, to_regtype(t)::oid::int8 FROM unnest(%s::text[]) AS t", (written,))}
+    record = oids["pg_catalog.record"]
+    wanted = {_header(f["name"], [m for m, *_ in f["params"]], [n for _, n, _, _ in f["params"]],
+                      [oids[ty] for *_, ty, _ in f["params"]], sum(1 for *_, d in f["params"] if d),
+                      bool(f["setof"]), oids[f["returns"]] if f["returns"] else record, record)
+              for f in manifest["functions"]}
+    keep = set(manifest["created_at_run_time"])
+    dropped = 0
+    for row in conn.execute(
+            "SELECT p.oid::regprocedure::text, 'rcll.' || p.proname, "
+            "coalesce(p.proargmodes::text[], array_fill('i'::text, ARRAY[p.pronargs])), "
+            "coalesce(p.proargnames, array_fill(''::text, ARRAY[cardinality(coalesce(p.proallargtypes, p.proargtypes::oid[]))])), "
+            "coalesce(p.proallargtypes, p.proargtypes::oid[])::int8[], p.pronargdefaults, p.proretset, p.prorettype::int8 "
+            "FROM pg_catalog.pg_proc p WHERE p.pronamespace = 'rcll'::regnamespace AND p.prokind IN ('f', 'p') "
+            "ORDER BY 1").fetchall():
+        regprocedure, name, modes, names, types, ndefaults, setof, result = cast("tuple[Any, ...]", row)
+        header = _header(str(name), list(modes), list(names), [int(x) for x in types], int(ndefaults),
+                         bool(setof), int(result), record)
+        if header in wanted or str(name) in keep:
+            continue
+        # regprocedure output is the server's own quoting of the function's name and argument types.
+        conn.execute(sql.SQL("DROP FUNCTION {}").format(sql.SQL(str(regprocedure))))
+        dropped += 1
+    return dropped
