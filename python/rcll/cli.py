@@ -33,8 +33,22 @@ def _out(args: argparse.Namespace, human: str, data: Any) -> None:
 
 
 def _memory(args: argparse.Namespace, **options: Any) -> Memory:
-    """The Memory every verb goes through: installs or upgrades the schema when it is missing or behind."""
-    return Memory(args.dsn, pool_size=1, **options)
+    """The Memory every verb goes through: installs or upgrades the schema when it is missing or
+    behind, and acts as the identity the database resolves for this login (Memory.as_login):
+    the role's agent in rcll.identities; for a role trusted to name agents (the embedded
+    database's postgres) $RCLL_AGENT, else the role's name. No verb takes an author."""
+    memory = Memory(args.dsn, pool_size=1, **options)
+    try:
+        return memory.as_login(os.environ.get("RCLL_AGENT") or None)
+    except BaseException:
+        memory.close()
+        raise
+
+
+def _note_no_author(args: argparse.Namespace, memory: Memory) -> None:
+    if memory.agent is None and not args.json:
+        print("rcll: note: the database has no identity for this login, so these writes carry no author "
+              "(map the role in rcll.identities, or connect as a member of rcll_identity_server)", file=sys.stderr)
 
 
 # -- db, install, bank ----------------------------------------------------------------------------
@@ -89,6 +103,9 @@ def _read_jsonl(stream: IO[bytes], defaults: dict[str, Any]) -> Iterator[Documen
             raise RcllError(f"line {lineno}", f"not valid JSON: {e.msg}", 'each line is {"content": "..."}') from e
         if not isinstance(obj, dict) or "content" not in obj:
             raise RcllError(f"line {lineno}", "expected a JSON object with a content field")
+        if "author" in obj:
+            raise RcllError(f"line {lineno}.author", "the author is not the caller's to give",
+                            "the database resolves it: $RCLL_AGENT, else the login role (rcll.login_agent)")
         fields = {**defaults, **obj}
         if isinstance(fields.get("occurred_at"), str):
             try:
@@ -111,6 +128,7 @@ def cmd_retain(args: argparse.Namespace) -> int:
     fields: dict[str, Any] = {k: v for k, v in {"room": args.room, "thread": args.thread, "source": args.source,
                                                 "tags": args.tag or None}.items() if v is not None}
     with _memory(args) as memory:
+        _note_no_author(args, memory)
         if args.jsonl:
             stream = sys.stdin.buffer if args.jsonl == "-" else open(args.jsonl, "rb")  # noqa: SIM115
             with stream, tqdm(unit="doc", disable=args.json or not sys.stderr.isatty()) as bar:
@@ -134,7 +152,8 @@ def cmd_recall(args: argparse.Namespace) -> int:
     with _memory(args) as memory:
         result = memory.recall(args.query, bank=args.bank, rooms=args.room, halls=args.hall, layers=args.layer,
                                authors=args.author, tags_any=args.tag, thread=args.thread, mine=args.mine or None,
-                               budget=args.budget, rerank_depth=args.rerank_depth, context_depth=args.context_depth)
+                               budget=args.budget, rerank_depth=args.rerank_depth, context_depth=args.context_depth,
+                               deadline_ms=args.deadline_ms)
     if args.json:
         print(result.to_json())
         return 0
@@ -144,7 +163,9 @@ def cmd_recall(args: argparse.Namespace) -> int:
     t = result.timings
     timings = ", ".join(f"{k} {v:.0f} ms" for k, v in (("embed", t.embed), ("sql", t.sql), ("rerank", t.rerank),
                                                         ("cut", t.cut)))
-    print(f"-- {len(result.facts)} facts; {timings}", file=sys.stderr)
+    cut = " (cut by the deadline)" if result.deadline_cut else ""
+    print(f"-- {len(result.facts)} facts; {timings}; reranked {result.rerank_depth_reached}, "
+          f"context {result.context_depth_reached}{cut}", file=sys.stderr)
     return 0
 
 
@@ -202,6 +223,7 @@ def cmd_state(args: argparse.Namespace) -> int:
                 value = json.loads(args.value)
             except json.JSONDecodeError as e:
                 raise RcllError("value", f"not valid JSON: {e.msg}") from e
+            _note_no_author(args, memory)
             res = memory.put_state(args.room, args.key, value, expected_version=args.expected_version,
                                    bank=args.bank, via="cli")
             _out(args, f"{args.room}/{args.key} is now version {res.version}", res.as_dict())
@@ -257,7 +279,22 @@ def cmd_consolidate(args: argparse.Namespace) -> int:
 
 # -- mcp, serve -----------------------------------------------------------------------------------
 
+def _listen_check(args: argparse.Namespace, command: str) -> None:
+    """Before anything connects or binds: refuse anonymous beyond loopback (rcll.auth.check_listen);
+    with the anonymous flag, say out loud what it means."""
+    from rcll.auth import TokenMap, allow_anonymous_network, check_listen, is_loopback
+
+    tokens = TokenMap.from_env()
+    anonymous = allow_anonymous_network(args.allow_anonymous_network)
+    check_listen(args.host, tokens, allow_anonymous=anonymous)
+    if not tokens.enabled and not is_loopback(args.host):
+        print(f"rcll {command}: warning: anonymous on {args.host}: anyone who can reach port {args.port} "
+              "reads, writes, exports and imports every bank", file=sys.stderr, flush=True)
+
+
 def cmd_mcp(args: argparse.Namespace) -> int:
+    if args.transport == "http":
+        _listen_check(args, "mcp")   # before the database or the port
     from rcll import mcp_server  # deferred: the MCP SDK takes seconds to import, every other verb skips it
 
     if args.read_only and args.write_tools:
@@ -272,6 +309,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    _listen_check(args, "serve")   # before the database, the models or the port
     from rcll import http  # deferred: FastAPI loads only for the server
 
     with Memory(args.dsn, install=True) as memory:
@@ -300,6 +338,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", parents=[common], help="run the HTTP server (installs the schema, starts the embedded database if needed)")
     s.add_argument("--host", default=os.environ.get("RCLL_HOST", "127.0.0.1"))
     s.add_argument("--port", type=int, default=int(os.environ.get("RCLL_PORT", DEFAULT_PORT)))
+    s.add_argument("--allow-anonymous-network", action="store_true",
+                   help="listen beyond loopback without tokens: anyone who can reach the port reads, writes, "
+                        "exports and imports every bank (default: refused; $RCLL_ALLOW_ANONYMOUS_NETWORK=1)")
     s.set_defaults(func=cmd_serve)
 
     s = sub.add_parser("db", parents=[common], help="the embedded PostgreSQL cluster")
@@ -340,6 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"candidates the cross-encoder reads (default {defaults.RERANK_DEPTH}; 0 = no rerank)")
     s.add_argument("--context-depth", type=int,
                    help=f"of those, how many it reads again with the chunk before them (default {defaults.CONTEXT_DEPTH})")
+    s.add_argument("--deadline-ms", type=int,
+                   help="latency budget: the cross-encoder reads while time is left (default: none, the full depths)")
     s.add_argument("query")
     s.set_defaults(func=cmd_recall)
 
@@ -394,6 +437,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     s.add_argument("--host", default=os.environ.get("RCLL_HOST", "127.0.0.1"))
     s.add_argument("--port", type=int, default=int(os.environ.get("RCLL_MCP_PORT", 8766)))
+    s.add_argument("--allow-anonymous-network", action="store_true",
+                   help="http: listen beyond loopback without tokens (default: refused; "
+                        "$RCLL_ALLOW_ANONYMOUS_NETWORK=1)")
     s.add_argument("--bank", default=None, help="default bank for tools called without one (default: $RCLL_BANK or default)")
     s.add_argument("--agent", default=None, help="stdio: the agent this process writes as (default: $RCLL_AGENT)")
     s.add_argument("--read-only", action="store_true", help="read tools only, over a SELECT-only role, no LLM key")

@@ -36,15 +36,32 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from rcll import cluster, defaults, install
-from rcll.auth import act_as, can_write, identity_server_ok
+from rcll.auth import ANONYMOUS, Caller, act_as, can_write, identity_server_ok
 from rcll.consolidate import Observation, consolidate
-from rcll.db import configure, connect, resolve_dsn
+from rcll.db import configure, connect, resolve_dsn, retried_once
+from rcll.db import pool as db_pool
+from rcll.deadline import server_deadline_ms
 from rcll.document import Document, RetainResult
 from rcll.errors import RcllError, database_errors
 from rcll.export import ExportSummary, ImportSummary, export_bank, import_bank, import_stream, iter_export
-from rcll.recall import RecallResult, recall
-from rcll.results import Bank, Health, Room, Rule, State, StateWritten, Stats, Tag, TokenAccount
-from rcll.retain import retain, retain_many
+from rcll.recall import Fact, RecallResult, candidates, recall_with
+from rcll.results import (
+    Bank,
+    FloorRoom,
+    Health,
+    MergeProposal,
+    Room,
+    Rule,
+    State,
+    StateKey,
+    StateWritten,
+    Stats,
+    Tag,
+    TokenAccount,
+    Unit,
+    UnitPage,
+)
+from rcll.retain import prepare, retain, retain_many
 from rcll.sqlsource import extension_version, migrations
 from rcll.validate import (
     MAX_BUDGET,
@@ -60,14 +77,19 @@ from rcll.validate import (
     text_arg,
     time_arg,
 )
+from rcll.workqueue import READ, WRITE, Busy, WorkQueue, admitted
+from rcll.workqueue import install as install_queue
+from rcll.workqueue import installed as installed_queue
 
 __all__ = [
-    "DEFAULT_BANK", "Bank", "Document", "ExportSummary", "Health", "ImportSummary", "Memory", "Observation",
-    "RecallResult", "RetainResult", "Room", "Rule", "State", "StateWritten", "Stats", "Tag", "TokenAccount",
+    "DEFAULT_BANK", "Bank", "Busy", "Document", "ExportSummary", "FloorRoom", "Health", "ImportSummary", "Memory",
+    "MergeProposal", "Observation", "RecallResult", "RetainResult", "Room", "Rule", "State", "StateKey",
+    "StateWritten", "Stats", "Tag", "TokenAccount", "Unit", "UnitPage", "bounded_model_work", "server_deadline_ms",
 ]
 
 DEFAULT_BANK = "default"
 MAX_DEPTH = 1000
+MAX_DEADLINE_MS = 600_000
 Progress = Callable[[str, int], None]
 
 
@@ -83,6 +105,20 @@ class _Pool:
     opened: bool = False
     identity_honoured: bool = False
     installed: str | None = None
+
+
+@contextmanager
+def bounded_model_work() -> Iterator[WorkQueue]:
+    """For servers, while they serve: model work (query embedding, rerank, retain embedding) goes
+    through one bounded queue sized to the cores (rcll.workqueue) - a request over the limit is
+    refused at once with Busy (HTTP 503 + Retry-After) instead of waiting without bound, and reads
+    and writes share the model slots fairly. A Python caller of Memory has no queue otherwise."""
+    queue = installed_queue() or WorkQueue()
+    previous = install_queue(queue)
+    try:
+        yield queue
+    finally:
+        install_queue(previous)
 
 
 def schema_is_current(conn: psycopg.Connection[Any]) -> bool:
@@ -115,6 +151,7 @@ class Memory:
                  extension: bool = False, open: bool = True) -> None:
         self.bank = check_bank(bank)
         self.agent = agent
+        self.scope: Caller = ANONYMOUS
         self._install = install
         self._extension = extension
         try:
@@ -127,14 +164,35 @@ class Memory:
             self.open()
 
     @classmethod
-    def _view(cls, shared: _Pool, bank: str, agent: str | None) -> Memory:
+    def _view(cls, shared: _Pool, bank: str, agent: str | None, scope: Caller) -> Memory:
         view = cls.__new__(cls)
         view.bank, view.agent, view._install, view._extension, view._shared = bank, agent, False, False, shared
+        view.scope = scope
         return view
 
     def as_agent(self, agent: str | None) -> Memory:
-        """This Memory acting as `agent` (the identity a server authenticated), sharing the pool."""
-        return Memory._view(self._shared, self.bank, agent)
+        """This Memory acting as `agent` (the identity a server authenticated), sharing the pool
+        and keeping this view's scope."""
+        return Memory._view(self._shared, self.bank, agent, self.scope)
+
+    def as_caller(self, caller: Caller) -> Memory:
+        """This Memory acting for `caller` (a bearer token's agent and scope, rcll.auth): every verb
+        then reaches only the caller's banks and only with its verbs; a bank out of reach is an
+        unknown bank, exactly as one that does not exist."""
+        return Memory._view(self._shared, self.bank, caller.agent, caller)
+
+    def as_login(self, configured: str | None = None) -> Memory:
+        """This Memory acting as the identity the database resolves for its own login
+        (rcll.login_agent): the agent the role is mapped to in rcll.identities; for a role trusted
+        to name agents (a member of rcll_identity_server - superusers, the embedded database's
+        postgres among them) `configured`, the process's configured identity (the CLI passes
+        $RCLL_AGENT), else the login role's name; None for an unmapped role outside it. For a
+        client that is one person's own connection, such as the CLI - never for a server
+        serving many callers over one role (it uses as_caller with the agent it authenticated)."""
+        name = text_arg(configured, "agent")
+        with self._tx() as conn:
+            row = conn.execute("SELECT rcll.login_agent(configured => %s)", (name,)).fetchone()
+        return self.as_agent(row[0] if row else None)
 
     # -- the connection ---------------------------------------------------------------------------
 
@@ -183,8 +241,8 @@ class Memory:
                 with database_errors():
                     conn.execute("SELECT rcll.create_bank(name => %s)", (DEFAULT_BANK,))
             shared.identity_honoured = identity_server_ok(conn)
-        shared.pool = ConnectionPool(shared.dsn, min_size=1, max_size=shared.pool_size,
-                                     configure=shared.configure, open=False)
+        # Checked connections: a restarted PostgreSQL costs only the requests in flight (rcll.db.pool).
+        shared.pool = db_pool(shared.dsn, max_size=shared.pool_size, configure=shared.configure)
         shared.pool.open(wait=True)
         shared.opened = True
 
@@ -229,11 +287,15 @@ class Memory:
             raise RcllError("memory", "this Memory is closed", "open() it, or use it in a with block")
         return self._shared.pool.connection()
 
-    def _bank(self, bank: str | None) -> str:
-        return check_bank(self.bank if bank is None else bank)
+    def _bank(self, bank: str | None, verb: str = "read") -> str:
+        """The bank a verb acts on, checked against this view's scope (rcll.auth.Caller.check): a
+        bank out of reach raises the unknown-bank error before the database is asked anything."""
+        b = check_bank(self.bank if bank is None else bank)
+        self.scope.check(b, verb)
+        return b
 
-    def _known_bank(self, bank: str | None) -> str:
-        b = self._bank(bank)
+    def _known_bank(self, bank: str | None, verb: str = "read") -> str:
+        b = self._bank(bank, verb)
         with self._tx() as conn:
             conn.execute("SELECT rcll._bank_id(%s)", (b,))   # an unknown bank is an error, not silence
         return b
@@ -245,6 +307,7 @@ class Memory:
 
     # -- banks ------------------------------------------------------------------------------------
 
+    @retried_once
     def health(self) -> Health:
         """The server's state: ok, the rcll and pgvector versions, and whether it is read-only."""
         with self._tx() as conn:
@@ -255,16 +318,19 @@ class Memory:
         """Create a bank (idempotent); returns its id."""
         self.check_writable()
         n = check_bank(name)
+        self.scope.check(n, "admin")
         d = text_arg(description, "description", limit=1 << 16)
         with self._tx() as conn:
             row = conn.execute("SELECT rcll.create_bank(name => %s, description => %s)", (n, d)).fetchone()
         assert row is not None
         return int(row[0])
 
+    @retried_once
     def banks(self) -> list[Bank]:
         """Every bank with its unit and document counts."""
         with self._tx() as conn, conn.cursor(row_factory=dict_row) as cur:
-            return [Bank.from_row(r) for r in cur.execute("SELECT * FROM rcll.list_banks()").fetchall()]
+            rows = cur.execute("SELECT * FROM rcll.list_banks()").fetchall()
+        return [Bank.from_row(r) for r in rows if self.scope.reaches(r["name"])]
 
     # -- retain -----------------------------------------------------------------------------------
 
@@ -276,7 +342,7 @@ class Memory:
         (offline, anthropic). The same content in the same bank and thread is stored once
         (created=False the second time). The author is this Memory's agent, never an argument."""
         self.check_writable()
-        b = self._bank(bank)
+        b = self._bank(bank, "write")
         text_arg(content, "content", required=True, limit=1 << 24)
         doc = Document(
             content=content,
@@ -292,8 +358,12 @@ class Memory:
         v = required_text(via, "via")
         # rcll.agent is transaction-local (a session setting would leak to the next user of the
         # pooled connection), so retain() runs inside the transaction that sets it.
-        with self._tx() as conn:
-            return retain(conn, b, doc, via=v)
+        # The model work waits for a slot (rcll.workqueue) before a connection is taken, so
+        # writers queued behind the models hold no connection a reader needs, and vice versa.
+        with admitted(WRITE):
+            prepared = prepare(doc)
+            with self._tx() as conn:
+                return retain(conn, b, doc, via=v, prepared=prepared)
 
     def retain_many(self, docs: Iterable[Document | str], *, bank: str | None = None, via: str = "python",
                     batch_size: int = 512, on_progress: Callable[[int], None] | None = None) -> list[RetainResult]:
@@ -301,7 +371,7 @@ class Memory:
         previous one is written; each batch is one transaction, and an invalid document stops the
         run before its batch is written."""
         self.check_writable()
-        b = self._bank(bank)
+        b = self._bank(bank, "write")
         v = required_text(via, "via")
         size = int_arg(batch_size, "batch_size", 1, 100_000) or 512
         items = (Document(content=d) if isinstance(d, str) else d for d in docs)
@@ -318,11 +388,17 @@ class Memory:
                thread: str | None = None, as_of: datetime | str | None = None,
                time_from: datetime | str | None = None, time_to: datetime | str | None = None,
                budget: int | None = None, rerank_depth: int | None = None,
-               context_depth: int | None = None) -> RecallResult:
+               context_depth: int | None = None, deadline_ms: int | None = None,
+               started: float | None = None) -> RecallResult:
         """The facts for a query that fit `budget` tokens (default rcll.defaults.BUDGET), best
         first, with per-phase timings. Filters: rooms (aliases and merges followed), authors, mine
         (only what this Memory's agent wrote), halls, layers, tags_any (tags is the same), tags_all,
-        thread, as_of (what was valid then), time_from/time_to (when it happened)."""
+        thread, as_of (what was valid then), time_from/time_to (when it happened).
+
+        deadline_ms (default None: no deadline) bounds the latency from `started` (a
+        time.perf_counter() value, default now): the cross-encoder reads candidates in fused order
+        while time is left, and the result says how deep it read (rerank_depth_reached,
+        context_depth_reached) and whether the deadline cut it (deadline_cut)."""
         b = self._bank(bank)
         q = required_text(query, "query", limit=MAX_QUERY)
         filters: dict[str, Any] = {}
@@ -350,15 +426,26 @@ class Memory:
         tokens = int_arg(budget, "budget", 1, MAX_BUDGET, defaults.BUDGET)
         depth = int_arg(rerank_depth, "rerank_depth", 0, MAX_DEPTH, defaults.RERANK_DEPTH) or 0
         second = int_arg(context_depth, "context_depth", 0, MAX_DEPTH, defaults.CONTEXT_DEPTH) or 0
+        limit_ms = int_arg(deadline_ms, "deadline_ms", 1, MAX_DEADLINE_MS)
         if filters.get("mine") and self.agent is None:
             raise RcllError("mine", "this server has no identity for you",
                             "authenticate (bearer token or --agent), or filter by authors")
-        with self._tx() as conn:
-            conn.execute("SELECT rcll._bank_id(%s)", (b,))     # an unknown bank is an error, not silence
-            return recall(conn, q, b, budget=tokens, rerank_depth=depth, context_depth=second, **filters)
+
+        @retried_once
+        def fetch(embedding: Any, n: int) -> list[Fact]:
+            # The SQL phases in a transaction of their own (retried once if the connection broke);
+            # the models run outside it.
+            with self._tx() as conn:
+                conn.execute("SELECT rcll._bank_id(%s)", (b,))     # an unknown bank is an error, not silence
+                return candidates(conn, q, b, query_embedding=embedding, limit=n, **filters)
+
+        with admitted(READ):
+            return recall_with(fetch, q, budget=tokens, rerank_depth=depth, context_depth=second,
+                               deadline_ms=limit_ms, started=started)
 
     # -- rooms, tags, stats -------------------------------------------------------------------------
 
+    @retried_once
     def rooms(self, pattern: str | None = None, *, bank: str | None = None) -> list[Room]:
         """A bank's rooms (topics) matching `pattern` (wildcards * and ?) with counts, status, aliases."""
         b = self._bank(bank)
@@ -367,6 +454,7 @@ class Memory:
             rows = cur.execute("SELECT * FROM rcll.rooms(bank => %s, pattern => %s)", (b, p)).fetchall()
         return [Room.from_row(r) for r in rows]
 
+    @retried_once
     def tags(self, pattern: str | None = None, *, bank: str | None = None) -> list[Tag]:
         """Tags in use matching `pattern` (wildcards), with counts; 'author:*' lists every writer."""
         b = self._bank(bank)
@@ -375,6 +463,7 @@ class Memory:
             rows = cur.execute("SELECT * FROM rcll.tags(bank => %s, pattern => %s)", (b, p)).fetchall()
         return [Tag.from_row(r) for r in rows]
 
+    @retried_once
     def stats(self, *, bank: str | None = None) -> Stats:
         """A bank by kind, room, hall, layer, author, link type and extraction, and its token account."""
         b = self._bank(bank)
@@ -393,6 +482,7 @@ class Memory:
 
     # -- state ------------------------------------------------------------------------------------
 
+    @retried_once
     def get_state(self, room: str, key: str, *, bank: str | None = None, version: int | None = None) -> State | None:
         """A room's keyed state (exact room and key): the latest version, or `version`; None if none."""
         b = self._bank(bank)
@@ -408,7 +498,7 @@ class Memory:
         """Write a new version of a room's keyed state if `expected_version` is the current one
         (0: none yet); otherwise an RcllError on expected_version naming both versions."""
         self.check_writable()
-        b = self._bank(bank)
+        b = self._bank(bank, "write")
         r, k = required_text(room, "room"), required_text(key, "key")
         ev = int_arg(expected_version, "expected_version", 0, MAX_VERSION, 0)
         json_arg(value, "value")
@@ -419,6 +509,7 @@ class Memory:
         assert row is not None
         return StateWritten(r, k, int(row[0]))
 
+    @retried_once
     def state_history(self, room: str, key: str, *, bank: str | None = None) -> list[State]:
         """Every version of a room's keyed state, newest first, each with its provenance."""
         b = self._bank(bank)
@@ -428,6 +519,7 @@ class Memory:
                                (b, r, k)).fetchall()
         return [State.from_row(x) for x in rows]
 
+    @retried_once
     def session_start(self, *, rooms: Sequence[str] | None = None, thread: str | None = None,
                       bank: str | None = None) -> list[Rule]:
         """The L0 rules and procedures to load at the start of a session, for `rooms` (plus the
@@ -440,13 +532,80 @@ class Memory:
                                (b, rs, t)).fetchall()
         return [Rule.from_row(r) for r in rows]
 
+    # -- browsing (the console) ---------------------------------------------------------------------
+
+    def floor_plan(self, *, bank: str | None = None) -> list[FloorRoom]:
+        """Every room of a bank (rcll.rooms) with its units counted by hall, layer and author; a
+        room with name None holds the units filed in no room."""
+        b = self._bank(bank)
+        with self._tx() as conn, conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute("SELECT * FROM rcll.floor_plan(bank => %s)", (b,)).fetchall()
+        return [FloorRoom.from_row(r) for r in rows]
+
+    def units(self, *, bank: str | None = None, rooms: Sequence[str] | None = None,
+              halls: Sequence[str] | None = None, layers: Sequence[str] | None = None,
+              authors: Sequence[str] | None = None, tags_any: Sequence[str] | None = None,
+              tags_all: Sequence[str] | None = None, threads: Sequence[str] | None = None,
+              time_from: datetime | str | None = None, time_to: datetime | str | None = None,
+              limit: int = 50, offset: int = 0) -> UnitPage:
+        """Browse a bank's units, newest first, by rooms (aliases and merges followed), halls,
+        layers, authors, tags (any / all), threads and [time_from, time_to); not a recall - nothing
+        is ranked. At most 500 per page."""
+        b = self._bank(bank)
+        args: dict[str, Any] = {"bank": b}
+        for name, value in (("rooms", rooms), ("halls", halls), ("layers", layers), ("authors", authors),
+                            ("tags_any", tags_any), ("tags_all", tags_all), ("threads", threads)):
+            args[name] = list_arg(value, name)
+        args["time_from"], args["time_to"] = time_arg(time_from, "time_from"), time_arg(time_to, "time_to")
+        args["limit"] = int_arg(limit, "limit", 1, 500, 50)
+        args["offset"] = int_arg(offset, "offset", 0, 2**31 - 1, 0)
+        with self._tx() as conn, conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(
+                "SELECT * FROM rcll.units(bank => %(bank)s, rooms => %(rooms)s, halls => %(halls)s, "
+                "layers => %(layers)s, authors => %(authors)s, tags_any => %(tags_any)s, tags_all => %(tags_all)s, "
+                "threads => %(threads)s, time_from => %(time_from)s, time_to => %(time_to)s, "
+                '"limit" => %(limit)s, "offset" => %(offset)s)', args).fetchall()
+        total = int(rows[0]["total"]) if rows else 0
+        return UnitPage(total, args["limit"], args["offset"], [Unit.from_row(r) for r in rows])
+
+    def merge_proposals(self, *, bank: str | None = None, include_decided: bool = False) -> list[MergeProposal]:
+        """Room merges awaiting a person, oldest first (include_decided: the decided ones too)."""
+        b = self._bank(bank)
+        with self._tx() as conn, conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute("SELECT * FROM rcll.merge_proposals(bank => %s, include_decided => %s)",
+                               (b, bool(bool_arg(include_decided, "include_decided")))).fetchall()
+        return [MergeProposal.from_row(r) for r in rows]
+
+    def decide_merge(self, from_room: str, *, approve: bool, reason: str | None = None,
+                     person: str | None = None, bank: str | None = None) -> int:
+        """A person approves (the room's units move, its name stays readable as an alias) or
+        rejects a pending merge of `from_room`; refused for an agent. person: who decided, for the
+        audit log - a server passes the person it authenticated. Returns the units moved."""
+        self.check_writable()
+        b = self._bank(bank, "admin")
+        with self._tx() as conn:
+            row = conn.execute(
+                "SELECT rcll.decide_room_merge(bank => %s, from_room => %s, approve => %s, reason => %s, person => %s)",
+                (b, required_text(from_room, "from_room"), bool_arg(approve, "approve"),
+                 text_arg(reason, "reason", limit=2000), text_arg(person, "person"))).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def state_keys(self, *, bank: str | None = None, rooms: Sequence[str] | None = None) -> list[StateKey]:
+        """Every keyed state of a bank (or of `rooms`, exact strings) at its current version."""
+        b = self._bank(bank)
+        with self._tx() as conn, conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute("SELECT * FROM rcll.state_keys(bank => %s, rooms => %s)",
+                               (b, list_arg(rooms, "rooms"))).fetchall()
+        return [StateKey.from_row(r) for r in rows]
+
     # -- export / import --------------------------------------------------------------------------
 
     def export(self, to: str | os.PathLike[str] | IO[bytes], *, bank: str | None = None,
                progress: Progress | None = None) -> ExportSummary:
         """Export a whole bank: to a directory path (PAM view + lossless sidecar + manifest, see
         rcll.export), or to a binary file as NDJSON (the form GET /export streams)."""
-        b = self._known_bank(bank)
+        b = self._known_bank(bank, "export")
         if isinstance(to, (str, os.PathLike)):
             with self._connection() as conn:
                 return export_bank(conn, b, Path(to), progress=progress)
@@ -458,10 +617,11 @@ class Memory:
                 summary.tables[table] = summary.tables.get(table, 0) + 1
         return summary
 
+    @retried_once
     def export_lines(self, *, bank: str | None = None) -> Iterator[bytes]:
         """The bank as NDJSON lines from one snapshot: a header, then {"table", "row"} per row. An
         unknown bank is refused here, before the first line."""
-        b = self._known_bank(bank)
+        b = self._known_bank(bank, "export")
 
         def lines() -> Iterator[bytes]:
             with self._connection() as conn:
@@ -477,15 +637,20 @@ class Memory:
         policy = on_conflict_arg(on_conflict)
         if isinstance(source, (str, os.PathLike)):
             with self._connection() as conn:
-                return import_bank(conn, Path(source), on_conflict=policy, progress=progress)
+                return import_bank(conn, Path(source), on_conflict=policy, progress=progress, allow=self._may_import)
         return self.import_lines(source, on_conflict=policy)
+
+    def _may_import(self, bank: str) -> None:
+        """Called with the bank an import's bank row names (where rcll.import_begin would write),
+        before anything is written: an import reaches only a bank in scope."""
+        self.scope.check(bank, "import")
 
     def import_lines(self, lines: Iterable[bytes], *, on_conflict: str = "error") -> ImportSummary:
         """Load the NDJSON form of an export (export_lines' output) in one transaction."""
         self.check_writable()
         policy = on_conflict_arg(on_conflict)
         with self._connection() as conn:
-            return import_stream(conn, lines, on_conflict=policy)
+            return import_stream(conn, lines, on_conflict=policy, allow=self._may_import)
 
     # -- background -------------------------------------------------------------------------------
 
@@ -494,7 +659,7 @@ class Memory:
         """Compact related pending L2 units into one observation per group (a background job;
         needs LLM_PROVIDER offline or anthropic). Returns what was written."""
         self.check_writable()
-        b = self._bank(bank)
+        b = self._bank(bank, "write")
         lo = int_arg(min_size, "min_size", 2, 10_000) or 2
         groups = int_arg(max_groups, "max_groups", 1, 1_000_000) or 100
         with self._session() as conn:
