@@ -1,7 +1,7 @@
 """The dense channel's route, read from the plans PostgreSQL actually ran (pgvector's regression tests
 are the model): a small filtered set is scanned exactly, a large one through the HNSW index.
 
-The ranking query runs inside PL/pgSQL (rcll._channel_dense), where EXPLAIN cannot reach it, so
+The ranking query runs inside PL/pgSQL (rcll.channel_dense), where EXPLAIN cannot reach it, so
 auto_explain logs every nested statement's plan as a NOTICE, which reaches this client. As in
 pgvector's tests, sequential and bitmap scans are discouraged (enable_seqscan, enable_bitmapscan = off):
 on a test-sized table reading every row would otherwise beat any index (on a real bank the planner
@@ -69,7 +69,7 @@ def _ranking_plan(db: psycopg.Connection[Any], room: str) -> tuple[int, list[str
     query = db.execute("SELECT embedding FROM rcll.memory_units WHERE room = 'big' ORDER BY unit_id LIMIT 1").fetchone()
     assert query is not None
     plans.clear()
-    row = db.execute("""SELECT count(*) FROM rcll.channel_dense(%s, %s, rooms => ARRAY[%s], "limit" => 10,
+    row = db.execute("""SELECT count(*) FROM rcll.channel_dense(%s, rcll.recall_scope(%s, rooms => ARRAY[%s]), "limit" => 10,
                                                               exact_below => %s)""",
                      (query[0], BANK, room, EXACT_BELOW)).fetchone()
     db.execute("SET auto_explain.log_min_duration = -1")

@@ -22,7 +22,7 @@ def _ids(db: psycopg.Connection[Any], sql: str, params: dict[str, Any]) -> list[
     return [int(r[0]) for r in db.execute(sql, params).fetchall()]
 
 
-DENSE = "SELECT unit_id FROM rcll.channel_dense(%(qe)s, 'b', rooms => %(rooms)s, exact_below => %(exact)s) ORDER BY rank"
+DENSE = "SELECT unit_id FROM rcll.channel_dense(%(qe)s, rcll.recall_scope('b', rooms => %(rooms)s), exact_below => %(exact)s) ORDER BY rank"
 
 
 def test_dense_ranks_the_nearest_unit_first_on_both_paths(db: psycopg.Connection[Any]) -> None:
@@ -33,7 +33,7 @@ def test_dense_ranks_the_nearest_unit_first_on_both_paths(db: psycopg.Connection
     assert exact[0] == ids["helm"]
     assert hnsw == exact                           # 7 units: the iterative scan finds them all
     scores = [r[0] for r in db.execute(
-        "SELECT score FROM rcll.channel_dense(%s, 'b') ORDER BY rank", (qe,)).fetchall()]
+        "SELECT score FROM rcll.channel_dense(%s, rcll.recall_scope('b')) ORDER BY rank", (qe,)).fetchall()]
     assert scores == sorted(scores, reverse=True) and 0 < scores[0] <= 1
 
 
@@ -74,7 +74,7 @@ def test_lexical_is_okapi_bm25_with_per_bank_idf(db: psycopg.Connection[Any]) ->
     terms = [r[0] for r in db.execute("SELECT lexeme FROM unnest(to_tsvector('english', %s))", (query,))]
     expected = _bm25(docs, terms)
     got = {int(r[0]): float(r[1]) for r in db.execute(
-        "SELECT unit_id, score FROM rcll.channel_lexical(%s, 'b')", (query,)).fetchall()}
+        "SELECT unit_id, score FROM rcll.channel_lexical(%s, rcll.recall_scope('b'))", (query,)).fetchall()}
     assert got.keys() == expected.keys()
     for uid, s in expected.items():
         assert got[uid] == pytest.approx(s, rel=1e-9)
@@ -84,8 +84,8 @@ def test_lexical_pruned_candidates_agree_with_exact_scoring(db: psycopg.Connecti
     seed(db)
     db.execute("ANALYZE rcll.memory_units")
     for q in ("helm rollback", "database backups", "carol berlin office"):
-        pruned = db.execute("SELECT unit_id, score FROM rcll.channel_lexical(%s, 'b') ORDER BY rank", (q,)).fetchall()
-        exact = db.execute("SELECT unit_id, score FROM rcll.channel_lexical(%s, 'b', prune_above => NULL) ORDER BY rank",
+        pruned = db.execute("SELECT unit_id, score FROM rcll.channel_lexical(%s, rcll.recall_scope('b')) ORDER BY rank", (q,)).fetchall()
+        exact = db.execute("SELECT unit_id, score FROM rcll.channel_lexical(%s, rcll.recall_scope('b'), prune_above => NULL) ORDER BY rank",
                            (q,)).fetchall()
         assert pruned == exact                     # small bank: always exact
 
@@ -93,25 +93,25 @@ def test_lexical_pruned_candidates_agree_with_exact_scoring(db: psycopg.Connecti
 def test_lexical_needs_no_refreshed_stats(db: psycopg.Connection[Any]) -> None:
     ids = seed(db)
     db.execute("UPDATE rcll.bank_stats SET unit_count = 0, total_length = 0")
-    got = _ids(db, "SELECT unit_id FROM rcll.channel_lexical('helm rollback', 'b') ORDER BY rank", {})
+    got = _ids(db, "SELECT unit_id FROM rcll.channel_lexical('helm rollback', rcll.recall_scope('b')) ORDER BY rank", {})
     assert got[0] == ids["rollback"]
 
 
 def test_lexical_takes_quotes_and_backslashes_verbatim(db: psycopg.Connection[Any]) -> None:
     seed(db)
     for q in ("it's O'Brien's \\ 'quoted' | & ! (x)", "", "the of and"):
-        db.execute("SELECT * FROM rcll.channel_lexical(%s, 'b')", (q,)).fetchall()
+        db.execute("SELECT * FROM rcll.channel_lexical(%s, rcll.recall_scope('b'))", (q,)).fetchall()
 
 
 def test_graph_spreads_from_named_entities_over_two_hops(db: psycopg.Connection[Any]) -> None:
     ids = seed(db)
-    rows = db.execute("SELECT unit_id, score FROM rcll.channel_graph('where did Caroline move to?', 'b') ORDER BY rank").fetchall()
+    rows = db.execute("SELECT unit_id, score FROM rcll.channel_graph('where did Caroline move to?', rcll.recall_scope('b')) ORDER BY rank").fetchall()
     got = {int(r[0]): float(r[1]) for r in rows}
     # hop 1: both units naming Carol (alias "caroline"); hop 2: the unit linked from one of them.
     assert {ids["lunch"], ids["berlin"]} <= got.keys()
     assert ids["backups"] in got
     assert got[ids["backups"]] < min(got[ids["lunch"]], got[ids["berlin"]])
-    one_hop = _ids(db, "SELECT unit_id FROM rcll.channel_graph('Caroline', 'b', hops => 1)", {})
+    one_hop = _ids(db, "SELECT unit_id FROM rcll.channel_graph('Caroline', rcll.recall_scope('b'), hops => 1)", {})
     assert set(one_hop) == {ids["lunch"], ids["berlin"]}
 
 
@@ -119,14 +119,14 @@ def test_graph_matches_entities_fuzzily_and_ignores_stop_words(db: psycopg.Conne
     seed(db)
     names = [r[0] for r in db.execute("SELECT name FROM rcll.query_entities('how do we use kubernetess', 'b')")]
     assert names == ["Kubernetes"]
-    assert db.execute("SELECT count(*) FROM rcll.channel_graph('how do we do it', 'b')").fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM rcll.channel_graph('how do we do it', rcll.recall_scope('b'))").fetchone() == (0,)
 
 
 def test_graph_walks_only_through_readable_units(db: psycopg.Connection[Any]) -> None:
     ids = seed(db)
-    got = _ids(db, "SELECT unit_id FROM rcll.channel_graph('Carol', 'b', rooms => '{database}')", {})
+    got = _ids(db, "SELECT unit_id FROM rcll.channel_graph('Carol', rcll.recall_scope('b', rooms => '{database}'))", {})
     assert got == []                               # the linked unit is reachable only via social
-    got = _ids(db, "SELECT unit_id FROM rcll.channel_graph('Helm', 'b', authors => '{bob}')", {})
+    got = _ids(db, "SELECT unit_id FROM rcll.channel_graph('Helm', rcll.recall_scope('b', authors => '{bob}'))", {})
     assert got == [ids["rollback"]]
 
 
@@ -168,27 +168,27 @@ def test_time_expressions_resolve_against_the_reference_time(
 
 def test_temporal_channel_returns_units_in_the_range(db: psycopg.Connection[Any]) -> None:
     ids = seed(db)
-    got = _ids(db, "SELECT unit_id FROM rcll.channel_temporal('what did we decide last week', 'b', reference_time => %(r)s) ORDER BY rank",
+    got = _ids(db, "SELECT unit_id FROM rcll.channel_temporal('what did we decide last week', rcll.recall_scope('b'), reference_time => %(r)s) ORDER BY rank",
                {"r": REF})
     assert set(got) == {ids["helm"], ids["rollback"], ids["backups"]}
-    got = _ids(db, "SELECT unit_id FROM rcll.channel_temporal('anything', 'b', time_range => '[2023-05-01,2023-06-01)') ORDER BY rank", {})
+    got = _ids(db, "SELECT unit_id FROM rcll.channel_temporal('anything', rcll.recall_scope('b'), time_range => '[2023-05-01,2023-06-01)') ORDER BY rank", {})
     assert set(got) == {ids["lunch"], ids["berlin"]}
-    assert _ids(db, "SELECT unit_id FROM rcll.channel_temporal('no time here', 'b')", {}) == []
+    assert _ids(db, "SELECT unit_id FROM rcll.channel_temporal('no time here', rcll.recall_scope('b'))", {}) == []
 
 
 def test_temporal_orders_by_meaning_when_given_the_embedding(db: psycopg.Connection[Any]) -> None:
     ids = seed(db)
     qe = _qe("database backups")
-    got = _ids(db, "SELECT unit_id FROM rcll.channel_temporal('last week', 'b', reference_time => %(r)s, query_embedding => %(qe)s) ORDER BY rank",
+    got = _ids(db, "SELECT unit_id FROM rcll.channel_temporal('last week', rcll.recall_scope('b'), reference_time => %(r)s, query_embedding => %(qe)s) ORDER BY rank",
                {"r": REF, "qe": qe})
     assert got[0] == ids["backups"]
 
 
 CHANNELS = {
-    "dense": "SELECT unit_id FROM rcll.channel_dense(%(qe)s, 'b', {f})",
-    "lexical": "SELECT unit_id FROM rcll.channel_lexical('deploy helm database backups pizza pipeline postgres', 'b', {f})",
-    "graph": "SELECT unit_id FROM rcll.channel_graph('helm carol kubernetes', 'b', {f})",
-    "temporal": "SELECT unit_id FROM rcll.channel_temporal('anything', 'b', {f}, time_range => '[2020-01-01,2025-01-01)')",
+    "dense": "SELECT unit_id FROM rcll.channel_dense(%(qe)s, rcll.recall_scope('b', {f}))",
+    "lexical": "SELECT unit_id FROM rcll.channel_lexical('deploy helm database backups pizza pipeline postgres', rcll.recall_scope('b', {f}))",
+    "graph": "SELECT unit_id FROM rcll.channel_graph('helm carol kubernetes', rcll.recall_scope('b', {f}))",
+    "temporal": "SELECT unit_id FROM rcll.channel_temporal('anything', rcll.recall_scope('b', {f}), time_range => '[2020-01-01,2025-01-01)')",
 }
 
 

@@ -36,8 +36,8 @@ def test_recall_defaults_is_immutable(db: psycopg.Connection[Any]) -> None:
 
 
 @pytest.mark.parametrize(("function", "parameters"), [
-    ("rcll.recall", {"k": "k", "channel_limit": "channel_limit", "limit": "candidate_limit",
-                     "rerank_depth": "rerank_depth", "context_depth": "context_depth", "budget": "budget"}),
+    ("rcll.recall", {"limit": "candidate_limit", "rerank_depth": "rerank_depth", "context_depth": "context_depth",
+                     "budget": "budget"}),
     ("rcll.recall_candidates", {"k": "k", "channel_limit": "channel_limit", "limit": "candidate_limit"}),
     ("rcll.channel_dense", {"limit": "channel_limit"}),
     ("rcll.channel_lexical", {"limit": "channel_limit"}),
@@ -58,8 +58,8 @@ def test_recall_cuts_to_the_default_limits(db: psycopg.Connection[Any]) -> None:
     n = defaults.CHANNEL_LIMIT + 50
     db.execute("SELECT * FROM rcll.retain_chunks(bank => %s, content => 'alpha notes', chunks => %s, embeddings => NULL)",
                (BANK, [f"alpha note {i}" for i in range(n)]))
-    assert db.execute("SELECT count(*) FROM rcll.channel_lexical('alpha', %s)", (BANK,)).fetchone() == (defaults.CHANNEL_LIMIT,)
-    rows = db.execute("SELECT fused_score FROM rcll.recall_candidates('alpha', %s)", (BANK,)).fetchall()
+    assert db.execute("SELECT count(*) FROM rcll.channel_lexical('alpha', rcll.recall_scope(%s))", (BANK,)).fetchone() == (defaults.CHANNEL_LIMIT,)
+    rows = db.execute("SELECT fused_score FROM rcll.recall_candidates('alpha', rcll.recall_scope(%s))", (BANK,)).fetchall()
     assert len(rows) == defaults.CANDIDATE_LIMIT
     assert rows[0][0] == pytest.approx(1 / (defaults.RRF_K + 1))
-    assert db.execute("SELECT count(*) FROM rcll.recall('alpha', %s)", (BANK,)).fetchone() == (defaults.CANDIDATE_LIMIT,)
+    assert db.execute("SELECT count(*) FROM rcll.recall('alpha', rcll.recall_scope(%s))", (BANK,)).fetchone() == (defaults.CANDIDATE_LIMIT,)

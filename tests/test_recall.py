@@ -16,13 +16,13 @@ from rcll.recall import candidates, recall
 from test_recall_seed import seed
 
 CHANNEL_SQL = {
-    "dense": "SELECT count(*) FROM rcll.channel_dense(%(qe)s, 'b', rooms => %(rooms)s)",
-    "lexical": "SELECT count(*) FROM rcll.channel_lexical(%(q)s, 'b', rooms => %(rooms)s)",
-    "graph": "SELECT count(*) FROM rcll.channel_graph(%(q)s, 'b', rooms => %(rooms)s)",
-    "temporal": "SELECT count(*) FROM rcll.channel_temporal(%(q)s, 'b', rooms => %(rooms)s, reference_time => '2024-05-15')",
+    "dense": "SELECT count(*) FROM rcll.channel_dense(%(qe)s, rcll.recall_scope('b', rooms => %(rooms)s))",
+    "lexical": "SELECT count(*) FROM rcll.channel_lexical(%(q)s, rcll.recall_scope('b', rooms => %(rooms)s))",
+    "graph": "SELECT count(*) FROM rcll.channel_graph(%(q)s, rcll.recall_scope('b', rooms => %(rooms)s))",
+    "temporal": "SELECT count(*) FROM rcll.channel_temporal(%(q)s, rcll.recall_scope('b', rooms => %(rooms)s), reference_time => '2024-05-15')",
     # Seeded with every unit of the bank: the filter alone must empty it.
     "context": """SELECT count(*) FROM rcll.channel_context(%(qe)s,
-                      (SELECT array_agg(unit_id) FROM rcll.memory_units), 'b', rooms => %(rooms)s)""",
+                      (SELECT array_agg(unit_id) FROM rcll.memory_units), rcll.recall_scope('b', rooms => %(rooms)s))""",
 }
 
 
@@ -98,7 +98,7 @@ def test_recall_in_sql_without_models_skips_dense_and_rerank_with_a_notice(pg18:
             ids = seed(db)
             notices: list[str] = []
             db.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
-            rows = db.execute("SELECT unit_id, rank_dense, rerank_score FROM rcll.recall('helm rollback', bank => 'b')").fetchall()
+            rows = db.execute("SELECT unit_id, rank_dense, rerank_score FROM rcll.recall('helm rollback', scope => rcll.recall_scope('b'))").fetchall()
             assert rows[0][0] == ids["rollback"]
             assert all(r[1] is None and r[2] is None for r in rows)
             assert any("dense channel skipped" in n for n in notices)
@@ -117,7 +117,7 @@ def test_recall_from_psql_on_pg15_returns_reranked_rows(leg: Leg, models_dsn: st
     psql = str(leg.cluster.bindir / "psql")
     out = subprocess.run(
         [psql, models_dsn, "-X", "-A", "-t", "-F", "|", "-v", "ON_ERROR_STOP=1", "-c",
-         "SELECT unit_id, rerank_score, rank_dense FROM rcll.recall('how do we roll back a bad release?', bank => 'b')"],
+         "SELECT unit_id, rerank_score, rank_dense FROM rcll.recall('how do we roll back a bad release?', scope => rcll.recall_scope('b'))"],
         capture_output=True, text=True, check=True)
     rows = [line.split("|") for line in out.stdout.strip().splitlines()]
     assert int(rows[0][0]) == ids["rollback"]
@@ -133,7 +133,7 @@ def test_in_database_rerank_agrees_with_the_client(models_dsn: str) -> None:
         configure(db)
         seed(db)
         q = "where does carol work now?"
-        sql_rows = db.execute("SELECT unit_id, rerank_score FROM rcll.recall(%s, bank => 'b', budget => NULL)", (q,)).fetchall()
+        sql_rows = db.execute("SELECT unit_id, rerank_score FROM rcll.recall(%s, scope => rcll.recall_scope('b'), budget => NULL)", (q,)).fetchall()
         client = recall(db, q, "b", budget=None)
         assert [r[0] for r in sql_rows][:3] == [f.unit_id for f in client.facts][:3]
         for (_uid, score), f in zip(sql_rows, client.facts, strict=False):

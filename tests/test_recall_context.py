@@ -48,30 +48,30 @@ def seed(conn: psycopg.Connection[Any]) -> list[int]:
 
 def test_preceding_units_give_the_chunk_before_within_scope(db: psycopg.Connection[Any]) -> None:
     ids = seed(db)
-    rows = db.execute("SELECT unit_id, preceding_id, preceding_text FROM rcll.preceding_units(%s, %s)",
+    rows = db.execute("SELECT unit_id, preceding_id, preceding_text FROM rcll.preceding_units(%s, rcll.recall_scope(%s))",
                       (ids, BANK)).fetchall()
     assert {r[0]: (r[1], r[2]) for r in rows} == {
         ids[i]: (ids[i - 1], CONVERSATION[i - 1]) for i in range(1, len(ids))}
     # A predecessor outside the recall's scope is no context: it would leak another room's text.
     db.execute("UPDATE rcll.memory_units SET room = 'secret' WHERE unit_id = %s", (ids[0],))
-    rows = db.execute("SELECT unit_id FROM rcll.preceding_units(%s, %s, rooms => '{ops}')", (ids, BANK)).fetchall()
+    rows = db.execute("SELECT unit_id FROM rcll.preceding_units(%s, rcll.recall_scope(%s, rooms => '{ops}'))", (ids, BANK)).fetchall()
     assert ids[1] not in {r[0] for r in rows}
-    rows = db.execute("SELECT unit_id FROM rcll.preceding_units(%s, %s, rooms => '{garden}')", (ids, BANK)).fetchall()
+    rows = db.execute("SELECT unit_id FROM rcll.preceding_units(%s, rcll.recall_scope(%s, rooms => '{garden}'))", (ids, BANK)).fetchall()
     assert rows == []
 
 
 def test_context_channel_finds_the_reply_to_a_matching_question(db: psycopg.Connection[Any]) -> None:
     ids = seed(db)
     qe = models.get_embedder().embed_query(QUERY)
-    dense = [r[0] for r in db.execute("SELECT unit_id FROM rcll.channel_dense(%s, %s)", (qe, BANK))]
+    dense = [r[0] for r in db.execute("SELECT unit_id FROM rcll.channel_dense(%s, rcll.recall_scope(%s))", (qe, BANK))]
     rows = db.execute("""SELECT unit_id, score, rank FROM rcll.channel_context(
-                             %(qe)s, %(seeds)s, %(bank)s)""", {"qe": qe, "seeds": dense[:1], "bank": BANK}).fetchall()
+                             %(qe)s, %(seeds)s, rcll.recall_scope(%(bank)s))""", {"qe": qe, "seeds": dense[:1], "bank": BANK}).fetchall()
     # Seeded with the question alone, the channel also returns the reply after it, scored with it.
     assert dense[0] == ids[0]
     assert {r[0] for r in rows} == {ids[0], ids[1]}
     assert [r[2] for r in rows] == [1, 2]
     # The reply's own words ("Yes, last Friday!") hardly match; read with the question they do.
-    own = {r[0]: r[1] for r in db.execute("SELECT unit_id, score FROM rcll.channel_dense(%s, %s)", (qe, BANK))}
+    own = {r[0]: r[1] for r in db.execute("SELECT unit_id, score FROM rcll.channel_dense(%s, rcll.recall_scope(%s))", (qe, BANK))}
     reply = next(r[1] for r in rows if r[0] == ids[1])
     assert reply == pytest.approx((own[ids[0]] + own[ids[1]]) / 2, abs=1e-6)
     assert reply > own[ids[1]]
@@ -80,14 +80,14 @@ def test_context_channel_finds_the_reply_to_a_matching_question(db: psycopg.Conn
 def test_context_channel_is_filtered_like_every_channel(db: psycopg.Connection[Any]) -> None:
     ids = seed(db)
     qe = models.get_embedder().embed_query(QUERY)
-    sql = "SELECT unit_id, score FROM rcll.channel_context(%(qe)s, %(seeds)s, %(bank)s, rooms => %(rooms)s)"
+    sql = "SELECT unit_id, score FROM rcll.channel_context(%(qe)s, %(seeds)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s))"
     assert db.execute(sql, {"qe": qe, "seeds": ids[:1], "bank": BANK, "rooms": ["garden"]}).fetchall() == []
     # The next chunk in another room is not added; a predecessor in another room does not count.
     db.execute("UPDATE rcll.memory_units SET room = 'secret' WHERE unit_id = %s", (ids[2],))
     rows = dict(db.execute(sql, {"qe": qe, "seeds": [ids[1]], "bank": BANK, "rooms": ["ops"]}).fetchall())
     assert set(rows) == {ids[1]}
     rows = dict(db.execute(sql, {"qe": qe, "seeds": [ids[3]], "bank": BANK, "rooms": ["ops"]}).fetchall())
-    own = dict(db.execute("SELECT unit_id, score FROM rcll.channel_dense(%s, %s)", (qe, BANK)).fetchall())
+    own = dict(db.execute("SELECT unit_id, score FROM rcll.channel_dense(%s, rcll.recall_scope(%s))", (qe, BANK)).fetchall())
     assert rows[ids[3]] == pytest.approx(own[ids[3]], abs=1e-6)
 
 
@@ -158,7 +158,7 @@ def test_in_database_two_view_rerank_agrees_with_the_client(models_dsn: str) -> 
         configure(db)
         seed(db)
         sql_rows = db.execute("""SELECT unit_id, rerank_score, rank_context FROM rcll.recall(
-                                     %s, bank => %s, budget => NULL)""", (QUERY, BANK)).fetchall()
+                                     %s, scope => rcll.recall_scope(%s), budget => NULL)""", (QUERY, BANK)).fetchall()
         client = recall(db, QUERY, BANK, budget=None)
         assert [r[0] for r in sql_rows] == [f.unit_id for f in client.facts]
         for (_, score, _), f in zip(sql_rows, client.facts, strict=True):

@@ -16,8 +16,9 @@ from conftest import pg15_only
 from rcll import models
 from test_recall_seed import seed
 
-ENTRY_POINTS = ["rcll.recall", "rcll.recall_candidates", "rcll.channel_dense", "rcll.channel_lexical",
-                "rcll.channel_graph", "rcll.channel_temporal", "rcll.parse_time_range", "rcll.query_entities"]
+ENTRY_POINTS = ["rcll.recall_scope", "rcll.recall", "rcll.recall_candidates", "rcll.channel_dense",
+                "rcll.channel_context", "rcll.channel_lexical", "rcll.channel_graph", "rcll.channel_temporal",
+                "rcll.preceding_units", "rcll.parse_time_range", "rcll.query_entities"]
 WRITES = {"InsertStmt", "UpdateStmt", "DeleteStmt", "MergeStmt", "CopyStmt", "LockingClause"}
 PLPGSQL_FORBIDDEN = {"PLpgSQL_stmt_dynexecute", "PLpgSQL_stmt_dynfors", "PLpgSQL_stmt_commit",
                      "PLpgSQL_stmt_rollback", "PLpgSQL_stmt_call", "PLpgSQL_stmt_open"}
@@ -88,8 +89,9 @@ def _recall_path(db: psycopg.Connection[Any]) -> dict[str, tuple[str, str, str, 
 
 def test_recall_path_contains_no_write_and_no_volatile_call(db: psycopg.Connection[Any]) -> None:
     path = _recall_path(db)
-    assert {"rcll.channel_dense", "rcll._channel_dense", "rcll.recall_scope", "rcll._expand_rooms", "rcll._in_scope",
-            "rcll._bm25_corpus", "rcll._recall_embedding", "rcll._recall_rerank"} <= path.keys()
+    assert {"rcll.channel_dense", "rcll.channel_context", "rcll.preceding_units", "rcll.recall_scope",
+            "rcll._expand_rooms", "rcll._in_scope", "rcll._bm25_corpus", "rcll._recall_embedding",
+            "rcll._recall_rerank"} <= path.keys()
     problems: list[str] = []
     for name, (lang, vol, definition, source) in sorted(path.items()):
         if vol == "v":
@@ -125,9 +127,9 @@ def test_recall_functions_are_declared_stable(db: psycopg.Connection[Any]) -> No
 
 
 QUERIES = [
-    ("SELECT count(*) FROM rcll.recall_candidates('helm deploy carol last week', 'b', query_embedding => %(qe)s)", 1),
-    ("SELECT count(*) FROM rcll.recall('helm deploy carol last week', bank => 'b', query_embedding => %(qe)s)", 1),
-    ("SELECT count(*) FROM rcll.channel_graph('carol', 'b')", 1),
+    ("SELECT count(*) FROM rcll.recall_candidates('helm deploy carol last week', rcll.recall_scope('b'), query_embedding => %(qe)s)", 1),
+    ("SELECT count(*) FROM rcll.recall('helm deploy carol last week', scope => rcll.recall_scope('b'), query_embedding => %(qe)s)", 1),
+    ("SELECT count(*) FROM rcll.channel_graph('carol', rcll.recall_scope('b'))", 1),
 ]
 
 
@@ -178,7 +180,7 @@ def test_in_database_models_are_read_only_too(models_dsn: str) -> None:
         db.autocommit = False
         db.execute("SET ROLE rcll_reader")
         db.execute("SET TRANSACTION READ ONLY")
-        rows = db.execute("SELECT rerank_score FROM rcll.recall('where did carol move?', bank => 'b')").fetchall()
+        rows = db.execute("SELECT rerank_score FROM rcll.recall('where did carol move?', scope => rcll.recall_scope('b'))").fetchall()
         assert rows and all(r[0] is not None for r in rows[:5])
         assert db.execute("SELECT pg_current_xact_id_if_assigned()").fetchone() == (None,)
         db.rollback()

@@ -41,7 +41,7 @@ def counts_match(db: Db, bank: str = "b") -> None:
 
 def recall_rooms(db: Db, query: str, rooms_: list[str] | None, bank: str = "b") -> list[tuple[int, str]]:
     return [(r[0], r[1]) for r in db.execute(
-        "SELECT unit_id, room FROM rcll.recall_candidates(query => %s, bank => %s, rooms => %s) ORDER BY unit_id",
+        "SELECT unit_id, room FROM rcll.recall_candidates(query => %s, scope => rcll.recall_scope(%s, rooms => %s)) ORDER BY unit_id",
         (query, bank, rooms_)).fetchall()]
 
 

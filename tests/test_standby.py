@@ -15,12 +15,12 @@ from test_recall_seed import seed
 
 Q = "how do we deploy with helm, and where did carol move last year?"
 CALLS = [
-    "SELECT * FROM rcll.recall_candidates(%(q)s, 'b', query_embedding => %(qe)s, reference_time => '2024-05-15', as_of => '2024-06-01')",
-    "SELECT unit_id, rerank_score IS NULL FROM rcll.recall(%(q)s, bank => 'b', query_embedding => %(qe)s, reference_time => '2024-05-15', as_of => '2024-06-01')",
-    "SELECT * FROM rcll.channel_dense(%(qe)s, 'b', exact_below => 0, as_of => '2024-06-01')",
-    "SELECT * FROM rcll.channel_lexical(%(q)s, 'b', as_of => '2024-06-01')",
-    "SELECT * FROM rcll.channel_graph(%(q)s, 'b', as_of => '2024-06-01')",
-    "SELECT * FROM rcll.channel_temporal(%(q)s, 'b', reference_time => '2024-05-15', as_of => '2024-06-01')",
+    "SELECT * FROM rcll.recall_candidates(%(q)s, rcll.recall_scope('b', as_of => '2024-06-01'), query_embedding => %(qe)s, reference_time => '2024-05-15')",
+    "SELECT unit_id, rerank_score IS NULL FROM rcll.recall(%(q)s, scope => rcll.recall_scope('b', as_of => '2024-06-01'), query_embedding => %(qe)s, reference_time => '2024-05-15')",
+    "SELECT * FROM rcll.channel_dense(%(qe)s, rcll.recall_scope('b', as_of => '2024-06-01'), exact_below => 0)",
+    "SELECT * FROM rcll.channel_lexical(%(q)s, rcll.recall_scope('b', as_of => '2024-06-01'))",
+    "SELECT * FROM rcll.channel_graph(%(q)s, rcll.recall_scope('b', as_of => '2024-06-01'))",
+    "SELECT * FROM rcll.channel_temporal(%(q)s, rcll.recall_scope('b', as_of => '2024-06-01'), reference_time => '2024-05-15')",
 ]
 
 
@@ -55,7 +55,7 @@ def test_recall_on_a_hot_standby_returns_the_primarys_rows(leg: Leg, models_dsn:
         if leg.name == "pg15":
             # All five phases in the standby's own backends: embed and rerank inside PostgreSQL.
             with psycopg.connect(standby.url(name), autocommit=True) as sb:
-                rows = sb.execute("SELECT unit_id, rerank_score FROM rcll.recall('how do we roll back a release?', bank => 'b')").fetchall()
+                rows = sb.execute("SELECT unit_id, rerank_score FROM rcll.recall('how do we roll back a release?', scope => rcll.recall_scope('b'))").fetchall()
                 assert rows and rows[0][1] is not None
     finally:
         if standby is not None:

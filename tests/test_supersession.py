@@ -20,7 +20,7 @@ T2 = datetime(2026, 9, 1, 9, 0, tzinfo=UTC)
 def _recall_ranks(db: psycopg.Connection[Any], query: str) -> list[str] | None:
     if db.execute("SELECT to_regproc('rcll.recall_candidates') IS NOT NULL").fetchone() != (True,):
         return None
-    rows = db.execute("SELECT text FROM rcll.recall_candidates(%s, 'b', query_embedding => %s)",
+    rows = db.execute("SELECT text FROM rcll.recall_candidates(%s, rcll.recall_scope('b'), query_embedding => %s)",
                       (query, get_embedder().embed_query(query))).fetchall()
     return [r[0] for r in rows]
 

@@ -50,11 +50,11 @@ def test_thread_b_never_sees_thread_a(db: Db, bank: str) -> None:
     b = retain(db, "thread B chatter about lunch", thread="B", embeddings=[-v])
     # Every channel gets every reason to return A's unit: same words, same embedding, same room.
     rows = db.execute("""SELECT unit_id, thread, rank_dense, rank_lexical FROM rcll.recall_candidates(
-                             query => %s, bank => 'b', query_embedding => %s, thread => 'B')""", (text, v)).fetchall()
+                             query => %s, scope => rcll.recall_scope('b', thread => 'B'), query_embedding => %s)""", (text, v)).fetchall()
     assert a not in [r[0] for r in rows]
     assert all(r[1] == "B" for r in rows) and b in [r[0] for r in rows]
     in_a = db.execute("""SELECT unit_id FROM rcll.recall_candidates(
-                             query => %s, bank => 'b', query_embedding => %s, thread => 'A')""", (text, v)).fetchall()
+                             query => %s, scope => rcll.recall_scope('b', thread => 'A'), query_embedding => %s)""", (text, v)).fetchall()
     assert (a,) in in_a and (b,) not in in_a
     # Nor at session start: a thread's rules are that thread's.
     assert a not in [r[0] for r in db.execute("SELECT unit_id FROM rcll.session_start('b', thread => 'B')")]
@@ -83,6 +83,6 @@ def test_provenance_is_stored_on_every_write_and_returned(db: Db, bank: str) -> 
     with pytest.raises(psycopg.errors.CheckViolation):
         db.execute("""INSERT INTO rcll.memory_units (bank_id, text, provenance)
                       SELECT bank_id, 'no via', '{}' FROM rcll.banks WHERE name = 'b'""")
-    returned = db.execute("""SELECT provenance FROM rcll.recall_candidates(query => 'build cache runner', bank => 'b')
+    returned = db.execute("""SELECT provenance FROM rcll.recall_candidates(query => 'build cache runner', scope => rcll.recall_scope('b'))
                              WHERE unit_id = %s""", (uid,)).fetchone()
     assert returned is not None and returned[0]["via"] == "mcp"

@@ -1,6 +1,6 @@
 -- Dense channel: cosine similarity to the query embedding, filtered before ranking, routed by filtered-set size.
 
-CREATE OR REPLACE FUNCTION rcll._channel_dense(
+CREATE OR REPLACE FUNCTION rcll.channel_dense(
     query_embedding vector,
     scope           rcll.recall_scope,
     "limit"         integer DEFAULT (rcll.recall_defaults()).channel_limit,
@@ -19,8 +19,8 @@ AS $$
 #variable_conflict use_column
 DECLARE
     b    integer := (scope).bank_id;
-    q    public.vector := _channel_dense.query_embedding;
-    lim  integer := greatest(coalesce(_channel_dense."limit", (rcll.recall_defaults()).channel_limit), 0);
+    q    public.vector := channel_dense.query_embedding;
+    lim  integer := greatest(coalesce(channel_dense."limit", (rcll.recall_defaults()).channel_limit), 0);
     n    integer;
 BEGIN
     IF q IS NULL OR lim = 0 THEN
@@ -85,5 +85,5 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION rcll._channel_dense(vector, rcll.recall_scope, integer, integer)
-    IS 'Internal: the dense recall channel over a resolved scope (rcll.channel_dense is its psql entry point): units ranked by cosine similarity to query_embedding (score = 1 - cosine distance), filtered before ranking. Filtered sets of at most exact_below units are scanned exactly; larger ones use the HNSW index with iterative scans.';
+COMMENT ON FUNCTION rcll.channel_dense(vector, rcll.recall_scope, integer, integer)
+    IS 'Dense recall channel: units ranked by cosine similarity to query_embedding (score = 1 - cosine distance), filtered before ranking by the scope (rcll.recall_scope: bank, rooms with aliases expanded, authors, halls, layers, tags, thread, validity). Filtered sets of at most exact_below units are scanned exactly; larger ones use the HNSW index with iterative scans. From psql: SELECT * FROM rcll.channel_dense(<embedding>, rcll.recall_scope(''fleet'', rooms => ''{deployment}'')).';

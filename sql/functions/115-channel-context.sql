@@ -16,7 +16,7 @@ AS $$
 $$;
 COMMENT ON FUNCTION rcll._last_words(text, integer) IS 'Internal: the last n whitespace-separated words of a text, joined by single spaces.';
 
-CREATE OR REPLACE FUNCTION rcll._preceding_units(unit_ids bigint[], scope rcll.recall_scope)
+CREATE OR REPLACE FUNCTION rcll.preceding_units(unit_ids bigint[], scope rcll.recall_scope)
 RETURNS TABLE (unit_id bigint, preceding_id bigint, preceding_text text)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -29,14 +29,14 @@ BEGIN
     SELECT u.unit_id, p.unit_id, p.text
     FROM rcll.memory_units u
     JOIN rcll.memory_units p ON p.document_id = u.document_id AND p.chunk_index = u.chunk_index - 1
-    WHERE u.unit_id = ANY (_preceding_units.unit_ids) AND u.bank_id = (scope).bank_id
+    WHERE u.unit_id = ANY (preceding_units.unit_ids) AND u.bank_id = (scope).bank_id
       AND rcll._in_scope(p, scope);
 END
 $$;
-COMMENT ON FUNCTION rcll._preceding_units(bigint[], rcll.recall_scope)
-    IS 'Internal: for each given unit, the chunk right before it in its document (chunk_index - 1), if that chunk passes the scope; units without one are absent (rcll.preceding_units is its psql entry point). The cross-encoder''s context view reads it.';
+COMMENT ON FUNCTION rcll.preceding_units(bigint[], rcll.recall_scope)
+    IS 'For each given unit, the chunk right before it in its document (chunk_index - 1), if that chunk passes the scope (rcll.recall_scope); units without one are absent. The cross-encoder''s context view reads it. From psql: SELECT * FROM rcll.preceding_units(ARRAY[42, 43], rcll.recall_scope(''fleet'')).';
 
-CREATE OR REPLACE FUNCTION rcll._channel_context(
+CREATE OR REPLACE FUNCTION rcll.channel_context(
     query_embedding vector,
     seeds           bigint[],
     scope           rcll.recall_scope,
@@ -47,8 +47,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    q    public.vector := _channel_context.query_embedding;
-    lim  integer := greatest(coalesce(_channel_context."limit", (rcll.recall_defaults()).channel_limit), 0);
+    q    public.vector := channel_context.query_embedding;
+    lim  integer := greatest(coalesce(channel_context."limit", (rcll.recall_defaults()).channel_limit), 0);
 BEGIN
     IF q IS NULL OR lim = 0 OR seeds IS NULL THEN
         RETURN;
@@ -61,7 +61,7 @@ BEGIN
     WITH s AS (
         SELECT u.unit_id, u.document_id, u.chunk_index, 1 - (u.embedding OPERATOR(public.<=>) q) AS sim
         FROM rcll.memory_units u
-        WHERE u.unit_id = ANY (_channel_context.seeds) AND u.embedding IS NOT NULL
+        WHERE u.unit_id = ANY (channel_context.seeds) AND u.embedding IS NOT NULL
           AND rcll._in_scope(u, scope)
     ), w AS (
         SELECT DISTINCT n.unit_id, n.document_id, n.chunk_index, 1 - (n.embedding OPERATOR(public.<=>) q) AS sim
@@ -88,5 +88,5 @@ BEGIN
     ORDER BY r.rank;
 END
 $$;
-COMMENT ON FUNCTION rcll._channel_context(vector, bigint[], rcll.recall_scope, integer)
-    IS 'Internal: the context recall channel over a resolved scope (rcll.channel_context is its psql entry point): the seed units (the dense channel''s hits) and the chunk after each, ranked by the mean cosine similarity to query_embedding of the unit and of the chunk before it in its document (score = 1 - mean distance). Neighbours pass the same scope as every channel. Finds replies whose meaning is in the chunk they answer.';
+COMMENT ON FUNCTION rcll.channel_context(vector, bigint[], rcll.recall_scope, integer)
+    IS 'Context recall channel: the seed units (the dense channel''s hits) and the chunk after each, ranked by the mean cosine similarity to query_embedding of the unit and of the chunk before it in its document (score = 1 - mean distance). Every unit read passes the scope (rcll.recall_scope), as in every channel. Finds replies whose meaning is in the chunk they answer. From psql: SELECT * FROM rcll.channel_context(<embedding>, ARRAY[42, 43], rcll.recall_scope(''fleet'')).';

@@ -11,7 +11,7 @@ AS $$
 $$;
 COMMENT ON FUNCTION rcll._tsquery_any(text[]) IS 'Internal: a tsquery matching any of the given lexemes, each taken verbatim.';
 
-CREATE OR REPLACE FUNCTION rcll._channel_lexical(
+CREATE OR REPLACE FUNCTION rcll.channel_lexical(
     query       text,
     scope       rcll.recall_scope,
     "limit"     integer DEFAULT (rcll.recall_defaults()).channel_limit,
@@ -26,7 +26,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     bk     integer := (scope).bank_id;
-    lim    integer := greatest(coalesce(_channel_lexical."limit", (rcll.recall_defaults()).channel_limit), 0);
+    lim    integer := greatest(coalesce(channel_lexical."limit", (rcll.recall_defaults()).channel_limit), 0);
     cfg    regconfig;
     terms  text[];
     corpus record;
@@ -35,7 +35,7 @@ DECLARE
     gen    text[];
 BEGIN
     SELECT x.text_search_config INTO cfg FROM rcll.banks x WHERE x.bank_id = bk;
-    terms := ARRAY(SELECT DISTINCT t.lexeme FROM unnest(to_tsvector(cfg, coalesce(_channel_lexical.query, ''))) t ORDER BY 1);
+    terms := ARRAY(SELECT DISTINCT t.lexeme FROM unnest(to_tsvector(cfg, coalesce(channel_lexical.query, ''))) t ORDER BY 1);
     IF cardinality(terms) = 0 OR lim = 0 THEN
         RETURN;
     END IF;
@@ -52,7 +52,7 @@ BEGIN
          unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS e(elem, freq)
     WHERE s.schemaname = 'rcll' AND s.tablename = 'memory_units' AND s.attname = 'lexical'
       AND e.elem = ANY (terms)
-      AND e.freq > coalesce(_channel_lexical.prune_above, 1) AND e.freq * corpus.n > 1000;
+      AND e.freq > coalesce(channel_lexical.prune_above, 1) AND e.freq * corpus.n > 1000;
     gen := ARRAY(SELECT t FROM unnest(terms) t WHERE common IS NULL OR t <> ALL (common));
     IF cardinality(gen) = 0 THEN
         gen := common[1:1];          -- every term is common: generate from the least common one
@@ -84,8 +84,8 @@ BEGIN
         FROM df d
     ), scored AS (
         SELECT h.unit_id,
-               sum(i.idf * h.tf * (_channel_lexical.k1 + 1)
-                   / (h.tf + _channel_lexical.k1 * (1 - _channel_lexical.b + _channel_lexical.b * h.dl / corpus.avgdl))) AS s
+               sum(i.idf * h.tf * (channel_lexical.k1 + 1)
+                   / (h.tf + channel_lexical.k1 * (1 - channel_lexical.b + channel_lexical.b * h.dl / corpus.avgdl))) AS s
         FROM hits h JOIN idf i ON i.lexeme = h.lexeme
         WHERE h.keep
         GROUP BY h.unit_id
@@ -96,5 +96,5 @@ BEGIN
     LIMIT lim;
 END
 $$;
-COMMENT ON FUNCTION rcll._channel_lexical(text, rcll.recall_scope, integer, double precision, double precision, double precision)
-    IS 'Internal: the lexical recall channel over a resolved scope (rcll.channel_lexical is its psql entry point): Okapi BM25 (k1, b) of the query''s lexemes under the bank''s text search configuration, per-bank IDF, filtered before ranking. Candidates come from terms in at most prune_above of the units (NULL or 1: exact, all terms); all terms score. Reads plain tables only, so it runs on replicas.';
+COMMENT ON FUNCTION rcll.channel_lexical(text, rcll.recall_scope, integer, double precision, double precision, double precision)
+    IS 'Lexical recall channel: Okapi BM25 (k1, b) of the query''s lexemes under the bank''s text search configuration, per-bank IDF, filtered before ranking by the scope (rcll.recall_scope). Candidates come from terms in at most prune_above of the units (NULL or 1: exact, all terms); all terms score. Reads plain tables only, so it runs on replicas. From psql: SELECT * FROM rcll.channel_lexical(''deploy'', rcll.recall_scope(''fleet'', rooms => ''{deployment}'')).';

@@ -95,7 +95,7 @@ $$;
 COMMENT ON FUNCTION rcll.query_entities(text, text, real, integer)
     IS 'Entities a query names: exact matches of its word n-grams (up to three words) against entity names and aliases; when there are none, trigram matches of aliases to its one- and two-word n-grams with similarity >= min_similarity. The graph channel''s seeds.';
 
-CREATE OR REPLACE FUNCTION rcll._channel_graph(
+CREATE OR REPLACE FUNCTION rcll.channel_graph(
     query   text,
     scope   rcll.recall_scope,
     "limit" integer DEFAULT (rcll.recall_defaults()).channel_limit,
@@ -109,8 +109,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    lim  integer := greatest(coalesce(_channel_graph."limit", (rcll.recall_defaults()).channel_limit), 0);
-    cap  integer := greatest(coalesce(_channel_graph.fanout, 100), 1);
+    lim  integer := greatest(coalesce(channel_graph."limit", (rcll.recall_defaults()).channel_limit), 0);
+    cap  integer := greatest(coalesce(channel_graph.fanout, 100), 1);
     ents bigint[];            -- entity frontier
     eact double precision[];
     seen_ents bigint[];
@@ -124,7 +124,7 @@ BEGIN
         RETURN;
     END IF;
     SELECT array_agg(s.entity_id), array_agg(s.similarity::double precision) INTO ents, eact
-    FROM rcll._query_entities(_channel_graph.query, (scope).bank_id) s;
+    FROM rcll._query_entities(channel_graph.query, (scope).bank_id) s;
     IF ents IS NULL THEN
         RETURN;
     END IF;
@@ -134,14 +134,14 @@ BEGIN
     -- explodes on hubs), no temp tables (a hot standby cannot create them), no graph extension.
     -- Each hop is capped: at most `fanout` units per entity (the newest) and a frontier of at
     -- most `fanout` units, so a hub entity costs as much as an ordinary one.
-    WHILE hop <= greatest(coalesce(_channel_graph.hops, 2), 1) LOOP
+    WHILE hop <= greatest(coalesce(channel_graph.hops, 2), 1) LOOP
         -- Entities -> the units that mention them (filtered: activation never flows through
         -- units the recall may not read). A unit naming several active entities adds them up.
         SELECT array_agg(x.unit_id ORDER BY x.act DESC, x.unit_id DESC), array_agg(x.act ORDER BY x.act DESC, x.unit_id DESC)
         INTO units, uact
         FROM (
             SELECT m.unit_id, sum(m.act) AS act FROM (
-                SELECT s.unit_id, e.act * power(_channel_graph.decay, hop - 1) AS act
+                SELECT s.unit_id, e.act * power(channel_graph.decay, hop - 1) AS act
                 FROM unnest(ents, eact) AS e(entity_id, act)
                 CROSS JOIN LATERAL (
                     SELECT ue.unit_id FROM rcll.unit_entities ue
@@ -151,7 +151,7 @@ BEGIN
                     ORDER BY ue.unit_id DESC LIMIT cap) s
                 UNION ALL
                 -- Units -> linked units (both directions), weighted by the link.
-                SELECT l.other, f.act * l.weight * _channel_graph.decay
+                SELECT l.other, f.act * l.weight * channel_graph.decay
                 FROM unnest(units, uact) AS f(unit_id, act)
                 CROSS JOIN LATERAL (
                     SELECT k.to_unit AS other, k.weight FROM rcll.links k WHERE k.from_unit = f.unit_id
@@ -169,7 +169,7 @@ BEGIN
         all_units := all_units || units;
         all_act := all_act || uact;
         hop := hop + 1;
-        EXIT WHEN hop > greatest(coalesce(_channel_graph.hops, 2), 1);
+        EXIT WHEN hop > greatest(coalesce(channel_graph.hops, 2), 1);
 
         units := units[1:cap];
         uact := uact[1:cap];
@@ -197,5 +197,5 @@ BEGIN
     LIMIT lim;
 END
 $$;
-COMMENT ON FUNCTION rcll._channel_graph(text, rcll.recall_scope, integer, integer, double precision, integer)
-    IS 'Internal: the graph recall channel over a resolved scope (rcll.channel_graph is its psql entry point): activation spread from the entities the query names (rcll.query_entities) to the units mentioning them, then over links and shared entities for `hops` hops, multiplied by decay per hop and capped at fanout per entity and per frontier. Filtered before ranking (activation never passes through units the recall may not read). Plain SQL: runs on hot standbys.';
+COMMENT ON FUNCTION rcll.channel_graph(text, rcll.recall_scope, integer, integer, double precision, integer)
+    IS 'Graph recall channel: activation spread from the entities the query names (rcll.query_entities) to the units mentioning them, then over links and shared entities for `hops` hops, multiplied by decay per hop and capped at fanout per entity and per frontier. Filtered before ranking by the scope (rcll.recall_scope): activation never passes through units the recall may not read. Plain SQL: runs on hot standbys. From psql: SELECT * FROM rcll.channel_graph(''where did Caroline move?'', rcll.recall_scope(''fleet'')).';

@@ -1,6 +1,6 @@
 -- Temporal channel: units whose time falls in the range the query names (or the caller passes).
 
-CREATE OR REPLACE FUNCTION rcll._channel_temporal(
+CREATE OR REPLACE FUNCTION rcll.channel_temporal(
     query           text,
     scope           rcll.recall_scope,
     time_range      tstzrange DEFAULT NULL,
@@ -18,9 +18,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    lim    integer := greatest(coalesce(_channel_temporal."limit", (rcll.recall_defaults()).channel_limit), 0);
-    r      tstzrange := coalesce(_channel_temporal.time_range,
-                                 rcll.parse_time_range(_channel_temporal.query, coalesce(_channel_temporal.reference_time, now())));
+    lim    integer := greatest(coalesce(channel_temporal."limit", (rcll.recall_defaults()).channel_limit), 0);
+    r      tstzrange := coalesce(channel_temporal.time_range,
+                                 rcll.parse_time_range(channel_temporal.query, coalesce(channel_temporal.reference_time, now())));
     lo     timestamptz;
     hi     timestamptz;
     hi_mentioned timestamptz;
@@ -36,7 +36,7 @@ BEGIN
     END IF;
     -- Things are talked about after they happen: a unit known only by when it was said (a chunk)
     -- matches if it was said in the range or up to mention_slack after it.
-    hi_mentioned := hi + coalesce(_channel_temporal.mention_slack, interval '0');
+    hi_mentioned := hi + coalesce(channel_temporal.mention_slack, interval '0');
     -- Closeness is measured to the middle of a bounded range, or to its one finite end.
     anchor := CASE WHEN lower(r) IS NOT NULL AND upper(r) IS NOT NULL THEN lower(r) + (upper(r) - lower(r)) / 2
                    ELSE coalesce(lower(r), upper(r), reference_time) END;
@@ -44,14 +44,14 @@ BEGIN
     -- A unit's time is when it happened (occurred_start..occurred_end), else when it was said
     -- (mentioned_at), else when it became valid. In range = starts in it (index
     -- memory_units_bank_when) or, for an event with an end, spans into it.
-    IF _channel_temporal.query_embedding IS NOT NULL THEN
+    IF channel_temporal.query_embedding IS NOT NULL THEN
         -- Within the range, the query's meaning orders units: a dense search filtered by time.
         -- With the filter values as constants the planner picks, from the statistics of the
         -- time index, an exact scan of a narrow range or an HNSW iterative scan of a wide one.
         RETURN QUERY
         SELECT d.unit_id, 1 - d.dist, (row_number() OVER (ORDER BY d.dist, d.unit_id DESC))::integer
         FROM (
-            SELECT u.unit_id, u.embedding OPERATOR(public.<=>) _channel_temporal.query_embedding AS dist
+            SELECT u.unit_id, u.embedding OPERATOR(public.<=>) channel_temporal.query_embedding AS dist
             FROM rcll.memory_units u
             WHERE u.embedding IS NOT NULL
           AND ((coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) >= lo
@@ -60,7 +60,7 @@ BEGIN
                 AND (u.occurred_start IS NULL OR u.occurred_start < hi))
                OR (u.occurred_end IS NOT NULL AND u.occurred_start < lo AND u.occurred_end >= lo))
           AND rcll._in_scope(u, scope)
-            ORDER BY u.embedding OPERATOR(public.<=>) _channel_temporal.query_embedding
+            ORDER BY u.embedding OPERATOR(public.<=>) channel_temporal.query_embedding
             LIMIT lim) d
         ORDER BY 3;
         RETURN;
@@ -76,7 +76,7 @@ BEGIN
                 AND (u.occurred_start IS NULL OR u.occurred_start < hi))
                OR (u.occurred_end IS NOT NULL AND u.occurred_start < lo AND u.occurred_end >= lo))
           AND rcll._in_scope(u, scope)
-        LIMIT greatest(coalesce(_channel_temporal.scan_limit, 5000), lim)
+        LIMIT greatest(coalesce(channel_temporal.scan_limit, 5000), lim)
     ), s AS (
         SELECT c.unit_id, 1 / (1 + abs(extract(epoch FROM c.t - anchor)::double precision) / 86400) AS score
         FROM c
@@ -87,5 +87,5 @@ BEGIN
     LIMIT lim;
 END
 $$;
-COMMENT ON FUNCTION rcll._channel_temporal(text, rcll.recall_scope, tstzrange, timestamptz, vector, integer, integer, interval)
-    IS 'Internal: the temporal recall channel over a resolved scope (rcll.channel_temporal is its psql entry point): units whose time (occurred_start..occurred_end, else mentioned_at, else start of validity) falls in time_range (a unit known only by mentioned_at also up to mention_slack after it: things are said after they happen), or in the range rcll.parse_time_range finds in the query relative to reference_time; ordered by similarity to query_embedding when given, else by closeness to the range. Empty when the query names no time. Filtered before ranking.';
+COMMENT ON FUNCTION rcll.channel_temporal(text, rcll.recall_scope, tstzrange, timestamptz, vector, integer, integer, interval)
+    IS 'Temporal recall channel: units whose time (occurred_start..occurred_end, else mentioned_at, else start of validity) falls in time_range (a unit known only by mentioned_at also up to mention_slack after it: things are said after they happen), or in the range rcll.parse_time_range finds in the query relative to reference_time; ordered by similarity to query_embedding when given, else by closeness to the range. Empty when the query names no time. Filtered before ranking by the scope (rcll.recall_scope). From psql: SELECT * FROM rcll.channel_temporal(''what did we decide last week'', rcll.recall_scope(''fleet'')).';

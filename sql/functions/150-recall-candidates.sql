@@ -2,18 +2,8 @@
 
 CREATE OR REPLACE FUNCTION rcll.recall_candidates(
     query                text,
-    bank                 text,
+    scope                rcll.recall_scope,
     query_embedding      vector DEFAULT NULL,
-    rooms                text[] DEFAULT NULL,
-    authors              text[] DEFAULT NULL,
-    mine                 boolean DEFAULT false,
-    include_unattributed boolean DEFAULT false,
-    halls                text[] DEFAULT NULL,
-    layers               text[] DEFAULT NULL,
-    tags_any             text[] DEFAULT NULL,
-    tags_all             text[] DEFAULT NULL,
-    thread               text DEFAULT NULL,
-    as_of                timestamptz DEFAULT now(),
     time_range           tstzrange DEFAULT NULL,
     reference_time       timestamptz DEFAULT now(),
     k                    integer DEFAULT (rcll.recall_defaults()).k,
@@ -31,22 +21,15 @@ RETURNS TABLE (unit_id bigint, text text, room text, hall text, layer text, auth
                rank_context integer, context text)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
--- SQL, not PL/pgSQL: the thread parameter and the thread column share a name, which PL/pgSQL
--- refuses. Each channel is PL/pgSQL with custom plans, so the scope is folded where it matters.
+-- SQL, not PL/pgSQL: the output columns (thread, text, ...) would be variables in PL/pgSQL. Each
+-- channel is PL/pgSQL with custom plans, so the scope's fields fold as constants where it matters.
 AS $$
     -- RRF: each channel adds weight / (k + rank). k = 60 (Cormack et al.; what hindsight uses)
     -- flattens the head so that agreement between channels beats one channel's first place.
     -- Channels run one after another inside this statement; a channel with weight 0 is not run.
-    WITH s AS MATERIALIZED (
-        -- The scope, resolved once (bank, rooms with their aliases, authors with mine) for every channel.
-        SELECT rcll.recall_scope(
-            bank => recall_candidates.bank, rooms => recall_candidates.rooms, authors => recall_candidates.authors,
-            mine => recall_candidates.mine, include_unattributed => recall_candidates.include_unattributed,
-            halls => recall_candidates.halls, layers => recall_candidates.layers, tags_any => recall_candidates.tags_any,
-            tags_all => recall_candidates.tags_all, thread => recall_candidates.thread, as_of => recall_candidates.as_of) AS scope
-    ), d AS (
-        SELECT c.unit_id, c.rank FROM rcll._channel_dense(
-            query_embedding => recall_candidates.query_embedding, scope => (SELECT s.scope FROM s),
+    WITH d AS (
+        SELECT c.unit_id, c.rank FROM rcll.channel_dense(
+            query_embedding => recall_candidates.query_embedding, scope => recall_candidates.scope,
             "limit" => recall_candidates.channel_limit) c
         WHERE (recall_candidates.dense_weight > 0 OR recall_candidates.context_weight > 0)
           AND (recall_candidates.query_embedding IS NOT NULL OR rcll._notice(
@@ -55,22 +38,22 @@ AS $$
     ), ctx AS (
         -- Context: the top 100 dense hits and the chunk after each, scored with the chunk before
         -- them (seeding it with all 300 hits adds 0.008 R@50 on LoCoMo for 3x its time).
-        SELECT c.unit_id, c.rank FROM rcll._channel_context(
+        SELECT c.unit_id, c.rank FROM rcll.channel_context(
             query_embedding => recall_candidates.query_embedding,
             seeds => (SELECT array_agg(d.unit_id) FROM d WHERE d.rank <= 100),
-            scope => (SELECT s.scope FROM s), "limit" => recall_candidates.channel_limit) c
+            scope => recall_candidates.scope, "limit" => recall_candidates.channel_limit) c
         WHERE recall_candidates.context_weight > 0
     ), l AS (
-        SELECT c.unit_id, c.rank FROM rcll._channel_lexical(
-            query => recall_candidates.query, scope => (SELECT s.scope FROM s), "limit" => recall_candidates.channel_limit) c
+        SELECT c.unit_id, c.rank FROM rcll.channel_lexical(
+            query => recall_candidates.query, scope => recall_candidates.scope, "limit" => recall_candidates.channel_limit) c
         WHERE recall_candidates.lexical_weight > 0
     ), g AS (
-        SELECT c.unit_id, c.rank FROM rcll._channel_graph(
-            query => recall_candidates.query, scope => (SELECT s.scope FROM s), "limit" => recall_candidates.channel_limit) c
+        SELECT c.unit_id, c.rank FROM rcll.channel_graph(
+            query => recall_candidates.query, scope => recall_candidates.scope, "limit" => recall_candidates.channel_limit) c
         WHERE recall_candidates.graph_weight > 0
     ), t AS (
-        SELECT c.unit_id, c.rank FROM rcll._channel_temporal(
-            query => recall_candidates.query, scope => (SELECT s.scope FROM s),
+        SELECT c.unit_id, c.rank FROM rcll.channel_temporal(
+            query => recall_candidates.query, scope => recall_candidates.scope,
             time_range => recall_candidates.time_range, reference_time => recall_candidates.reference_time,
             query_embedding => recall_candidates.query_embedding, "limit" => recall_candidates.channel_limit) c
         WHERE recall_candidates.temporal_weight > 0
@@ -100,9 +83,9 @@ AS $$
            -- cross-encoder's second view short; on LoCoMo the whole chunk scored no better)
            rcll._last_words(p.preceding_text, 16)
     FROM fused f JOIN rcll.memory_units u ON u.unit_id = f.unit_id
-    LEFT JOIN rcll._preceding_units(
-        unit_ids => (SELECT array_agg(fused.unit_id) FROM fused), scope => (SELECT s.scope FROM s)) p ON p.unit_id = f.unit_id
+    LEFT JOIN rcll.preceding_units(
+        unit_ids => (SELECT array_agg(fused.unit_id) FROM fused), scope => recall_candidates.scope) p ON p.unit_id = f.unit_id
     ORDER BY f.score DESC, f.unit_id DESC
 $$;
-COMMENT ON FUNCTION rcll.recall_candidates(text, text, vector, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, integer, integer, double precision, double precision, double precision, double precision, double precision, integer)
-    IS 'Recall without the rerank: the dense, lexical, graph and temporal channels and the context channel (dense hits read with the chunk before them; each at most channel_limit units, all filtered before ranking) fused by reciprocal rank fusion, score = sum of weight / (k + rank). Each row: the unit, its axes, the fused score, its rank in each channel (NULL = not found there) and context, the last 16 words of the chunk before it in its document when that chunk passes the same filters (the reranker''s second view). rooms NULL = every room; as_of NULL = ignore validity; thread NULL = every thread. Without query_embedding the dense channel is skipped (NOTICE).';
+COMMENT ON FUNCTION rcll.recall_candidates(text, rcll.recall_scope, vector, tstzrange, timestamptz, integer, integer, double precision, double precision, double precision, double precision, double precision, integer)
+    IS 'Recall without the rerank: the dense, lexical, graph and temporal channels and the context channel (dense hits read with the chunk before them; each at most channel_limit units, all filtered before ranking) fused by reciprocal rank fusion, score = sum of weight / (k + rank). Each row: the unit, its axes, the fused score, its rank in each channel (NULL = not found there) and context, the last 16 words of the chunk before it in its document when that chunk passes the same scope (the reranker''s second view). What it may read is one value, scope (rcll.recall_scope: bank, rooms, authors, filters), built once by the caller and passed to every channel; k, channel_limit and the five weights tune the fusion. Without query_embedding the dense channel is skipped (NOTICE). From psql: SELECT * FROM rcll.recall_candidates(''deploy'', rcll.recall_scope(''fleet'', rooms => ''{deployment}'')).';

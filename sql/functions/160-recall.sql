@@ -1,28 +1,27 @@
 -- Recall, all five phases from SQL: embed, four channels + fusion, cross-encoder rerank, token-budget cut.
 
-CREATE OR REPLACE FUNCTION rcll._recall_embedding(query text, query_embedding vector, dense_weight double precision)
+CREATE OR REPLACE FUNCTION rcll._recall_embedding(query text, query_embedding vector)
 RETURNS vector
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    qe public.vector := _recall_embedding.query_embedding;
 BEGIN
     -- Phase 1: embed the query here when the models live in the database.
     IF NOT rcll.in_database_models() THEN
         RAISE NOTICE 'recall: in-database models are not enabled: %',
-            CASE WHEN qe IS NULL THEN 'the dense channel and the rerank are skipped' ELSE 'the rerank is skipped' END
+            CASE WHEN _recall_embedding.query_embedding IS NULL THEN 'the dense channel and the rerank are skipped'
+                 ELSE 'the rerank is skipped' END
             USING HINT = CASE WHEN EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'plpython3u')
                               THEN 'A superuser can run SELECT rcll.enable_in_database_models(ARRAY[''<venv>/lib/python3.11/site-packages'', ''<repo>/python'']).'
                               ELSE 'This server has no plpython3u: recall through the rcll client, which embeds and reranks outside the database.' END;
-    ELSIF qe IS NULL AND coalesce(_recall_embedding.dense_weight, 0) > 0 THEN
-        qe := rcll._model_embed_query(_recall_embedding.query);
+        RETURN _recall_embedding.query_embedding;
     END IF;
-    RETURN qe;
+    -- COALESCE evaluates its second argument only when the first is NULL: a given embedding is never recomputed.
+    RETURN coalesce(_recall_embedding.query_embedding, rcll._model_embed_query(_recall_embedding.query));
 END
 $$;
-COMMENT ON FUNCTION rcll._recall_embedding(text, vector, double precision)
-    IS 'Internal: rcll.recall''s phase 1 - the query embedding to use: the one given, else (with in-database models and a dense channel to feed) the query embedded here; without in-database models a NOTICE says what recall skips.';
+COMMENT ON FUNCTION rcll._recall_embedding(text, vector)
+    IS 'Internal: rcll.recall''s phase 1 - the query embedding to use: the one given, else (with in-database models) the query embedded here; without in-database models a NOTICE says what recall skips.';
 
 CREATE OR REPLACE FUNCTION rcll._recall_rerank(
     query         text,
@@ -103,60 +102,37 @@ COMMENT ON FUNCTION rcll._recall_rerank(text, text[], text[], integer, integer, 
     IS 'Internal: rcll.recall''s phases 4-5 over its candidates in fused order (texts and the context before each): the in-database cross-encoder rerank of the top rerank_depth (the top context_depth of its order read again with their context), then the cut to "limit" facts and budget tokens. Returns the kept candidates'' positions (candidate, 1-based) in final order, with their rerank scores and token counts.';
 
 CREATE OR REPLACE FUNCTION rcll.recall(
-    query                text,
-    bank                 text,
-    query_embedding      vector DEFAULT NULL,
-    rooms                text[] DEFAULT NULL,
-    authors              text[] DEFAULT NULL,
-    mine                 boolean DEFAULT false,
-    include_unattributed boolean DEFAULT false,
-    halls                text[] DEFAULT NULL,
-    layers               text[] DEFAULT NULL,
-    tags_any             text[] DEFAULT NULL,
-    tags_all             text[] DEFAULT NULL,
-    thread               text DEFAULT NULL,
-    as_of                timestamptz DEFAULT now(),
-    time_range           tstzrange DEFAULT NULL,
-    reference_time       timestamptz DEFAULT now(),
-    k                    integer DEFAULT (rcll.recall_defaults()).k,
-    channel_limit        integer DEFAULT (rcll.recall_defaults()).channel_limit,
-    dense_weight         double precision DEFAULT 1.0,
-    lexical_weight       double precision DEFAULT 1.0,
-    graph_weight         double precision DEFAULT 1.0,
-    temporal_weight      double precision DEFAULT 1.0,
-    context_weight       double precision DEFAULT 1.0,
-    "limit"              integer DEFAULT (rcll.recall_defaults()).candidate_limit,
-    rerank_depth         integer DEFAULT (rcll.recall_defaults()).rerank_depth,
-    context_depth        integer DEFAULT (rcll.recall_defaults()).context_depth,
-    budget               integer DEFAULT (rcll.recall_defaults()).budget)
+    query           text,
+    scope           rcll.recall_scope,
+    budget          integer DEFAULT (rcll.recall_defaults()).budget,
+    rerank_depth    integer DEFAULT (rcll.recall_defaults()).rerank_depth,
+    context_depth   integer DEFAULT (rcll.recall_defaults()).context_depth,
+    "limit"         integer DEFAULT (rcll.recall_defaults()).candidate_limit,
+    query_embedding vector DEFAULT NULL,
+    time_range      tstzrange DEFAULT NULL,
+    reference_time  timestamptz DEFAULT now())
 RETURNS TABLE (unit_id bigint, text text, room text, hall text, layer text, author text, thread text,
                tags text[], valid tstzrange, occurred_start timestamptz, mentioned_at timestamptz,
-               document_id bigint, provenance jsonb, fused_score double precision,
+               document_id bigint, provenance jsonb, fused_score double precision, rerank_score real,
                rank_dense integer, rank_lexical integer, rank_graph integer, rank_temporal integer,
-               rank_context integer, rerank_score real)
+               rank_context integer)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    -- SQL, not PL/pgSQL: the thread parameter and the thread column share a name. Phase 1
+    -- SQL, not PL/pgSQL: the output column thread would shadow the scope's rows in PL/pgSQL. Phase 1
     -- (rcll._recall_embedding), phases 2-3 (rcll.recall_candidates: enough candidates for the
     -- rerank and the final list), phases 4-5 (rcll._recall_rerank) over the candidates in fused order.
     WITH c AS MATERIALIZED (
         SELECT * FROM rcll.recall_candidates(
-            query => recall.query, bank => recall.bank,
-            query_embedding => rcll._recall_embedding(recall.query, recall.query_embedding, recall.dense_weight),
-            rooms => recall.rooms, authors => recall.authors, mine => recall.mine,
-            include_unattributed => recall.include_unattributed, halls => recall.halls, layers => recall.layers,
-            tags_any => recall.tags_any, tags_all => recall.tags_all, thread => recall.thread,
-            as_of => recall.as_of, time_range => recall.time_range, reference_time => recall.reference_time,
-            k => recall.k, channel_limit => recall.channel_limit, dense_weight => recall.dense_weight,
-            lexical_weight => recall.lexical_weight, graph_weight => recall.graph_weight,
-            temporal_weight => recall.temporal_weight, context_weight => recall.context_weight,
+            query => recall.query, scope => recall.scope,
+            query_embedding => rcll._recall_embedding(recall.query, recall.query_embedding),
+            time_range => recall.time_range, reference_time => recall.reference_time,
             "limit" => greatest(greatest(coalesce(recall."limit", (rcll.recall_defaults()).candidate_limit), 0),
                                 greatest(coalesce(recall.rerank_depth, 0), 0))) WITH ORDINALITY AS c
     )
     SELECT c.unit_id, c.text, c.room, c.hall, c.layer, c.author, c.thread, c.tags, c.valid, c.occurred_start,
-           c.mentioned_at, c.document_id, c.provenance, c.fused_score, c.rank_dense, c.rank_lexical,
-           c.rank_graph, c.rank_temporal, c.rank_context, r.rerank_score
+           c.mentioned_at, c.document_id, c.provenance, c.fused_score, r.rerank_score, c.rank_dense,
+           c.rank_lexical, c.rank_graph, c.rank_temporal, c.rank_context
     FROM rcll._recall_rerank(
         query => recall.query,
         texts => (SELECT array_agg(c.text ORDER BY c.ordinality) FROM c),
@@ -166,5 +142,5 @@ AS $$
     JOIN c ON c.ordinality = r.candidate
     ORDER BY r.ordinal
 $$;
-COMMENT ON FUNCTION rcll.recall(text, text, vector, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, integer, integer, double precision, double precision, double precision, double precision, double precision, integer, integer, integer, integer)
-    IS 'Recall from SQL: rcll.recall_candidates, then the cross-encoder rerank of the top rerank_depth candidates (the top context_depth of its order read again with the chunk before them, by the mean of both scores), then the cut to budget tokens of fact text (skipping facts that do not fit). With in-database models (rcll.enable_in_database_models) the query is embedded and reranked here; without them pass query_embedding, and the rerank is skipped (NOTICE). Never writes.';
+COMMENT ON FUNCTION rcll.recall(text, rcll.recall_scope, integer, integer, integer, integer, vector, tstzrange, timestamptz)
+    IS 'Recall from SQL: rcll.recall_candidates over the scope (rcll.recall_scope: bank, rooms, authors, filters), then the cross-encoder rerank of the top rerank_depth candidates (the top context_depth of its order read again with the chunk before them, by the mean of both scores), then the cut to "limit" facts and budget tokens of fact text (skipping facts that do not fit). Fusion runs with rcll.recall_candidates'' defaults: tuning it (k, channel_limit, the channel weights) is rcll.recall_candidates'' job. With in-database models (rcll.enable_in_database_models) the query is embedded and reranked here; without them pass query_embedding, and the rerank is skipped (NOTICE). Never writes. From psql: SELECT text FROM rcll.recall(''how do we deploy?'', rcll.recall_scope(''fleet'', rooms => ''{deployment}'')).';
