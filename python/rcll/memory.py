@@ -238,8 +238,15 @@ class Memory:
                     field, _, message = str(e).partition(": ")
                     ok = message and field.replace("_", "").isalnum()
                     raise (RcllError(field, message) if ok else RcllError("install", str(e))) from e
-                with database_errors():
-                    conn.execute("SELECT rcll.create_bank(name => %s)", (DEFAULT_BANK,))
+            if not shared.read_only and can_write(conn):
+                # The default bank, on a fresh schema or one another tool installed, as `rcll serve` does.
+                row = conn.execute("SELECT EXISTS (SELECT 1 FROM rcll.list_banks() WHERE name = %s)",
+                                   (DEFAULT_BANK,)).fetchone()
+                if not (row and row[0]):
+                    try:
+                        conn.execute("SELECT rcll.create_bank(name => %s)", (DEFAULT_BANK,))
+                    except psycopg.errors.InsufficientPrivilege:
+                        pass   # an agent's role may write units without creating banks: its verbs name a bank
             shared.identity_honoured = identity_server_ok(conn)
         # Checked connections: a restarted PostgreSQL costs only the requests in flight (rcll.db.pool).
         shared.pool = db_pool(shared.dsn, max_size=shared.pool_size, configure=shared.configure)
@@ -261,11 +268,16 @@ class Memory:
         self.close()
 
     @contextmanager
-    def _tx(self) -> Iterator[psycopg.Connection[Any]]:
-        """One transaction on a pooled connection, acting as this Memory's agent."""
+    def _tx(self, bank: str | None = None) -> Iterator[psycopg.Connection[Any]]:
+        """One transaction on a pooled connection, acting as this Memory's agent. With `bank`, the
+        bank is resolved first: a missing bank is then the same error on every verb, whatever plan
+        the verb's SQL gets (a set-returning function over an empty table may never evaluate it),
+        and the same as a bank outside the caller's scope."""
         with (self._connection() as conn, database_errors(read_only=self.read_only),
               conn.transaction()):
             act_as(conn, self.agent)
+            if bank is not None:
+                conn.execute("SELECT rcll._bank_id(%s)", (bank,))
             yield conn
 
     @contextmanager
@@ -450,7 +462,7 @@ class Memory:
         """A bank's rooms (topics) matching `pattern` (wildcards * and ?) with counts, status, aliases."""
         b = self._bank(bank)
         p = text_arg(pattern, "pattern") or "*"
-        with self._tx() as conn, conn.cursor(row_factory=dict_row) as cur:
+        with self._tx(b) as conn, conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute("SELECT * FROM rcll.rooms(bank => %s, pattern => %s)", (b, p)).fetchall()
         return [Room.from_row(r) for r in rows]
 
@@ -459,7 +471,7 @@ class Memory:
         """Tags in use matching `pattern` (wildcards), with counts; 'author:*' lists every writer."""
         b = self._bank(bank)
         p = text_arg(pattern, "q") or "*"
-        with self._tx() as conn, conn.cursor(row_factory=dict_row) as cur:
+        with self._tx(b) as conn, conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute("SELECT * FROM rcll.tags(bank => %s, pattern => %s)", (b, p)).fetchall()
         return [Tag.from_row(r) for r in rows]
 
@@ -467,7 +479,7 @@ class Memory:
     def stats(self, *, bank: str | None = None) -> Stats:
         """A bank by kind, room, hall, layer, author, link type and extraction, and its token account."""
         b = self._bank(bank)
-        with self._tx() as conn, conn.cursor(row_factory=dict_row) as cur:
+        with self._tx(b) as conn, conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute("SELECT * FROM rcll.stats(bank => %s)", (b,)).fetchall()
         out = Stats(bank=b)
         for r in rows:
@@ -488,7 +500,7 @@ class Memory:
         b = self._bank(bank)
         r, k = required_text(room, "room"), required_text(key, "key")
         v = int_arg(version, "version", 1, MAX_VERSION)
-        with self._tx() as conn, conn.cursor(row_factory=dict_row) as cur:
+        with self._tx(b) as conn, conn.cursor(row_factory=dict_row) as cur:
             row = cur.execute("SELECT * FROM rcll.get_state(bank => %s, room => %s, key => %s, at_version => %s)",
                               (b, r, k, v)).fetchone()
         return None if row is None else State.from_row(row)
@@ -514,7 +526,7 @@ class Memory:
         """Every version of a room's keyed state, newest first, each with its provenance."""
         b = self._bank(bank)
         r, k = required_text(room, "room"), required_text(key, "key")
-        with self._tx() as conn, conn.cursor(row_factory=dict_row) as cur:
+        with self._tx(b) as conn, conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute("SELECT * FROM rcll.state_history(bank => %s, room => %s, key => %s)",
                                (b, r, k)).fetchall()
         return [State.from_row(x) for x in rows]
@@ -527,7 +539,7 @@ class Memory:
         b = self._bank(bank)
         rs = list_arg(rooms, "rooms")
         t = text_arg(thread, "thread")
-        with self._tx() as conn, conn.cursor(row_factory=dict_row) as cur:
+        with self._tx(b) as conn, conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute("SELECT * FROM rcll.session_start(bank => %s, rooms => %s, thread => %s)",
                                (b, rs, t)).fetchall()
         return [Rule.from_row(r) for r in rows]
@@ -538,7 +550,7 @@ class Memory:
         """Every room of a bank (rcll.rooms) with its units counted by hall, layer and author; a
         room with name None holds the units filed in no room."""
         b = self._bank(bank)
-        with self._tx() as conn, conn.cursor(row_factory=dict_row) as cur:
+        with self._tx(b) as conn, conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute("SELECT * FROM rcll.floor_plan(bank => %s)", (b,)).fetchall()
         return [FloorRoom.from_row(r) for r in rows]
 
@@ -559,7 +571,7 @@ class Memory:
         args["time_from"], args["time_to"] = time_arg(time_from, "time_from"), time_arg(time_to, "time_to")
         args["limit"] = int_arg(limit, "limit", 1, 500, 50)
         args["offset"] = int_arg(offset, "offset", 0, 2**31 - 1, 0)
-        with self._tx() as conn, conn.cursor(row_factory=dict_row) as cur:
+        with self._tx(b) as conn, conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute(
                 "SELECT * FROM rcll.units(bank => %(bank)s, rooms => %(rooms)s, halls => %(halls)s, "
                 "layers => %(layers)s, authors => %(authors)s, tags_any => %(tags_any)s, tags_all => %(tags_all)s, "
@@ -571,7 +583,7 @@ class Memory:
     def merge_proposals(self, *, bank: str | None = None, include_decided: bool = False) -> list[MergeProposal]:
         """Room merges awaiting a person, oldest first (include_decided: the decided ones too)."""
         b = self._bank(bank)
-        with self._tx() as conn, conn.cursor(row_factory=dict_row) as cur:
+        with self._tx(b) as conn, conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute("SELECT * FROM rcll.merge_proposals(bank => %s, include_decided => %s)",
                                (b, bool(bool_arg(include_decided, "include_decided")))).fetchall()
         return [MergeProposal.from_row(r) for r in rows]
@@ -594,7 +606,7 @@ class Memory:
     def state_keys(self, *, bank: str | None = None, rooms: Sequence[str] | None = None) -> list[StateKey]:
         """Every keyed state of a bank (or of `rooms`, exact strings) at its current version."""
         b = self._bank(bank)
-        with self._tx() as conn, conn.cursor(row_factory=dict_row) as cur:
+        with self._tx(b) as conn, conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute("SELECT * FROM rcll.state_keys(bank => %s, rooms => %s)",
                                (b, list_arg(rooms, "rooms"))).fetchall()
         return [StateKey.from_row(r) for r in rows]
