@@ -1,6 +1,7 @@
 """Recall latency on synthetic agent-fleet stores: p50/p95 per channel, fused, and per recall phase.
 
     .venv/bin/python -m bench.recall [--sizes 10000,100000] [--queries 60] [--configs DEPTH:CONTEXT_DEPTH,...]
+    .venv/bin/python -m bench.recall --fleet 1000000 [--banks 400] [--per-case 12] [--partial]
 
 Builds a fresh embedded PG 18 cluster in /tmp, and for each size a store that looks like a fleet's:
 clustered 384-d unit vectors (200 topics), text drawn from LoCoMo's real English vocabulary with its
@@ -37,7 +38,7 @@ TOPICS = 200
 DIM = 384
 BANK = "bench"
 HNSW = "CREATE INDEX memory_units_embedding_hnsw ON rcll.memory_units USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"
-GIN = "CREATE INDEX memory_units_lexical_gin ON rcll.memory_units USING gin (lexical)"
+GIN = "CREATE INDEX unit_lexicon_lexical_gin ON rcll.unit_lexicon USING gin (lexical)"
 
 
 def vocabulary() -> tuple[list[str], np.ndarray]:
@@ -112,7 +113,7 @@ def build(conn: psycopg.Connection[Any], n: int, seed: int = 7) -> dict[str, Any
         texts.append(" ".join(ws).capitalize() + ".")
 
     conn.execute("DROP INDEX rcll.memory_units_embedding_hnsw")
-    conn.execute("DROP INDEX rcll.memory_units_lexical_gin")
+    conn.execute("DROP INDEX rcll.unit_lexicon_lexical_gin")
     prov = json.dumps({"via": "bench"})
     starts = np.searchsorted(doc_of, np.arange(n_docs + 1))
     with conn.cursor() as cur, cur.copy("COPY rcll.documents (bank_id, content, content_hash, provenance) FROM STDIN") as cp:
@@ -192,13 +193,13 @@ def queries(d: dict[str, Any], count: int) -> list[dict[str, Any]]:
 
 
 CHANNELS = {
-    "dense": "SELECT count(*) FROM rcll.channel_dense(%(qe)s, %(bank)s, rooms => %(rooms)s, authors => %(authors)s, reference_time => '2024-06-01')",
-    "lexical": "SELECT count(*) FROM rcll.channel_lexical(%(q)s, %(bank)s, rooms => %(rooms)s, authors => %(authors)s)",
-    "graph": "SELECT count(*) FROM rcll.channel_graph(%(q)s, %(bank)s, rooms => %(rooms)s, authors => %(authors)s)",
-    "temporal": "SELECT count(*) FROM rcll.channel_temporal(%(q)s, %(bank)s, rooms => %(rooms)s, authors => %(authors)s, reference_time => '2024-06-01', query_embedding => %(qe)s)",
+    "dense": "SELECT count(*) FROM rcll.channel_dense(%(qe)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s))",
+    "lexical": "SELECT count(*) FROM rcll.channel_lexical(%(q)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s))",
+    "graph": "SELECT count(*) FROM rcll.channel_graph(%(q)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s))",
+    "temporal": "SELECT count(*) FROM rcll.channel_temporal(%(q)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s), reference_time => '2024-06-01', query_embedding => %(qe)s)",
     # as recall_candidates runs it: seeded with the dense channel's top 100
-    "dense + context": "SELECT count(*) FROM rcll.channel_context(%(qe)s, ARRAY(SELECT unit_id FROM rcll.channel_dense(%(qe)s, %(bank)s, rooms => %(rooms)s, authors => %(authors)s) WHERE rank <= 100), %(bank)s, rooms => %(rooms)s, authors => %(authors)s)",
-    "fused (5 channels + RRF)": "SELECT count(*) FROM rcll.recall_candidates(%(q)s, %(bank)s, query_embedding => %(qe)s, rooms => %(rooms)s, authors => %(authors)s, reference_time => '2024-06-01')",
+    "dense + context": "SELECT count(*) FROM rcll.channel_context(%(qe)s, ARRAY(SELECT unit_id FROM rcll.channel_dense(%(qe)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s)) WHERE rank <= 100), rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s))",
+    "fused (5 channels + RRF)": "SELECT count(*) FROM rcll.recall_candidates(%(q)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s), query_embedding => %(qe)s, reference_time => '2024-06-01')",
 }
 CHANNELS["dense"] = CHANNELS["dense"].replace(", reference_time => '2024-06-01'", "")
 
@@ -278,7 +279,7 @@ def measure(conn: psycopg.Connection[Any], qs: list[dict[str, Any]],
     return rows
 
 
-ROUTE = "SELECT unit_id FROM rcll.channel_dense(%(qe)s, %(bank)s, rooms => %(rooms)s, authors => %(authors)s, exact_below => %(exact)s) ORDER BY rank"
+ROUTE = "SELECT unit_id FROM rcll.channel_dense(%(qe)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s), exact_below => %(exact)s) ORDER BY rank"
 
 
 def routing(conn: psycopg.Connection[Any], qs: list[dict[str, Any]]) -> list[list[Any]]:
@@ -311,8 +312,21 @@ def main() -> int:
                     help="rerank configurations to time, DEPTH:CONTEXT_DEPTH,... (default: the shipped one)")
     ap.add_argument("--port", type=int, default=55530)
     ap.add_argument("--keep", action="store_true", help="keep the cluster (in /tmp) for EXPLAIN")
+    ap.add_argument("--fleet", type=int, default=0,
+                    help="instead: a fleet store of this many units over --banks banks (bench/fleet.py), "
+                         "recall in a small, a mid-size and the biggest bank")
+    ap.add_argument("--banks", type=int, default=400)
+    ap.add_argument("--per-case", type=int, default=12, help="fleet: queries per bank and filter")
+    ap.add_argument("--no-rerank", action="store_true", help="fleet: time the SQL phase only (no models)")
+    ap.add_argument("--partial", action="store_true", help="fleet: also try a partial HNSW index for the mid-size bank")
     args = ap.parse_args()
 
+    if args.fleet:
+        from bench import fleet
+        with embedded_cluster(args.port, prefix="rcllf-", keep=args.keep) as pg, \
+                connect(create_database(pg, "fleet"), autocommit=True) as conn:
+            fleet.run(conn, args.fleet, args.banks, args.per_case, not args.no_rerank, args.partial)
+        return 0
     with embedded_cluster(args.port, prefix="rcllr-", keep=args.keep) as pg:
         for n in (int(s) for s in args.sizes.split(",")):
             with connect(create_database(pg, f"recall_{n}"), autocommit=True) as conn:

@@ -1,4 +1,5 @@
--- Lexical representation of a unit: its tsvector and BM25 document length, kept by a trigger.
+-- Lexical representation of a unit: its tsvector and BM25 document length, kept by a trigger
+-- (and copied, with the recall filters, into rcll.unit_lexicon by 021-unit-lexicon.sql).
 
 CREATE OR REPLACE FUNCTION rcll._lexical_length(doc tsvector)
 RETURNS integer

@@ -50,7 +50,7 @@ BEGIN
     SELECT array_agg(e.elem ORDER BY e.freq), array_agg(e.freq * corpus.n ORDER BY e.freq) INTO common, common_df
     FROM pg_catalog.pg_stats s,
          unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS e(elem, freq)
-    WHERE s.schemaname = 'rcll' AND s.tablename = 'memory_units' AND s.attname = 'lexical'
+    WHERE s.schemaname = 'rcll' AND s.tablename = 'unit_lexicon' AND s.attname = 'lexical'
       AND e.elem = ANY (terms)
       AND e.freq > coalesce(channel_lexical.prune_above, 1) AND e.freq * corpus.n > 1000;
     gen := ARRAY(SELECT t FROM unnest(terms) t WHERE common IS NULL OR t <> ALL (common));
@@ -64,9 +64,12 @@ BEGIN
         -- filtering on it is ~3x cheaper than unnesting the whole tsvector of every candidate,
         -- and keeps the whole tsvector out of the materialised candidates. (lexical carries no
         -- weights - the units_lexical trigger writes plain to_tsvector - so nothing else is A.)
+        -- Read from rcll.unit_lexicon, the narrow copy (453 bytes a unit against 2.7 kB for a
+        -- memory_units row with its inline embedding): the same rows and scores, about half
+        -- the pages touched (migration 012, docs/scaling.md).
         SELECT u.unit_id, ts_filter(setweight(u.lexical, 'A', terms), '{a}') AS qlex, u.lexical_length,
                rcll._in_scope(u, scope) AS keep
-        FROM rcll.memory_units u
+        FROM rcll.unit_lexicon u
         WHERE u.bank_id = bk AND u.lexical @@ rcll._tsquery_any(gen)
     ), hits AS MATERIALIZED (
         SELECT c.unit_id, c.keep, c.lexical_length AS dl, t.lexeme,

@@ -58,8 +58,11 @@ BEGIN
     -- Only the triggers that are on now are switched off, and exactly those are switched back on:
     -- a trigger an administrator disabled stays disabled.
     IF NOT enable THEN
+        -- The copy into rcll.unit_lexicon stays on: it is not a write-path decision but the
+        -- lexical channel's view of the rows, and must hold every imported unit.
         SELECT coalesce(array_agg(g.tgname::text ORDER BY g.tgname), '{}') INTO out
-        FROM pg_trigger g WHERE g.tgrelid = rel AND NOT g.tgisinternal AND g.tgenabled <> 'D';
+        FROM pg_trigger g WHERE g.tgrelid = rel AND NOT g.tgisinternal AND g.tgenabled <> 'D'
+          AND g.tgname NOT IN ('units_lexicon_inserted', 'units_lexicon_changed');
     ELSE
         out := coalesce(names, '{}');
     END IF;

@@ -1,0 +1,418 @@
+"""A fleet-shaped store of many banks (one holding a third of the units, hundreds of small ones),
+and recall measured in a small, a mid-size and the biggest bank: `python -m bench.recall --fleet N`.
+
+Each bank looks like bench/recall.py's single store, scaled to its size: clustered 384-d vectors
+(topics drawn from a shared pool, each bank talking about its own subset), text drawn from LoCoMo's
+vocabulary with its Zipf frequencies plus per-topic words, Zipf entities per bank, skewed rooms
+(three big rooms hold 80% of a bank, the rest spread over small ones), ten authors, documents of
+1-19 consecutive chunks. Documents of all banks are interleaved, as a fleet writes them, so a bank's
+rows are spread over the whole heap. No model is needed to build it. Units go in by COPY through
+the write triggers; the HNSW and GIN indexes are built afterwards (as a restore or bulk load would).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+
+from bench._common import table
+
+DIM = 384
+TOPIC_POOL = 1000
+T0 = np.datetime64("2024-06-01T00:00:00")
+INDEXES = {
+    "memory_units_embedding_hnsw": "CREATE INDEX memory_units_embedding_hnsw ON rcll.memory_units "
+                                   "USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)",
+    "unit_lexicon_lexical_gin": "CREATE INDEX unit_lexicon_lexical_gin ON rcll.unit_lexicon USING gin (lexical)",
+}
+
+
+def bank_sizes(n: int, banks: int, a: float = 1.0) -> list[int]:
+    """The biggest bank holds a third of the units; the others follow a Zipf law (exponent a)."""
+    big = n // 3
+    w = 1.0 / np.arange(2, banks + 1) ** a
+    rest = np.maximum(50, np.floor(w / w.sum() * (n - big))).astype(int)
+    rest[0] += (n - big) - int(rest.sum())
+    return [big, *sorted((int(x) for x in rest), reverse=True)]
+
+
+def _texts(rng: np.random.Generator, words: list[str], freq: np.ndarray, topic_words: np.ndarray,
+           topic_of: np.ndarray) -> list[str]:
+    """Text of each unit: 12-39 vocabulary words, a third replaced by its topic's words."""
+    n = len(topic_of)
+    lengths = rng.integers(12, 40, size=n)
+    total = int(lengths.sum())
+    body = rng.choice(len(words), size=total, p=freq)
+    owner = np.repeat(np.arange(n), lengths)
+    swap = rng.random(total) < 1 / 3
+    body[swap] = topic_words[topic_of[owner[swap]], rng.integers(0, topic_words.shape[1], size=int(swap.sum()))]
+    arr = np.array(words, dtype=object)[body]
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    return [" ".join(arr[s:e]) for s, e in zip(starts, ends)]
+
+
+def build(conn: psycopg.Connection[Any], n: int, banks: int = 400, seed: int = 11) -> dict[str, Any]:
+    """Write the fleet into conn's database; returns what the queries and the report need."""
+    from bench.recall import vocabulary
+
+    rng = np.random.default_rng(seed)
+    words, freq = vocabulary()
+    sizes = bank_sizes(n, banks)
+    names = [f"fleet-{i:03d}" for i in range(len(sizes))]
+    for name in names:
+        conn.execute("SELECT rcll.create_bank(%s)", (name,))
+    bank_ids = [r[0] for r in conn.execute("SELECT bank_id FROM rcll.banks WHERE name LIKE 'fleet-%%' ORDER BY name")]
+
+    centers = rng.normal(size=(TOPIC_POOL, DIM)).astype(np.float32)
+    centers /= np.linalg.norm(centers, axis=1, keepdims=True)
+    mid = np.arange(200, 4000)
+    topic_words = np.stack([rng.choice(mid, size=25, replace=False) for _ in range(TOPIC_POOL)])
+    authors = [f"agent-{i}" for i in range(10)]
+
+    t = time.perf_counter()
+    # Per bank: its topics, units grouped into documents, rooms and authors per document.
+    bank_of = np.repeat(np.arange(len(sizes)), sizes)
+    topic_of = np.empty(n, dtype=np.int64)
+    room_name: list[str] = []
+    rooms_by_bank: list[list[str]] = []
+    doc_of = np.empty(n, dtype=np.int64)
+    doc_bank: list[int] = []
+    doc_room: list[int] = []
+    doc_author: list[int] = []
+    ent_names: list[list[str]] = []
+    unit_ents: list[list[int]] = [[] for _ in range(n)]
+    pos = 0
+    for b, size in enumerate(sizes):
+        k = int(np.clip(size // 1500, 5, 200))
+        topics = rng.choice(TOPIC_POOL, size=k, replace=False)
+        w = 1.0 / np.arange(1, k + 1) ** 0.8
+        topic_of[pos:pos + size] = topics[rng.choice(k, size=size, p=w / w.sum())]
+        tiny = int(np.clip(size // 500, 2, 200))
+        rooms = ["engineering", "operations", "product"] + [f"room-{i}" for i in range(tiny)]
+        rooms_by_bank.append(rooms)
+        room_p = np.array([0.40, 0.25, 0.15] + [0.20 / tiny] * tiny)
+        per_doc = np.repeat(np.arange(size), rng.integers(1, 20, size=size))[:size]
+        nd = int(per_doc[-1]) + 1
+        doc_of[pos:pos + size] = per_doc + len(doc_bank)
+        doc_bank += [b] * nd
+        doc_room += list(rng.choice(len(rooms), size=nd, p=room_p))
+        doc_author += list(rng.integers(0, 10, size=nd))
+        n_ent = max(20, size // 20)
+        suffix = ["Project", "Service", "Team", "Labs", "Group", "API"]
+        ent_names.append([f"{words[int(rng.integers(300, 3000))].title()} {suffix[i % 6]}{b}x{i}" for i in range(n_ent)])
+        cdf = np.cumsum(1.0 / np.arange(1, n_ent + 1) ** 1.1)
+        cdf /= cdf[-1]
+        counts = rng.integers(0, 4, size=size)
+        picks = np.searchsorted(cdf, rng.random(int(counts.sum())))
+        at = 0
+        for i, c in enumerate(counts):
+            if c:
+                unit_ents[pos + i] = sorted({int(e) for e in picks[at:at + c]})
+                at += c
+        pos += size
+    room_idx = np.array(doc_room)[doc_of]
+    for i in range(n):
+        room_name.append(rooms_by_bank[bank_of[i]][room_idx[i]])
+    texts = _texts(rng, words, freq, topic_words, topic_of)
+    for i, es in enumerate(unit_ents):
+        if es:
+            names_i = ent_names[bank_of[i]]
+            ws = texts[i].split(" ")
+            ws.insert(int(rng.integers(0, len(ws))), " and ".join(names_i[e] for e in es))
+            texts[i] = " ".join(ws)
+        texts[i] = texts[i].capitalize() + "."
+    gen_s = time.perf_counter() - t
+
+    # Fleet order: documents of every bank interleaved, as many agents write at once.
+    n_docs = len(doc_bank)
+    order = rng.permutation(n_docs)
+    starts = np.searchsorted(doc_of, np.arange(n_docs + 1))
+    ages = rng.integers(0, 730 * 86400, size=n)
+    prov = json.dumps({"via": "bench"})
+    for idx in ("memory_units_embedding_hnsw", "unit_lexicon_lexical_gin"):
+        conn.execute(f"DROP INDEX IF EXISTS rcll.{idx}")
+    t = time.perf_counter()
+    with conn.cursor() as cur, cur.copy("COPY rcll.documents (bank_id, content, content_hash, provenance) FROM STDIN") as cp:
+        for d in order:
+            content = "\n".join(texts[starts[d]:starts[d + 1]])
+            cp.write_row((bank_ids[doc_bank[d]], content, hashlib.sha256(content.encode()).digest(), prov))
+    first = conn.execute("SELECT min(document_id) FROM rcll.documents d JOIN rcll.banks b USING (bank_id) "
+                         "WHERE b.name LIKE 'fleet-%%'").fetchone()[0]  # type: ignore[index]
+    doc_id = np.empty(n_docs, dtype=np.int64)
+    doc_id[order] = first + np.arange(n_docs)
+    docs_s = time.perf_counter() - t
+
+    # Units in batches of documents (each batch one COPY through the write triggers).
+    t = time.perf_counter()
+    unit_order = np.concatenate([np.arange(starts[d], starts[d + 1]) for d in order])
+    chunk_of = np.arange(n) - starts[doc_of]
+    batch = 20_000
+    for s in range(0, n, batch):
+        sel = unit_order[s:s + batch]
+        vecs = centers[topic_of[sel]] + rng.normal(scale=0.045, size=(len(sel), DIM)).astype(np.float32)
+        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+        with conn.cursor() as cur, cur.copy(
+                "COPY rcll.memory_units (bank_id, document_id, chunk_index, text, embedding, room, author, "
+                "author_source, valid, mentioned_at, provenance) FROM STDIN") as cp:
+            for j, i in enumerate(sel):
+                when = str(T0 - np.timedelta64(int(ages[i]), "s")) + "+00"
+                cp.write_row((bank_ids[bank_of[i]], int(doc_id[doc_of[i]]), int(chunk_of[i]), texts[i], vecs[j],
+                              room_name[i], authors[doc_author[doc_of[i]]], "self_declared", f"[{when},)", when, prov))
+        if s // batch % 10 == 9:
+            print(f"  {s + len(sel):,} units copied, {(s + len(sel)) / (time.perf_counter() - t):.0f}/s", flush=True)
+    units_s = time.perf_counter() - t
+
+    # unit ids in COPY order
+    t = time.perf_counter()
+    ids = np.empty(n, dtype=np.int64)
+    got = [r[0] for r in conn.execute("SELECT unit_id FROM rcll.memory_units u JOIN rcll.banks b USING (bank_id) "
+                                      "WHERE b.name LIKE 'fleet-%%' ORDER BY unit_id")]
+    ids[unit_order] = np.array(got)
+    with conn.cursor() as cur:
+        ent_ids: list[list[int]] = []
+        with cur.copy("COPY rcll.entities (bank_id, name, mention_count) FROM STDIN") as cp:
+            for b, bank_ents in enumerate(ent_names):
+                for ent_name in bank_ents:
+                    cp.write_row((bank_ids[b], ent_name, 1))
+        rows = conn.execute("SELECT e.bank_id, e.entity_id FROM rcll.entities e JOIN rcll.banks b USING (bank_id) "
+                            "WHERE b.name LIKE 'fleet-%%' ORDER BY e.entity_id").fetchall()
+        by_bank: dict[int, list[int]] = {}
+        for bid, eid in rows:
+            by_bank.setdefault(bid, []).append(eid)
+        ent_ids = [by_bank[bank_ids[b]] for b in range(len(sizes))]
+        with cur.copy("COPY rcll.entity_aliases (bank_id, alias, entity_id) FROM STDIN") as cp:
+            for b, bank_ents in enumerate(ent_names):
+                for e, ent_name in enumerate(bank_ents):
+                    cp.write_row((bank_ids[b], ent_name.lower(), ent_ids[b][e]))
+        with cur.copy("COPY rcll.unit_entities (unit_id, entity_id, bank_id) FROM STDIN") as cp:
+            for i, es in enumerate(unit_ents):
+                for e in es:
+                    cp.write_row((int(ids[i]), ent_ids[bank_of[i]][e], bank_ids[bank_of[i]]))
+        # Semantic links: a fifth of the units link to another unit of their bank and topic.
+        peers: dict[tuple[int, int], np.ndarray] = {}
+        key = bank_of.astype(np.int64) * TOPIC_POOL + topic_of
+        srt = np.argsort(key, kind="stable")
+        bounds = np.searchsorted(key[srt], np.unique(key))
+        for a, z in zip(bounds, [*bounds[1:], n]):
+            kk = int(key[srt[a]])
+            peers[(kk // TOPIC_POOL, kk % TOPIC_POOL)] = srt[a:z]
+        with cur.copy("COPY rcll.links (bank_id, from_unit, to_unit, link_type, weight) FROM STDIN") as cp:
+            seen: set[tuple[int, int]] = set()
+            for i in rng.choice(n, size=n // 5, replace=False):
+                p = peers[(int(bank_of[i]), int(topic_of[i]))]
+                j = int(p[int(rng.integers(0, len(p)))])
+                if j != i and (i, j) not in seen:
+                    seen.add((i, j))
+                    cp.write_row((bank_ids[bank_of[i]], int(ids[i]), int(ids[j]), "semantic", 0.8))
+    graph_s = time.perf_counter() - t
+
+    t = time.perf_counter()
+    build_s: dict[str, float] = {}
+    conn.execute("SET maintenance_work_mem = '4GB'")
+    conn.execute("SET max_parallel_maintenance_workers = 1")
+    for name, ddl in INDEXES.items():
+        t1 = time.perf_counter()
+        conn.execute(ddl)
+        build_s[name] = time.perf_counter() - t1
+        print(f"  {name} built in {build_s[name]:.0f} s", flush=True)
+    conn.execute("VACUUM (ANALYZE) rcll.memory_units")
+    conn.execute("VACUUM (ANALYZE) rcll.unit_lexicon")
+    conn.execute("ANALYZE")
+    conn.execute("SELECT * FROM rcll.refresh_bank_stats(NULL)")
+    conn.execute("SELECT rcll.fold_room_counts()")
+    index_s = time.perf_counter() - t
+    return {"rng": rng, "sizes": sizes, "names": names, "bank_ids": bank_ids, "centers": centers,
+            "topic_of": topic_of, "bank_of": bank_of, "texts": texts, "room_name": room_name,
+            "rooms_by_bank": rooms_by_bank, "authors": authors, "ids": ids,
+            "seconds": {"generate": gen_s, "documents": docs_s, "units": units_s, "graph": graph_s,
+                        "indexes+analyze": index_s, **{f"build {k}": v for k, v in build_s.items()}}}
+
+
+def queries(d: dict[str, Any], bank: int, kind: str, count: int) -> list[dict[str, Any]]:
+    """count queries in one bank under one filter kind: a few words of one of its units, a vector
+    near that unit's topic."""
+    import re
+    rng: np.random.Generator = d["rng"]
+    members = np.flatnonzero(d["bank_of"] == bank)
+    rooms = d["rooms_by_bank"][bank]
+    out = []
+    for _ in range(count):
+        i = int(members[int(rng.integers(0, len(members)))])
+        ws = [w for w in re.findall(r"[a-z']+", d["texts"][i].lower()) if len(w) > 3]
+        text = " ".join(rng.choice(ws, size=min(5, len(ws)), replace=False)) if ws else "status"
+        v = d["centers"][d["topic_of"][i]] + rng.normal(scale=0.05, size=DIM).astype(np.float32)
+        v /= np.linalg.norm(v)
+        f: dict[str, Any] = {}
+        if kind == "big room":
+            f["rooms"] = ["engineering"]
+        elif kind == "tiny room":
+            f["rooms"] = [rooms[3 + int(rng.integers(0, len(rooms) - 3))]]
+        elif kind == "author":
+            f["authors"] = [d["authors"][int(rng.integers(0, 10))]]
+        out.append({"text": text, "qe": v.astype(np.float32), "filters": f})
+    return out
+
+
+DENSE = ("SELECT unit_id FROM rcll.channel_dense(%(qe)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s), "
+         "exact_below => %(exact)s) ORDER BY rank LIMIT 10")
+
+
+def measure_case(conn: psycopg.Connection[Any], bank: str, qs: list[dict[str, Any]], emb: Any,
+                 rerank: bool) -> dict[str, Any]:
+    """Per-phase wall times of full recall, and the dense channel's recall@10 against exact search."""
+    from bench.recall import cpu_ns, pct
+    from rcll.defaults import CONTEXT_DEPTH, RERANK_DEPTH
+    from rcll.recall import candidates, recall
+    backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+    phases: dict[str, list[float]] = {"embed": [], "sql": [], "rerank": [], "cut": [], "total": [], "sql cpu": []}
+    overlap: list[float] = []
+    for q in qs:
+        p = {"qe": q["qe"], "bank": bank, "rooms": q["filters"].get("rooms"), "authors": q["filters"].get("authors")}
+        routed = [r[0] for r in conn.execute(DENSE, {**p, "exact": 3000})]
+        exact = [r[0] for r in conn.execute(DENSE, {**p, "exact": 10**9})]
+        if exact:
+            overlap.append(len(set(routed) & set(exact)) / len(exact))
+        if rerank:
+            t = time.perf_counter()
+            emb.embed_query(q["text"])
+            embed_ms = (time.perf_counter() - t) * 1000
+            b0 = cpu_ns(backend)
+            r = recall(conn, q["text"], bank, query_embedding=q["qe"], rerank_depth=RERANK_DEPTH,
+                       context_depth=CONTEXT_DEPTH, reference_time="2024-06-01", **q["filters"])
+            phases["sql cpu"].append((cpu_ns(backend) - b0) / 1e6)
+            for k, v in (("embed", embed_ms), ("sql", r.timings.sql), ("rerank", r.timings.rerank), ("cut", r.timings.cut)):
+                phases[k].append(v)
+            phases["total"].append(embed_ms + r.timings.sql + r.timings.rerank + r.timings.cut)
+        else:
+            candidates(conn, q["text"], bank, query_embedding=q["qe"], reference_time="2024-06-01", **q["filters"])
+            b0 = cpu_ns(backend)
+            t = time.perf_counter()
+            candidates(conn, q["text"], bank, query_embedding=q["qe"], reference_time="2024-06-01", **q["filters"])
+            phases["sql"].append((time.perf_counter() - t) * 1000)
+            phases["sql cpu"].append((cpu_ns(backend) - b0) / 1e6)
+    out: dict[str, Any] = {k: (statistics.median(v), pct(v, 0.95)) for k, v in phases.items() if v}
+    out["recall@10"] = statistics.mean(overlap) if overlap else float("nan")
+    return out
+
+
+def sizes_on_disk(conn: psycopg.Connection[Any], n: int) -> list[list[Any]]:
+    rows = []
+    for rel, in conn.execute("SELECT c.oid::regclass::text FROM pg_class c WHERE c.relnamespace = 'rcll'::regnamespace "
+                             "AND c.relkind = 'r' ORDER BY pg_total_relation_size(c.oid) DESC LIMIT 8").fetchall():
+        heap, toast = conn.execute("SELECT pg_relation_size(%s::regclass), coalesce(pg_total_relation_size(nullif(c.reltoastrelid, 0)), 0) "
+                                   "FROM pg_class c WHERE c.oid = %s::regclass", (rel, rel)).fetchone()  # type: ignore[misc]
+        rows.append([rel, "heap", heap / 2**20, heap / n])
+        if toast:
+            rows.append([rel, "TOAST", toast / 2**20, toast / n])
+        for idx, size in conn.execute("SELECT i.indexrelid::regclass::text, pg_relation_size(i.indexrelid) FROM pg_index i "
+                                      "WHERE i.indrelid = %s::regclass ORDER BY 2 DESC", (rel,)):
+            rows.append([rel, idx, size / 2**20, size / n])
+    total = conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]  # type: ignore[index]
+    rows.append(["database", "total", total / 2**20, total / n])
+    return rows
+
+
+def server_memory(conn: psycopg.Connection[Any]) -> str:
+    """Proportional set size of every server process (shared buffers counted once), and settings."""
+    pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+    ppid = int(Path(f"/proc/{pid}/stat").read_text().split()[3])
+    pids = [ppid] + [int(p) for p in Path(f"/proc/{ppid}/task/{ppid}/children").read_text().split()]
+    pss = 0
+    for p in pids:
+        try:
+            for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    pss += int(line.split()[1]) * 1024
+        except OSError:
+            pass
+    sb = conn.execute("SHOW shared_buffers").fetchone()[0]  # type: ignore[index]
+    return f"{pss / 2**20:.0f} MiB PSS over {len(pids)} server processes (shared_buffers {sb})"
+
+
+def write_rate(conn: psycopg.Connection[Any], bank: str, docs: int, seed: int = 5) -> float:
+    """retain_chunks of `docs` one-chunk documents with given embeddings (no model): units/s,
+    one transaction each, as a fleet's writers commit."""
+    rng = np.random.default_rng(seed)
+    vecs = rng.normal(size=(docs, DIM)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    t = time.perf_counter()
+    for i in range(docs):
+        conn.execute("SELECT 1 FROM rcll.retain_chunks(bank => %s, content => %s, chunks => ARRAY[%s], "
+                     "embeddings => ARRAY[%s::vector], room => 'engineering', author => 'agent-1')",
+                     (bank, f"write-rate probe {seed} {i} deploy pipeline", f"write-rate probe {seed} {i} deploy pipeline", vecs[i]))
+    return docs / (time.perf_counter() - t)
+
+
+def pick_banks(d: dict[str, Any]) -> dict[str, int]:
+    """The biggest bank, a mid-size one (~3% of the units) and a small one (~1,000 units)."""
+    sizes = np.array(d["sizes"])
+    total = sizes.sum()
+    mid = int(np.argmin(np.abs(sizes - 0.03 * total)))
+    small = int(np.argmin(np.abs(sizes - 1000)))
+    return {"small": small, "mid": mid, "biggest": 0}
+
+
+def run(conn: psycopg.Connection[Any], n: int, banks: int, per_case: int, rerank: bool,
+        partial: bool) -> None:
+    t = time.perf_counter()
+    d = build(conn, n, banks)
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"\n{n:,} units in {len(d['sizes'])} banks (largest {d['sizes'][0]:,}, median "
+          f"{int(statistics.median(d['sizes'])):,}, smallest {d['sizes'][-1]:,}): built in "
+          f"{time.perf_counter() - t:.0f} s; load average {load}", flush=True)
+    print(table(["step", "seconds"], [[k, v] for k, v in d["seconds"].items()]))
+    print(f"units COPY rate through the write triggers: {n / d['seconds']['units']:.0f} units/s")
+    print("\nbytes on disk")
+    print(table(["table", "part", "MiB", "bytes per unit"], sizes_on_disk(conn, n)), flush=True)
+    print(f"\nserver memory: {server_memory(conn)}")
+
+    from rcll import models
+    emb = models.get_embedder() if rerank else None
+    if rerank:
+        models.get_reranker()
+    picks = pick_banks(d)
+    rows = []
+    asked: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for label, b in picks.items():
+        for kind in ("none", "big room", "tiny room", "author"):
+            qs = asked[(b, kind)] = queries(d, b, kind, per_case)
+            m = measure_case(conn, d["names"][b], qs, emb, rerank)
+            rows.append([f"{label} ({d['sizes'][b]:,})", kind,
+                         *[f"{m[k][0]:.1f} / {m[k][1]:.1f}" if k in m else "" for k in ("sql", "sql cpu", "rerank", "total")],
+                         m["recall@10"]])
+            print(f"  {label} bank, {kind}: {rows[-1][2:]}", flush=True)
+    print(f"\nrecall per bank and filter ({per_case} queries each; load average "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())})")
+    print(table(["bank (units)", "filter", "SQL p50/p95 ms", "SQL backend CPU p50/p95 ms", "rerank p50/p95 ms",
+                 "total p50/p95 ms", "dense recall@10 vs exact"], rows), flush=True)
+    rate = write_rate(conn, d["names"][0], 300)
+    print(f"\nwrite rate (retain_chunks, one unit per transaction, given embeddings) into the biggest bank: {rate:.0f} units/s")
+
+    if partial:
+        for label in ("mid", "biggest"):
+            b = picks[label]
+            bid = d["bank_ids"][b]
+            conn.execute("SET maintenance_work_mem = '2GB'")
+            t = time.perf_counter()
+            conn.execute(f"CREATE INDEX fleet_{label}_hnsw ON rcll.memory_units USING hnsw (embedding vector_cosine_ops) "
+                         f"WITH (m = 16, ef_construction = 64) WHERE bank_id = {int(bid)}")
+            conn.execute("ANALYZE rcll.memory_units")
+            built = time.perf_counter() - t
+            prows = []
+            for kind in ("none", "big room", "tiny room", "author"):
+                m = measure_case(conn, d["names"][b], asked[(b, kind)], emb, False)
+                prows.append([kind, m["sql"][0], m["sql cpu"][0], m["recall@10"]])
+            print(f"\nper-bank partial HNSW index for the {label} bank: built in {built:.0f} s for "
+                  f"{d['sizes'][b]:,} units; the same queries as above")
+            print(table(["filter", "SQL p50 ms (no rerank)", "SQL backend CPU p50 ms", "dense recall@10 vs exact"], prows))
+            rate = write_rate(conn, d["names"][b], 300, seed=6 + len(label))
+            print(f"write rate into the {label} bank with its partial index too: {rate:.0f} units/s", flush=True)

@@ -1,0 +1,80 @@
+-- The narrow lexical table (rcll.unit_lexicon): kept in step with memory_units by triggers, in
+-- the writing transaction, and filtered by the same scope predicate as every channel.
+
+CREATE OR REPLACE FUNCTION rcll._units_lexicon_inserted()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+-- Definer: agents' roles write memory_units; the copy is the owner's bookkeeping (as room counts).
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- One set-based insert per statement (a retain, a COPY, an import batch), not one per row.
+    INSERT INTO rcll.unit_lexicon (unit_id, bank_id, lexical_length, layer, room, author, hall, thread, tags, valid, lexical)
+    SELECT n.unit_id, n.bank_id, n.lexical_length, n.layer, n.room, n.author, n.hall, n.thread, n.tags, n.valid, n.lexical
+    FROM new_units n;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION rcll._units_lexicon_inserted() IS 'Trigger (statement): copies the lexical representation and recall filters of the units written into rcll.unit_lexicon.';
+
+-- Not while a dump is restored (rcll._restoring): unit_lexicon is dumped and comes back itself.
+CREATE OR REPLACE TRIGGER units_lexicon_inserted AFTER INSERT ON rcll.memory_units
+    REFERENCING NEW TABLE AS new_units
+    FOR EACH STATEMENT WHEN (current_setting('row_security') <> 'off' OR NOT rcll._restoring('rcll.memory_units'))
+    EXECUTE FUNCTION rcll._units_lexicon_inserted();
+
+CREATE OR REPLACE FUNCTION rcll._units_lexicon_changed()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    UPDATE rcll.unit_lexicon x
+    SET bank_id = NEW.bank_id, lexical_length = NEW.lexical_length, layer = NEW.layer, room = NEW.room,
+        author = NEW.author, hall = NEW.hall, thread = NEW.thread, tags = NEW.tags, valid = NEW.valid,
+        lexical = NEW.lexical
+    WHERE x.unit_id = NEW.unit_id;
+    IF NOT FOUND THEN
+        -- A unit written while the insert trigger was off (an import switches write triggers off):
+        -- its copy appears at its first change.
+        INSERT INTO rcll.unit_lexicon (unit_id, bank_id, lexical_length, layer, room, author, hall, thread, tags, valid, lexical)
+        VALUES (NEW.unit_id, NEW.bank_id, NEW.lexical_length, NEW.layer, NEW.room, NEW.author, NEW.hall, NEW.thread,
+                NEW.tags, NEW.valid, NEW.lexical);
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION rcll._units_lexicon_changed() IS 'Trigger (row): a unit''s text, room, author, hall, layer, thread, tags, validity or bank changed (room moves and merges, supersession, consolidation): its rcll.unit_lexicon row follows.';
+
+-- Every column the copy holds is listed (UPDATE OF fires on the columns an UPDATE sets: text,
+-- because units_lexical recomputes lexical from it); the WHEN clause skips updates that change none.
+CREATE OR REPLACE TRIGGER units_lexicon_changed
+    AFTER UPDATE OF bank_id, text, lexical, lexical_length, layer, room, author, hall, thread, tags, valid
+    ON rcll.memory_units
+    FOR EACH ROW WHEN ((OLD.bank_id, OLD.lexical_length, OLD.layer, OLD.room, OLD.author, OLD.hall, OLD.thread,
+                        OLD.tags, OLD.valid, OLD.lexical)
+                       IS DISTINCT FROM (NEW.bank_id, NEW.lexical_length, NEW.layer, NEW.room, NEW.author, NEW.hall,
+                                         NEW.thread, NEW.tags, NEW.valid, NEW.lexical))
+    EXECUTE FUNCTION rcll._units_lexicon_changed();
+
+CREATE OR REPLACE FUNCTION rcll._in_scope(u rcll.unit_lexicon, scope rcll.recall_scope)
+RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE
+-- No SET clause, so it inlines (see rcll._in_scope(rcll.memory_units, rcll.recall_scope)).
+AS $$
+    -- The same predicate as rcll._in_scope(rcll.memory_units, rcll.recall_scope), over the copy.
+    SELECT (u).bank_id = (scope).bank_id
+       AND ((scope).rooms IS NULL OR (u).room = ANY ((scope).rooms))
+       AND ((scope).authors IS NULL OR (u).author = ANY ((scope).authors)
+            OR ((scope).include_unattributed AND (u).author IS NULL))
+       AND ((scope).halls IS NULL OR (u).hall = ANY ((scope).halls))
+       AND ((scope).layers IS NULL OR (u).layer = ANY ((scope).layers))
+       AND ((scope).tags_any IS NULL OR (u).tags && (scope).tags_any)
+       AND ((scope).tags_all IS NULL OR (u).tags @> (scope).tags_all)
+       AND ((scope).thread IS NULL OR (u).thread = (scope).thread)
+       AND ((scope).as_of IS NULL OR (u).valid @> (scope).as_of)
+$$;
+COMMENT ON FUNCTION rcll._in_scope(rcll.unit_lexicon, rcll.recall_scope)
+    IS 'Internal: whether a unit, read from rcll.unit_lexicon, passes a recall''s scope; the same predicate as rcll._in_scope over memory_units. The lexical channel filters through it.';
