@@ -59,22 +59,3 @@ CREATE OR REPLACE TRIGGER units_lexicon_changed
                                          NEW.thread, NEW.tags, NEW.valid, NEW.lexical))
     EXECUTE FUNCTION rcll._units_lexicon_changed();
 
-CREATE OR REPLACE FUNCTION rcll._in_scope(u rcll.unit_lexicon, scope rcll.recall_scope)
-RETURNS boolean
-LANGUAGE sql STABLE PARALLEL SAFE
--- No SET clause, so it inlines (see rcll._in_scope(rcll.memory_units, rcll.recall_scope)).
-AS $$
-    -- The same predicate as rcll._in_scope(rcll.memory_units, rcll.recall_scope), over the copy.
-    SELECT (u).bank_id = (scope).bank_id
-       AND ((scope).rooms IS NULL OR (u).room = ANY ((scope).rooms))
-       AND ((scope).authors IS NULL OR (u).author = ANY ((scope).authors)
-            OR ((scope).include_unattributed AND (u).author IS NULL))
-       AND ((scope).halls IS NULL OR (u).hall = ANY ((scope).halls))
-       AND ((scope).layers IS NULL OR (u).layer = ANY ((scope).layers))
-       AND ((scope).tags_any IS NULL OR (u).tags && (scope).tags_any)
-       AND ((scope).tags_all IS NULL OR (u).tags @> (scope).tags_all)
-       AND ((scope).thread IS NULL OR (u).thread = (scope).thread)
-       AND ((scope).as_of IS NULL OR (u).valid @> (scope).as_of)
-$$;
-COMMENT ON FUNCTION rcll._in_scope(rcll.unit_lexicon, rcll.recall_scope)
-    IS 'Internal: whether a unit, read from rcll.unit_lexicon, passes a recall''s scope; the same predicate as rcll._in_scope over memory_units. The lexical channel filters through it.';

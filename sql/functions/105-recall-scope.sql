@@ -85,12 +85,14 @@ $$;
 COMMENT ON FUNCTION rcll.recall_scope(text, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz)
     IS 'The scope of a recall, resolved once: the bank''s id (unknown bank: error), rooms expanded through aliases and merges (rcll._expand_rooms; NULL = all rooms), authors narrowed by mine (rcll._recall_authors; NULL = all), and the other filters as given. rcll.recall_candidates builds it once and passes it to every channel.';
 
-CREATE OR REPLACE FUNCTION rcll._in_scope(u rcll.memory_units, scope rcll.recall_scope)
+CREATE OR REPLACE FUNCTION rcll._in_scope(u anyelement, scope rcll.recall_scope)
 RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE
 -- No SET clause: that would stop the planner from inlining it into the caller's query (it reads no
 -- table and calls no function; only built-in operators, which pg_catalog resolves first).
 AS $$
+    -- u is a row of rcll.memory_units, or of rcll.unit_lexicon (BM25's narrow copy, which carries
+    -- the same scope columns): polymorphic, so both read one predicate and it still inlines.
     -- The filters every channel applies before ranking, for one unit, the bank included (so a
     -- channel's WHERE needs no separate bank_id test). Inlined into a channel's query, whose
     -- custom plan holds the scope as a constant, each (scope).field folds to a constant: the NULL
@@ -106,5 +108,5 @@ AS $$
        AND ((scope).thread IS NULL OR (u).thread = (scope).thread)
        AND ((scope).as_of IS NULL OR (u).valid @> (scope).as_of)
 $$;
-COMMENT ON FUNCTION rcll._in_scope(rcll.memory_units, rcll.recall_scope)
-    IS 'Internal: whether a unit passes a recall''s scope (bank, expanded rooms, resolved authors, halls, layers, tags, thread, validity as of). Every channel filters through it; it is inlined into their queries.';
+COMMENT ON FUNCTION rcll._in_scope(anyelement, rcll.recall_scope)
+    IS 'Internal: whether a unit (a row of rcll.memory_units or rcll.unit_lexicon) passes a recall''s scope (bank, expanded rooms, resolved authors, halls, layers, tags, thread, validity as of). Every channel filters through it; it is inlined into their queries.';
