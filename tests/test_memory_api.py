@@ -48,7 +48,9 @@ def test_retain_then_recall_with_typed_results(memory: Memory) -> None:
     assert isinstance(result, RecallResult)
     assert "Argo CD" in result.facts[0].text and result.facts[0].room == "deployment"
     data = json.loads(result.to_json())
-    assert data == result.as_dict() and set(data) == {"facts", "candidates", "tokens", "timings_ms"}
+    assert data == result.as_dict() and set(data) == {"facts", "candidates", "tokens", "timings_ms",
+                                                         "rerank_depth_reached", "context_depth_reached",
+                                                         "deadline_ms", "deadline_cut"}
     assert "context" not in data["facts"][0] and data["facts"][0]["text"] == result.facts[0].text
 
 
@@ -172,8 +174,8 @@ def test_cli_http_and_mcp_go_through_memory(dsn: str) -> None:
     # None of the three talks SQL or reaches the recall/retain/export machinery itself.
     allowed = {"rcll.auth", "rcll.errors", "rcll.memory", "rcll.sqlsource", "rcll.defaults", "rcll.validate",
                "rcll.results", "rcll.document", "rcll.cluster", "rcll.db", "rcll.install", "rcll.export",
-               "rcll.models", "rcll.http", "rcll.mcp_server"}
-    for name in ("cli.py", "http.py", "mcp_server.py"):
+               "rcll.models", "rcll.http", "rcll.http_console", "rcll.mcp_server"}
+    for name in ("cli.py", "http.py", "http_console.py", "mcp_server.py"):
         source = (ROOT / "python" / "rcll" / name).read_text()
         assert _rcll_imports(ROOT / "python" / "rcll" / name) <= allowed, name
         for raw in ("SELECT ", "psycopg.connect(", ".execute(", "retain_many(conn", "import_bank(", "export_bank("):

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import functools
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
 
 import psycopg
 from pgvector.psycopg import register_vector
 from psycopg import conninfo
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from rcll import cluster
 from rcll.errors import RcllError
 
 DEFAULT_DBNAME = "rcll"
+# How long a request waits for a pooled connection before it is answered "unavailable" (503):
+# while PostgreSQL restarts, requests fail fast instead of queueing for psycopg_pool's 30 s.
+POOL_TIMEOUT = 5.0
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 def check_dsn(dsn: str) -> str:
@@ -59,3 +68,30 @@ def configure(conn: psycopg.Connection[Any]) -> None:
         register_vector(conn)
     if not conn.autocommit:
         conn.commit()
+
+
+def pool(dsn: str, *, max_size: int, configure: Callable[[psycopg.Connection[Any]], None],
+         min_size: int = 1) -> ConnectionPool[psycopg.Connection[Any]]:
+    """A connection pool that survives a restarted database: every connection is checked
+    (a round trip) as it leaves the pool, so one broken by a restart is replaced there and then
+    instead of failing the request that drew it. Only the requests in flight when the database
+    went away fail. Not opened."""
+    return ConnectionPool(dsn, min_size=min_size, max_size=max_size, configure=configure, open=False,
+                          check=ConnectionPool.check_connection, timeout=POOL_TIMEOUT,
+                          reconnect_timeout=24 * 3600.0)
+
+
+def retried_once(fn: Callable[P, T]) -> Callable[P, T]:
+    """Run an idempotent read again, once, when its connection broke under it (OperationalError:
+    the database restarted or the network dropped). Not when no connection could be had at all
+    (PoolTimeout): that already waited."""
+    @functools.wraps(fn)
+    def again(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return fn(*args, **kwargs)
+        except (psycopg.OperationalError, RcllError) as e:
+            cause = e if isinstance(e, psycopg.OperationalError) else e.__cause__   # as rcll.errors maps it
+            if not isinstance(cause, psycopg.OperationalError) or isinstance(cause, PoolTimeout):
+                raise
+            return fn(*args, **kwargs)
+    return again

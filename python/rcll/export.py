@@ -331,7 +331,8 @@ def iter_export(conn: psycopg.Connection[Any], bank: str) -> Iterator[bytes]:
                 yield prefix + line.encode() + b"}\n"
 
 
-def import_stream(conn: psycopg.Connection[Any], lines: Any, *, on_conflict: str = "error") -> ImportSummary:
+def import_stream(conn: psycopg.Connection[Any], lines: Any, *, on_conflict: str = "error",
+                  allow: Callable[[str], None] | None = None) -> ImportSummary:
     """Import the NDJSON form (iter_export's output) in one transaction."""
     it = iter(lines)
     try:
@@ -360,11 +361,12 @@ def import_stream(conn: psycopg.Connection[Any], lines: Any, *, on_conflict: str
                 raise RcllError(f"line {n}", 'expected {"table": ..., "row": {...}}')
             yield obj["table"], json.dumps(obj["row"]).encode()
 
-    return _import_rows(conn, rows(), head.get("max_ids") or {}, on_conflict, None)
+    return _import_rows(conn, rows(), head.get("max_ids") or {}, on_conflict, None, allow)
 
 
 def _import_rows(conn: psycopg.Connection[Any], rows: Iterator[tuple[str, bytes]], max_ids: dict[str, Any],
-                 on_conflict: str, progress: Progress | None) -> ImportSummary:
+                 on_conflict: str, progress: Progress | None,
+                 allow: Callable[[str], None] | None = None) -> ImportSummary:
     on_conflict_arg(on_conflict)
     was_autocommit = conn.autocommit
     if not conn.autocommit and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
@@ -375,6 +377,8 @@ def _import_rows(conn: psycopg.Connection[Any], rows: Iterator[tuple[str, bytes]
             first = next(rows, None)
             if first is None or first[0] != "banks":
                 raise RcllError("banks", "an import starts with the bank's row")
+            if allow is not None:    # the bank import_begin would write to, before it is asked
+                allow(_bank_row_name(first[1]))
             conn.execute("SELECT rcll.import_begin(bank_row => %s::jsonb, on_conflict => %s, max_ids => %s::jsonb)",
                          (first[1].decode(), on_conflict, json.dumps(max_ids)))
             batch: list[bytes] = []
@@ -463,7 +467,7 @@ class ImportSummary:
 
 
 def import_bank(conn: psycopg.Connection[Any], path: Path | str, *, on_conflict: str = "error",
-                progress: Progress | None = None) -> ImportSummary:
+                progress: Progress | None = None, allow: Callable[[str], None] | None = None) -> ImportSummary:
     """Load an export directory in one transaction (all or nothing)."""
     on_conflict_arg(on_conflict)
     path = Path(path)
@@ -480,7 +484,17 @@ def import_bank(conn: psycopg.Connection[Any], path: Path | str, *, on_conflict:
             for line in _lines(path / t["file"], t["sha256"], t["file"]):
                 yield t["name"], line
 
-    return _import_rows(conn, rows(), manifest.get("max_ids", {}), on_conflict, progress)
+    return _import_rows(conn, rows(), manifest.get("max_ids", {}), on_conflict, progress, allow)
+
+
+def _bank_row_name(raw: bytes) -> str:
+    """The name in an exported banks row ("" when it has none: rcll.import_begin refuses that)."""
+    try:
+        row = json.loads(raw)
+    except json.JSONDecodeError:
+        return ""
+    name = row.get("name") if isinstance(row, dict) else None
+    return name if isinstance(name, str) else ""
 
 
 # -- PAM validation ------------------------------------------------------------------------------

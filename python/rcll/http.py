@@ -1,7 +1,8 @@
 """HTTP API (OpenAPI at /openapi.json): retain, recall, rooms, tags, stats, state, export, import, health.
 
 Identity for the author axis comes from authentication only: a bearer token mapped to an agent
-(RCLL_TOKENS / RCLL_TOKENS_FILE, see rcll.auth). The server sets rcll.agent for each transaction;
+(RCLL_TOKENS / RCLL_TOKENS_FILE, see rcll.auth). The token's scope decides what it reaches: a bank
+outside it answers 404 exactly as a bank that does not exist; a verb it does not grant, 403. The server sets rcll.agent for each transaction;
 nothing in a request body can name the author. Every error body is {field, error, hint}.
 """
 
@@ -22,9 +23,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rcll import defaults
-from rcll.auth import TokenMap
+from rcll.auth import Caller, Forbidden, TokenMap
 from rcll.errors import RcllError, from_database
-from rcll.memory import Memory
+from rcll.http_console import explain
+from rcll.http_console import router as console_router
+from rcll.memory import Busy, Memory, bounded_model_work, server_deadline_ms
 from rcll.sqlsource import extension_version
 from rcll.validate import MAX_BUDGET, MAX_QUERY
 
@@ -40,10 +43,12 @@ class ErrorBody(BaseModel):
 ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorBody, "description": "refused: the field at fault and the fix"},
     401: {"model": ErrorBody, "description": "missing or unknown bearer token"},
-    404: {"model": ErrorBody, "description": "unknown bank"},
+    403: {"model": ErrorBody, "description": "the token's scope does not grant this verb on this bank"},
+    404: {"model": ErrorBody, "description": "unknown bank (or a bank outside the token's scope: the same answer)"},
     409: {"model": ErrorBody, "description": "conflict (stale state version, existing rows)"},
     422: {"model": ErrorBody, "description": "the request does not match the schema"},
-    503: {"model": ErrorBody, "description": "the database is unavailable"},
+    503: {"model": ErrorBody, "description": "the database is unavailable, or the server is at its limit of "
+                                             "requests in progress (retry after Retry-After seconds)"},
 }
 
 
@@ -85,6 +90,12 @@ class RecallRequest(BaseModel):
     time_from: datetime | None = None
     time_to: datetime | None = None
     budget: int = Field(default=defaults.BUDGET, ge=1, le=MAX_BUDGET)
+    deadline_ms: int = Field(default_factory=server_deadline_ms, ge=1, le=600_000,
+                             description="latency budget: the cross-encoder reads candidates in fused order while "
+                                         "time is left (default 1000, RCLL_DEADLINE_MS); the response says how deep "
+                                         "it read (rerank_depth_reached, context_depth_reached) and deadline_cut")
+    explain: bool = Field(default=False, description="add each fact's final rank, what the budget cut, the budget "
+                                                     "and the total time (rcll.http_console.explain)")
 
 
 class StatePut(BaseModel):
@@ -102,18 +113,21 @@ class StatePutResponse(BaseModel):
     version: int
 
 
-def _agent(request: Request) -> str | None:
-    """The agent the bearer token authenticates (None on an anonymous server)."""
+def _caller(request: Request) -> Caller:
+    """Who the bearer token authenticates: its agent and scope (rcll.auth). On a server without
+    tokens, the anonymous caller: no agent, every bank, every verb."""
     tokens: TokenMap = request.app.state.tokens
-    return tokens.agent_for(request.headers.get("authorization"))
+    return tokens.caller_for(request.headers.get("authorization"))
 
 
-Agent = Annotated[str | None, Depends(_agent)]
+Who = Annotated[Caller, Depends(_caller)]
 Bank = Annotated[str, Query(min_length=1, max_length=128, pattern=NAME, description="bank name")]
 
 
 def _status(e: RcllError) -> int:
     """The one mapping of RcllError to an HTTP status."""
+    if isinstance(e, Forbidden):
+        return 403
     if e.field == "authorization":
         return 401
     if e.message.startswith("unknown bank"):
@@ -135,7 +149,8 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> Any:
         svc.open()
-        yield
+        with bounded_model_work():     # over the limit: 503 + Retry-After at once
+            yield
         svc.close()
 
     app = FastAPI(title="RCLL", version=extension_version(), lifespan=lifespan, responses=ERRORS,
@@ -147,8 +162,16 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | 
 
     @app.exception_handler(RcllError)
     async def rcll_error(request: Request, exc: RcllError) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if exc.field == "authorization" else None
-        return JSONResponse(status_code=_status(exc), content=exc.as_dict(), headers=headers)
+        headers = ({"WWW-Authenticate": 'Bearer error="insufficient_scope"'} if isinstance(exc, Forbidden)
+                   else {"WWW-Authenticate": "Bearer"} if exc.field == "authorization" else None)
+        status = _status(exc)
+        if status == 503:
+            headers = {"Retry-After": "1"}
+        return JSONResponse(status_code=status, content=exc.as_dict(), headers=headers)
+
+    @app.exception_handler(Busy)
+    async def busy(request: Request, exc: Busy) -> JSONResponse:
+        return JSONResponse(status_code=503, content=exc.as_dict(), headers={"Retry-After": str(exc.retry_after)})
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -169,70 +192,74 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | 
         if mapped is not None:
             return JSONResponse(status_code=_status(mapped), content=mapped.as_dict())
         return JSONResponse(status_code=503, content={"field": None, "error": "database error",
-                                                      "hint": str(exc).strip().splitlines()[0] if str(exc) else None})
+                                                      "hint": str(exc).strip().splitlines()[0] if str(exc) else None},
+                            headers={"Retry-After": "1"})
 
     @app.get("/health")
     def health() -> dict[str, Any]:
         return svc.health().as_dict()
 
     @app.post("/retain", response_model=RetainResponse)
-    def retain_endpoint(req: RetainRequest, who: Agent) -> dict[str, Any]:
-        return svc.as_agent(who).retain(req.content, bank=req.bank, source=req.source,
+    def retain_endpoint(req: RetainRequest, who: Who) -> dict[str, Any]:
+        return svc.as_caller(who).retain(req.content, bank=req.bank, source=req.source,
                                         occurred_at=req.occurred_at, room=req.room, thread=req.thread,
                                         tags=req.tags, hall=req.hall, layer=req.layer, metadata=req.metadata,
                                         via="http").as_dict()
 
     @app.post("/recall")
-    def recall_endpoint(req: RecallRequest, who: Agent) -> dict[str, Any]:
+    def recall_endpoint(req: RecallRequest, who: Who) -> dict[str, Any]:
         started = time.perf_counter()
-        filters = req.model_dump(exclude={"bank", "query", "budget"}, exclude_none=True)
+        filters = req.model_dump(exclude={"bank", "query", "budget", "explain", "deadline_ms"}, exclude_none=True)
         if not filters.get("mine"):
             filters.pop("mine", None)
-        out = svc.as_agent(who).recall(req.query, bank=req.bank, budget=req.budget, **filters).as_dict()
+        result = svc.as_caller(who).recall(req.query, bank=req.bank, budget=req.budget,
+                                           deadline_ms=req.deadline_ms, started=started, **filters)
+        out = result.as_dict() | (explain(result, req.budget) if req.explain else {})
         out["elapsed_ms"] = round((time.perf_counter() - started) * 1000, 1)
         return out
 
     @app.get("/rooms")
-    def rooms(bank: Bank, who: Agent, q: Annotated[str, Query(max_length=512)] = "*") -> dict[str, Any]:
-        return {"bank": bank, "rooms": [r.as_dict() for r in svc.rooms(q, bank=bank)]}
+    def rooms(bank: Bank, who: Who, q: Annotated[str, Query(max_length=512)] = "*") -> dict[str, Any]:
+        return {"bank": bank, "rooms": [r.as_dict() for r in svc.as_caller(who).rooms(q, bank=bank)]}
 
     @app.get("/tags")
-    def tags(bank: Bank, who: Agent, q: Annotated[str, Query(max_length=512, description="wildcards * ?; "
+    def tags(bank: Bank, who: Who, q: Annotated[str, Query(max_length=512, description="wildcards * ?; "
                                                              "author:* is the roster of writers")] = "*") -> dict[str, Any]:
-        return {"bank": bank, "tags": [t.as_dict() for t in svc.tags(q, bank=bank)]}
+        return {"bank": bank, "tags": [t.as_dict() for t in svc.as_caller(who).tags(q, bank=bank)]}
 
     @app.get("/stats")
-    def stats(bank: Bank, who: Agent) -> dict[str, Any]:
-        return svc.stats(bank=bank).as_dict()
+    def stats(bank: Bank, who: Who) -> dict[str, Any]:
+        return svc.as_caller(who).stats(bank=bank).as_dict()
 
     @app.get("/state")
     def state_get(bank: Bank, room: Annotated[str, Query(min_length=1, max_length=512)],
-                  key: Annotated[str, Query(min_length=1, max_length=512)], who: Agent,
+                  key: Annotated[str, Query(min_length=1, max_length=512)], who: Who,
                   version: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None) -> dict[str, Any]:
-        st = svc.get_state(room, key, bank=bank, version=version)
+        st = svc.as_caller(who).get_state(room, key, bank=bank, version=version)
         if st is None:
             raise RcllError("key", f"no state for room {room!r} key {key!r}" + (f" version {version}" if version else ""),
                             "put it first (PUT /state with expected_version 0)")
         return st.as_dict()
 
     @app.put("/state", response_model=StatePutResponse)
-    def state_put(req: StatePut, who: Agent) -> dict[str, Any]:
-        return svc.as_agent(who).put_state(req.room, req.key, req.value, expected_version=req.expected_version,
+    def state_put(req: StatePut, who: Who) -> dict[str, Any]:
+        return svc.as_caller(who).put_state(req.room, req.key, req.value, expected_version=req.expected_version,
                                            bank=req.bank, via="api").as_dict()
 
     @app.get("/export", responses={200: {"content": {"application/x-ndjson": {}},
                                          "description": "the bank as NDJSON: a header line, then {table, row} lines"}})
-    def export(bank: Bank, who: Agent) -> StreamingResponse:
-        return StreamingResponse(svc.export_lines(bank=bank), media_type="application/x-ndjson")
+    def export(bank: Bank, who: Who) -> StreamingResponse:
+        return StreamingResponse(svc.as_caller(who).export_lines(bank=bank), media_type="application/x-ndjson")
 
     @app.post("/import", openapi_extra={"requestBody": {"required": True, "content": {
         "application/x-ndjson": {"schema": {"type": "string"}}}}})
-    async def import_(request: Request, who: Agent,
+    async def import_(request: Request, who: Who,
                       on_conflict: Annotated[str, Query(pattern="^(error|skip|replace)$")] = "error") -> dict[str, Any]:
         svc.check_writable()   # refused before the body is read
         raw = await request.body()
-        return (await run_in_threadpool(svc.import_lines, raw.splitlines(), on_conflict=on_conflict)).as_dict()
+        return (await run_in_threadpool(svc.as_caller(who).import_lines, raw.splitlines(), on_conflict=on_conflict)).as_dict()
 
+    app.include_router(console_router(svc))    # the console at /, and the endpoints it browses with
     return app
 
 

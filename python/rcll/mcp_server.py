@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from typing import Any
 
 import anyio
@@ -22,9 +23,9 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
-from rcll.auth import TokenMap
+from rcll.auth import Caller, TokenMap
 from rcll.errors import RcllError
-from rcll.memory import Memory
+from rcll.memory import Memory, bounded_model_work, server_deadline_ms
 from rcll.sqlsource import extension_version
 
 READ_TOOLS = ("memory_recall", "memory_rooms", "memory_tags", "memory_state_get", "memory_session_start")
@@ -54,7 +55,9 @@ def build_server(service: Memory, *, agent: str | None = None, tokens: TokenMap 
                     instructions="Memory for an agent fleet: recall before you act, retain what you learn. "
                                  "Rooms are topics; the author of a write is who this server says you are.")
 
-    def who(ctx: Context | None) -> str | None:
+    def who(ctx: Context | None) -> Caller:
+        """The caller: over HTTP with tokens, the bearer token's agent and scope; otherwise the
+        server's configured agent with every bank and verb (stdio is the launcher's own process)."""
         request = None
         if ctx is not None:
             try:
@@ -63,8 +66,8 @@ def build_server(service: Memory, *, agent: str | None = None, tokens: TokenMap 
                 request = None
         headers = getattr(request, "headers", None)
         if headers is not None:
-            return tokens.agent_for(headers.get("authorization")) if tokens.enabled else agent
-        return agent
+            return tokens.caller_for(headers.get("authorization")) if tokens.enabled else Caller(agent)
+        return Caller(agent)
 
     async def call(fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -74,39 +77,46 @@ def build_server(service: Memory, *, agent: str | None = None, tokens: TokenMap 
 
     @mcp.tool(annotations=_READ, description="Recall facts for a query. Filters: rooms (topics), mine (only what "
               "you wrote), authors, halls (fact types), layers (L0 rules, L1 decisions, L2 observations), tags, "
-              "thread, time_from/time_to (ISO 8601), as_of; budget is the token budget of the answer.")
+              "thread, time_from/time_to (ISO 8601), as_of; budget is the token budget of the answer; deadline_ms "
+              "the latency budget (default 1000: the reranker reads while time is left, and the answer says how "
+              "deep it read). A busy server refuses at once with field 'server': retry after the hint's seconds.")
     async def memory_recall(query: str, bank: str | None = None, rooms: list[str] | None = None,
                             mine: bool | None = None, authors: list[str] | None = None,
                             halls: list[str] | None = None, layers: list[str] | None = None,
                             tags: list[str] | None = None, thread: str | None = None, budget: int | None = None,
                             time_from: str | None = None, time_to: str | None = None, as_of: str | None = None,
-                            ctx: Context | None = None) -> dict[str, Any]:
+                            deadline_ms: int | None = None, ctx: Context | None = None) -> dict[str, Any]:
+        started = time.perf_counter()
         a = await call(who, ctx)
-        result = await call(service.as_agent(a).recall, query, bank=bank or bank_default, rooms=rooms, mine=mine,
+        result = await call(service.as_caller(a).recall, query, bank=bank or bank_default, rooms=rooms, mine=mine,
                             authors=authors, halls=halls, layers=layers, tags=tags, thread=thread,
-                            budget=budget, time_from=time_from, time_to=time_to, as_of=as_of)
+                            budget=budget, time_from=time_from, time_to=time_to, as_of=as_of,
+                            deadline_ms=server_deadline_ms() if deadline_ms is None else deadline_ms,
+                            started=started)
         return dict(result.as_dict())
 
     @mcp.tool(annotations=_READ, description="The rooms (topics) of a bank with unit counts, status and aliases; "
               "pattern takes * and ? wildcards.")
     async def memory_rooms(bank: str | None = None, pattern: str | None = None,
                            ctx: Context | None = None) -> dict[str, Any]:
-        await call(who, ctx)
-        return {"rooms": [r.as_dict() for r in await call(service.rooms, pattern, bank=bank or bank_default)]}
+        a = await call(who, ctx)
+        found = await call(service.as_caller(a).rooms, pattern, bank=bank or bank_default)
+        return {"rooms": [r.as_dict() for r in found]}
 
     @mcp.tool(annotations=_READ, description="Tags in use with counts; pattern takes wildcards "
               "(author:* lists everyone who wrote to the bank).")
     async def memory_tags(bank: str | None = None, pattern: str | None = None,
                           ctx: Context | None = None) -> dict[str, Any]:
-        await call(who, ctx)
-        return {"tags": [t.as_dict() for t in await call(service.tags, pattern, bank=bank or bank_default)]}
+        a = await call(who, ctx)
+        found = await call(service.as_caller(a).tags, pattern, bank=bank or bank_default)
+        return {"tags": [t.as_dict() for t in found]}
 
     @mcp.tool(annotations=_READ, description="Read a room's keyed state (exact room and key; the latest "
               "version unless version is given). Returns state null when there is none.")
     async def memory_state_get(room: str, key: str, bank: str | None = None, version: int | None = None,
                                ctx: Context | None = None) -> dict[str, Any]:
-        await call(who, ctx)
-        st = await call(service.get_state, room, key, bank=bank or bank_default, version=version)
+        a = await call(who, ctx)
+        st = await call(service.as_caller(a).get_state, room, key, bank=bank or bank_default, version=version)
         return {"state": None if st is None else st.as_dict()}
 
     @mcp.tool(annotations=_READ, description="The L0 rules and procedures to load at the start of a session, "
@@ -114,7 +124,7 @@ def build_server(service: Memory, *, agent: str | None = None, tokens: TokenMap 
     async def memory_session_start(bank: str | None = None, rooms: list[str] | None = None,
                                    thread: str | None = None, ctx: Context | None = None) -> dict[str, Any]:
         a = await call(who, ctx)
-        rules = await call(service.as_agent(a).session_start, rooms=rooms, thread=thread, bank=bank or bank_default)
+        rules = await call(service.as_caller(a).session_start, rooms=rooms, thread=thread, bank=bank or bank_default)
         return {"rules": [r.as_dict() for r in rules]}
 
     if write_tools:
@@ -126,7 +136,7 @@ def build_server(service: Memory, *, agent: str | None = None, tokens: TokenMap 
                                 occurred_at: str | None = None, metadata: dict[str, Any] | None = None,
                                 ctx: Context | None = None) -> dict[str, Any]:
             a = await call(who, ctx)
-            result = await call(service.as_agent(a).retain, content, bank=bank or bank_default, room=room,
+            result = await call(service.as_caller(a).retain, content, bank=bank or bank_default, room=room,
                                 thread=thread, tags=tags, hall=hall, layer=layer, source=source,
                                 occurred_at=occurred_at, metadata=metadata, via="mcp")
             return dict(result.as_dict())
@@ -136,17 +146,18 @@ def build_server(service: Memory, *, agent: str | None = None, tokens: TokenMap 
         async def memory_state_put(room: str, key: str, value: Any, expected_version: int = 0,
                                    bank: str | None = None, ctx: Context | None = None) -> dict[str, Any]:
             a = await call(who, ctx)
-            written = await call(service.as_agent(a).put_state, room, key, value, expected_version=expected_version,
+            written = await call(service.as_caller(a).put_state, room, key, value, expected_version=expected_version,
                                  bank=bank or bank_default, via="api")
             return dict(written.as_dict())
 
     return mcp
 
 
-def http_app(mcp: MCPServer, tokens: TokenMap, *, path: str = "/mcp") -> Any:
+def http_app(mcp: MCPServer, tokens: TokenMap, *, path: str = "/mcp", host: str = "127.0.0.1") -> Any:
     """The streamable-HTTP ASGI app, refusing requests without a valid bearer token when tokens
-    are configured (401 with {field, error, hint})."""
-    app = mcp.streamable_http_app(streamable_http_path=path, json_response=True)
+    are configured (401 with {field, error, hint}). host: where it listens; on loopback the SDK
+    also refuses Host headers that are not loopback (DNS rebinding), beyond it they are accepted."""
+    app = mcp.streamable_http_app(streamable_http_path=path, json_response=True, host=host)
     if not tokens.enabled:
         return app
 
@@ -178,11 +189,14 @@ def run(memory: Memory, *, transport: str = "stdio", host: str = "127.0.0.1", po
               "writes will carry no server identity", file=sys.stderr)
     server = build_server(memory, agent=agent, tokens=tokens, default_bank=default_bank,
                           write_tools=not memory.read_only)
-    if transport == "stdio":
-        server.run("stdio")
-        return
-    import uvicorn  # deferred: only the HTTP transport needs the ASGI server
+    # Model work through one bounded queue sized to the cores: over the limit a tool call is
+    # refused at once (field "server", busy) instead of waiting without bound.
+    with bounded_model_work():
+        if transport == "stdio":
+            server.run("stdio")
+            return
+        import uvicorn  # deferred: only the HTTP transport needs the ASGI server
 
-    print(f"RCLL MCP (streamable HTTP) on http://{host}:{port}/mcp{' read-only' if memory.read_only else ''}",
-          file=sys.stderr, flush=True)
-    uvicorn.run(http_app(server, tokens), host=host, port=port, log_level="warning")
+        print(f"RCLL MCP (streamable HTTP) on http://{host}:{port}/mcp{' read-only' if memory.read_only else ''}",
+              file=sys.stderr, flush=True)
+        uvicorn.run(http_app(server, tokens, host=host), host=host, port=port, log_level="warning")

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -243,10 +243,9 @@ class Memory:
                 row = conn.execute("SELECT EXISTS (SELECT 1 FROM rcll.list_banks() WHERE name = %s)",
                                    (DEFAULT_BANK,)).fetchone()
                 if not (row and row[0]):
-                    try:
+                    # an agent's role may write units without creating banks: its verbs name a bank
+                    with suppress(psycopg.errors.InsufficientPrivilege):
                         conn.execute("SELECT rcll.create_bank(name => %s)", (DEFAULT_BANK,))
-                    except psycopg.errors.InsufficientPrivilege:
-                        pass   # an agent's role may write units without creating banks: its verbs name a bank
             shared.identity_honoured = identity_server_ok(conn)
         # Checked connections: a restarted PostgreSQL costs only the requests in flight (rcll.db.pool).
         shared.pool = db_pool(shared.dsn, max_size=shared.pool_size, configure=shared.configure)

@@ -205,6 +205,12 @@ class Reranker:
                 self._tokenizers[max_length] = _tokenizer(self._dir, max_length)
             return self._tokenizers[max_length]
 
+    def pair_lengths(self, query: str, passages: Sequence[str], max_length: int = 256) -> list[int]:
+        """Tokens per (query, passage) pair as score() cuts them: the key score() sorts its batches
+        by, so a caller reading in steps (rcll.deadline) can batch exactly as one call would."""
+        tokenizer = self._tokenizer_for(min(max_length, 512))
+        return [len(tokenizer.encode(query, passage).ids) for passage in passages]
+
     def score(
         self,
         query: str,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
@@ -21,7 +21,9 @@ from psycopg.rows import dict_row
 
 from rcll import defaults, models
 from rcll.budget import cut_to_budget
+from rcll.deadline import Deadline, rerank_within
 from rcll.results import plain
+from rcll.workqueue import READ, WorkQueue, model_slot
 
 __all__ = [
     "DEFAULT_BUDGET",
@@ -33,6 +35,7 @@ __all__ = [
     "candidates",
     "context_passage",
     "recall",
+    "recall_with",
     "rerank",
 ]
 
@@ -47,11 +50,13 @@ NOW = "now"  # passed as a timestamptz literal: the server's transaction time, l
 
 _CANDIDATES = """
 SELECT * FROM rcll.recall_candidates(
-    query => %(query)s, bank => %(bank)s, query_embedding => %(query_embedding)s,
-    rooms => %(rooms)s, authors => %(authors)s, mine => %(mine)s,
-    include_unattributed => %(include_unattributed)s, halls => %(halls)s, layers => %(layers)s,
-    tags_any => %(tags_any)s, tags_all => %(tags_all)s, thread => %(thread)s,
-    as_of => %(as_of)s::timestamptz, time_range => %(time_range)s::tstzrange,
+    query => %(query)s,
+    scope => rcll.recall_scope(
+        bank => %(bank)s, rooms => %(rooms)s, authors => %(authors)s, mine => %(mine)s,
+        include_unattributed => %(include_unattributed)s, halls => %(halls)s, layers => %(layers)s,
+        tags_any => %(tags_any)s, tags_all => %(tags_all)s, thread => %(thread)s,
+        as_of => %(as_of)s::timestamptz),
+    query_embedding => %(query_embedding)s, time_range => %(time_range)s::tstzrange,
     reference_time => %(reference_time)s::timestamptz, k => %(k)s, channel_limit => %(channel_limit)s,
     dense_weight => %(dense_weight)s, lexical_weight => %(lexical_weight)s,
     graph_weight => %(graph_weight)s, temporal_weight => %(temporal_weight)s,
@@ -117,14 +122,23 @@ class RecallResult:
     candidates: int = 0
     tokens: int = 0
     ranked: list[Fact] = field(default_factory=list)  # every candidate, reranked, before the cut
+    # How deep the cross-encoder read (first view, then the context view), the deadline it had
+    # (None: none) and whether that deadline stopped it short of the depths asked for.
+    rerank_depth_reached: int = 0
+    context_depth_reached: int = 0
+    deadline_ms: float | None = None
+    deadline_cut: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready data: facts, candidates, tokens, timings_ms (what HTTP, MCP and `--json` return).
-        A fact's context (the chunk before it, which the reranker read) stays out: the token budget
-        counts fact text only, and that chunk is returned on its own when it is relevant."""
+        """JSON-ready data: facts, candidates, tokens, timings_ms, the depths reached and the
+        deadline (what HTTP, MCP and `--json` return). A fact's context (the chunk before it, which
+        the reranker read) stays out: the token budget counts fact text only, and that chunk is
+        returned on its own when it is relevant."""
         facts = [{k: v for k, v in plain(f).items() if k != "context"} for f in self.facts]
         return {"facts": facts, "candidates": self.candidates, "tokens": self.tokens,
-                "timings_ms": plain(self.timings)}
+                "timings_ms": plain(self.timings), "rerank_depth_reached": self.rerank_depth_reached,
+                "context_depth_reached": self.context_depth_reached, "deadline_ms": self.deadline_ms,
+                "deadline_cut": self.deadline_cut}
 
     def to_json(self) -> str:
         return json.dumps(self.as_dict())
@@ -199,21 +213,9 @@ def rerank(
     """Phase 4. The cross-encoder reads the top `depth` facts (first view: the fact); the top
     `context_depth` of that order are read again with the chunk before them (second view) and
     re-ordered by the mean of the two logits - a fact without a preceding chunk keeps its first
-    score. Reranked facts come first, the rest keep their fused order behind them."""
-    depth = min(max(depth, 0), len(pool))
-    if depth == 0:
-        return list(pool)
-    scores = reranker.score(query, [f.text for f in pool[:depth]])
-    head = sorted((replace(f, rerank_score=float(s)) for f, s in zip(pool[:depth], scores, strict=True)),
-                  key=lambda f: -(f.rerank_score or 0.0))
-    top = head[: min(max(context_depth, 0), depth)]
-    views = [(i, p) for i, p in enumerate(context_passage(f) for f in top) if p is not None]
-    if views:
-        second = reranker.score(query, [p for _, p in views])
-        for (i, _), s in zip(views, second, strict=True):
-            top[i] = replace(top[i], rerank_score=((top[i].rerank_score or 0.0) + float(s)) / 2)
-        top.sort(key=lambda f: -(f.rerank_score or 0.0))
-    return top + head[len(top):] + list(pool[depth:])
+    score. Reranked facts come first, the rest keep their fused order behind them. (With a
+    deadline: rcll.deadline.rerank_within, which this is without one.)"""
+    return rerank_within(query, pool, reranker, depth=depth, context_depth=context_depth)[0]
 
 
 def recall(
@@ -228,6 +230,9 @@ def recall(
     embedder: _Embedder | None = None,
     reranker: _Reranker | None = None,
     query_embedding: npt.NDArray[np.float32] | None = None,
+    deadline_ms: float | None = None,
+    started: float | None = None,
+    queue: WorkQueue | None = None,
     **filters: Any,
 ) -> RecallResult:
     """All five phases: embed the query, rcll.recall_candidates (filters are its parameters:
@@ -235,23 +240,56 @@ def recall(
     time_range, reference_time, k, channel_limit, *_weight), rerank the top `rerank_depth`
     with the cross-encoder (the top `context_depth` of those read again with the chunk before
     them), then fill `budget` tokens of fact text (a fact that does not fit is skipped; a later
-    shorter one may fit). Returns the facts and per-phase timings."""
+    shorter one may fit). Returns the facts and per-phase timings.
+
+    deadline_ms (None: no deadline, the depths asked for are read) is a latency budget counted
+    from `started` (a time.perf_counter() value; default: now): the embedding and the SQL phases
+    run, then the cross-encoder reads candidates in fused order while time is left
+    (rcll.deadline); the result says how deep it read. Model batches take slots of `queue`
+    (default: the process's installed rcll.workqueue, if any)."""
+    def fetch(embedding: npt.NDArray[np.float32] | None, n: int) -> list[Fact]:
+        return candidates(conn, query, bank, query_embedding=embedding, limit=n, **filters)
+
+    return recall_with(fetch, query, rerank_depth=rerank_depth, context_depth=context_depth, budget=budget,
+                       limit=limit, embedder=embedder, reranker=reranker, query_embedding=query_embedding,
+                       deadline_ms=deadline_ms, started=started, queue=queue)
+
+
+def recall_with(
+    fetch: Callable[[npt.NDArray[np.float32] | None, int], list[Fact]],
+    query: str,
+    *,
+    rerank_depth: int = defaults.RERANK_DEPTH,
+    context_depth: int = defaults.CONTEXT_DEPTH,
+    budget: int | None = defaults.BUDGET,
+    limit: int = defaults.CANDIDATE_LIMIT,
+    embedder: _Embedder | None = None,
+    reranker: _Reranker | None = None,
+    query_embedding: npt.NDArray[np.float32] | None = None,
+    deadline_ms: float | None = None,
+    started: float | None = None,
+    queue: WorkQueue | None = None,
+) -> RecallResult:
+    """recall() with the SQL phases behind `fetch(query_embedding, limit)` - the candidates in
+    fused order - so a server runs them in a short transaction of its own (and retries it) and
+    holds no connection while the models work."""
+    deadline = Deadline(deadline_ms, time.perf_counter() if started is None else started)
     t = time.perf_counter()
     emb = embedder or models.get_embedder()
     if query_embedding is None:
-        query_embedding = emb.embed_query(query)
+        with model_slot(READ, queue=queue, first=True):
+            query_embedding = emb.embed_query(query)
     embed_ms = _ms(t)
 
     t = time.perf_counter()
-    pool = candidates(conn, query, bank, query_embedding=query_embedding,
-                      limit=max(limit, rerank_depth), **filters)
+    pool = fetch(query_embedding, max(limit, rerank_depth))
     sql_ms = _ms(t)
 
     t = time.perf_counter()
-    ranked = pool
+    ranked, depth = list(pool), None
     if rerank_depth > 0 and pool:
-        ranked = rerank(query, pool, reranker or models.get_reranker(),
-                        depth=rerank_depth, context_depth=context_depth)
+        ranked, depth = rerank_within(query, pool, reranker or models.get_reranker(), depth=rerank_depth,
+                                      context_depth=context_depth, deadline=deadline, queue=queue)
     rerank_ms = _ms(t)
 
     t = time.perf_counter()
@@ -267,4 +305,8 @@ def recall(
         candidates=len(pool),
         tokens=sum(f.tokens for f in facts),
         ranked=ranked,
+        rerank_depth_reached=depth.rerank if depth else 0,
+        context_depth_reached=depth.context if depth else 0,
+        deadline_ms=deadline_ms,
+        deadline_cut=depth.cut if depth else False,
     )

@@ -151,3 +151,83 @@ class Stats(Renders):
         out = dict(plain(self))
         out.update(out.pop("other"))
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class FloorRoom(Renders):
+    """A row of rcll.floor_plan(): a room as rcll.rooms() lists it, with its units counted by hall,
+    layer and author. name None is the units filed in no room."""
+
+    name: str | None
+    status: str
+    merged_into: str | None
+    proposed_into: str | None
+    fact_count: int
+    aliases: list[str]
+    created_by: str | None
+    first_used: datetime | None
+    last_used: datetime | None
+    halls: dict[str, int]
+    layers: dict[str, int]
+    authors: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Unit(Renders):
+    """A row of rcll.units(): a unit as browsed (at: when it happened, else was said, else written)."""
+
+    unit_id: int
+    kind: str
+    text: str
+    room: str | None
+    hall: str | None
+    layer: str
+    author: str | None
+    author_source: str
+    thread: str | None
+    tags: list[str]
+    at: datetime
+    occurred_start: datetime | None
+    mentioned_at: datetime | None
+    created_at: datetime
+    superseded_by: int | None
+    document_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class UnitPage(Renders):
+    """One page of rcll.units(): the units, and how many match in all."""
+
+    total: int
+    limit: int
+    offset: int
+    units: list[Unit]
+
+
+@dataclass(frozen=True, slots=True)
+class MergeProposal(Renders):
+    """A row of rcll.merge_proposals(): a room merge a person decides."""
+
+    proposal_id: int
+    from_room: str
+    into_room: str
+    reason: str
+    status: str
+    proposed_by: str
+    proposed_at: datetime
+    decided_by: str | None
+    decided_at: datetime | None
+    from_units: int
+    into_units: int
+
+
+@dataclass(frozen=True, slots=True)
+class StateKey(Renders):
+    """A row of rcll.state_keys(): one room's key at its current version."""
+
+    room: str
+    key: str
+    version: int
+    value: Any
+    provenance: dict[str, Any]
+    created_at: datetime

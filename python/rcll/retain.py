@@ -21,10 +21,15 @@ from rcll.errors import RcllError, database_errors
 from rcll.extract import retain_extracted
 from rcll.models import get_embedder
 from rcll.validate import check_bank
+from rcll.workqueue import WRITE, installed
 
-__all__ = ["PROVIDERS", "Document", "RetainResult", "provider", "retain", "retain_many"]
+__all__ = ["PROVIDERS", "Document", "Prepared", "RetainResult", "prepare", "provider", "retain", "retain_many"]
 
 PROVIDERS = ("none", "offline", "anthropic")
+# Under a model-work queue (rcll.workqueue, installed by the servers) texts are embedded this many
+# at a time, one slot each, so a bulk retain never holds a slot for long.
+EMBED_STEP = 32
+Prepared = tuple[list[str], np.ndarray[Any, np.dtype[np.float32]]]
 
 
 def provider() -> str:
@@ -35,7 +40,24 @@ def provider() -> str:
 
 
 def _embed(texts: list[str]) -> np.ndarray[Any, np.dtype[np.float32]]:
-    return get_embedder().embed(texts)
+    queue = installed()
+    if queue is None or not texts:
+        return get_embedder().embed(texts)
+    parts = []
+    for i in range(0, len(texts), EMBED_STEP):
+        with queue.slot(WRITE):
+            parts.append(get_embedder().embed(texts[i:i + EMBED_STEP]))
+    return np.concatenate(parts)
+
+
+def prepare(doc: Document) -> Prepared | None:
+    """Chunk mode's model work for one document, done before a connection is taken: its chunks and
+    their embeddings (None in the extraction modes, whose work needs the connection)."""
+    doc.check()
+    if provider() != "none":
+        return None
+    chunks = chunk_text(doc.content)
+    return chunks, _embed(chunks)
 
 
 def _write_chunks(conn: psycopg.Connection[Any], bank: str, doc: Document, chunks: list[str],
@@ -55,15 +77,19 @@ def _write_chunks(conn: psycopg.Connection[Any], bank: str, doc: Document, chunk
     return RetainResult(int(row[0]), [int(u) for u in row[1]], bool(row[2]))
 
 
-def retain(conn: psycopg.Connection[Any], bank: str, doc: Document, *, via: str = "python") -> RetainResult:
-    """Retain one document in one transaction."""
+def retain(conn: psycopg.Connection[Any], bank: str, doc: Document, *, via: str = "python",
+           prepared: Prepared | None = None) -> RetainResult:
+    """Retain one document in one transaction (chunk mode: with `prepared`'s chunks and vectors
+    when given - see prepare())."""
     check_bank(bank)
     doc.check()
     mode = provider()
     if mode != "none":
         return retain_extracted(conn, bank, doc, mode=mode, via=via)
-    chunks = chunk_text(doc.content)
-    vectors = _embed(chunks)
+    if prepared is None:
+        texts = chunk_text(doc.content)
+        prepared = texts, _embed(texts)
+    chunks, vectors = prepared
     with conn.transaction():
         return _write_chunks(conn, bank, doc, chunks, vectors, via)
 

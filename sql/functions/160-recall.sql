@@ -30,7 +30,8 @@ CREATE OR REPLACE FUNCTION rcll._recall_rerank(
     "limit"       integer,
     rerank_depth  integer,
     context_depth integer,
-    budget        integer)
+    budget        integer,
+    deadline_ms   integer DEFAULT NULL)
 RETURNS TABLE (candidate integer, rerank_score real, tokens integer, ordinal integer)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -50,6 +51,7 @@ DECLARE
     keep   integer[] := '{}';
     used   bigint := 0;
     n      integer;
+    ms     double precision := _recall_rerank.deadline_ms;
 BEGIN
     IF texts IS NULL THEN
         RETURN;
@@ -58,18 +60,32 @@ BEGIN
     -- context_depth of its order are read again with the chunk before them ("<previous> / <text>")
     -- and scored by the mean of both logits (as rcll.recall.rerank in Python). Reranked
     -- candidates move to the front in that order, the rest keep their fused order behind them.
+    -- With deadline_ms (counted from the start of the statement) both views read in fused order
+    -- while time is left (rcll._model_rerank_until); what is not read keeps its fused order.
     IF models AND depth > 0 THEN
-        scores := rcll._model_rerank(_recall_rerank.query, texts[1:depth]);
+        depth := least(depth, cardinality(texts));
+        scores := CASE WHEN ms IS NULL THEN rcll._model_rerank(_recall_rerank.query, texts[1:depth])
+                       ELSE rcll._model_rerank_until(_recall_rerank.query, texts[1:depth], ms, extract(epoch FROM statement_timestamp())) END;
         SELECT (array_agg(o.i ORDER BY scores[o.i] DESC, o.i))[1:greatest(coalesce(_recall_rerank.context_depth, 0), 0)]
         INTO head FROM generate_subscripts(scores, 1) AS o(i);
         SELECT array_agg(t.i ORDER BY t.pos), array_agg(contexts[t.i] || ' / ' || texts[t.i] ORDER BY t.pos)
         INTO top, views
         FROM unnest(head) WITH ORDINALITY AS t(i, pos) WHERE contexts[t.i] <> '';
-        IF views IS NOT NULL THEN
-            second := rcll._model_rerank(_recall_rerank.query, views);
-            FOR n IN 1 .. cardinality(top) LOOP
+        IF coalesce(cardinality(scores), 0) < depth THEN
+            head := NULL;                        -- the deadline cut the first view: no second one
+            RAISE NOTICE 'recall: the deadline (% ms) cut the rerank at depth % of %', ms, coalesce(cardinality(scores), 0), depth;
+        ELSIF views IS NOT NULL THEN
+            second := CASE WHEN ms IS NULL THEN rcll._model_rerank(_recall_rerank.query, views)
+                           ELSE rcll._model_rerank_until(_recall_rerank.query, views, ms, extract(epoch FROM statement_timestamp())) END;
+            FOR n IN 1 .. coalesce(cardinality(second), 0) LOOP
                 scores[top[n]] := (scores[top[n]] + second[n]) / 2;
             END LOOP;
+            IF coalesce(cardinality(second), 0) < cardinality(top) THEN
+                -- Cut in the second view: the head read twice ends before the first unread one.
+                head := head[1 : array_position(head, top[coalesce(cardinality(second), 0) + 1]) - 1];
+                RAISE NOTICE 'recall: the deadline (% ms) cut the context view at % of % candidates', ms,
+                    coalesce(cardinality(head), 0), greatest(coalesce(_recall_rerank.context_depth, 0), 0);
+            END IF;
         END IF;
     END IF;
     -- Order: the context-read head by its mean score, the rest of the reranked ones by theirs,
@@ -98,8 +114,8 @@ BEGIN
     ORDER BY x.pos;
 END
 $$;
-COMMENT ON FUNCTION rcll._recall_rerank(text, text[], text[], integer, integer, integer, integer)
-    IS 'Internal: rcll.recall''s phases 4-5 over its candidates in fused order (texts and the context before each): the in-database cross-encoder rerank of the top rerank_depth (the top context_depth of its order read again with their context), then the cut to "limit" facts and budget tokens. Returns the kept candidates'' positions (candidate, 1-based) in final order, with their rerank scores and token counts.';
+COMMENT ON FUNCTION rcll._recall_rerank(text, text[], text[], integer, integer, integer, integer, integer)
+    IS 'Internal: rcll.recall''s phases 4-5 over its candidates in fused order (texts and the context before each): the in-database cross-encoder rerank of the top rerank_depth (the top context_depth of its order read again with their context; with deadline_ms, only while the statement is younger than that), then the cut to "limit" facts and budget tokens. Returns the kept candidates'' positions (candidate, 1-based) in final order, with their rerank scores and token counts.';
 
 CREATE OR REPLACE FUNCTION rcll.recall(
     query           text,
@@ -110,7 +126,8 @@ CREATE OR REPLACE FUNCTION rcll.recall(
     "limit"         integer DEFAULT (rcll.recall_defaults()).candidate_limit,
     query_embedding vector DEFAULT NULL,
     time_range      tstzrange DEFAULT NULL,
-    reference_time  timestamptz DEFAULT now())
+    reference_time  timestamptz DEFAULT now(),
+    deadline_ms     integer DEFAULT NULL)
 RETURNS TABLE (unit_id bigint, text text, room text, hall text, layer text, author text, thread text,
                tags text[], valid tstzrange, occurred_start timestamptz, mentioned_at timestamptz,
                document_id bigint, provenance jsonb, fused_score double precision, rerank_score real,
@@ -138,9 +155,9 @@ AS $$
         texts => (SELECT array_agg(c.text ORDER BY c.ordinality) FROM c),
         contexts => (SELECT array_agg(c.context ORDER BY c.ordinality) FROM c),
         "limit" => recall."limit", rerank_depth => recall.rerank_depth,
-        context_depth => recall.context_depth, budget => recall.budget) r
+        context_depth => recall.context_depth, budget => recall.budget, deadline_ms => recall.deadline_ms) r
     JOIN c ON c.ordinality = r.candidate
     ORDER BY r.ordinal
 $$;
-COMMENT ON FUNCTION rcll.recall(text, rcll.recall_scope, integer, integer, integer, integer, vector, tstzrange, timestamptz)
-    IS 'Recall from SQL: rcll.recall_candidates over the scope (rcll.recall_scope: bank, rooms, authors, filters), then the cross-encoder rerank of the top rerank_depth candidates (the top context_depth of its order read again with the chunk before them, by the mean of both scores), then the cut to "limit" facts and budget tokens of fact text (skipping facts that do not fit). Fusion runs with rcll.recall_candidates'' defaults: tuning it (k, channel_limit, the channel weights) is rcll.recall_candidates'' job. With in-database models (rcll.enable_in_database_models) the query is embedded and reranked here; without them pass query_embedding, and the rerank is skipped (NOTICE). Never writes. From psql: SELECT text FROM rcll.recall(''how do we deploy?'', rcll.recall_scope(''fleet'', rooms => ''{deployment}'')).';
+COMMENT ON FUNCTION rcll.recall(text, rcll.recall_scope, integer, integer, integer, integer, vector, tstzrange, timestamptz, integer)
+    IS 'Recall from SQL: rcll.recall_candidates over the scope (rcll.recall_scope: bank, rooms, authors, filters), then the cross-encoder rerank of the top rerank_depth candidates (the top context_depth of its order read again with the chunk before them, by the mean of both scores), then the cut to "limit" facts and budget tokens of fact text (skipping facts that do not fit). Fusion runs with rcll.recall_candidates'' defaults: tuning it (k, channel_limit, the channel weights) is rcll.recall_candidates'' job. With in-database models (rcll.enable_in_database_models) the query is embedded and reranked here; without them pass query_embedding, and the rerank is skipped (NOTICE). deadline_ms (default none) is a latency budget from the start of the statement: the cross-encoder reads candidates in fused order while time is left, the rest keep their fused order (rerank_score NULL), and a NOTICE says where the deadline cut it. Never writes. From psql: SELECT text FROM rcll.recall(''how do we deploy?'', rcll.recall_scope(''fleet'', rooms => ''{deployment}'')).';

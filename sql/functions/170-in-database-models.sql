@@ -61,6 +61,30 @@ if not passages:
     return []
 return [float(x) for x in m.get_reranker().score(query, list(passages))]
 $py$);
+    -- Recall's deadline (rcll._recall_rerank): read in order while the statement is younger than
+    -- deadline_ms; all the rest in one call (batched as without a deadline) when it should take at
+    -- most half the time left, else 8 at a time. The per-pair cost (waits included) is this
+    -- backend's running mean, kept in GD: under load it rises and the reads go 8 at a time.
+    EXECUTE format($sql$
+CREATE OR REPLACE FUNCTION rcll._model_rerank_until(query text, passages text[], deadline_ms double precision,
+                                                    started double precision) RETURNS real[]
+LANGUAGE plpython3u STABLE STRICT SET search_path = pg_catalog, pg_temp AS %L$sql$,
+        prelude || $py$
+import time
+n, i, out = len(passages), 0, []
+cost = GD.get("rcll.rerank_pair_s", 0.010)
+while i < n:
+    left = started + deadline_ms / 1000.0 - time.time()
+    if left < cost * min(8, n - i):
+        break
+    w = n - i if (n - i) * cost <= left / 2 else min(8, n - i)
+    t = time.time()
+    out += [float(x) for x in m.get_reranker().score(query, list(passages[i:i + w]))]
+    cost = 0.7 * cost + 0.3 * (time.time() - t) / w
+    i += w
+GD["rcll.rerank_pair_s"] = cost
+return out
+$py$);
     EXECUTE format($sql$
 CREATE OR REPLACE FUNCTION rcll._model_count_tokens(texts text[]) RETURNS integer[]
 LANGUAGE plpython3u STABLE STRICT SET search_path = pg_catalog, pg_temp AS %L$sql$,
@@ -69,6 +93,7 @@ return m.count_tokens(list(texts)) if texts else []
 $py$);
     COMMENT ON FUNCTION rcll._model_embed_query(text) IS 'Internal (created by rcll.enable_in_database_models): the bge-small-en-v1.5 embedding of a query, computed in this backend.';
     COMMENT ON FUNCTION rcll._model_rerank(text, text[]) IS 'Internal (created by rcll.enable_in_database_models): cross-encoder logits of (query, passage) pairs, in input order.';
+    COMMENT ON FUNCTION rcll._model_rerank_until(text, text[], double precision, double precision) IS 'Internal (created by rcll.enable_in_database_models): cross-encoder logits of the passages read in order while the statement that started at `started` (epoch seconds) is younger than deadline_ms - the prefix read, shorter than passages when the deadline cut it.';
     COMMENT ON FUNCTION rcll._model_count_tokens(text[]) IS 'Internal (created by rcll.enable_in_database_models): bge wordpiece tokens per text (for the token budget).';
     -- Fail now, with the reason, rather than at the first recall.
     EXECUTE 'SELECT rcll._model_count_tokens(ARRAY[''ok''])';
@@ -85,6 +110,7 @@ AS $$
 BEGIN
     DROP FUNCTION IF EXISTS rcll._model_embed_query(text);
     DROP FUNCTION IF EXISTS rcll._model_rerank(text, text[]);
+    DROP FUNCTION IF EXISTS rcll._model_rerank_until(text, text[], double precision, double precision);
     DROP FUNCTION IF EXISTS rcll._model_count_tokens(text[]);
     RETURN 'in-database models disabled';
 END

@@ -1,0 +1,184 @@
+"""Recall's latency deadline: the cross-encoder reads fused candidates while time is left.
+
+Embedding the query and the SQL phases always run; what the deadline bounds is the rerank, the
+one phase whose cost grows with depth and with load (hindsight's users report 30-130 s recalls on
+CPU at a fixed depth). The reranker reads candidates in fused order, in batches, and stops when
+the time is spent; the context view (the top of its order read again with the chunk before them)
+likewise. What it has not read keeps its fused order behind what it has.
+
+Without a deadline - or with one it can meet - the reads are batched exactly as a single
+reranker call would batch them (sorted by length, 8 to a batch), so the scores and the rows are
+the same as the undeadlined recall's: INT8 scores move with batch composition (rcll.models), and
+"a generous deadline changes nothing" must hold to the bit. When the remaining depth is not
+expected to fit the time left (a running per-pair cost, waits for a model slot included), it
+reads one batch of 8 fused candidates at a time instead and looks at the clock between batches.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from rcll.workqueue import READ, WorkQueue, model_slot
+
+if TYPE_CHECKING:
+    from rcll.recall import Fact
+
+__all__ = ["BATCH", "SERVER_DEADLINE_MS", "Deadline", "Depth", "pair_cost", "rerank_within", "server_deadline_ms"]
+
+BATCH = 8  # rcll.models.RERANK_BATCH: the reranker's batch, and the step of a deadlined read
+# The servers' (HTTP, MCP) default deadline. Unloaded on 2 cores a default recall (40 + 15 pairs)
+# takes ~0.3-0.6 s, so 1 s reads the default depths; under load it bounds an agent's wait.
+# RCLL_DEADLINE_MS overrides it; Python callers have no deadline unless they pass one.
+SERVER_DEADLINE_MS = 1000
+
+
+def server_deadline_ms() -> int:
+    raw = os.environ.get("RCLL_DEADLINE_MS", "").strip()
+    return int(raw) if raw else SERVER_DEADLINE_MS
+
+
+class _Reranker(Protocol):
+    def score(self, query: str, passages: Sequence[str]) -> npt.NDArray[np.float32]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Deadline:
+    """A latency budget in milliseconds from `started` (a time.perf_counter() value; default now).
+    ms None is no deadline."""
+
+    ms: float | None
+    started: float = field(default_factory=time.perf_counter)
+
+    def left(self) -> float:
+        """Seconds left (inf without a deadline; negative once passed)."""
+        if self.ms is None:
+            return math.inf
+        return self.started + self.ms / 1000.0 - time.perf_counter()
+
+
+@dataclass(frozen=True, slots=True)
+class Depth:
+    """How far the rerank read: candidates read by the cross-encoder (first view), how many of its
+    top were read again with their context (second view), and whether the deadline stopped it."""
+
+    rerank: int = 0
+    context: int = 0
+    cut: bool = False
+
+
+class _PairCost:
+    """Running mean of wall seconds per scored pair, waits for a model slot included: under load it
+    rises, and reads fall back to one batch at a time."""
+
+    def __init__(self, seconds: float = 0.010) -> None:
+        self._lock = threading.Lock()
+        self.seconds = seconds
+
+    def get(self) -> float:
+        with self._lock:
+            return self.seconds
+
+    def observe(self, seconds: float, pairs: int) -> None:
+        if pairs > 0:
+            with self._lock:
+                self.seconds = 0.7 * self.seconds + 0.3 * (seconds / pairs)
+
+
+pair_cost = _PairCost()
+
+
+def _lengths(reranker: Any, query: str, passages: list[str]) -> list[int]:
+    fn: Callable[[str, Sequence[str]], list[int]] | None = getattr(reranker, "pair_lengths", None)
+    return list(fn(query, passages)) if fn is not None else [0] * len(passages)
+
+
+def _read(query: str, passages: list[str], reranker: _Reranker, deadline: Deadline,
+          queue: WorkQueue | None) -> tuple[dict[int, float], bool]:
+    """Scores of passages (by index), read in order while time is left; True when time ran out
+    before all were read."""
+    scores: dict[int, float] = {}
+    i, n = 0, len(passages)
+    while i < n:
+        left, cost = deadline.left(), pair_cost.get()
+        if left <= 0 or (deadline.ms is not None and left < cost * min(BATCH, n - i)):
+            return scores, True          # the next batch would end past the deadline
+        # All the rest in one go (batched as one call would) when it should take at most half
+        # the time left; otherwise one batch of 8, then look at the clock again.
+        end = n if (n - i) * cost <= left / 2 else min(n, i + BATCH)
+        window = list(range(i, end))
+        lengths = _lengths(reranker, query, [passages[j] for j in window])
+        # The batches a single reranker call would make: sorted by length (stable), 8 at a time.
+        order = [window[k] for k in sorted(range(len(window)), key=lengths.__getitem__)]
+        for b in range(0, len(order), BATCH):
+            rows = order[b:b + BATCH]
+            t = time.perf_counter()
+            try:
+                with model_slot(READ, None if deadline.ms is None else max(deadline.left(), 0.0), queue):
+                    out = reranker.score(query, [passages[j] for j in rows])
+            except TimeoutError:
+                return scores, True
+            pair_cost.observe(time.perf_counter() - t, len(rows))
+            scores.update(zip(rows, (float(s) for s in out), strict=True))
+            if b + BATCH < len(order) and deadline.left() < pair_cost.get() * len(order[b + BATCH:b + 2 * BATCH]):
+                return scores, True
+        i = end
+    return scores, False
+
+
+def _prefix(scores: dict[int, float]) -> int:
+    n = 0
+    while n in scores:
+        n += 1
+    return n
+
+
+def _context_passage(fact: Fact) -> str | None:
+    return None if not fact.context else f"{fact.context} / {fact.text}"
+
+
+def rerank_within(
+    query: str,
+    pool: Sequence[Fact],
+    reranker: _Reranker,
+    *,
+    depth: int,
+    context_depth: int,
+    deadline: Deadline | None = None,
+    queue: WorkQueue | None = None,
+) -> tuple[list[Fact], Depth]:
+    """rcll.recall.rerank under a deadline. The cross-encoder reads the top `depth` facts in fused
+    order while time is left (first view); the top `context_depth` of the facts it read, in its
+    order, are read again with the chunk before them (second view) while time is left, and ordered
+    by the mean of both logits. Only a fused-order prefix counts as read: a batch scored beyond
+    a gap is dropped. Order of the result: the facts read twice, the rest of those read once, then
+    the unread ones in fused order. Returns the facts and how deep it read."""
+    deadline = deadline or Deadline(None)
+    depth = min(max(depth, 0), len(pool))
+    if depth == 0:
+        return list(pool), Depth()
+    first, cut = _read(query, [f.text for f in pool[:depth]], reranker, deadline, queue)
+    read = _prefix(first)
+    head = sorted((replace(f, rerank_score=first[j]) for j, f in enumerate(pool[:read])),
+                  key=lambda f: -(f.rerank_score or 0.0))
+    top = head[: min(max(context_depth, 0), read)]
+    done = 0
+    if top and not cut:
+        views = [(i, p) for i, p in enumerate(_context_passage(f) for f in top) if p is not None]
+        second, cut = _read(query, [p for _, p in views], reranker, deadline, queue)
+        n = _prefix(second)
+        for k in range(n):
+            i = views[k][0]
+            top[i] = replace(top[i], rerank_score=((top[i].rerank_score or 0.0) + second[k]) / 2)
+        # A fact without a preceding chunk has nothing to read again: it counts as read.
+        done = len(top) if n == len(views) else views[n][0]
+    twice = sorted(top[:done], key=lambda f: -(f.rerank_score or 0.0))
+    return twice + head[done:] + list(pool[read:]), Depth(read, done, cut)

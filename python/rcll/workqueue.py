@@ -1,0 +1,231 @@
+"""Bounded model work: requests are admitted up to a limit, model batches take one of a few slots.
+
+The cross-encoder and the embedder share the cores with PostgreSQL. Left alone, every request a
+server accepts starts model work at once, the cores are oversubscribed and every request's latency
+grows with the queue; recalls (tens of cross-encoder pairs each) crowd out writes (a few embedded
+chunks each). So model work goes through one WorkQueue per process:
+
+- admission, per request: at most `read_limit` recalls and `write_limit` retains in progress; one
+  more is refused at once with Busy (HTTP 503 + Retry-After) instead of waiting without bound;
+- slots, per model batch: at most `slots` batches run at a time (the core count by default). A
+  batch holds a slot for tens of milliseconds (a rerank batch of 8 pairs, one retain's chunks), so
+  a waiting write is served within about one batch whatever the reads do;
+- fairness: when reads and writes both wait, slots go to them in turn, and while one kind waits the
+  other never holds the last free slot - writes keep a slot against a flood of recalls, and reads
+  keep one against a bulk retain.
+
+Python callers get no queue unless one is installed (`install`), so the library keeps its
+behaviour; `rcll serve` and `rcll mcp` install one sized to the cores.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Literal
+
+from rcll.errors import RcllError
+
+__all__ = ["READ", "WRITE", "Busy", "Kind", "WorkQueue", "admitted", "install", "installed", "model_slot"]
+
+Kind = Literal["read", "write"]
+READ: Kind = "read"
+WRITE: Kind = "write"
+_KINDS: tuple[Kind, Kind] = (READ, WRITE)
+_WHAT = {READ: "recalls", WRITE: "writes"}
+
+
+class Busy(RcllError):
+    """The server already has as many requests of this kind in progress as it admits."""
+
+    def __init__(self, kind: Kind, limit: int, retry_after: int) -> None:
+        super().__init__("server", f"busy: {limit} {_WHAT[kind]} in progress is the limit",
+                         f"retry after {retry_after} s (Retry-After), or raise RCLL_{kind.upper()}_LIMIT")
+        self.kind = kind
+        self.retry_after = retry_after
+
+
+@dataclass
+class _Waiter:
+    kind: Kind
+    granted: bool = False
+
+
+@dataclass
+class Snapshot:
+    """Counters, for tests and /health."""
+
+    slots: int
+    limits: dict[Kind, int]
+    admitted: dict[Kind, int]
+    active: dict[Kind, int]
+    waiting: dict[Kind, int]
+    grants: dict[Kind, int] = field(default_factory=dict)
+    refused: dict[Kind, int] = field(default_factory=dict)
+
+
+def _env_int(name: str) -> int | None:
+    raw = os.environ.get(name, "").strip()
+    return int(raw) if raw else None
+
+
+class WorkQueue:
+    """Admission limits per request and fair model slots per batch (see the module docstring).
+
+    slots defaults to os.cpu_count(); read_limit to 4 x slots (recalls in progress), write_limit
+    to 8 x slots (retains in progress); RCLL_MODEL_SLOTS, RCLL_READ_LIMIT and RCLL_WRITE_LIMIT
+    override the defaults."""
+
+    def __init__(self, slots: int | None = None, *, read_limit: int | None = None,
+                 write_limit: int | None = None) -> None:
+        self.slots = max(1, slots or _env_int("RCLL_MODEL_SLOTS") or os.cpu_count() or 1)
+        self.limits: dict[Kind, int] = {
+            READ: max(1, read_limit or _env_int("RCLL_READ_LIMIT") or 4 * self.slots),
+            WRITE: max(1, write_limit or _env_int("RCLL_WRITE_LIMIT") or 8 * self.slots),
+        }
+        self._cond = threading.Condition()
+        self._admitted: dict[Kind, int] = {READ: 0, WRITE: 0}
+        self._active: dict[Kind, int] = {READ: 0, WRITE: 0}
+        self._waiting: dict[Kind, deque[_Waiter]] = {READ: deque(), WRITE: deque()}
+        self._grants: dict[Kind, int] = {READ: 0, WRITE: 0}
+        self._refused: dict[Kind, int] = {READ: 0, WRITE: 0}
+        self._last: Kind = READ   # so that writes go first when both kinds wait on a fresh queue
+        self._batch_s = 0.05      # running mean of a slot's hold time, for Retry-After
+
+    # -- admission ------------------------------------------------------------------------------
+
+    @contextmanager
+    def admit(self, kind: Kind) -> Iterator[None]:
+        """Hold one of `kind`'s admission places for a request; Busy at once when none is free."""
+        with self._cond:
+            if self._admitted[kind] >= self.limits[kind]:
+                self._refused[kind] += 1
+                raise Busy(kind, self.limits[kind], self.retry_after(kind))
+            self._admitted[kind] += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._admitted[kind] -= 1
+
+    def retry_after(self, kind: Kind) -> int:
+        """Seconds after which a refused request may find room: the admitted work's batches spread
+        over the slots, at least 1 s."""
+        per_request = 8 if kind == READ else 1      # a recall's rerank is several batches
+        backlog = self._admitted[kind] * per_request * self._batch_s / self.slots
+        return max(1, math.ceil(backlog))
+
+    # -- slots ----------------------------------------------------------------------------------
+
+    @contextmanager
+    def slot(self, kind: Kind, timeout: float | None = None, *, first: bool = False) -> Iterator[None]:
+        """Hold a model slot for one batch. Waits for it (at most `timeout` seconds, then
+        TimeoutError); waiting reads and writes are served in turn. first: ahead of the other
+        waiters of its kind (a recall's query embedding: tiny, and nothing else of that recall
+        can start without it)."""
+        waiter = _Waiter(kind)
+        limit = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+        with self._cond:
+            if first:
+                self._waiting[kind].appendleft(waiter)
+            else:
+                self._waiting[kind].append(waiter)
+            self._dispatch()
+            while not waiter.granted:
+                left = None if limit is None else limit - time.monotonic()
+                if left is not None and left <= 0:
+                    self._waiting[kind].remove(waiter)
+                    self._dispatch()
+                    raise TimeoutError(f"no model slot within {timeout:.3f} s")
+                self._cond.wait(left)
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            held = time.monotonic() - started
+            with self._cond:
+                self._active[kind] -= 1
+                self._batch_s = 0.9 * self._batch_s + 0.1 * held
+                self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Grant free slots to waiters (called with the lock held)."""
+        granted = False
+        while self._active[READ] + self._active[WRITE] < self.slots:
+            kind = self._next_kind()
+            if kind is None:
+                break
+            waiter = self._waiting[kind].popleft()
+            waiter.granted = True
+            self._active[kind] += 1
+            self._grants[kind] += 1
+            self._last = kind
+            granted = True
+        if granted:
+            self._cond.notify_all()
+
+    def _next_kind(self) -> Kind | None:
+        free = self.slots - self._active[READ] - self._active[WRITE]
+        ready = []
+        for kind in _KINDS:
+            if not self._waiting[kind]:
+                continue
+            other = WRITE if kind == READ else READ
+            # While the other kind waits, never take the last free slot (one stays reserved for it).
+            if self._waiting[other] and self.slots > 1 and free <= 1 and self._active[other] == 0:
+                continue
+            ready.append(kind)
+        if not ready:
+            return None
+        if len(ready) == 2:
+            return WRITE if self._last == READ else READ      # in turn
+        return ready[0]
+
+    def snapshot(self) -> Snapshot:
+        with self._cond:
+            return Snapshot(self.slots, dict(self.limits), dict(self._admitted), dict(self._active),
+                            {k: len(v) for k, v in self._waiting.items()}, dict(self._grants), dict(self._refused))
+
+
+_installed: WorkQueue | None = None
+
+
+def install(queue: WorkQueue | None) -> WorkQueue | None:
+    """Make `queue` the process's model-work queue (None removes it). Returns the previous one."""
+    global _installed
+    previous, _installed = _installed, queue
+    return previous
+
+
+def installed() -> WorkQueue | None:
+    return _installed
+
+
+@contextmanager
+def model_slot(kind: Kind, timeout: float | None = None, queue: WorkQueue | None = None, *,
+               first: bool = False) -> Iterator[None]:
+    """A slot of `queue` (default: the installed one) for one batch; nothing when there is none."""
+    q = queue or _installed
+    if q is None:
+        yield
+        return
+    with q.slot(kind, timeout, first=first):
+        yield
+
+
+@contextmanager
+def admitted(kind: Kind, queue: WorkQueue | None = None) -> Iterator[None]:
+    """An admission place of `queue` (default: the installed one) for one request - Busy at once
+    when there is none; nothing when no queue is installed."""
+    q = queue or _installed
+    if q is None:
+        yield
+        return
+    with q.admit(kind):
+        yield

@@ -1,0 +1,161 @@
+"""Recall's deadline: the cross-encoder reads fused candidates while time is left, says how deep it read,
+and a deadline it can meet changes nothing."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import psycopg
+
+from conftest import pg15_only
+from rcll import models
+from rcll.db import configure
+from rcll.deadline import Deadline, Depth, pair_cost, rerank_within
+from rcll.recall import Fact, recall
+from rcll.retain import Document, retain_many
+from rcll.workqueue import WRITE, WorkQueue
+
+BANK = "dl"
+TOPICS = ("deploys", "backups", "billing", "incidents", "hiring", "roadmap")
+
+
+def store(db: psycopg.Connection[Any], n: int = 30) -> None:
+    """n documents of two or three chunks each: more candidates than the default rerank depth, and
+    chunks with a chunk before them (the context view)."""
+    db.execute("SELECT rcll.create_bank(%s)", (BANK,))
+    docs = []
+    for i in range(n):
+        topic = TOPICS[i % len(TOPICS)]
+        paras = [f"Note {i} on {topic}: the {topic} team changed step {j} of the {topic} process "
+                 f"after review {i * 7 + j}; see the {topic} runbook section {j}." for j in range(2 + i % 2)]
+        docs.append(Document(content="\n\n".join(" ".join([p] * 6) for p in paras), room=topic))
+    retain_many(db, BANK, docs)
+
+
+def ranked(result: Any) -> list[tuple[int, float | None]]:
+    return [(f.unit_id, f.rerank_score) for f in result.facts]
+
+
+def test_a_generous_deadline_returns_exactly_the_undeadlined_result(db: psycopg.Connection[Any]) -> None:
+    store(db)
+    q = "what changed in the deploys process after review?"
+    plain = recall(db, q, BANK)
+    timed = recall(db, q, BANK, deadline_ms=600_000)
+    assert plain.candidates > 40
+    assert ranked(timed) == ranked(plain)
+    assert (timed.rerank_depth_reached, timed.context_depth_reached, timed.deadline_cut) == (40, 15, False)
+    assert (plain.rerank_depth_reached, plain.context_depth_reached, plain.deadline_cut) == (40, 15, False)
+
+
+def test_a_one_millisecond_deadline_still_returns_fused_results_flagged(db: psycopg.Connection[Any]) -> None:
+    store(db)
+    q = "billing runbook"
+    full = recall(db, q, BANK, rerank_depth=0)            # the fused order, no rerank
+    cut = recall(db, q, BANK, deadline_ms=1)
+    assert cut.facts and cut.deadline_cut
+    assert (cut.rerank_depth_reached, cut.context_depth_reached) == (0, 0)
+    assert [f.unit_id for f in cut.facts] == [f.unit_id for f in full.facts]
+    assert all(f.rerank_score is None for f in cut.facts)
+
+
+class SlowScores:
+    """A stand-in cross-encoder: score = -fused position, `per_pair` seconds a pair."""
+
+    def __init__(self, per_pair: float) -> None:
+        self.per_pair = per_pair
+        self.calls: list[list[str]] = []
+
+    def score(self, query: str, passages: Sequence[str]) -> npt.NDArray[np.float32]:
+        self.calls.append(list(passages))
+        time.sleep(self.per_pair * len(passages))
+        return np.array([-float(p.split()[-1]) for p in passages], dtype=np.float32)
+
+
+def facts(n: int) -> list[Fact]:
+    return [Fact(unit_id=i, text=f"fact {i}", room=None, hall=None, layer=None, author=None, thread=None,
+                 tags=[], valid=None, occurred_start=None, mentioned_at=None, document_id=None, provenance={},
+                 fused_score=1.0 / (i + 1), rank_dense=None, rank_lexical=None, rank_graph=None,
+                 rank_temporal=None, context=f"before {i}" if i % 2 else None)
+            for i in range(n)]
+
+
+def test_under_a_tight_deadline_the_reranker_reads_a_fused_prefix_in_batches() -> None:
+    pair_cost.seconds = 0.010
+    scorer = SlowScores(per_pair=0.01)   # 80 ms a batch of 8: 40 pairs do not fit in 200 ms
+    out, depth = rerank_within("q", facts(60), scorer, depth=40, context_depth=15, deadline=Deadline(200))
+    assert depth.cut and 8 <= depth.rerank < 40 and depth.rerank % 8 == 0
+    # Read in fused order, a batch of 8 at a time.
+    assert scorer.calls[0] == [f"fact {i}" for i in range(8)]
+    read = out[: depth.rerank]
+    assert all(f.rerank_score is not None for f in read)
+    assert [f.unit_id for f in out[depth.rerank:]] == list(range(depth.rerank, 60))   # unread: fused order
+
+
+def test_without_a_deadline_the_depths_are_the_asked_ones() -> None:
+    scorer = SlowScores(per_pair=0)
+    out, depth = rerank_within("q", facts(60), scorer, depth=40, context_depth=15)
+    assert depth == Depth(40, 15, False)
+    assert scorer.calls[:5] == [[f"fact {i}" for i in range(b, b + 8)] for b in range(0, 40, 8)]
+    assert sorted(f.unit_id for f in out) == list(range(60))
+
+
+def test_rerank_waits_for_a_model_slot_only_while_time_is_left() -> None:
+    q = WorkQueue(1)
+    release = threading.Event()
+    held = threading.Event()
+
+    def bulk_write() -> None:
+        with q.slot(WRITE):
+            held.set()
+            release.wait(10)
+
+    t = threading.Thread(target=bulk_write)
+    t.start()
+    held.wait()
+    try:
+        started = time.perf_counter()
+        out, depth = rerank_within("q", facts(20), SlowScores(0), depth=20, context_depth=5,
+                                   deadline=Deadline(100), queue=q)
+        assert time.perf_counter() - started < 0.5
+        assert depth == Depth(0, 0, True) and [f.unit_id for f in out] == list(range(20))
+    finally:
+        release.set()
+        t.join()
+
+
+def test_the_reranker_batches_a_full_read_as_one_call_would() -> None:
+    reranker = models.get_reranker()
+    passages = [("short " * (i % 5 + 1)) + f"passage {i}" for i in range(20)]
+    lengths = reranker.pair_lengths("a query", passages)
+    assert len(lengths) == 20 and len(set(lengths)) > 1
+    whole = reranker.score("a query", passages)
+    pool = [Fact(unit_id=i, text=p, room=None, hall=None, layer=None, author=None, thread=None, tags=[],
+                 valid=None, occurred_start=None, mentioned_at=None, document_id=None, provenance={},
+                 fused_score=0.0, rank_dense=None, rank_lexical=None, rank_graph=None, rank_temporal=None)
+            for i, p in enumerate(passages)]
+    out, depth = rerank_within("a query", pool, reranker, depth=20, context_depth=0, deadline=Deadline(600_000))
+    assert depth == Depth(20, 0, False)
+    assert {f.unit_id: f.rerank_score for f in out} == {i: float(s) for i, s in enumerate(whole)}
+
+
+@pg15_only
+def test_in_database_recall_keeps_its_rows_under_a_generous_deadline_and_cuts_under_a_tiny_one(
+        models_dsn: str) -> None:
+    sql = ("SELECT unit_id, rerank_score FROM rcll.recall(%s, rcll.recall_scope(%s), deadline_ms => %s)")
+    with psycopg.connect(models_dsn, autocommit=True) as db:
+        configure(db)
+        store(db)
+        q = "what changed in the deploys process after review?"
+        plain = db.execute("SELECT unit_id, rerank_score FROM rcll.recall(%s, rcll.recall_scope(%s))",
+                           (q, BANK)).fetchall()
+        assert db.execute(sql, (q, BANK, 600_000)).fetchall() == plain
+        notices: list[str] = []
+        db.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+        cut = db.execute(sql, (q, BANK, 1)).fetchall()
+        assert cut and all(score is None for _, score in cut)
+        assert any("the deadline (1 ms) cut the rerank at depth 0" in n for n in notices), notices

@@ -1,0 +1,228 @@
+"""Bounded model work: admission refuses at once, slots bound the batches, writes and reads share fairly."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from rcll import workqueue
+from rcll.workqueue import READ, WRITE, Busy, WorkQueue, model_slot
+
+HOLD = 0.04  # seconds a fake model batch holds its slot
+
+
+class Probe:
+    """Counts the batches running at once."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running = 0
+        self.most = 0
+
+    def batch(self, hold: float = HOLD) -> None:
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        time.sleep(hold)
+        with self.lock:
+            self.running -= 1
+
+
+def run_threads(n: int, target: Callable[[int], None]) -> list[threading.Thread]:
+    threads = [threading.Thread(target=target, args=(i,), daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def test_admission_over_the_limit_is_refused_at_once_with_a_retry_after() -> None:
+    q = WorkQueue(2, read_limit=3, write_limit=5)
+    release = threading.Event()
+    entered = threading.Barrier(4)
+
+    def hold(_: int) -> None:
+        with q.admit(READ):
+            entered.wait()
+            release.wait(10)
+
+    threads = run_threads(3, hold)
+    entered.wait()
+    started = time.perf_counter()
+    with pytest.raises(Busy) as refused, q.admit(READ):
+        pass
+    assert time.perf_counter() - started < 0.05
+    assert refused.value.retry_after >= 1 and refused.value.field == "server"
+    assert "busy" in refused.value.message
+    with q.admit(WRITE):        # writes have their own places
+        pass
+    release.set()
+    for t in threads:
+        t.join()
+    with q.admit(READ):         # and the places come back
+        pass
+    assert q.snapshot().refused == {READ: 1, WRITE: 0}
+
+
+def test_never_more_batches_at_once_than_slots() -> None:
+    q = WorkQueue(2)
+    probe = Probe()
+
+    def work(i: int) -> None:
+        for _ in range(5):
+            with q.slot(READ if i % 2 else WRITE):
+                probe.batch(0.005)
+
+    for t in run_threads(8, work):
+        t.join()
+    assert probe.most == 2
+    snap = q.snapshot()
+    assert snap.active == {READ: 0, WRITE: 0} and snap.waiting == {READ: 0, WRITE: 0}
+    assert snap.grants[READ] + snap.grants[WRITE] == 40
+
+
+def test_the_default_is_one_slot_per_core() -> None:
+    import os
+
+    assert WorkQueue().slots == (os.cpu_count() or 1)
+
+
+def _flood(q: WorkQueue, kind: str, threads: int, stop: threading.Event, probe: Probe) -> list[threading.Thread]:
+    def work(_: int) -> None:
+        while not stop.is_set():
+            with q.slot(kind):  # type: ignore[arg-type]
+                probe.batch()
+
+    return run_threads(threads, work)
+
+
+def test_a_write_waits_about_one_batch_while_reads_saturate_the_slots() -> None:
+    q = WorkQueue(2)
+    stop = threading.Event()
+    readers = _flood(q, READ, 8, stop, Probe())
+    time.sleep(0.2)
+    overtaken = []
+    for _ in range(10):
+        before = q.snapshot().grants[READ]
+        with q.slot(WRITE):
+            overtaken.append(q.snapshot().grants[READ] - before)
+            time.sleep(0.005)
+    stop.set()
+    for t in readers:
+        t.join()
+    # Eight reads queue ahead of the write; first come, first served would let all eight go
+    # first. The write takes the next free slot (a read may slip in before it joins the queue).
+    assert max(overtaken) <= 1, overtaken
+
+
+def test_a_bulk_retain_cannot_take_every_slot_from_reads() -> None:
+    q = WorkQueue(2)
+    stop = threading.Event()
+    writers = _flood(q, WRITE, 12, stop, Probe())
+    time.sleep(0.2)
+    overtaken = []
+    for _ in range(10):
+        before = q.snapshot().grants[WRITE]
+        with q.slot(READ):
+            overtaken.append(q.snapshot().grants[WRITE] - before)
+            time.sleep(0.005)
+    stop.set()
+    for t in writers:
+        t.join()
+    assert max(overtaken) <= 1, overtaken
+
+
+def test_reads_and_writes_both_waiting_share_the_slots_in_turn() -> None:
+    q = WorkQueue(2)
+    stop = threading.Event()
+    done = {READ: 0, WRITE: 0}
+    lock = threading.Lock()
+
+    def work(i: int) -> None:
+        kind = READ if i < 8 else WRITE
+        while not stop.is_set():
+            with q.slot(kind):
+                time.sleep(0.01)
+            with lock:
+                done[kind] += 1
+
+    threads = run_threads(16, work)
+    time.sleep(1.0)
+    stop.set()
+    for t in threads:
+        t.join()
+    share = done[WRITE] / (done[READ] + done[WRITE])
+    assert 0.4 <= share <= 0.6, done
+
+
+def test_a_query_embedding_goes_ahead_of_the_rerank_batches_waiting() -> None:
+    q = WorkQueue(1)
+    release = threading.Event()
+    held = threading.Event()
+    order: list[str] = []
+
+    def hold(_: int) -> None:
+        with q.slot(READ):
+            held.set()
+            release.wait(10)
+
+    def batch(i: int) -> None:
+        with q.slot(READ):
+            order.append(f"batch {i}")
+
+    (holder,) = run_threads(1, hold)
+    held.wait()
+    batches = run_threads(3, batch)
+    while q.snapshot().waiting[READ] < 3:
+        time.sleep(0.005)
+    def query_embedding() -> None:
+        with q.slot(READ, first=True):
+            order.append("embed")
+
+    embed = threading.Thread(target=query_embedding)
+    embed.start()
+    while q.snapshot().waiting[READ] < 4:
+        time.sleep(0.005)
+    release.set()
+    for t in [holder, embed, *batches]:
+        t.join()
+    assert order[0] == "embed" and len(order) == 4
+
+
+def test_a_slot_wait_past_its_timeout_raises_and_leaves_the_queue_clean() -> None:
+    q = WorkQueue(1)
+    release = threading.Event()
+    held = threading.Event()
+
+    def hold(_: int) -> None:
+        with q.slot(WRITE):
+            held.set()
+            release.wait(10)
+
+    (t,) = run_threads(1, hold)
+    held.wait()
+    started = time.perf_counter()
+    with pytest.raises(TimeoutError), q.slot(READ, timeout=0.05):
+        pass
+    assert 0.04 < time.perf_counter() - started < 0.5
+    assert q.snapshot().waiting == {READ: 0, WRITE: 0}
+    release.set()
+    t.join()
+    with q.slot(READ, timeout=0):   # a free slot is granted even with no time to wait
+        pass
+
+
+def test_without_an_installed_queue_model_slots_cost_nothing() -> None:
+    previous = workqueue.install(None)
+    try:
+        with model_slot(READ, timeout=0):
+            pass
+        q = WorkQueue(1)
+        workqueue.install(q)
+        with model_slot(WRITE):
+            assert q.snapshot().active[WRITE] == 1
+        assert workqueue.installed() is q
+    finally:
+        workqueue.install(previous)
