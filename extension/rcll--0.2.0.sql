@@ -511,6 +511,126 @@ DROP INDEX rcll.memory_units_document;
 
 INSERT INTO rcll.migrations (name, sha256) VALUES ('008-document-order-index.sql', '542932db829d921d7b8b1f0934cf97d0f3e514534eae39defacb9efcddddba85');
 
+-- migration 009-recall-scope.sql
+-- Run-once: the type of a recall's scope, resolved once per recall (rcll.recall_scope) and
+-- passed to every channel: the bank's id, the rooms with their aliases expanded, the authors
+-- with mine applied, and the filters as given.
+CREATE TYPE rcll.recall_scope AS (
+    bank_id              integer,
+    rooms                text[],
+    authors              text[],
+    include_unattributed boolean,
+    halls                text[],
+    layers               text[],
+    tags_any             text[],
+    tags_all             text[],
+    thread               text,
+    as_of                timestamptz
+);
+COMMENT ON TYPE rcll.recall_scope IS 'What a recall may read, resolved: bank id, expanded rooms (NULL = all), resolved authors (NULL = all), whether unattributed units pass an author filter, halls, layers, tags (any / all), thread and validity instant (NULL = no filter). Built by rcll.recall_scope(...).';
+
+INSERT INTO rcll.migrations (name, sha256) VALUES ('009-recall-scope.sql', '893295ddea4a942a5d116a0733db11c3bdf0022e7d0ced8863005d0e8c1982cc');
+
+-- migration 010-dump-with-pg-dump.sql
+-- Run-once: pg_dump keeps every memory of an extension install.
+--
+-- pg_dump leaves out the rows of the tables an extension created unless the extension marks
+-- them with pg_extension_config_dump; it then dumps them (and the marked sequences' values, so
+-- identities continue after a restore) after the CREATE EXTENSION that rebuilds the schema.
+-- That function only works inside CREATE/ALTER EXTENSION. Under `rcll install` there is no
+-- extension and pg_dump dumps the tables like any other, so there this block does nothing.
+--
+-- Every table is marked, and every sequence (the identity columns' ones), except
+-- rcll.migrations, whose rows the extension script writes itself. The rows the install seeds are
+-- left out (CREATE EXTENSION writes them again; dumped too they would collide): the thirteen
+-- room rules and the disabled general rule (rule_id 1-14, written by migration 005 right after
+-- the table was created, in every install) and the layers of the nine standard halls. A changed
+-- seed row (the general rule enabled, a standard hall moved to another layer) is therefore not
+-- in the dump: re-apply such changes after a restore (docs/backup.md).
+DO $$
+DECLARE
+    rel regclass;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'rcll') THEN
+        RETURN;
+    END IF;
+    FOR rel IN SELECT c.oid::regclass FROM pg_catalog.pg_class c
+               WHERE c.relnamespace = 'rcll'::regnamespace AND c.relkind IN ('r', 'p', 'S')
+                 AND c.relname <> 'migrations'
+               ORDER BY c.relname
+    LOOP
+        PERFORM pg_catalog.pg_extension_config_dump(rel, CASE rel
+            WHEN 'rcll.room_rules'::regclass THEN 'WHERE rule_id > 14'
+            WHEN 'rcll.layer_rules'::regclass THEN
+                'WHERE hall NOT IN (''rule'', ''procedure'', ''decision'', ''event'', ''preference'', '
+                '''warning'', ''discovery'', ''fact'', ''observation'')'
+            ELSE '' END);
+    END LOOP;
+END
+$$;
+
+INSERT INTO rcll.migrations (name, sha256) VALUES ('010-dump-with-pg-dump.sql', '979d7d63ad6d5bc65ba5dff46737e06beb2740b9b9967688d8d72b0f3d2d8fa2');
+
+-- migration 012-unit-lexicon.sql
+-- Run-once: the narrow table BM25 reads, so the lexical channel stays off the wide unit heap.
+--
+-- A memory_units row carries its 1.5 kB embedding inline (STORAGE PLAIN, for the dense channel's
+-- exact scans), so a page holds about four units: at 100k units BM25 read ~3,700 candidates from
+-- ~3,500 heap pages. rcll.unit_lexicon holds, per unit, only what BM25 and the recall scope read
+-- (~450 bytes a unit, against ~2.7 kB). memory_units keeps text, lexical and lexical_length as the
+-- source; the triggers of sql/functions/021-unit-lexicon.sql copy them here in the writing
+-- transaction (no statistics are kept on the write path) and follow every later change of a
+-- filter column. Exact BM25 over either table gives the same rankings and scores.
+CREATE TABLE rcll.unit_lexicon (
+    unit_id        bigint PRIMARY KEY REFERENCES rcll.memory_units ON DELETE CASCADE ON UPDATE CASCADE,
+    bank_id        integer NOT NULL,
+    lexical_length integer NOT NULL,
+    layer          text NOT NULL,
+    room           text,
+    author         text,
+    hall           text,
+    thread         text,
+    tags           text[] NOT NULL,
+    valid          tstzrange NOT NULL,
+    lexical        tsvector NOT NULL
+);
+COMMENT ON TABLE rcll.unit_lexicon IS 'Narrow copy of each unit''s lexical representation and recall filters, the only table the BM25 channel reads. Written by triggers on memory_units in the same transaction; never written directly.';
+COMMENT ON COLUMN rcll.unit_lexicon.unit_id IS 'The unit (memory_units.unit_id); deleted with it.';
+COMMENT ON COLUMN rcll.unit_lexicon.bank_id IS 'memory_units.bank_id (BM25 statistics are per bank).';
+COMMENT ON COLUMN rcll.unit_lexicon.lexical_length IS 'memory_units.lexical_length (BM25 document length).';
+COMMENT ON COLUMN rcll.unit_lexicon.layer IS 'memory_units.layer (recall filter).';
+COMMENT ON COLUMN rcll.unit_lexicon.room IS 'memory_units.room (recall filter; follows room moves and merges).';
+COMMENT ON COLUMN rcll.unit_lexicon.author IS 'memory_units.author (recall filter).';
+COMMENT ON COLUMN rcll.unit_lexicon.hall IS 'memory_units.hall (recall filter).';
+COMMENT ON COLUMN rcll.unit_lexicon.thread IS 'memory_units.thread (recall filter).';
+COMMENT ON COLUMN rcll.unit_lexicon.tags IS 'memory_units.tags (recall filter).';
+COMMENT ON COLUMN rcll.unit_lexicon.valid IS 'memory_units.valid (recall "as of" filter; follows supersession).';
+COMMENT ON COLUMN rcll.unit_lexicon.lexical IS 'memory_units.lexical: the tsvector BM25 scores.';
+
+INSERT INTO rcll.unit_lexicon (unit_id, bank_id, lexical_length, layer, room, author, hall, thread, tags, valid, lexical)
+SELECT u.unit_id, u.bank_id, u.lexical_length, u.layer, u.room, u.author, u.hall, u.thread, u.tags, u.valid, u.lexical
+FROM rcll.memory_units u;
+
+CREATE INDEX unit_lexicon_lexical_gin ON rcll.unit_lexicon USING gin (lexical);
+-- Small banks in a big store: the planner reads the bank's rows instead of a common term's
+-- posting list over every bank.
+CREATE INDEX unit_lexicon_bank ON rcll.unit_lexicon (bank_id);
+-- BM25 no longer reads memory_units.lexical through an index.
+DROP INDEX rcll.memory_units_lexical_gin;
+COMMENT ON COLUMN rcll.memory_units.lexical IS 'tsvector of text under the bank''s text search configuration; copied to rcll.unit_lexicon, which the BM25 channel reads.';
+
+-- Dumped like every other table (see 010): a restore loads these rows as dumped, and the copying
+-- trigger stands aside while it does (rcll._restoring).
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'rcll') THEN
+        PERFORM pg_catalog.pg_extension_config_dump('rcll.unit_lexicon'::regclass, '');
+    END IF;
+END
+$$;
+
+INSERT INTO rcll.migrations (name, sha256) VALUES ('012-unit-lexicon.sql', '002e4dc666058d1114f7d1f1c2fd71aac5a7e905af0fd0d8785f7074663b99c4');
+
 -- functions 010-banks.sql
 -- Banks: creating them and resolving a bank name to its id with an error that says the fix.
 
@@ -577,8 +697,31 @@ $$;
 COMMENT ON FUNCTION rcll.list_banks() IS 'Every bank with its unit and document counts.';
 
 
+-- functions 015-restoring.sql
+-- Restoring a dump: the rows come back as they were dumped, not as if an agent had written them.
+
+CREATE OR REPLACE FUNCTION rcll._restoring(table_name regclass)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- In an extension install, pg_dump's output runs CREATE EXTENSION (which creates the write
+    -- triggers) before it loads the rows, so the triggers see every restored row. Re-resolving the
+    -- author, re-canonicalising the room or counting the row again would change the memory. A
+    -- restore is told apart by what pg_dump and pg_restore always do - row_security off, the rows
+    -- sent by COPY ... FROM (or INSERT with --inserts) as the statement itself, not from a
+    -- function - and is honoured only for a role that owns the table: it could disable the
+    -- triggers anyway. An agent's role copying rows in still has its author resolved.
+    SELECT current_setting('row_security') = 'off'
+       AND current_query() ~* '^(\s|--[^\n]*\n)*(COPY\s+[^(\s]|INSERT\s)'
+       AND pg_has_role(session_user, (SELECT c.relowner FROM pg_class c WHERE c.oid = table_name), 'MEMBER')
+$$;
+COMMENT ON FUNCTION rcll._restoring(regclass) IS 'Internal: true while a dump is being restored into the table (row_security off, rows sent by a COPY or INSERT statement, by a member of the table''s owner role); the write triggers then keep the rows as dumped.';
+
+
 -- functions 020-lexical.sql
--- Lexical representation of a unit: its tsvector and BM25 document length, kept by a trigger.
+-- Lexical representation of a unit: its tsvector and BM25 document length, kept by a trigger
+-- (and copied, with the recall filters, into rcll.unit_lexicon by 021-unit-lexicon.sql).
 
 CREATE OR REPLACE FUNCTION rcll._lexical_length(doc tsvector)
 RETURNS integer
@@ -605,6 +748,70 @@ COMMENT ON FUNCTION rcll._units_lexical() IS 'Trigger: computes lexical and lexi
 
 CREATE OR REPLACE TRIGGER units_lexical BEFORE INSERT OR UPDATE OF text ON rcll.memory_units
     FOR EACH ROW EXECUTE FUNCTION rcll._units_lexical();
+
+
+-- functions 021-unit-lexicon.sql
+-- The narrow lexical table (rcll.unit_lexicon): kept in step with memory_units by triggers, in
+-- the writing transaction, and filtered by the same scope predicate as every channel.
+
+CREATE OR REPLACE FUNCTION rcll._units_lexicon_inserted()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+-- Definer: agents' roles write memory_units; the copy is the owner's bookkeeping (as room counts).
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- One set-based insert per statement (a retain, a COPY, an import batch), not one per row.
+    INSERT INTO rcll.unit_lexicon (unit_id, bank_id, lexical_length, layer, room, author, hall, thread, tags, valid, lexical)
+    SELECT n.unit_id, n.bank_id, n.lexical_length, n.layer, n.room, n.author, n.hall, n.thread, n.tags, n.valid, n.lexical
+    FROM new_units n;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION rcll._units_lexicon_inserted() IS 'Trigger (statement): copies the lexical representation and recall filters of the units written into rcll.unit_lexicon.';
+
+-- Not while a dump is restored (rcll._restoring): unit_lexicon is dumped and comes back itself.
+CREATE OR REPLACE TRIGGER units_lexicon_inserted AFTER INSERT ON rcll.memory_units
+    REFERENCING NEW TABLE AS new_units
+    FOR EACH STATEMENT WHEN (current_setting('row_security') <> 'off' OR NOT rcll._restoring('rcll.memory_units'))
+    EXECUTE FUNCTION rcll._units_lexicon_inserted();
+
+CREATE OR REPLACE FUNCTION rcll._units_lexicon_changed()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    UPDATE rcll.unit_lexicon x
+    SET bank_id = NEW.bank_id, lexical_length = NEW.lexical_length, layer = NEW.layer, room = NEW.room,
+        author = NEW.author, hall = NEW.hall, thread = NEW.thread, tags = NEW.tags, valid = NEW.valid,
+        lexical = NEW.lexical
+    WHERE x.unit_id = NEW.unit_id;
+    IF NOT FOUND THEN
+        -- A unit written while the insert trigger was off (an import switches write triggers off):
+        -- its copy appears at its first change.
+        INSERT INTO rcll.unit_lexicon (unit_id, bank_id, lexical_length, layer, room, author, hall, thread, tags, valid, lexical)
+        VALUES (NEW.unit_id, NEW.bank_id, NEW.lexical_length, NEW.layer, NEW.room, NEW.author, NEW.hall, NEW.thread,
+                NEW.tags, NEW.valid, NEW.lexical);
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION rcll._units_lexicon_changed() IS 'Trigger (row): a unit''s text, room, author, hall, layer, thread, tags, validity or bank changed (room moves and merges, supersession, consolidation): its rcll.unit_lexicon row follows.';
+
+-- Every column the copy holds is listed (UPDATE OF fires on the columns an UPDATE sets: text,
+-- because units_lexical recomputes lexical from it); the WHEN clause skips updates that change none.
+CREATE OR REPLACE TRIGGER units_lexicon_changed
+    AFTER UPDATE OF bank_id, text, lexical, lexical_length, layer, room, author, hall, thread, tags, valid
+    ON rcll.memory_units
+    FOR EACH ROW WHEN ((OLD.bank_id, OLD.lexical_length, OLD.layer, OLD.room, OLD.author, OLD.hall, OLD.thread,
+                        OLD.tags, OLD.valid, OLD.lexical)
+                       IS DISTINCT FROM (NEW.bank_id, NEW.lexical_length, NEW.layer, NEW.room, NEW.author, NEW.hall,
+                                         NEW.thread, NEW.tags, NEW.valid, NEW.lexical))
+    EXECUTE FUNCTION rcll._units_lexicon_changed();
+
 
 
 -- functions 030-authors.sql
@@ -661,7 +868,7 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    -- No warning here: the units_rooms_inserted statement trigger (050-rooms.sql) warns once per
+    -- No warning here: the units_rooms_inserted statement trigger (051-room-counts.sql) warns once per
     -- write, for every client, whether or not it came through a function that called this.
     author := rcll.current_agent();
     IF author IS NOT NULL THEN
@@ -730,7 +937,8 @@ $$;
 COMMENT ON FUNCTION rcll._units_author() IS 'Trigger: the author of every new unit, resolved by the server (a caller''s author and author: tags are discarded when it knows; otherwise kept as self_declared), carried on an author:<name> tag and in provenance.';
 
 CREATE OR REPLACE TRIGGER units_author BEFORE INSERT ON rcll.memory_units
-    FOR EACH ROW EXECUTE FUNCTION rcll._units_author();
+    FOR EACH ROW WHEN (current_setting('row_security') <> 'off' OR NOT rcll._restoring('rcll.memory_units'))
+    EXECUTE FUNCTION rcll._units_author();
 
 CREATE OR REPLACE FUNCTION rcll._documents_author()
 RETURNS trigger
@@ -755,11 +963,56 @@ $$;
 COMMENT ON FUNCTION rcll._documents_author() IS 'Trigger: a document''s provenance names the server-resolved writer (a caller''s "who" is replaced when the server knows, else marked self_declared).';
 
 CREATE OR REPLACE TRIGGER documents_author BEFORE INSERT ON rcll.documents
-    FOR EACH ROW EXECUTE FUNCTION rcll._documents_author();
+    FOR EACH ROW WHEN (current_setting('row_security') <> 'off' OR NOT rcll._restoring('rcll.documents'))
+    EXECUTE FUNCTION rcll._documents_author();
 
 
--- functions 040-retain-chunks.sql
--- Chunk-mode retain: one document and its pre-embedded chunks written in one statement.
+-- functions 035-audit.sql
+-- Audit: who is acting, for the rows rcll.audit_log keeps.
+
+CREATE OR REPLACE FUNCTION rcll._actor()
+RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(rcll.current_agent(), 'role:' || session_user)
+$$;
+COMMENT ON FUNCTION rcll._actor() IS 'Internal: who is acting, for audit rows: the resolved agent, else role:<session role> (audit only; never used as an author).';
+
+
+-- functions 035-login-author.sql
+-- The author of a one-person client (the CLI): resolved from the connection the database authenticated.
+
+CREATE OR REPLACE FUNCTION rcll.login_agent(configured text DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    agent text := rcll.current_agent();
+BEGIN
+    -- A role mapped in rcll.identities writes as its agent, whatever is configured (and an
+    -- rcll.agent the identity server already set for this transaction stands).
+    IF agent IS NOT NULL THEN
+        RETURN agent;
+    END IF;
+    -- A role trusted to name agents (a member of rcll_identity_server; superusers, such as the
+    -- embedded database's postgres, are members): the identity the process was configured with,
+    -- else the login role itself.
+    IF to_regrole('rcll_identity_server') IS NOT NULL
+       AND pg_has_role(session_user, 'rcll_identity_server', 'MEMBER') THEN
+        RETURN coalesce(nullif(btrim(configured), ''), session_user::text);
+    END IF;
+    -- Any other role: only rcll.identities makes its name an author (the database cannot tell a
+    -- person's login from an account many agents share), so none.
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION rcll.login_agent(text) IS 'The identity a client that is one person''s own connection (the CLI) writes as, for it to set as rcll.agent: the role''s agent in rcll.identities; for a member of rcll_identity_server the configured identity, else the login role''s name; NULL for an unmapped role outside rcll_identity_server. Not for a server that serves many callers over one role: those set the agent they authenticated.';
+
+
+-- functions 038-retain-document.sql
+-- Retain's document: the checks and the documents row every retain writes first, in chunk or extraction mode.
 
 CREATE OR REPLACE FUNCTION rcll._content_hash(content text, thread text)
 RETURNS bytea
@@ -794,6 +1047,59 @@ END
 $$;
 COMMENT ON FUNCTION rcll._check_document(integer, text) IS 'Internal: rejects empty and oversized documents with an error naming the field and the fix.';
 
+CREATE OR REPLACE FUNCTION rcll._store_document(
+    bank_id        integer,
+    content        text,
+    source         text,
+    thread         text,
+    occurred_at    timestamptz,
+    layer          text,
+    metadata       jsonb,
+    via            text,
+    claimed_author text,
+    extraction     text,
+    OUT document_id   bigint,
+    OUT created       boolean,
+    OUT author        text,
+    OUT author_source text,
+    OUT provenance    jsonb)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    h bytea := rcll._content_hash(content, thread);
+BEGIN
+    -- The document fields every retain takes (the content itself is rcll._check_document's).
+    IF layer IS NOT NULL AND layer NOT IN ('L0', 'L1', 'L2') THEN
+        RAISE EXCEPTION 'layer: % is not a layer', quote_literal(layer) USING ERRCODE = '22023',
+            HINT = 'Use L0 (rules and procedures), L1 (decisions) or L2 (observations).';
+    END IF;
+    IF metadata IS NULL OR jsonb_typeof(metadata) <> 'object' THEN
+        RAISE EXCEPTION 'metadata: must be a JSON object' USING ERRCODE = '22023';
+    END IF;
+
+    SELECT r.author, r.author_source INTO author, author_source FROM rcll._resolve_author(claimed_author) r;
+    provenance := jsonb_build_object('via', coalesce(via, 'sql'), 'who', author,
+                                     'author_source', author_source, 'at', now(), 'source', source);
+    INSERT INTO rcll.documents AS d (bank_id, content, content_hash, source, thread, occurred_at, provenance, metadata, extraction)
+    VALUES (_store_document.bank_id, content, h, source, thread, occurred_at, provenance, metadata, extraction)
+    ON CONFLICT ON CONSTRAINT documents_bank_id_content_hash_key DO NOTHING
+    RETURNING d.document_id INTO document_id;
+    created := document_id IS NOT NULL;
+    IF NOT created THEN                         -- already retained (same thread and content)
+        SELECT d.document_id INTO document_id FROM rcll.documents d
+        WHERE d.bank_id = _store_document.bank_id AND d.content_hash = h;
+    END IF;
+    provenance := provenance || jsonb_build_object('document_id', document_id);
+END
+$$;
+COMMENT ON FUNCTION rcll._store_document(integer, text, text, text, timestamptz, text, jsonb, text, text, text)
+    IS 'Internal: check a retain''s document fields (layer, metadata), resolve its author, and insert its documents row unless the bank holds the same thread and content already (created = false, the existing document_id). provenance is what its units carry (via, who, author_source, at, source, document_id).';
+
+
+-- functions 040-retain-chunks.sql
+-- Chunk-mode retain: one document and its pre-embedded chunks written in one statement.
+
 CREATE OR REPLACE FUNCTION rcll.retain_chunks(
     bank        text,
     content     text,
@@ -815,10 +1121,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     b integer := rcll._bank_id(bank);
-    h bytea;
     doc bigint;
-    who record;
-    prov jsonb;
+    stored record;
     n integer := coalesce(array_length(chunks, 1), 0);
 BEGIN
     PERFORM rcll._check_document(b, content);
@@ -832,29 +1136,14 @@ BEGIN
     IF EXISTS (SELECT 1 FROM unnest(chunks) c WHERE c IS NULL OR btrim(c, E' \t\r\n\f\v') = '') THEN
         RAISE EXCEPTION 'chunks: a chunk is empty' USING ERRCODE = '22023';
     END IF;
-    IF layer IS NOT NULL AND layer NOT IN ('L0', 'L1', 'L2') THEN
-        RAISE EXCEPTION 'layer: % is not a layer', quote_literal(layer) USING ERRCODE = '22023',
-            HINT = 'Use L0 (rules and procedures), L1 (decisions) or L2 (observations).';
-    END IF;
-    IF metadata IS NULL OR jsonb_typeof(metadata) <> 'object' THEN
-        RAISE EXCEPTION 'metadata: must be a JSON object' USING ERRCODE = '22023';
-    END IF;
 
-    h := rcll._content_hash(content, thread);
-    SELECT d.document_id INTO doc FROM rcll.documents d WHERE d.bank_id = b AND d.content_hash = h;
-    IF doc IS NOT NULL THEN
+    stored := rcll._store_document(b, content, source, thread, occurred_at, layer, metadata, via, author, 'chunks');
+    doc := stored.document_id;
+    IF NOT stored.created THEN
         RETURN QUERY SELECT doc, array_agg(u.unit_id ORDER BY u.chunk_index, u.unit_id), false
                      FROM rcll.memory_units u WHERE u.document_id = doc;
         RETURN;
     END IF;
-
-    who := rcll._resolve_author(author);
-    prov := jsonb_build_object('via', coalesce(via, 'sql'), 'who', who.author,
-                               'author_source', who.author_source, 'at', now(), 'source', source);
-    INSERT INTO rcll.documents AS d (bank_id, content, content_hash, source, thread, occurred_at, provenance, metadata, extraction)
-    VALUES (b, content, h, source, thread, occurred_at, prov, metadata, 'chunks')
-    RETURNING d.document_id INTO doc;
-    prov := prov || jsonb_build_object('document_id', doc);
 
     RETURN QUERY
     WITH ins AS (
@@ -863,9 +1152,9 @@ BEGIN
              thread, tags, valid, mentioned_at, chunk_index, provenance, metadata)
         SELECT b, doc, 'chunk', c.chunk, e.embedding, retain_chunks.hall,
                coalesce(retain_chunks.layer, (SELECT r.layer FROM rcll.layer_rules r WHERE r.hall = retain_chunks.hall), 'L2'),
-               retain_chunks.room, who.author, who.author_source, retain_chunks.thread,
+               retain_chunks.room, stored.author, stored.author_source, retain_chunks.thread,
                coalesce(retain_chunks.tags, '{}'),
-               tstzrange(coalesce(occurred_at, now()), NULL), occurred_at, c.i - 1, prov, '{}'::jsonb
+               tstzrange(coalesce(occurred_at, now()), NULL), occurred_at, c.i - 1, stored.provenance, '{}'::jsonb
         FROM unnest(chunks) WITH ORDINALITY AS c(chunk, i)
         LEFT JOIN unnest(embeddings) WITH ORDINALITY AS e(embedding, i) USING (i)
         RETURNING u.unit_id, u.chunk_index
@@ -877,8 +1166,8 @@ COMMENT ON FUNCTION rcll.retain_chunks(text, text, text[], vector[], text, times
     IS 'Chunk-mode retain: store a document and its chunks (with their embeddings) in one statement. Re-retaining the same content and thread into the same bank returns the existing units (created = false).';
 
 
--- functions 050-rooms.sql
--- Rooms: the write-time janitor that canonicalises spellings, the registry triggers keep, merges and moves.
+-- functions 050-room-janitor.sql
+-- Room janitor: the write-time trigger that files each unit under the canonical spelling of its room.
 
 CREATE OR REPLACE FUNCTION rcll._room_key(room text)
 RETURNS text
@@ -1067,8 +1356,14 @@ END
 $$;
 COMMENT ON FUNCTION rcll._units_janitor() IS 'Trigger: canonicalises a new unit''s room by spelling only (the typed string kept as a room-alias:<typed> tag, a first-ever room kept as typed and tagged room-new:<name>), classifies a missing room when enabled, drops forged room tags, and defaults the layer from rcll.layer_rules by hall.';
 
+-- Not while a dump is restored (rcll._restoring): the rows come back as they were.
 CREATE OR REPLACE TRIGGER units_janitor BEFORE INSERT ON rcll.memory_units
-    FOR EACH ROW EXECUTE FUNCTION rcll._units_janitor();
+    FOR EACH ROW WHEN (current_setting('row_security') <> 'off' OR NOT rcll._restoring('rcll.memory_units'))
+    EXECUTE FUNCTION rcll._units_janitor();
+
+
+-- functions 051-room-counts.sql
+-- Room counts: the registry triggers append per-room deltas; rcll.fold_room_counts() folds them.
 
 -- Registry counts: writers only ever append deltas (no shared row is locked, so concurrent writers
 -- neither serialise nor deadlock); rcll.fold_room_counts() folds them in with sorted upserts.
@@ -1115,7 +1410,8 @@ COMMENT ON FUNCTION rcll._units_rooms_inserted() IS 'Trigger (statement): append
 
 CREATE OR REPLACE TRIGGER units_rooms_inserted AFTER INSERT ON rcll.memory_units
     REFERENCING NEW TABLE AS new_units
-    FOR EACH STATEMENT EXECUTE FUNCTION rcll._units_rooms_inserted();
+    FOR EACH STATEMENT WHEN (current_setting('row_security') <> 'off' OR NOT rcll._restoring('rcll.memory_units'))
+    EXECUTE FUNCTION rcll._units_rooms_inserted();
 
 CREATE OR REPLACE FUNCTION rcll._units_rooms_deleted()
 RETURNS trigger
@@ -1213,6 +1509,10 @@ END
 $$;
 COMMENT ON FUNCTION rcll.fold_room_counts() IS 'Fold the append-only room_count_queue into rooms.fact_count, first_used and last_used (run it from a background job; reads are exact without it). Returns the number of deltas folded.';
 
+
+-- functions 052-room-listing.sql
+-- Room listing: rcll.rooms(), the floor plan of a bank with counts, status, merges and aliases.
+
 CREATE OR REPLACE FUNCTION rcll._wildcard(pattern text)
 RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
@@ -1265,46 +1565,9 @@ AS $$
 $$;
 COMMENT ON FUNCTION rcll.rooms(text, text) IS 'The room floor plan of a bank: every room (registry plus the classifier''s vocabulary) with its exact unit count (folded base plus pending deltas), status, merge target or pending proposal, aliases, who created it and first/last use. pattern matches the name or an alias, with * and ? wildcards, case-insensitively.';
 
-CREATE OR REPLACE FUNCTION rcll._expand_rooms(bank_id integer, rooms text[])
-RETURNS text[]
-LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    names text[];
-BEGIN
-    -- The names given are always kept (a recall never loses what it asked for); each adds the
-    -- canonical room its spelling, alias or merged name resolves to now - so an old name stays
-    -- readable forever - and a canonical room adds the names that resolve to it.
-    SELECT array_agg(DISTINCT x.name ORDER BY x.name) INTO names FROM (
-        SELECT btrim(g.name) AS name FROM unnest(rooms) AS g(name)
-        UNION ALL
-        SELECT (rcll._canonical_room(_expand_rooms.bank_id, g.name)).room FROM unnest(rooms) AS g(name)
-    ) x WHERE x.name IS NOT NULL AND x.name <> '';
-    SELECT array_agg(DISTINCT x.name ORDER BY x.name) INTO names FROM (
-        SELECT unnest(names) AS name
-        UNION ALL
-        SELECT a.alias FROM rcll.room_aliases a
-        WHERE a.bank_id = _expand_rooms.bank_id AND a.room = ANY (names)
-        UNION ALL
-        SELECT r.name FROM rcll.rooms r
-        WHERE r.bank_id = _expand_rooms.bank_id AND r.status = 'merged' AND r.merged_into = ANY (names)
-    ) x;
-    RETURN coalesce(names, '{}');
-END
-$$;
-COMMENT ON FUNCTION rcll._expand_rooms(integer, text[]) IS 'Internal: the rooms a recall reads - the names given, the canonical room each resolves to (spelling, alias, approved merge: an old name stays readable forever), and the aliases and merged names of those rooms. NULL means all rooms. Provisional (unapproved) merges expand nothing.';
 
--- Semantic merges: proposals only, held provisional until a person approves.
-
-CREATE OR REPLACE FUNCTION rcll._actor()
-RETURNS text
-LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-AS $$
-    SELECT coalesce(rcll.current_agent(), 'role:' || session_user)
-$$;
-COMMENT ON FUNCTION rcll._actor() IS 'Internal: who is acting, for audit rows: the resolved agent, else role:<session role> (audit only; never used as an author).';
+-- functions 053-room-merges.sql
+-- Room merges: semantic merges are proposals only, held provisional until a person approves.
 
 CREATE OR REPLACE FUNCTION rcll._registry_room(bank_id integer, room text)
 RETURNS rcll.rooms
@@ -1450,7 +1713,9 @@ END
 $$;
 COMMENT ON FUNCTION rcll.reject_room_merge(text, text, text) IS 'Reject the pending merge of from_room: nothing moves and the room is live again.';
 
--- Moves: audited and reversible.
+
+-- functions 054-room-moves.sql
+-- Room moves: units moved to another room, audited and reversible.
 
 CREATE OR REPLACE FUNCTION rcll.move_units(bank text, unit_ids bigint[], to_room text, reason text)
 RETURNS bigint
@@ -1690,32 +1955,6 @@ $$;
 COMMENT ON FUNCTION rcll.state_history(text, text, text) IS 'Every version of a room''s keyed state, newest first, each with its provenance.';
 
 
--- functions 080-session-start.sql
--- Session start: the L0 rules and procedures an agent loads before its first recall.
-
-CREATE OR REPLACE FUNCTION rcll.session_start(bank text, rooms text[] DEFAULT NULL, thread text DEFAULT NULL)
-RETURNS TABLE (unit_id bigint, room text, hall text, text text, author text, tags text[],
-               provenance jsonb, created_at timestamptz)
-LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-AS $$
-    -- Current as of now: valid now and not superseded. With rooms, the rooms named (through their
-    -- aliases and merges) plus bank-wide rules that carry no room. Thread-scoped rules are only for
-    -- that thread: a thread namespace never leaks, here or in recall.
-    WITH b AS (SELECT rcll._bank_id(session_start.bank) AS id)
-    SELECT u.unit_id, u.room, u.hall, u.text, u.author, u.tags, u.provenance, u.created_at
-    FROM rcll.memory_units u, b
-    WHERE u.bank_id = b.id AND u.layer = 'L0'
-      AND u.valid @> now() AND u.superseded_by IS NULL
-      AND (session_start.rooms IS NULL OR u.room IS NULL
-           OR u.room = ANY (rcll._expand_rooms(b.id, session_start.rooms)))
-      AND (u.thread IS NULL OR u.thread = session_start.thread)
-    ORDER BY CASE u.hall WHEN 'rule' THEN 0 WHEN 'procedure' THEN 1 ELSE 2 END,
-             u.room NULLS FIRST, u.created_at, u.unit_id
-$$;
-COMMENT ON FUNCTION rcll.session_start(text, text[], text) IS 'The L0 rules and procedures an agent should load at session start, current as of now, rules first then procedures, bank-wide (no room) before room-specific, oldest first. rooms narrows to those rooms (aliases and merges followed) plus bank-wide rules; thread adds that thread''s rules to the unthreaded ones.';
-
-
 -- functions 090-bank-isolation.sql
 -- Optional bank isolation: row-level security a deployment can switch on so a role sees only its banks.
 
@@ -1869,8 +2108,35 @@ $$;
 COMMENT ON FUNCTION rcll._bm25_corpus(integer) IS 'Internal: BM25 N and average document length of a bank from bank_stats (exact counts when never refreshed).';
 
 
+-- functions 103-recall-defaults.sql
+-- Recall's defaults: the one SQL source (Python's is rcll/defaults.py; tests/test_defaults.py holds them equal).
+
+CREATE OR REPLACE FUNCTION rcll.recall_defaults(
+    OUT budget          integer,
+    OUT rerank_depth    integer,
+    OUT context_depth   integer,
+    OUT k               integer,
+    OUT channel_limit   integer,
+    OUT candidate_limit integer)
+RETURNS record
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- Why these values: bench/locomo/RESEARCH.md and the README's depth table.
+    SELECT 4096,  -- tokens of fact text returned (hindsight's default, counted with cl100k)
+           40,    -- fused candidates the cross-encoder reads
+           15,    -- of those, how many it reads again with the chunk before them
+           60,    -- reciprocal rank fusion constant (Cormack et al.)
+           300,   -- candidates each channel returns
+           100    -- fused candidates recall_candidates returns
+$$;
+COMMENT ON FUNCTION rcll.recall_defaults()
+    IS 'Recall''s defaults, one row: budget (tokens), rerank_depth, context_depth, k (RRF constant), channel_limit (per channel), candidate_limit (fused candidates). Every recall function''s parameter defaults read them: SELECT * FROM rcll.recall_defaults().';
+
+
 -- functions 105-recall-scope.sql
--- The scope of a recall: which authors it reads, resolved once for every channel.
+-- The scope of a recall: what it may read (bank, rooms, authors, filters), resolved once per recall
+-- by rcll.recall_scope and passed to every channel as one rcll.recall_scope value.
 
 CREATE OR REPLACE FUNCTION rcll._recall_authors(authors text[], mine boolean)
 RETURNS text[]
@@ -1900,47 +2166,37 @@ END
 $$;
 COMMENT ON FUNCTION rcll._notice(text, text) IS 'Internal: raise a NOTICE (with a hint) and return false; lets a SQL-language recall function explain a skipped phase.';
 
-CREATE OR REPLACE FUNCTION rcll._in_scope(
-    u                    rcll.memory_units,
-    bank_id              integer,
-    rooms                text[],
-    authors              text[],
-    include_unattributed boolean,
-    halls                text[],
-    layers               text[],
-    tags_any             text[],
-    tags_all             text[],
-    thread               text,
-    as_of                timestamptz)
-RETURNS boolean
-LANGUAGE sql STABLE PARALLEL SAFE
--- No SET clause: that would stop the planner from inlining it into the caller's query (it reads no
--- table and calls no function; only built-in operators, which pg_catalog resolves first).
+CREATE OR REPLACE FUNCTION rcll._expand_rooms(bank_id integer, rooms text[])
+RETURNS text[]
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
 AS $$
-    -- The filters every channel applies before ranking, for one unit, the bank included (so a
-    -- channel's WHERE needs no separate bank_id test: once inlined, (u).bank_id = bank_id is a
-    -- plain qual that the (bank_id, ...) indexes serve). rooms are already expanded
-    -- (rcll._expand_rooms) and authors resolved (rcll._recall_authors); NULL = no filter.
-    SELECT (u).bank_id = _in_scope.bank_id
-       AND (_in_scope.rooms IS NULL OR (u).room = ANY (_in_scope.rooms))
-       AND (_in_scope.authors IS NULL OR (u).author = ANY (_in_scope.authors)
-            OR (_in_scope.include_unattributed AND (u).author IS NULL))
-       AND (_in_scope.halls IS NULL OR (u).hall = ANY (_in_scope.halls))
-       AND (_in_scope.layers IS NULL OR (u).layer = ANY (_in_scope.layers))
-       AND (_in_scope.tags_any IS NULL OR (u).tags && _in_scope.tags_any)
-       AND (_in_scope.tags_all IS NULL OR (u).tags @> _in_scope.tags_all)
-       AND (_in_scope.thread IS NULL OR (u).thread = _in_scope.thread)
-       AND (_in_scope.as_of IS NULL OR (u).valid @> _in_scope.as_of)
+DECLARE
+    names text[];
+BEGIN
+    -- The names given are always kept (a recall never loses what it asked for); each adds the
+    -- canonical room its spelling, alias or merged name resolves to now - so an old name stays
+    -- readable forever - and a canonical room adds the names that resolve to it.
+    SELECT array_agg(DISTINCT x.name ORDER BY x.name) INTO names FROM (
+        SELECT btrim(g.name) AS name FROM unnest(rooms) AS g(name)
+        UNION ALL
+        SELECT (rcll._canonical_room(_expand_rooms.bank_id, g.name)).room FROM unnest(rooms) AS g(name)
+    ) x WHERE x.name IS NOT NULL AND x.name <> '';
+    SELECT array_agg(DISTINCT x.name ORDER BY x.name) INTO names FROM (
+        SELECT unnest(names) AS name
+        UNION ALL
+        SELECT a.alias FROM rcll.room_aliases a
+        WHERE a.bank_id = _expand_rooms.bank_id AND a.room = ANY (names)
+        UNION ALL
+        SELECT r.name FROM rcll.rooms r
+        WHERE r.bank_id = _expand_rooms.bank_id AND r.status = 'merged' AND r.merged_into = ANY (names)
+    ) x;
+    RETURN coalesce(names, '{}');
+END
 $$;
-COMMENT ON FUNCTION rcll._in_scope(rcll.memory_units, integer, text[], text[], boolean, text[], text[], text[], text[], text, timestamptz)
-    IS 'Internal: whether a unit passes a recall''s filters (bank, expanded rooms, resolved authors, halls, layers, tags, thread, validity as of). Every channel filters through it; it is inlined into their queries.';
+COMMENT ON FUNCTION rcll._expand_rooms(integer, text[]) IS 'Internal: the rooms a recall reads - the names given, the canonical room each resolves to (spelling, alias, approved merge: an old name stays readable forever), and the aliases and merged names of those rooms. NULL means all rooms. Provisional (unapproved) merges expand nothing.';
 
-
--- functions 110-channel-dense.sql
--- Dense channel: cosine similarity to the query embedding, filtered before ranking, routed by filtered-set size.
-
-CREATE OR REPLACE FUNCTION rcll.channel_dense(
-    query_embedding      vector,
+CREATE OR REPLACE FUNCTION rcll.recall_scope(
     bank                 text,
     rooms                text[] DEFAULT NULL,
     authors              text[] DEFAULT NULL,
@@ -1951,9 +2207,82 @@ CREATE OR REPLACE FUNCTION rcll.channel_dense(
     tags_any             text[] DEFAULT NULL,
     tags_all             text[] DEFAULT NULL,
     thread               text DEFAULT NULL,
-    as_of                timestamptz DEFAULT now(),
-    "limit"              integer DEFAULT 300,
-    exact_below          integer DEFAULT 3000)
+    as_of                timestamptz DEFAULT now())
+RETURNS rcll.recall_scope
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- The only place a recall resolves its bank, rooms and authors; every channel reads the result.
+    SELECT ROW(b.id, rcll._expand_rooms(b.id, recall_scope.rooms),
+               rcll._recall_authors(recall_scope.authors, recall_scope.mine),
+               coalesce(recall_scope.include_unattributed, false), recall_scope.halls, recall_scope.layers,
+               recall_scope.tags_any, recall_scope.tags_all, recall_scope.thread, recall_scope.as_of)::rcll.recall_scope
+    FROM (SELECT rcll._bank_id(recall_scope.bank) AS id) b
+$$;
+COMMENT ON FUNCTION rcll.recall_scope(text, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz)
+    IS 'The scope of a recall, resolved once: the bank''s id (unknown bank: error), rooms expanded through aliases and merges (rcll._expand_rooms; NULL = all rooms), authors narrowed by mine (rcll._recall_authors; NULL = all), and the other filters as given. rcll.recall_candidates builds it once and passes it to every channel.';
+
+CREATE OR REPLACE FUNCTION rcll._in_scope(u anyelement, scope rcll.recall_scope)
+RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE
+-- No SET clause: that would stop the planner from inlining it into the caller's query (it reads no
+-- table and calls no function; only built-in operators, which pg_catalog resolves first).
+AS $$
+    -- u is a row of rcll.memory_units, or of rcll.unit_lexicon (BM25's narrow copy, which carries
+    -- the same scope columns): polymorphic, so both read one predicate and it still inlines.
+    -- The filters every channel applies before ranking, for one unit, the bank included (so a
+    -- channel's WHERE needs no separate bank_id test). Inlined into a channel's query, whose
+    -- custom plan holds the scope as a constant, each (scope).field folds to a constant: the NULL
+    -- branches vanish and (u).bank_id = <id> is a plain qual that the (bank_id, ...) indexes serve.
+    SELECT (u).bank_id = (scope).bank_id
+       AND ((scope).rooms IS NULL OR (u).room = ANY ((scope).rooms))
+       AND ((scope).authors IS NULL OR (u).author = ANY ((scope).authors)
+            OR ((scope).include_unattributed AND (u).author IS NULL))
+       AND ((scope).halls IS NULL OR (u).hall = ANY ((scope).halls))
+       AND ((scope).layers IS NULL OR (u).layer = ANY ((scope).layers))
+       AND ((scope).tags_any IS NULL OR (u).tags && (scope).tags_any)
+       AND ((scope).tags_all IS NULL OR (u).tags @> (scope).tags_all)
+       AND ((scope).thread IS NULL OR (u).thread = (scope).thread)
+       AND ((scope).as_of IS NULL OR (u).valid @> (scope).as_of)
+$$;
+COMMENT ON FUNCTION rcll._in_scope(anyelement, rcll.recall_scope)
+    IS 'Internal: whether a unit (a row of rcll.memory_units or rcll.unit_lexicon) passes a recall''s scope (bank, expanded rooms, resolved authors, halls, layers, tags, thread, validity as of). Every channel filters through it; it is inlined into their queries.';
+
+
+-- functions 106-session-start.sql
+-- Session start: the L0 rules and procedures an agent loads before its first recall.
+
+CREATE OR REPLACE FUNCTION rcll.session_start(bank text, rooms text[] DEFAULT NULL, thread text DEFAULT NULL)
+RETURNS TABLE (unit_id bigint, room text, hall text, text text, author text, tags text[],
+               provenance jsonb, created_at timestamptz)
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- Current as of now: valid now and not superseded. With rooms, the rooms named (through their
+    -- aliases and merges) plus bank-wide rules that carry no room. Thread-scoped rules are only for
+    -- that thread: a thread namespace never leaks, here or in recall.
+    WITH b AS (SELECT rcll._bank_id(session_start.bank) AS id)
+    SELECT u.unit_id, u.room, u.hall, u.text, u.author, u.tags, u.provenance, u.created_at
+    FROM rcll.memory_units u, b
+    WHERE u.bank_id = b.id AND u.layer = 'L0'
+      AND u.valid @> now() AND u.superseded_by IS NULL
+      AND (session_start.rooms IS NULL OR u.room IS NULL
+           OR u.room = ANY (rcll._expand_rooms(b.id, session_start.rooms)))
+      AND (u.thread IS NULL OR u.thread = session_start.thread)
+    ORDER BY CASE u.hall WHEN 'rule' THEN 0 WHEN 'procedure' THEN 1 ELSE 2 END,
+             u.room NULLS FIRST, u.created_at, u.unit_id
+$$;
+COMMENT ON FUNCTION rcll.session_start(text, text[], text) IS 'The L0 rules and procedures an agent should load at session start, current as of now, rules first then procedures, bank-wide (no room) before room-specific, oldest first. rooms narrows to those rooms (aliases and merges followed) plus bank-wide rules; thread adds that thread''s rules to the unthreaded ones.';
+
+
+-- functions 110-channel-dense.sql
+-- Dense channel: cosine similarity to the query embedding, filtered before ranking, routed by filtered-set size.
+
+CREATE OR REPLACE FUNCTION rcll.channel_dense(
+    query_embedding vector,
+    scope           rcll.recall_scope,
+    "limit"         integer DEFAULT (rcll.recall_defaults()).channel_limit,
+    exact_below     integer DEFAULT 3000)
 RETURNS TABLE (unit_id bigint, score double precision, rank integer)
 LANGUAGE plpgsql STABLE
 -- Custom plans: with the filter values folded in as constants, the NULL branches of the filter
@@ -1967,11 +2296,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    b    integer := rcll._bank_id(channel_dense.bank);
-    rs   text[]  := rcll._expand_rooms(b, channel_dense.rooms);
-    auth text[]  := rcll._recall_authors(channel_dense.authors, channel_dense.mine);
-    q    public.vector :=  channel_dense.query_embedding;
-    lim  integer := greatest(coalesce(channel_dense."limit", 300), 0);
+    b    integer := (scope).bank_id;
+    q    public.vector := channel_dense.query_embedding;
+    lim  integer := greatest(coalesce(channel_dense."limit", (rcll.recall_defaults()).channel_limit), 0);
     n    integer;
 BEGIN
     IF q IS NULL OR lim = 0 THEN
@@ -1984,31 +2311,30 @@ BEGIN
     -- bound: then the filtered rows themselves are counted, up to exact_below + 1.
     SELECT count(*) INTO n FROM (
         SELECT 1 FROM rcll.memory_units u
-        WHERE u.bank_id = b AND (rs IS NULL OR u.room = ANY (rs))
+        WHERE u.bank_id = b AND ((scope).rooms IS NULL OR u.room = ANY ((scope).rooms))
         LIMIT exact_below + 1) s;
-    IF n > exact_below AND auth IS NOT NULL AND NOT channel_dense.include_unattributed THEN
+    IF n > exact_below AND (scope).authors IS NOT NULL AND NOT (scope).include_unattributed THEN
         n := least(n, (SELECT count(*) FROM (SELECT 1 FROM rcll.memory_units u
-                                             WHERE u.bank_id = b AND u.author = ANY (auth) LIMIT exact_below + 1) s));
+                                             WHERE u.bank_id = b AND u.author = ANY ((scope).authors) LIMIT exact_below + 1) s));
     END IF;
-    IF n > exact_below AND channel_dense.thread IS NOT NULL THEN
+    IF n > exact_below AND (scope).thread IS NOT NULL THEN
         n := least(n, (SELECT count(*) FROM (SELECT 1 FROM rcll.memory_units u
-                                             WHERE u.bank_id = b AND u.thread = channel_dense.thread LIMIT exact_below + 1) s));
+                                             WHERE u.bank_id = b AND u.thread = (scope).thread LIMIT exact_below + 1) s));
     END IF;
-    IF n > exact_below AND channel_dense.halls IS NOT NULL THEN
+    IF n > exact_below AND (scope).halls IS NOT NULL THEN
         n := least(n, (SELECT count(*) FROM (SELECT 1 FROM rcll.memory_units u
-                                             WHERE u.bank_id = b AND u.hall = ANY (channel_dense.halls) LIMIT exact_below + 1) s));
+                                             WHERE u.bank_id = b AND u.hall = ANY ((scope).halls) LIMIT exact_below + 1) s));
     END IF;
-    IF n > exact_below AND channel_dense.layers IS NOT NULL THEN
+    IF n > exact_below AND (scope).layers IS NOT NULL THEN
         n := least(n, (SELECT count(*) FROM (SELECT 1 FROM rcll.memory_units u
-                                             WHERE u.bank_id = b AND u.layer = ANY (channel_dense.layers) LIMIT exact_below + 1) s));
+                                             WHERE u.bank_id = b AND u.layer = ANY ((scope).layers) LIMIT exact_below + 1) s));
     END IF;
-    IF n > exact_below AND (channel_dense.tags_any IS NOT NULL OR channel_dense.tags_all IS NOT NULL
-                            OR (auth IS NOT NULL AND channel_dense.include_unattributed)) THEN
+    IF n > exact_below AND ((scope).tags_any IS NOT NULL OR (scope).tags_all IS NOT NULL
+                            OR ((scope).authors IS NOT NULL AND (scope).include_unattributed)) THEN
         SELECT count(*) INTO n FROM (
             SELECT 1 FROM rcll.memory_units u
             WHERE u.embedding IS NOT NULL
-              AND rcll._in_scope(u, b, rs, auth, channel_dense.include_unattributed, channel_dense.halls, channel_dense.layers,
-                                 channel_dense.tags_any, channel_dense.tags_all, channel_dense.thread, channel_dense.as_of)
+              AND rcll._in_scope(u, scope)
             LIMIT exact_below + 1) s;
     END IF;
 
@@ -2019,8 +2345,7 @@ BEGIN
         WITH f AS MATERIALIZED (
             SELECT u.unit_id, u.embedding FROM rcll.memory_units u
             WHERE u.embedding IS NOT NULL
-              AND rcll._in_scope(u, b, rs, auth, channel_dense.include_unattributed, channel_dense.halls, channel_dense.layers,
-                                 channel_dense.tags_any, channel_dense.tags_all, channel_dense.thread, channel_dense.as_of))
+              AND rcll._in_scope(u, scope))
         SELECT d.unit_id, 1 - d.dist, (row_number() OVER (ORDER BY d.dist, d.unit_id))::integer
         FROM (SELECT f.unit_id, f.embedding OPERATOR(public.<=>) q AS dist FROM f ORDER BY 2, 1 LIMIT lim) d
         ORDER BY 3;
@@ -2031,16 +2356,15 @@ BEGIN
         SELECT d.unit_id, 1 - d.dist, (row_number() OVER (ORDER BY d.dist, d.unit_id))::integer
         FROM (
             SELECT u.unit_id, u.embedding OPERATOR(public.<=>) q AS dist FROM rcll.memory_units u
-            WHERE rcll._in_scope(u, b, rs, auth, channel_dense.include_unattributed, channel_dense.halls, channel_dense.layers,
-                                 channel_dense.tags_any, channel_dense.tags_all, channel_dense.thread, channel_dense.as_of)
+            WHERE rcll._in_scope(u, scope)
             ORDER BY u.embedding OPERATOR(public.<=>) q
             LIMIT lim) d
         ORDER BY 3;
     END IF;
 END
 $$;
-COMMENT ON FUNCTION rcll.channel_dense(vector, text, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, integer, integer)
-    IS 'Dense recall channel: units ranked by cosine similarity to query_embedding (score = 1 - cosine distance), filtered before ranking by bank, rooms (aliases expanded), authors, halls, layers, tags, thread and validity. Filtered sets of at most exact_below units are scanned exactly; larger ones use the HNSW index with iterative scans.';
+COMMENT ON FUNCTION rcll.channel_dense(vector, rcll.recall_scope, integer, integer)
+    IS 'Dense recall channel: units ranked by cosine similarity to query_embedding (score = 1 - cosine distance), filtered before ranking by the scope (rcll.recall_scope: bank, rooms with aliases expanded, authors, halls, layers, tags, thread, validity). Filtered sets of at most exact_below units are scanned exactly; larger ones use the HNSW index with iterative scans. From psql: SELECT * FROM rcll.channel_dense(<embedding>, rcll.recall_scope(''fleet'', rooms => ''{deployment}'')).';
 
 
 -- functions 115-channel-context.sql
@@ -2062,28 +2386,12 @@ AS $$
 $$;
 COMMENT ON FUNCTION rcll._last_words(text, integer) IS 'Internal: the last n whitespace-separated words of a text, joined by single spaces.';
 
-CREATE OR REPLACE FUNCTION rcll.preceding_units(
-    unit_ids             bigint[],
-    bank                 text,
-    rooms                text[] DEFAULT NULL,
-    authors              text[] DEFAULT NULL,
-    mine                 boolean DEFAULT false,
-    include_unattributed boolean DEFAULT false,
-    halls                text[] DEFAULT NULL,
-    layers               text[] DEFAULT NULL,
-    tags_any             text[] DEFAULT NULL,
-    tags_all             text[] DEFAULT NULL,
-    thread               text DEFAULT NULL,
-    as_of                timestamptz DEFAULT now())
+CREATE OR REPLACE FUNCTION rcll.preceding_units(unit_ids bigint[], scope rcll.recall_scope)
 RETURNS TABLE (unit_id bigint, preceding_id bigint, preceding_text text)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
-DECLARE
-    b    integer := rcll._bank_id(preceding_units.bank);
-    rs   text[]  := rcll._expand_rooms(b, preceding_units.rooms);
-    auth text[]  := rcll._recall_authors(preceding_units.authors, preceding_units.mine);
 BEGIN
     -- The predecessor counts only if the same recall could return it: context never carries
     -- text in from another room, author, thread or validity window.
@@ -2091,41 +2399,26 @@ BEGIN
     SELECT u.unit_id, p.unit_id, p.text
     FROM rcll.memory_units u
     JOIN rcll.memory_units p ON p.document_id = u.document_id AND p.chunk_index = u.chunk_index - 1
-    WHERE u.unit_id = ANY (preceding_units.unit_ids) AND u.bank_id = b
-      AND rcll._in_scope(p, b, rs, auth, preceding_units.include_unattributed, preceding_units.halls,
-                         preceding_units.layers, preceding_units.tags_any, preceding_units.tags_all,
-                         preceding_units.thread, preceding_units.as_of);
+    WHERE u.unit_id = ANY (preceding_units.unit_ids) AND u.bank_id = (scope).bank_id
+      AND rcll._in_scope(p, scope);
 END
 $$;
-COMMENT ON FUNCTION rcll.preceding_units(bigint[], text, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz)
-    IS 'For each given unit, the chunk right before it in its document (chunk_index - 1), if that chunk passes the same recall filters; units without one are absent. The cross-encoder''s context view reads it.';
+COMMENT ON FUNCTION rcll.preceding_units(bigint[], rcll.recall_scope)
+    IS 'For each given unit, the chunk right before it in its document (chunk_index - 1), if that chunk passes the scope (rcll.recall_scope); units without one are absent. The cross-encoder''s context view reads it. From psql: SELECT * FROM rcll.preceding_units(ARRAY[42, 43], rcll.recall_scope(''fleet'')).';
 
 CREATE OR REPLACE FUNCTION rcll.channel_context(
-    query_embedding      vector,
-    seeds                bigint[],
-    bank                 text,
-    rooms                text[] DEFAULT NULL,
-    authors              text[] DEFAULT NULL,
-    mine                 boolean DEFAULT false,
-    include_unattributed boolean DEFAULT false,
-    halls                text[] DEFAULT NULL,
-    layers               text[] DEFAULT NULL,
-    tags_any             text[] DEFAULT NULL,
-    tags_all             text[] DEFAULT NULL,
-    thread               text DEFAULT NULL,
-    as_of                timestamptz DEFAULT now(),
-    "limit"              integer DEFAULT 300)
+    query_embedding vector,
+    seeds           bigint[],
+    scope           rcll.recall_scope,
+    "limit"         integer DEFAULT (rcll.recall_defaults()).channel_limit)
 RETURNS TABLE (unit_id bigint, score double precision, rank integer)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    b    integer := rcll._bank_id(channel_context.bank);
-    rs   text[]  := rcll._expand_rooms(b, channel_context.rooms);
-    auth text[]  := rcll._recall_authors(channel_context.authors, channel_context.mine);
     q    public.vector := channel_context.query_embedding;
-    lim  integer := greatest(coalesce(channel_context."limit", 300), 0);
+    lim  integer := greatest(coalesce(channel_context."limit", (rcll.recall_defaults()).channel_limit), 0);
 BEGIN
     IF q IS NULL OR lim = 0 OR seeds IS NULL THEN
         RETURN;
@@ -2139,17 +2432,13 @@ BEGIN
         SELECT u.unit_id, u.document_id, u.chunk_index, 1 - (u.embedding OPERATOR(public.<=>) q) AS sim
         FROM rcll.memory_units u
         WHERE u.unit_id = ANY (channel_context.seeds) AND u.embedding IS NOT NULL
-          AND rcll._in_scope(u, b, rs, auth, channel_context.include_unattributed, channel_context.halls,
-                                 channel_context.layers, channel_context.tags_any, channel_context.tags_all,
-                                 channel_context.thread, channel_context.as_of)
+          AND rcll._in_scope(u, scope)
     ), w AS (
         SELECT DISTINCT n.unit_id, n.document_id, n.chunk_index, 1 - (n.embedding OPERATOR(public.<=>) q) AS sim
         FROM s JOIN rcll.memory_units n
           ON n.document_id = s.document_id AND n.chunk_index IN (s.chunk_index - 1, s.chunk_index + 1)
         WHERE n.embedding IS NOT NULL
-          AND rcll._in_scope(n, b, rs, auth, channel_context.include_unattributed, channel_context.halls,
-                                 channel_context.layers, channel_context.tags_any, channel_context.tags_all,
-                                 channel_context.thread, channel_context.as_of)
+          AND rcll._in_scope(n, scope)
     ), known AS (
         SELECT s.unit_id, s.document_id, s.chunk_index, s.sim FROM s
         UNION SELECT w.unit_id, w.document_id, w.chunk_index, w.sim FROM w
@@ -2169,8 +2458,8 @@ BEGIN
     ORDER BY r.rank;
 END
 $$;
-COMMENT ON FUNCTION rcll.channel_context(vector, bigint[], text, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, integer)
-    IS 'Context recall channel: the seed units (the dense channel''s hits) and the chunk after each, ranked by the mean cosine similarity to query_embedding of the unit and of the chunk before it in its document (score = 1 - mean distance). Neighbours pass the same filters as every channel. Finds replies whose meaning is in the chunk they answer.';
+COMMENT ON FUNCTION rcll.channel_context(vector, bigint[], rcll.recall_scope, integer)
+    IS 'Context recall channel: the seed units (the dense channel''s hits) and the chunk after each, ranked by the mean cosine similarity to query_embedding of the unit and of the chunk before it in its document (score = 1 - mean distance). Every unit read passes the scope (rcll.recall_scope), as in every channel. Finds replies whose meaning is in the chunk they answer. From psql: SELECT * FROM rcll.channel_context(<embedding>, ARRAY[42, 43], rcll.recall_scope(''fleet'')).';
 
 
 -- functions 120-channel-lexical.sql
@@ -2188,22 +2477,12 @@ $$;
 COMMENT ON FUNCTION rcll._tsquery_any(text[]) IS 'Internal: a tsquery matching any of the given lexemes, each taken verbatim.';
 
 CREATE OR REPLACE FUNCTION rcll.channel_lexical(
-    query                text,
-    bank                 text,
-    rooms                text[] DEFAULT NULL,
-    authors              text[] DEFAULT NULL,
-    mine                 boolean DEFAULT false,
-    include_unattributed boolean DEFAULT false,
-    halls                text[] DEFAULT NULL,
-    layers               text[] DEFAULT NULL,
-    tags_any             text[] DEFAULT NULL,
-    tags_all             text[] DEFAULT NULL,
-    thread               text DEFAULT NULL,
-    as_of                timestamptz DEFAULT now(),
-    "limit"              integer DEFAULT 300,
-    prune_above          double precision DEFAULT 0.05,
-    k1                   double precision DEFAULT 1.2,
-    b                    double precision DEFAULT 0.75)
+    query       text,
+    scope       rcll.recall_scope,
+    "limit"     integer DEFAULT (rcll.recall_defaults()).channel_limit,
+    prune_above double precision DEFAULT 0.05,
+    k1          double precision DEFAULT 1.2,
+    b           double precision DEFAULT 0.75)
 RETURNS TABLE (unit_id bigint, score double precision, rank integer)
 LANGUAGE plpgsql STABLE
 SET plan_cache_mode = force_custom_plan
@@ -2211,10 +2490,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    bk     integer := rcll._bank_id(channel_lexical.bank);
-    rs     text[]  := rcll._expand_rooms(bk, channel_lexical.rooms);
-    auth   text[]  := rcll._recall_authors(channel_lexical.authors, channel_lexical.mine);
-    lim    integer := greatest(coalesce(channel_lexical."limit", 300), 0);
+    bk     integer := (scope).bank_id;
+    lim    integer := greatest(coalesce(channel_lexical."limit", (rcll.recall_defaults()).channel_limit), 0);
     cfg    regconfig;
     terms  text[];
     corpus record;
@@ -2238,7 +2515,7 @@ BEGIN
     SELECT array_agg(e.elem ORDER BY e.freq), array_agg(e.freq * corpus.n ORDER BY e.freq) INTO common, common_df
     FROM pg_catalog.pg_stats s,
          unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS e(elem, freq)
-    WHERE s.schemaname = 'rcll' AND s.tablename = 'memory_units' AND s.attname = 'lexical'
+    WHERE s.schemaname = 'rcll' AND s.tablename = 'unit_lexicon' AND s.attname = 'lexical'
       AND e.elem = ANY (terms)
       AND e.freq > coalesce(channel_lexical.prune_above, 1) AND e.freq * corpus.n > 1000;
     gen := ARRAY(SELECT t FROM unnest(terms) t WHERE common IS NULL OR t <> ALL (common));
@@ -2252,10 +2529,12 @@ BEGIN
         -- filtering on it is ~3x cheaper than unnesting the whole tsvector of every candidate,
         -- and keeps the whole tsvector out of the materialised candidates. (lexical carries no
         -- weights - the units_lexical trigger writes plain to_tsvector - so nothing else is A.)
+        -- Read from rcll.unit_lexicon, the narrow copy (453 bytes a unit against 2.7 kB for a
+        -- memory_units row with its inline embedding): the same rows and scores, about half
+        -- the pages touched (migration 012, docs/scaling.md).
         SELECT u.unit_id, ts_filter(setweight(u.lexical, 'A', terms), '{a}') AS qlex, u.lexical_length,
-               rcll._in_scope(u, bk, rs, auth, channel_lexical.include_unattributed, channel_lexical.halls, channel_lexical.layers,
-                              channel_lexical.tags_any, channel_lexical.tags_all, channel_lexical.thread, channel_lexical.as_of) AS keep
-        FROM rcll.memory_units u
+               rcll._in_scope(u, scope) AS keep
+        FROM rcll.unit_lexicon u
         WHERE u.bank_id = bk AND u.lexical @@ rcll._tsquery_any(gen)
     ), hits AS MATERIALIZED (
         SELECT c.unit_id, c.keep, c.lexical_length AS dl, t.lexeme,
@@ -2285,8 +2564,8 @@ BEGIN
     LIMIT lim;
 END
 $$;
-COMMENT ON FUNCTION rcll.channel_lexical(text, text, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, integer, double precision, double precision, double precision)
-    IS 'Lexical recall channel: Okapi BM25 (k1, b) of the query''s lexemes under the bank''s text search configuration, per-bank IDF, filtered before ranking. Candidates come from terms in at most prune_above of the units (NULL or 1: exact, all terms); all terms score. Reads plain tables only, so it runs on replicas.';
+COMMENT ON FUNCTION rcll.channel_lexical(text, rcll.recall_scope, integer, double precision, double precision, double precision)
+    IS 'Lexical recall channel: Okapi BM25 (k1, b) of the query''s lexemes under the bank''s text search configuration, per-bank IDF, filtered before ranking by the scope (rcll.recall_scope). Candidates come from terms in at most prune_above of the units (NULL or 1: exact, all terms); all terms score. Reads plain tables only, so it runs on replicas. From psql: SELECT * FROM rcll.channel_lexical(''deploy'', rcll.recall_scope(''fleet'', rooms => ''{deployment}'')).';
 
 
 -- functions 130-channel-graph.sql
@@ -2309,9 +2588,9 @@ AS $$
 $$;
 COMMENT ON FUNCTION rcll._query_ngrams(text, integer) IS 'Internal: lower-cased word n-grams of a query (possessives dropped), for matching entity names and aliases.';
 
-CREATE OR REPLACE FUNCTION rcll.query_entities(
+CREATE OR REPLACE FUNCTION rcll._query_entities(
     query          text,
-    bank           text,
+    bank_id        integer,
     min_similarity real DEFAULT 0.6,
     max_entities   integer DEFAULT 16)
 RETURNS TABLE (entity_id bigint, name text, matched text, similarity real)
@@ -2321,13 +2600,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    bk  integer := rcll._bank_id(query_entities.bank);
+    bk  integer := _query_entities.bank_id;
     cfg regconfig;
     grams text[];
 BEGIN
     SELECT x.text_search_config INTO cfg FROM rcll.banks x WHERE x.bank_id = bk;
     -- Single stop words ("the", "we") never name an entity; short single tokens only match exactly.
-    grams := ARRAY(SELECT g FROM unnest(rcll._query_ngrams(coalesce(query_entities.query, ''), 3)) g
+    grams := ARRAY(SELECT g FROM unnest(rcll._query_ngrams(coalesce(_query_entities.query, ''), 3)) g
                    WHERE g LIKE '% %' OR length(to_tsvector(cfg, g)) > 0);
     IF cardinality(grams) = 0 THEN
         RETURN;
@@ -2347,7 +2626,7 @@ BEGIN
     ) m
     JOIN rcll.entities e ON e.entity_id = m.entity_id
     ORDER BY m.sim DESC, m.entity_id
-    LIMIT query_entities.max_entities;
+    LIMIT _query_entities.max_entities;
     IF FOUND THEN
         RETURN;
     END IF;
@@ -2361,34 +2640,39 @@ BEGIN
         FROM unnest(grams) g(g)
         JOIN rcll.entity_aliases a ON a.bank_id = bk AND a.alias OPERATOR(public.%) g.g
         WHERE length(g.g) >= 4 AND g.g NOT LIKE '% % %'
-          AND public.similarity(a.alias, g.g) >= query_entities.min_similarity
+          AND public.similarity(a.alias, g.g) >= _query_entities.min_similarity
         ORDER BY a.entity_id, 3 DESC, a.alias
     ) m
     JOIN rcll.entities e ON e.entity_id = m.entity_id
     ORDER BY m.sim DESC, m.entity_id
-    LIMIT query_entities.max_entities;
+    LIMIT _query_entities.max_entities;
 END
+$$;
+COMMENT ON FUNCTION rcll._query_entities(text, integer, real, integer)
+    IS 'Internal: rcll.query_entities for a resolved bank id (the graph channel''s seeds).';
+
+CREATE OR REPLACE FUNCTION rcll.query_entities(
+    query          text,
+    bank           text,
+    min_similarity real DEFAULT 0.6,
+    max_entities   integer DEFAULT 16)
+RETURNS TABLE (entity_id bigint, name text, matched text, similarity real)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT * FROM rcll._query_entities(query_entities.query, rcll._bank_id(query_entities.bank),
+                                       query_entities.min_similarity, query_entities.max_entities)
 $$;
 COMMENT ON FUNCTION rcll.query_entities(text, text, real, integer)
     IS 'Entities a query names: exact matches of its word n-grams (up to three words) against entity names and aliases; when there are none, trigram matches of aliases to its one- and two-word n-grams with similarity >= min_similarity. The graph channel''s seeds.';
 
 CREATE OR REPLACE FUNCTION rcll.channel_graph(
-    query                text,
-    bank                 text,
-    rooms                text[] DEFAULT NULL,
-    authors              text[] DEFAULT NULL,
-    mine                 boolean DEFAULT false,
-    include_unattributed boolean DEFAULT false,
-    halls                text[] DEFAULT NULL,
-    layers               text[] DEFAULT NULL,
-    tags_any             text[] DEFAULT NULL,
-    tags_all             text[] DEFAULT NULL,
-    thread               text DEFAULT NULL,
-    as_of                timestamptz DEFAULT now(),
-    "limit"              integer DEFAULT 300,
-    hops                 integer DEFAULT 2,
-    decay                double precision DEFAULT 0.5,
-    fanout               integer DEFAULT 100)
+    query   text,
+    scope   rcll.recall_scope,
+    "limit" integer DEFAULT (rcll.recall_defaults()).channel_limit,
+    hops    integer DEFAULT 2,
+    decay   double precision DEFAULT 0.5,
+    fanout  integer DEFAULT 100)
 RETURNS TABLE (unit_id bigint, score double precision, rank integer)
 LANGUAGE plpgsql STABLE
 SET plan_cache_mode = force_custom_plan
@@ -2396,10 +2680,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    bk   integer := rcll._bank_id(channel_graph.bank);
-    rs   text[]  := rcll._expand_rooms(bk, channel_graph.rooms);
-    auth text[]  := rcll._recall_authors(channel_graph.authors, channel_graph.mine);
-    lim  integer := greatest(coalesce(channel_graph."limit", 300), 0);
+    lim  integer := greatest(coalesce(channel_graph."limit", (rcll.recall_defaults()).channel_limit), 0);
     cap  integer := greatest(coalesce(channel_graph.fanout, 100), 1);
     ents bigint[];            -- entity frontier
     eact double precision[];
@@ -2414,7 +2695,7 @@ BEGIN
         RETURN;
     END IF;
     SELECT array_agg(s.entity_id), array_agg(s.similarity::double precision) INTO ents, eact
-    FROM rcll.query_entities(channel_graph.query, channel_graph.bank) s;
+    FROM rcll._query_entities(channel_graph.query, (scope).bank_id) s;
     IF ents IS NULL THEN
         RETURN;
     END IF;
@@ -2437,8 +2718,7 @@ BEGIN
                     SELECT ue.unit_id FROM rcll.unit_entities ue
                     JOIN rcll.memory_units u ON u.unit_id = ue.unit_id
                     WHERE ue.entity_id = e.entity_id
-                      AND rcll._in_scope(u, bk, rs, auth, channel_graph.include_unattributed, channel_graph.halls, channel_graph.layers,
-                                         channel_graph.tags_any, channel_graph.tags_all, channel_graph.thread, channel_graph.as_of)
+                      AND rcll._in_scope(u, scope)
                     ORDER BY ue.unit_id DESC LIMIT cap) s
                 UNION ALL
                 -- Units -> linked units (both directions), weighted by the link.
@@ -2450,8 +2730,7 @@ BEGIN
                     SELECT k.from_unit, k.weight FROM rcll.links k WHERE k.to_unit = f.unit_id) l
                 JOIN rcll.memory_units u ON u.unit_id = l.other
                 WHERE hop > 1
-                  AND rcll._in_scope(u, bk, rs, auth, channel_graph.include_unattributed, channel_graph.halls, channel_graph.layers,
-                                     channel_graph.tags_any, channel_graph.tags_all, channel_graph.thread, channel_graph.as_of)
+                  AND rcll._in_scope(u, scope)
             ) m
             WHERE m.unit_id <> ALL (all_units)
             GROUP BY m.unit_id
@@ -2489,8 +2768,8 @@ BEGIN
     LIMIT lim;
 END
 $$;
-COMMENT ON FUNCTION rcll.channel_graph(text, text, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, integer, integer, double precision, integer)
-    IS 'Graph recall channel: activation spread from the entities the query names (rcll.query_entities) to the units mentioning them, then over links and shared entities for `hops` hops, multiplied by decay per hop and capped at fanout per entity and per frontier. Filtered before ranking (activation never passes through units the recall may not read). Plain SQL: runs on hot standbys.';
+COMMENT ON FUNCTION rcll.channel_graph(text, rcll.recall_scope, integer, integer, double precision, integer)
+    IS 'Graph recall channel: activation spread from the entities the query names (rcll.query_entities) to the units mentioning them, then over links and shared entities for `hops` hops, multiplied by decay per hop and capped at fanout per entity and per frontier. Filtered before ranking by the scope (rcll.recall_scope): activation never passes through units the recall may not read. Plain SQL: runs on hot standbys. From psql: SELECT * FROM rcll.channel_graph(''where did Caroline move?'', rcll.recall_scope(''fleet'')).';
 
 
 -- functions 140-temporal-parse.sql
@@ -2671,24 +2950,14 @@ COMMENT ON FUNCTION rcll.parse_time_range(text, timestamptz)
 -- Temporal channel: units whose time falls in the range the query names (or the caller passes).
 
 CREATE OR REPLACE FUNCTION rcll.channel_temporal(
-    query                text,
-    bank                 text,
-    rooms                text[] DEFAULT NULL,
-    authors              text[] DEFAULT NULL,
-    mine                 boolean DEFAULT false,
-    include_unattributed boolean DEFAULT false,
-    halls                text[] DEFAULT NULL,
-    layers               text[] DEFAULT NULL,
-    tags_any             text[] DEFAULT NULL,
-    tags_all             text[] DEFAULT NULL,
-    thread               text DEFAULT NULL,
-    as_of                timestamptz DEFAULT now(),
-    time_range           tstzrange DEFAULT NULL,
-    reference_time       timestamptz DEFAULT now(),
-    query_embedding      vector DEFAULT NULL,
-    "limit"              integer DEFAULT 300,
-    scan_limit           integer DEFAULT 5000,
-    mention_slack        interval DEFAULT '7 days')
+    query           text,
+    scope           rcll.recall_scope,
+    time_range      tstzrange DEFAULT NULL,
+    reference_time  timestamptz DEFAULT now(),
+    query_embedding vector DEFAULT NULL,
+    "limit"         integer DEFAULT (rcll.recall_defaults()).channel_limit,
+    scan_limit      integer DEFAULT 5000,
+    mention_slack   interval DEFAULT '7 days')
 RETURNS TABLE (unit_id bigint, score double precision, rank integer)
 LANGUAGE plpgsql STABLE
 SET plan_cache_mode = force_custom_plan
@@ -2698,10 +2967,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    bk     integer := rcll._bank_id(channel_temporal.bank);
-    rs     text[]  := rcll._expand_rooms(bk, channel_temporal.rooms);
-    auth   text[]  := rcll._recall_authors(channel_temporal.authors, channel_temporal.mine);
-    lim    integer := greatest(coalesce(channel_temporal."limit", 300), 0);
+    lim    integer := greatest(coalesce(channel_temporal."limit", (rcll.recall_defaults()).channel_limit), 0);
     r      tstzrange := coalesce(channel_temporal.time_range,
                                  rcll.parse_time_range(channel_temporal.query, coalesce(channel_temporal.reference_time, now())));
     lo     timestamptz;
@@ -2742,8 +3008,7 @@ BEGIN
                 AND (u.occurred_start IS NOT NULL OR u.mentioned_at IS NULL OR u.mentioned_at < hi_mentioned)
                 AND (u.occurred_start IS NULL OR u.occurred_start < hi))
                OR (u.occurred_end IS NOT NULL AND u.occurred_start < lo AND u.occurred_end >= lo))
-          AND rcll._in_scope(u, bk, rs, auth, channel_temporal.include_unattributed, channel_temporal.halls, channel_temporal.layers,
-                             channel_temporal.tags_any, channel_temporal.tags_all, channel_temporal.thread, channel_temporal.as_of)
+          AND rcll._in_scope(u, scope)
             ORDER BY u.embedding OPERATOR(public.<=>) channel_temporal.query_embedding
             LIMIT lim) d
         ORDER BY 3;
@@ -2759,8 +3024,7 @@ BEGIN
                 AND (u.occurred_start IS NOT NULL OR u.mentioned_at IS NULL OR u.mentioned_at < hi_mentioned)
                 AND (u.occurred_start IS NULL OR u.occurred_start < hi))
                OR (u.occurred_end IS NOT NULL AND u.occurred_start < lo AND u.occurred_end >= lo))
-          AND rcll._in_scope(u, bk, rs, auth, channel_temporal.include_unattributed, channel_temporal.halls, channel_temporal.layers,
-                             channel_temporal.tags_any, channel_temporal.tags_all, channel_temporal.thread, channel_temporal.as_of)
+          AND rcll._in_scope(u, scope)
         LIMIT greatest(coalesce(channel_temporal.scan_limit, 5000), lim)
     ), s AS (
         SELECT c.unit_id, 1 / (1 + abs(extract(epoch FROM c.t - anchor)::double precision) / 86400) AS score
@@ -2772,40 +3036,27 @@ BEGIN
     LIMIT lim;
 END
 $$;
-COMMENT ON FUNCTION rcll.channel_temporal(text, text, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, vector, integer, integer, interval)
-    IS 'Temporal recall channel: units whose time (occurred_start..occurred_end, else mentioned_at, else start of validity) falls in time_range (a unit known only by mentioned_at also up to mention_slack after it: things are said after they happen), or in the range rcll.parse_time_range finds in the query relative to reference_time; ordered by similarity to query_embedding when given, else by closeness to the range. Empty when the query names no time. Filtered before ranking.';
+COMMENT ON FUNCTION rcll.channel_temporal(text, rcll.recall_scope, tstzrange, timestamptz, vector, integer, integer, interval)
+    IS 'Temporal recall channel: units whose time (occurred_start..occurred_end, else mentioned_at, else start of validity) falls in time_range (a unit known only by mentioned_at also up to mention_slack after it: things are said after they happen), or in the range rcll.parse_time_range finds in the query relative to reference_time; ordered by similarity to query_embedding when given, else by closeness to the range. Empty when the query names no time. Filtered before ranking by the scope (rcll.recall_scope). From psql: SELECT * FROM rcll.channel_temporal(''what did we decide last week'', rcll.recall_scope(''fleet'')).';
 
 
 -- functions 150-recall-candidates.sql
 -- Recall phases 2-3: the four channels (and dense's context variant), fused by reciprocal rank fusion in one statement.
 
--- The signature before the context channel (parameters and columns changed).
-DROP FUNCTION IF EXISTS rcll.recall_candidates(text, text, vector, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, integer, integer, double precision, double precision, double precision, double precision, integer);
-
 CREATE OR REPLACE FUNCTION rcll.recall_candidates(
     query                text,
-    bank                 text,
+    scope                rcll.recall_scope,
     query_embedding      vector DEFAULT NULL,
-    rooms                text[] DEFAULT NULL,
-    authors              text[] DEFAULT NULL,
-    mine                 boolean DEFAULT false,
-    include_unattributed boolean DEFAULT false,
-    halls                text[] DEFAULT NULL,
-    layers               text[] DEFAULT NULL,
-    tags_any             text[] DEFAULT NULL,
-    tags_all             text[] DEFAULT NULL,
-    thread               text DEFAULT NULL,
-    as_of                timestamptz DEFAULT now(),
     time_range           tstzrange DEFAULT NULL,
     reference_time       timestamptz DEFAULT now(),
-    k                    integer DEFAULT 60,
-    channel_limit        integer DEFAULT 300,
+    k                    integer DEFAULT (rcll.recall_defaults()).k,
+    channel_limit        integer DEFAULT (rcll.recall_defaults()).channel_limit,
     dense_weight         double precision DEFAULT 1.0,
     lexical_weight       double precision DEFAULT 1.0,
     graph_weight         double precision DEFAULT 1.0,
     temporal_weight      double precision DEFAULT 1.0,
     context_weight       double precision DEFAULT 1.0,
-    "limit"              integer DEFAULT 100)
+    "limit"              integer DEFAULT (rcll.recall_defaults()).candidate_limit)
 RETURNS TABLE (unit_id bigint, text text, room text, hall text, layer text, author text, thread text,
                tags text[], valid tstzrange, occurred_start timestamptz, mentioned_at timestamptz,
                document_id bigint, provenance jsonb, fused_score double precision,
@@ -2813,18 +3064,16 @@ RETURNS TABLE (unit_id bigint, text text, room text, hall text, layer text, auth
                rank_context integer, context text)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
--- SQL, not PL/pgSQL: the thread parameter and the thread column share a name, which PL/pgSQL
--- refuses. Each channel is PL/pgSQL with custom plans, so the filters are folded where it matters.
+-- SQL, not PL/pgSQL: the output columns (thread, text, ...) would be variables in PL/pgSQL. Each
+-- channel is PL/pgSQL with custom plans, so the scope's fields fold as constants where it matters.
 AS $$
     -- RRF: each channel adds weight / (k + rank). k = 60 (Cormack et al.; what hindsight uses)
     -- flattens the head so that agreement between channels beats one channel's first place.
     -- Channels run one after another inside this statement; a channel with weight 0 is not run.
     WITH d AS (
         SELECT c.unit_id, c.rank FROM rcll.channel_dense(
-            recall_candidates.query_embedding, recall_candidates.bank, recall_candidates.rooms, recall_candidates.authors,
-            recall_candidates.mine, recall_candidates.include_unattributed, recall_candidates.halls, recall_candidates.layers,
-            recall_candidates.tags_any, recall_candidates.tags_all, recall_candidates.thread, recall_candidates.as_of,
-            recall_candidates.channel_limit) c
+            query_embedding => recall_candidates.query_embedding, scope => recall_candidates.scope,
+            "limit" => recall_candidates.channel_limit) c
         WHERE (recall_candidates.dense_weight > 0 OR recall_candidates.context_weight > 0)
           AND (recall_candidates.query_embedding IS NOT NULL OR rcll._notice(
                 'recall: dense channel skipped: no query_embedding was passed',
@@ -2833,34 +3082,23 @@ AS $$
         -- Context: the top 100 dense hits and the chunk after each, scored with the chunk before
         -- them (seeding it with all 300 hits adds 0.008 R@50 on LoCoMo for 3x its time).
         SELECT c.unit_id, c.rank FROM rcll.channel_context(
-            recall_candidates.query_embedding, (SELECT array_agg(d.unit_id) FROM d WHERE d.rank <= 100),
-            recall_candidates.bank,
-            recall_candidates.rooms, recall_candidates.authors, recall_candidates.mine,
-            recall_candidates.include_unattributed, recall_candidates.halls, recall_candidates.layers,
-            recall_candidates.tags_any, recall_candidates.tags_all, recall_candidates.thread, recall_candidates.as_of,
-            recall_candidates.channel_limit) c
+            query_embedding => recall_candidates.query_embedding,
+            seeds => (SELECT array_agg(d.unit_id) FROM d WHERE d.rank <= 100),
+            scope => recall_candidates.scope, "limit" => recall_candidates.channel_limit) c
         WHERE recall_candidates.context_weight > 0
     ), l AS (
         SELECT c.unit_id, c.rank FROM rcll.channel_lexical(
-            recall_candidates.query, recall_candidates.bank, recall_candidates.rooms, recall_candidates.authors,
-            recall_candidates.mine, recall_candidates.include_unattributed, recall_candidates.halls, recall_candidates.layers,
-            recall_candidates.tags_any, recall_candidates.tags_all, recall_candidates.thread, recall_candidates.as_of,
-            recall_candidates.channel_limit) c
+            query => recall_candidates.query, scope => recall_candidates.scope, "limit" => recall_candidates.channel_limit) c
         WHERE recall_candidates.lexical_weight > 0
     ), g AS (
         SELECT c.unit_id, c.rank FROM rcll.channel_graph(
-            recall_candidates.query, recall_candidates.bank, recall_candidates.rooms, recall_candidates.authors,
-            recall_candidates.mine, recall_candidates.include_unattributed, recall_candidates.halls, recall_candidates.layers,
-            recall_candidates.tags_any, recall_candidates.tags_all, recall_candidates.thread, recall_candidates.as_of,
-            recall_candidates.channel_limit) c
+            query => recall_candidates.query, scope => recall_candidates.scope, "limit" => recall_candidates.channel_limit) c
         WHERE recall_candidates.graph_weight > 0
     ), t AS (
         SELECT c.unit_id, c.rank FROM rcll.channel_temporal(
-            recall_candidates.query, recall_candidates.bank, recall_candidates.rooms, recall_candidates.authors,
-            recall_candidates.mine, recall_candidates.include_unattributed, recall_candidates.halls, recall_candidates.layers,
-            recall_candidates.tags_any, recall_candidates.tags_all, recall_candidates.thread, recall_candidates.as_of,
-            recall_candidates.time_range, recall_candidates.reference_time, recall_candidates.query_embedding,
-            recall_candidates.channel_limit) c
+            query => recall_candidates.query, scope => recall_candidates.scope,
+            time_range => recall_candidates.time_range, reference_time => recall_candidates.reference_time,
+            query_embedding => recall_candidates.query_embedding, "limit" => recall_candidates.channel_limit) c
         WHERE recall_candidates.temporal_weight > 0
     ), fused AS (
         SELECT x.unit_id,
@@ -2880,7 +3118,7 @@ AS $$
         ) x
         GROUP BY x.unit_id
         ORDER BY score DESC, x.unit_id DESC
-        LIMIT greatest(coalesce(recall_candidates."limit", 100), 0)
+        LIMIT greatest(coalesce(recall_candidates."limit", (rcll.recall_defaults()).candidate_limit), 0)
     )
     SELECT u.unit_id, u.text, u.room, u.hall, u.layer, u.author, u.thread, u.tags, u.valid, u.occurred_start,
            u.mentioned_at, u.document_id, u.provenance, f.score, f.rd, f.rl, f.rg, f.rt, f.rx,
@@ -2889,71 +3127,57 @@ AS $$
            rcll._last_words(p.preceding_text, 16)
     FROM fused f JOIN rcll.memory_units u ON u.unit_id = f.unit_id
     LEFT JOIN rcll.preceding_units(
-        (SELECT array_agg(fused.unit_id) FROM fused), recall_candidates.bank, recall_candidates.rooms,
-        recall_candidates.authors, recall_candidates.mine, recall_candidates.include_unattributed,
-        recall_candidates.halls, recall_candidates.layers, recall_candidates.tags_any, recall_candidates.tags_all,
-        recall_candidates.thread, recall_candidates.as_of) p ON p.unit_id = f.unit_id
+        unit_ids => (SELECT array_agg(fused.unit_id) FROM fused), scope => recall_candidates.scope) p ON p.unit_id = f.unit_id
     ORDER BY f.score DESC, f.unit_id DESC
 $$;
-COMMENT ON FUNCTION rcll.recall_candidates(text, text, vector, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, integer, integer, double precision, double precision, double precision, double precision, double precision, integer)
-    IS 'Recall without the rerank: the dense, lexical, graph and temporal channels and the context channel (dense hits read with the chunk before them; each at most channel_limit units, all filtered before ranking) fused by reciprocal rank fusion, score = sum of weight / (k + rank). Each row: the unit, its axes, the fused score, its rank in each channel (NULL = not found there) and context, the last 16 words of the chunk before it in its document when that chunk passes the same filters (the reranker''s second view). rooms NULL = every room; as_of NULL = ignore validity; thread NULL = every thread. Without query_embedding the dense channel is skipped (NOTICE).';
+COMMENT ON FUNCTION rcll.recall_candidates(text, rcll.recall_scope, vector, tstzrange, timestamptz, integer, integer, double precision, double precision, double precision, double precision, double precision, integer)
+    IS 'Recall without the rerank: the dense, lexical, graph and temporal channels and the context channel (dense hits read with the chunk before them; each at most channel_limit units, all filtered before ranking) fused by reciprocal rank fusion, score = sum of weight / (k + rank). Each row: the unit, its axes, the fused score, its rank in each channel (NULL = not found there) and context, the last 16 words of the chunk before it in its document when that chunk passes the same scope (the reranker''s second view). What it may read is one value, scope (rcll.recall_scope: bank, rooms, authors, filters), built once by the caller and passed to every channel; k, channel_limit and the five weights tune the fusion. Without query_embedding the dense channel is skipped (NOTICE). From psql: SELECT * FROM rcll.recall_candidates(''deploy'', rcll.recall_scope(''fleet'', rooms => ''{deployment}'')).';
 
 
 -- functions 160-recall.sql
 -- Recall, all five phases from SQL: embed, four channels + fusion, cross-encoder rerank, token-budget cut.
 
--- The signatures before the context channel and the reranker's context view.
-DROP FUNCTION IF EXISTS rcll.recall(text, text, vector, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, integer, integer, double precision, double precision, double precision, double precision, integer, integer, integer);
-DROP FUNCTION IF EXISTS rcll._recall_ranked(text, text, vector, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, integer, integer, double precision, double precision, double precision, double precision, integer, integer, integer);
+CREATE OR REPLACE FUNCTION rcll._recall_embedding(query text, query_embedding vector)
+RETURNS vector
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- Phase 1: embed the query here when the models live in the database.
+    IF NOT rcll.in_database_models() THEN
+        RAISE NOTICE 'recall: in-database models are not enabled: %',
+            CASE WHEN _recall_embedding.query_embedding IS NULL THEN 'the dense channel and the rerank are skipped'
+                 ELSE 'the rerank is skipped' END
+            USING HINT = CASE WHEN EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'plpython3u')
+                              THEN 'A superuser can run SELECT rcll.enable_in_database_models(ARRAY[''<venv>/lib/python3.11/site-packages'', ''<repo>/python'']).'
+                              ELSE 'This server has no plpython3u: recall through the rcll client, which embeds and reranks outside the database.' END;
+        RETURN _recall_embedding.query_embedding;
+    END IF;
+    -- COALESCE evaluates its second argument only when the first is NULL: a given embedding is never recomputed.
+    RETURN coalesce(_recall_embedding.query_embedding, rcll._model_embed_query(_recall_embedding.query));
+END
+$$;
+COMMENT ON FUNCTION rcll._recall_embedding(text, vector)
+    IS 'Internal: rcll.recall''s phase 1 - the query embedding to use: the one given, else (with in-database models) the query embedded here; without in-database models a NOTICE says what recall skips.';
 
-CREATE OR REPLACE FUNCTION rcll._recall_ranked(
-    query                text,
-    bank                 text,
-    query_embedding      vector DEFAULT NULL,
-    rooms                text[] DEFAULT NULL,
-    authors              text[] DEFAULT NULL,
-    mine                 boolean DEFAULT false,
-    include_unattributed boolean DEFAULT false,
-    halls                text[] DEFAULT NULL,
-    layers               text[] DEFAULT NULL,
-    tags_any             text[] DEFAULT NULL,
-    tags_all             text[] DEFAULT NULL,
-    thread               text DEFAULT NULL,
-    as_of                timestamptz DEFAULT now(),
-    time_range           tstzrange DEFAULT NULL,
-    reference_time       timestamptz DEFAULT now(),
-    k                    integer DEFAULT 60,
-    channel_limit        integer DEFAULT 300,
-    dense_weight         double precision DEFAULT 1.0,
-    lexical_weight       double precision DEFAULT 1.0,
-    graph_weight         double precision DEFAULT 1.0,
-    temporal_weight      double precision DEFAULT 1.0,
-    context_weight       double precision DEFAULT 1.0,
-    "limit"              integer DEFAULT 100,
-    rerank_depth         integer DEFAULT 40,
-    context_depth        integer DEFAULT 15,
-    budget               integer DEFAULT 4096)
-RETURNS TABLE (unit_id bigint, fused_score double precision, rank_dense integer, rank_lexical integer,
-               rank_graph integer, rank_temporal integer, rank_context integer, rerank_score real,
-               tokens integer, ordinal integer)
+CREATE OR REPLACE FUNCTION rcll._recall_rerank(
+    query         text,
+    texts         text[],
+    contexts      text[],
+    "limit"       integer,
+    rerank_depth  integer,
+    context_depth integer,
+    budget        integer,
+    deadline_ms   integer DEFAULT NULL)
+RETURNS TABLE (candidate integer, rerank_score real, tokens integer, ordinal integer)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
     models boolean := rcll.in_database_models();
-    qe     public.vector := _recall_ranked.query_embedding;
-    depth  integer := greatest(coalesce(_recall_ranked.rerank_depth, 0), 0);
-    lim    integer := greatest(coalesce(_recall_ranked."limit", 100), 0);
-    ids    bigint[];
-    texts  text[];
-    fused  double precision[];
-    rd     integer[];
-    rl     integer[];
-    rg     integer[];
-    rt     integer[];
-    rx     integer[];
-    ctxs   text[];
+    depth  integer := greatest(coalesce(_recall_rerank.rerank_depth, 0), 0);
+    lim    integer := greatest(coalesce(_recall_rerank."limit", (rcll.recall_defaults()).candidate_limit), 0);
     scores real[];
     second real[];
     head   integer[];
@@ -2963,65 +3187,49 @@ DECLARE
     ord    integer[];
     keep   integer[] := '{}';
     used   bigint := 0;
-    i      integer;
+    n      integer;
+    ms     double precision := _recall_rerank.deadline_ms;
 BEGIN
-    -- Phase 1: embed the query here when the models live in the database.
-    IF qe IS NULL AND models AND coalesce(_recall_ranked.dense_weight, 0) > 0 THEN
-        qe := rcll._model_embed_query(_recall_ranked.query);
-    END IF;
-    IF NOT models THEN
-        RAISE NOTICE 'recall: in-database models are not enabled: %',
-            CASE WHEN qe IS NULL THEN 'the dense channel and the rerank are skipped' ELSE 'the rerank is skipped' END
-            USING HINT = CASE WHEN EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'plpython3u')
-                              THEN 'A superuser can run SELECT rcll.enable_in_database_models(ARRAY[''<venv>/lib/python3.11/site-packages'', ''<repo>/python'']).'
-                              ELSE 'This server has no plpython3u: recall through the rcll client, which embeds and reranks outside the database.' END;
-    END IF;
-
-    -- Phases 2-3: channels and fusion; enough candidates for the rerank and the final list.
-    SELECT array_agg(c.unit_id ORDER BY c.n), array_agg(c.text ORDER BY c.n), array_agg(c.fused_score ORDER BY c.n),
-           array_agg(c.rank_dense ORDER BY c.n), array_agg(c.rank_lexical ORDER BY c.n),
-           array_agg(c.rank_graph ORDER BY c.n), array_agg(c.rank_temporal ORDER BY c.n),
-           array_agg(c.rank_context ORDER BY c.n), array_agg(c.context ORDER BY c.n)
-    INTO ids, texts, fused, rd, rl, rg, rt, rx, ctxs
-    FROM rcll.recall_candidates(
-        query => _recall_ranked.query, bank => _recall_ranked.bank, query_embedding => qe, rooms => _recall_ranked.rooms,
-        authors => _recall_ranked.authors, mine => _recall_ranked.mine, include_unattributed => _recall_ranked.include_unattributed,
-        halls => _recall_ranked.halls, layers => _recall_ranked.layers, tags_any => _recall_ranked.tags_any, tags_all => _recall_ranked.tags_all,
-        thread => _recall_ranked.thread, as_of => _recall_ranked.as_of, time_range => _recall_ranked.time_range,
-        reference_time => _recall_ranked.reference_time, k => _recall_ranked.k, channel_limit => _recall_ranked.channel_limit,
-        dense_weight => _recall_ranked.dense_weight, lexical_weight => _recall_ranked.lexical_weight,
-        graph_weight => _recall_ranked.graph_weight, temporal_weight => _recall_ranked.temporal_weight,
-        context_weight => _recall_ranked.context_weight, "limit" => greatest(lim, depth)) WITH ORDINALITY AS c
-        (unit_id, text, room, hall, layer, author, thread, tags, valid, occurred_start, mentioned_at,
-         document_id, provenance, fused_score, rank_dense, rank_lexical, rank_graph, rank_temporal,
-         rank_context, context, n);
-    IF ids IS NULL THEN
+    IF texts IS NULL THEN
         RETURN;
     END IF;
-
     -- Phase 4: the cross-encoder reads the top `depth` candidates with the query; the top
     -- context_depth of its order are read again with the chunk before them ("<previous> / <text>")
     -- and scored by the mean of both logits (as rcll.recall.rerank in Python). Reranked
     -- candidates move to the front in that order, the rest keep their fused order behind them.
+    -- With deadline_ms (counted from the start of the statement) both views read in fused order
+    -- while time is left (rcll._model_rerank_until); what is not read keeps its fused order.
     IF models AND depth > 0 THEN
-        scores := rcll._model_rerank(_recall_ranked.query, texts[1:depth]);
-        SELECT (array_agg(o.i ORDER BY scores[o.i] DESC, o.i))[1:greatest(coalesce(_recall_ranked.context_depth, 0), 0)]
+        depth := least(depth, cardinality(texts));
+        scores := CASE WHEN ms IS NULL THEN rcll._model_rerank(_recall_rerank.query, texts[1:depth])
+                       ELSE rcll._model_rerank_until(_recall_rerank.query, texts[1:depth], ms, extract(epoch FROM statement_timestamp())) END;
+        SELECT (array_agg(o.i ORDER BY scores[o.i] DESC, o.i))[1:greatest(coalesce(_recall_rerank.context_depth, 0), 0)]
         INTO head FROM generate_subscripts(scores, 1) AS o(i);
-        SELECT array_agg(t.i ORDER BY t.pos), array_agg(ctxs[t.i] || ' / ' || texts[t.i] ORDER BY t.pos)
+        SELECT array_agg(t.i ORDER BY t.pos), array_agg(contexts[t.i] || ' / ' || texts[t.i] ORDER BY t.pos)
         INTO top, views
-        FROM unnest(head) WITH ORDINALITY AS t(i, pos) WHERE ctxs[t.i] <> '';
-        IF views IS NOT NULL THEN
-            second := rcll._model_rerank(_recall_ranked.query, views);
-            FOR i IN 1 .. cardinality(top) LOOP
-                scores[top[i]] := (scores[top[i]] + second[i]) / 2;
+        FROM unnest(head) WITH ORDINALITY AS t(i, pos) WHERE contexts[t.i] <> '';
+        IF coalesce(cardinality(scores), 0) < depth THEN
+            head := NULL;                        -- the deadline cut the first view: no second one
+            RAISE NOTICE 'recall: the deadline (% ms) cut the rerank at depth % of %', ms, coalesce(cardinality(scores), 0), depth;
+        ELSIF views IS NOT NULL THEN
+            second := CASE WHEN ms IS NULL THEN rcll._model_rerank(_recall_rerank.query, views)
+                           ELSE rcll._model_rerank_until(_recall_rerank.query, views, ms, extract(epoch FROM statement_timestamp())) END;
+            FOR n IN 1 .. coalesce(cardinality(second), 0) LOOP
+                scores[top[n]] := (scores[top[n]] + second[n]) / 2;
             END LOOP;
+            IF coalesce(cardinality(second), 0) < cardinality(top) THEN
+                -- Cut in the second view: the head read twice ends before the first unread one.
+                head := head[1 : array_position(head, top[coalesce(cardinality(second), 0) + 1]) - 1];
+                RAISE NOTICE 'recall: the deadline (% ms) cut the context view at % of % candidates', ms,
+                    coalesce(cardinality(head), 0), greatest(coalesce(_recall_rerank.context_depth, 0), 0);
+            END IF;
         END IF;
     END IF;
     -- Order: the context-read head by its mean score, the rest of the reranked ones by theirs,
     -- then the unreranked candidates in fused order.
     SELECT array_agg(o.i ORDER BY o.i > cardinality(coalesce(scores, '{}')), NOT (o.i = ANY (coalesce(head, '{}'))),
                      scores[o.i] DESC NULLS LAST, o.i) INTO ord
-    FROM generate_subscripts(ids, 1) AS o(i);
+    FROM generate_subscripts(texts, 1) AS o(i);
 
     -- Phase 5: fill the token budget (fact text only): a fact that does not fit is skipped and
     -- the next, shorter one may still fit.
@@ -3030,77 +3238,66 @@ BEGIN
     ELSE
         toks := rcll._approx_tokens(texts);
     END IF;
-    FOREACH i IN ARRAY ord LOOP
+    FOREACH n IN ARRAY ord LOOP
         EXIT WHEN cardinality(keep) >= lim;
-        CONTINUE WHEN _recall_ranked.budget IS NOT NULL AND used + toks[i] > _recall_ranked.budget;
-        keep := keep || i;
-        used := used + toks[i];
+        CONTINUE WHEN _recall_rerank.budget IS NOT NULL AND used + toks[n] > _recall_rerank.budget;
+        keep := keep || n;
+        used := used + toks[n];
     END LOOP;
 
     RETURN QUERY
-    SELECT ids[x.i], fused[x.i], rd[x.i], rl[x.i], rg[x.i], rt[x.i], rx[x.i], scores[x.i], toks[x.i], x.pos::integer
+    SELECT x.i::integer, scores[x.i], toks[x.i], x.pos::integer
     FROM unnest(keep) WITH ORDINALITY AS x(i, pos)
     ORDER BY x.pos;
 END
 $$;
-COMMENT ON FUNCTION rcll._recall_ranked(text, text, vector, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, integer, integer, double precision, double precision, double precision, double precision, double precision, integer, integer, integer, integer)
-    IS 'Internal: rcll.recall''s ranking - candidates, in-database rerank of the top rerank_depth, budget cut - as unit ids in final order with their scores and token counts.';
+COMMENT ON FUNCTION rcll._recall_rerank(text, text[], text[], integer, integer, integer, integer, integer)
+    IS 'Internal: rcll.recall''s phases 4-5 over its candidates in fused order (texts and the context before each): the in-database cross-encoder rerank of the top rerank_depth (the top context_depth of its order read again with their context; with deadline_ms, only while the statement is younger than that), then the cut to "limit" facts and budget tokens. Returns the kept candidates'' positions (candidate, 1-based) in final order, with their rerank scores and token counts.';
 
 CREATE OR REPLACE FUNCTION rcll.recall(
-    query                text,
-    bank                 text,
-    query_embedding      vector DEFAULT NULL,
-    rooms                text[] DEFAULT NULL,
-    authors              text[] DEFAULT NULL,
-    mine                 boolean DEFAULT false,
-    include_unattributed boolean DEFAULT false,
-    halls                text[] DEFAULT NULL,
-    layers               text[] DEFAULT NULL,
-    tags_any             text[] DEFAULT NULL,
-    tags_all             text[] DEFAULT NULL,
-    thread               text DEFAULT NULL,
-    as_of                timestamptz DEFAULT now(),
-    time_range           tstzrange DEFAULT NULL,
-    reference_time       timestamptz DEFAULT now(),
-    k                    integer DEFAULT 60,
-    channel_limit        integer DEFAULT 300,
-    dense_weight         double precision DEFAULT 1.0,
-    lexical_weight       double precision DEFAULT 1.0,
-    graph_weight         double precision DEFAULT 1.0,
-    temporal_weight      double precision DEFAULT 1.0,
-    context_weight       double precision DEFAULT 1.0,
-    "limit"              integer DEFAULT 100,
-    rerank_depth         integer DEFAULT 40,
-    context_depth        integer DEFAULT 15,
-    budget               integer DEFAULT 4096)
+    query           text,
+    scope           rcll.recall_scope,
+    budget          integer DEFAULT (rcll.recall_defaults()).budget,
+    rerank_depth    integer DEFAULT (rcll.recall_defaults()).rerank_depth,
+    context_depth   integer DEFAULT (rcll.recall_defaults()).context_depth,
+    "limit"         integer DEFAULT (rcll.recall_defaults()).candidate_limit,
+    query_embedding vector DEFAULT NULL,
+    time_range      tstzrange DEFAULT NULL,
+    reference_time  timestamptz DEFAULT now(),
+    deadline_ms     integer DEFAULT NULL)
 RETURNS TABLE (unit_id bigint, text text, room text, hall text, layer text, author text, thread text,
                tags text[], valid tstzrange, occurred_start timestamptz, mentioned_at timestamptz,
-               document_id bigint, provenance jsonb, fused_score double precision,
+               document_id bigint, provenance jsonb, fused_score double precision, rerank_score real,
                rank_dense integer, rank_lexical integer, rank_graph integer, rank_temporal integer,
-               rank_context integer, rerank_score real)
+               rank_context integer)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    -- SQL around the PL/pgSQL ranking: the thread parameter and the thread column share a name.
-    SELECT u.unit_id, u.text, u.room, u.hall, u.layer, u.author, u.thread, u.tags, u.valid, u.occurred_start,
-           u.mentioned_at, u.document_id, u.provenance, r.fused_score, r.rank_dense, r.rank_lexical,
-           r.rank_graph, r.rank_temporal, r.rank_context, r.rerank_score
-    FROM rcll._recall_ranked(
-        query => recall.query, bank => recall.bank, query_embedding => recall.query_embedding,
-        rooms => recall.rooms, authors => recall.authors, mine => recall.mine,
-        include_unattributed => recall.include_unattributed, halls => recall.halls, layers => recall.layers,
-        tags_any => recall.tags_any, tags_all => recall.tags_all, thread => recall.thread,
-        as_of => recall.as_of, time_range => recall.time_range, reference_time => recall.reference_time,
-        k => recall.k, channel_limit => recall.channel_limit, dense_weight => recall.dense_weight,
-        lexical_weight => recall.lexical_weight, graph_weight => recall.graph_weight,
-        temporal_weight => recall.temporal_weight, context_weight => recall.context_weight,
+    -- SQL, not PL/pgSQL: the output column thread would shadow the scope's rows in PL/pgSQL. Phase 1
+    -- (rcll._recall_embedding), phases 2-3 (rcll.recall_candidates: enough candidates for the
+    -- rerank and the final list), phases 4-5 (rcll._recall_rerank) over the candidates in fused order.
+    WITH c AS MATERIALIZED (
+        SELECT * FROM rcll.recall_candidates(
+            query => recall.query, scope => recall.scope,
+            query_embedding => rcll._recall_embedding(recall.query, recall.query_embedding),
+            time_range => recall.time_range, reference_time => recall.reference_time,
+            "limit" => greatest(greatest(coalesce(recall."limit", (rcll.recall_defaults()).candidate_limit), 0),
+                                greatest(coalesce(recall.rerank_depth, 0), 0))) WITH ORDINALITY AS c
+    )
+    SELECT c.unit_id, c.text, c.room, c.hall, c.layer, c.author, c.thread, c.tags, c.valid, c.occurred_start,
+           c.mentioned_at, c.document_id, c.provenance, c.fused_score, r.rerank_score, c.rank_dense,
+           c.rank_lexical, c.rank_graph, c.rank_temporal, c.rank_context
+    FROM rcll._recall_rerank(
+        query => recall.query,
+        texts => (SELECT array_agg(c.text ORDER BY c.ordinality) FROM c),
+        contexts => (SELECT array_agg(c.context ORDER BY c.ordinality) FROM c),
         "limit" => recall."limit", rerank_depth => recall.rerank_depth,
-        context_depth => recall.context_depth, budget => recall.budget) r
-    JOIN rcll.memory_units u ON u.unit_id = r.unit_id
+        context_depth => recall.context_depth, budget => recall.budget, deadline_ms => recall.deadline_ms) r
+    JOIN c ON c.ordinality = r.candidate
     ORDER BY r.ordinal
 $$;
-COMMENT ON FUNCTION rcll.recall(text, text, vector, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, integer, integer, double precision, double precision, double precision, double precision, double precision, integer, integer, integer, integer)
-    IS 'Recall from SQL: rcll.recall_candidates, then the cross-encoder rerank of the top rerank_depth candidates (the top context_depth of its order read again with the chunk before them, by the mean of both scores), then the cut to budget tokens of fact text (skipping facts that do not fit). With in-database models (rcll.enable_in_database_models) the query is embedded and reranked here; without them pass query_embedding, and the rerank is skipped (NOTICE). Never writes.';
+COMMENT ON FUNCTION rcll.recall(text, rcll.recall_scope, integer, integer, integer, integer, vector, tstzrange, timestamptz, integer)
+    IS 'Recall from SQL: rcll.recall_candidates over the scope (rcll.recall_scope: bank, rooms, authors, filters), then the cross-encoder rerank of the top rerank_depth candidates (the top context_depth of its order read again with the chunk before them, by the mean of both scores), then the cut to "limit" facts and budget tokens of fact text (skipping facts that do not fit). Fusion runs with rcll.recall_candidates'' defaults: tuning it (k, channel_limit, the channel weights) is rcll.recall_candidates'' job. With in-database models (rcll.enable_in_database_models) the query is embedded and reranked here; without them pass query_embedding, and the rerank is skipped (NOTICE). deadline_ms (default none) is a latency budget from the start of the statement: the cross-encoder reads candidates in fused order while time is left, the rest keep their fused order (rerank_score NULL), and a NOTICE says where the deadline cut it. Never writes. From psql: SELECT text FROM rcll.recall(''how do we deploy?'', rcll.recall_scope(''fleet'', rooms => ''{deployment}'')).';
 
 
 -- functions 170-in-database-models.sql
@@ -3167,6 +3364,30 @@ if not passages:
     return []
 return [float(x) for x in m.get_reranker().score(query, list(passages))]
 $py$);
+    -- Recall's deadline (rcll._recall_rerank): read in order while the statement is younger than
+    -- deadline_ms; all the rest in one call (batched as without a deadline) when it should take at
+    -- most half the time left, else 8 at a time. The per-pair cost (waits included) is this
+    -- backend's running mean, kept in GD: under load it rises and the reads go 8 at a time.
+    EXECUTE format($sql$
+CREATE OR REPLACE FUNCTION rcll._model_rerank_until(query text, passages text[], deadline_ms double precision,
+                                                    started double precision) RETURNS real[]
+LANGUAGE plpython3u STABLE STRICT SET search_path = pg_catalog, pg_temp AS %L$sql$,
+        prelude || $py$
+import time
+n, i, out = len(passages), 0, []
+cost = GD.get("rcll.rerank_pair_s", 0.010)
+while i < n:
+    left = started + deadline_ms / 1000.0 - time.time()
+    if left < cost * min(8, n - i):
+        break
+    w = n - i if (n - i) * cost <= left / 2 else min(8, n - i)
+    t = time.time()
+    out += [float(x) for x in m.get_reranker().score(query, list(passages[i:i + w]))]
+    cost = 0.7 * cost + 0.3 * (time.time() - t) / w
+    i += w
+GD["rcll.rerank_pair_s"] = cost
+return out
+$py$);
     EXECUTE format($sql$
 CREATE OR REPLACE FUNCTION rcll._model_count_tokens(texts text[]) RETURNS integer[]
 LANGUAGE plpython3u STABLE STRICT SET search_path = pg_catalog, pg_temp AS %L$sql$,
@@ -3175,6 +3396,7 @@ return m.count_tokens(list(texts)) if texts else []
 $py$);
     COMMENT ON FUNCTION rcll._model_embed_query(text) IS 'Internal (created by rcll.enable_in_database_models): the bge-small-en-v1.5 embedding of a query, computed in this backend.';
     COMMENT ON FUNCTION rcll._model_rerank(text, text[]) IS 'Internal (created by rcll.enable_in_database_models): cross-encoder logits of (query, passage) pairs, in input order.';
+    COMMENT ON FUNCTION rcll._model_rerank_until(text, text[], double precision, double precision) IS 'Internal (created by rcll.enable_in_database_models): cross-encoder logits of the passages read in order while the statement that started at `started` (epoch seconds) is younger than deadline_ms - the prefix read, shorter than passages when the deadline cut it.';
     COMMENT ON FUNCTION rcll._model_count_tokens(text[]) IS 'Internal (created by rcll.enable_in_database_models): bge wordpiece tokens per text (for the token budget).';
     -- Fail now, with the reason, rather than at the first recall.
     EXECUTE 'SELECT rcll._model_count_tokens(ARRAY[''ok''])';
@@ -3191,6 +3413,7 @@ AS $$
 BEGIN
     DROP FUNCTION IF EXISTS rcll._model_embed_query(text);
     DROP FUNCTION IF EXISTS rcll._model_rerank(text, text[]);
+    DROP FUNCTION IF EXISTS rcll._model_rerank_until(text, text[], double precision, double precision);
     DROP FUNCTION IF EXISTS rcll._model_count_tokens(text[]);
     RETURN 'in-database models disabled';
 END
@@ -3615,9 +3838,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     b integer := rcll._bank_id(bank);
-    h bytea;
     doc bigint;
-    who record;
+    stored record;
     prov jsonb;
     n integer := coalesce(jsonb_array_length(CASE WHEN jsonb_typeof(facts) = 'array' THEN facts END), 0);
     doc_time timestamptz := coalesce(retain_facts.occurred_at, now());
@@ -3654,13 +3876,6 @@ BEGIN
         RAISE EXCEPTION 'extraction: % is not an extraction mode', quote_literal(extraction) USING ERRCODE = '22023',
             HINT = 'Use llm or offline (chunk mode is rcll.retain_chunks).';
     END IF;
-    IF layer IS NOT NULL AND layer NOT IN ('L0', 'L1', 'L2') THEN
-        RAISE EXCEPTION 'layer: % is not a layer', quote_literal(layer) USING ERRCODE = '22023',
-            HINT = 'Use L0 (rules and procedures), L1 (decisions) or L2 (observations).';
-    END IF;
-    IF metadata IS NULL OR jsonb_typeof(metadata) <> 'object' THEN
-        RAISE EXCEPTION 'metadata: must be a JSON object' USING ERRCODE = '22023';
-    END IF;
     FOR i IN 0 .. n - 1 LOOP
         f := facts -> i;
         IF jsonb_typeof(f) <> 'object' OR jsonb_typeof(f -> 'text') <> 'string'
@@ -3669,23 +3884,16 @@ BEGIN
         END IF;
     END LOOP;
 
-    h := rcll._content_hash(content, thread);
-    who := rcll._resolve_author(author);
-    prov := jsonb_build_object('via', coalesce(via, 'sql'), 'who', who.author,
-                               'author_source', who.author_source, 'at', now(), 'source', source,
-                               'extraction', extraction);
-    INSERT INTO rcll.documents AS d (bank_id, content, content_hash, source, thread, occurred_at, provenance, metadata, extraction)
-    VALUES (b, content, h, source, thread, retain_facts.occurred_at, prov - 'extraction', metadata, extraction)
-    ON CONFLICT ON CONSTRAINT documents_bank_id_content_hash_key DO NOTHING
-    RETURNING d.document_id INTO doc;
-    IF doc IS NULL THEN                         -- already retained: no duplicate facts
-        SELECT d.document_id INTO doc FROM rcll.documents d WHERE d.bank_id = b AND d.content_hash = h;
+    stored := rcll._store_document(b, content, source, thread, retain_facts.occurred_at, layer, metadata, via, author,
+                                   extraction);
+    doc := stored.document_id;
+    IF NOT stored.created THEN                  -- already retained: no duplicate facts
         PERFORM rcll._record_llm_calls(b, doc, llm_calls);
         RETURN QUERY SELECT doc, coalesce(array_agg(u.unit_id ORDER BY u.chunk_index, u.unit_id), '{}'), false
                      FROM rcll.memory_units u WHERE u.document_id = doc;
         RETURN;
     END IF;
-    prov := prov || jsonb_build_object('document_id', doc);
+    prov := stored.provenance || jsonb_build_object('extraction', extraction);
 
     -- 1. the facts
     FOR i IN 0 .. n - 1 LOOP
@@ -3697,13 +3905,13 @@ BEGIN
         v_to := rcll._fact_time(f, 'valid_to', i);
         IF v_to <= v_from THEN v_to := NULL; END IF;
         f_hall := coalesce(retain_facts.hall, nullif(lower(btrim(f ->> 'hall')), ''));
-        -- no room given: the janitor trigger (050-rooms.sql) classifies facts with rcll.classify_room
+        -- no room given: the janitor trigger (050-room-janitor.sql) classifies facts with rcll.classify_room
         f_room := coalesce(retain_facts.room, nullif(btrim(f ->> 'room'), ''));
         INSERT INTO rcll.memory_units AS u
             (bank_id, document_id, kind, text, embedding, hall, layer, room, author, author_source, thread, tags,
              valid, occurred_start, occurred_end, mentioned_at, chunk_index, provenance, metadata)
         VALUES (b, doc, 'fact', btrim(f ->> 'text'), embeddings[i + 1], f_hall,
-                rcll._layer_for(f_hall, retain_facts.layer), f_room, who.author, who.author_source,
+                rcll._layer_for(f_hall, retain_facts.layer), f_room, stored.author, stored.author_source,
                 retain_facts.thread,
                 ARRAY(SELECT DISTINCT x FROM unnest(coalesce(retain_facts.tags, '{}')
                       || ARRAY(SELECT jsonb_array_elements_text(CASE WHEN jsonb_typeof(f -> 'tags') = 'array'
@@ -4253,8 +4461,11 @@ BEGIN
     -- Only the triggers that are on now are switched off, and exactly those are switched back on:
     -- a trigger an administrator disabled stays disabled.
     IF NOT enable THEN
+        -- The copy into rcll.unit_lexicon stays on: it is not a write-path decision but the
+        -- lexical channel's view of the rows, and must hold every imported unit.
         SELECT coalesce(array_agg(g.tgname::text ORDER BY g.tgname), '{}') INTO out
-        FROM pg_trigger g WHERE g.tgrelid = rel AND NOT g.tgisinternal AND g.tgenabled <> 'D';
+        FROM pg_trigger g WHERE g.tgrelid = rel AND NOT g.tgisinternal AND g.tgenabled <> 'D'
+          AND g.tgname NOT IN ('units_lexicon_inserted', 'units_lexicon_changed');
     ELSE
         out := coalesce(names, '{}');
     END IF;
@@ -4529,4 +4740,176 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION rcll.import_finish() IS 'Finish the import rcll.import_begin started: set supersession links, move sequences past the imported ids, recount room counts and BM25 statistics when the bank already existed, and record the import in rcll.audit_log (database-wide, so the bank''s rows stay as exported). Returns the bank and rows written per table.';
+
+
+-- functions 400-browse.sql
+-- Browsing a bank as a person does (the console): its floor plan, its units by filter, merges to decide, state keys.
+
+CREATE OR REPLACE FUNCTION rcll.floor_plan(bank text)
+RETURNS TABLE (name text, status text, merged_into text, proposed_into text, fact_count bigint, aliases text[],
+               created_by text, first_used timestamptz, last_used timestamptz,
+               halls jsonb, layers jsonb, authors jsonb)
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT rcll._bank_id(floor_plan.bank);           -- an unknown bank is an error, rows or not
+    -- One pass over the bank's units (grouping sets) gives every room's halls, layers and writers;
+    -- the registry columns come from rcll.rooms(), so the two listings cannot disagree.
+    WITH b AS (SELECT rcll._bank_id(floor_plan.bank) AS id),
+    g AS (
+        -- GROUPING(hall, layer, author) is a bit mask of the columns grouped away: 7 the room
+        -- alone, 3 by hall, 5 by layer, 6 by author.
+        SELECT u.room, u.hall, u.layer, u.author, count(*) AS n, GROUPING(u.hall, u.layer, u.author) AS gs
+        FROM rcll.memory_units u, b
+        WHERE u.bank_id = b.id
+        GROUP BY GROUPING SETS ((u.room), (u.room, u.hall), (u.room, u.layer), (u.room, u.author))
+    ),
+    profile AS (
+        SELECT g.room,
+               sum(g.n) FILTER (WHERE g.gs = 7)::bigint AS n,
+               coalesce(jsonb_object_agg(coalesce(g.hall, '(untyped)'), g.n) FILTER (WHERE g.gs = 3), '{}') AS halls,
+               coalesce(jsonb_object_agg(g.layer, g.n) FILTER (WHERE g.gs = 5), '{}') AS layers,
+               coalesce(jsonb_object_agg(coalesce(g.author, '(none)'), g.n) FILTER (WHERE g.gs = 6), '{}') AS authors
+        FROM g GROUP BY g.room
+    )
+    SELECT r.name, r.status, r.merged_into, r.proposed_into, r.fact_count, r.aliases, r.created_by,
+           r.first_used, r.last_used,
+           coalesce(p.halls, '{}'), coalesce(p.layers, '{}'), coalesce(p.authors, '{}')
+    FROM rcll.rooms(floor_plan.bank) r
+    LEFT JOIN profile p ON p.room = r.name
+    UNION ALL   -- units filed in no room are part of the plan too (a room filter never matches them)
+    SELECT NULL, 'none', NULL, NULL, p.n, '{}', NULL, NULL, NULL, p.halls, p.layers, p.authors
+    FROM profile p WHERE p.room IS NULL
+    ORDER BY 5 DESC, 1 NULLS LAST
+$$;
+COMMENT ON FUNCTION rcll.floor_plan(text) IS 'The floor plan of a bank for people: every room as rcll.rooms() lists it (exact unit count, status, merge target or pending proposal, aliases, who created it, first/last use) with its units counted by hall, by layer and by author (JSON objects; (untyped) and (none) for missing values), plus one row with a NULL name for units in no room.';
+
+CREATE OR REPLACE FUNCTION rcll.units(
+    bank      text,
+    rooms     text[] DEFAULT NULL,
+    halls     text[] DEFAULT NULL,
+    layers    text[] DEFAULT NULL,
+    authors   text[] DEFAULT NULL,
+    tags_any  text[] DEFAULT NULL,
+    tags_all  text[] DEFAULT NULL,
+    threads   text[] DEFAULT NULL,
+    time_from timestamptz DEFAULT NULL,
+    time_to   timestamptz DEFAULT NULL,
+    "limit"   integer DEFAULT 50,
+    "offset"  integer DEFAULT 0)
+RETURNS TABLE (unit_id bigint, kind text, text text, room text, hall text, layer text, author text,
+               author_source text, thread text, tags text[], at timestamptz, occurred_start timestamptz,
+               mentioned_at timestamptz, created_at timestamptz, superseded_by bigint, document_id bigint,
+               total bigint)
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- An unknown bank is an error, not an empty page: checked by a statement of its own, which
+    -- runs even when no row would ever reach the bank test below.
+    SELECT rcll._bank_id(units.bank);
+    -- A listing, not a recall: no ranking, newest first by when the unit happened (else was said,
+    -- else was written). rooms expand like a recall's (an alias or merged name reads its room);
+    -- superseded units are listed too, marked by superseded_by. total counts every match.
+    WITH b AS (SELECT rcll._bank_id(units.bank) AS id),
+    scope AS (SELECT b.id, rcll._expand_rooms(b.id, units.rooms) AS rooms FROM b)
+    SELECT u.unit_id, u.kind, u.text, u.room, u.hall, u.layer, u.author, u.author_source, u.thread, u.tags,
+           coalesce(u.occurred_start, u.mentioned_at, u.created_at), u.occurred_start, u.mentioned_at,
+           u.created_at, u.superseded_by, u.document_id, count(*) OVER ()
+    FROM rcll.memory_units u, scope s
+    WHERE u.bank_id = s.id
+      AND (s.rooms IS NULL OR u.room = ANY (s.rooms))
+      AND (units.halls IS NULL OR u.hall = ANY (units.halls))
+      AND (units.layers IS NULL OR u.layer = ANY (units.layers))
+      AND (units.authors IS NULL OR u.author = ANY (units.authors))
+      AND (units.tags_any IS NULL OR u.tags && units.tags_any)
+      AND (units.tags_all IS NULL OR u.tags @> units.tags_all)
+      AND (units.threads IS NULL OR u.thread = ANY (units.threads))
+      AND (units.time_from IS NULL OR coalesce(u.occurred_start, u.mentioned_at, u.created_at) >= units.time_from)
+      AND (units.time_to IS NULL OR coalesce(u.occurred_start, u.mentioned_at, u.created_at) < units.time_to)
+    ORDER BY coalesce(u.occurred_start, u.mentioned_at, u.created_at) DESC, u.unit_id DESC
+    LIMIT least(greatest(coalesce(units."limit", 50), 0), 500) OFFSET greatest(coalesce(units."offset", 0), 0)
+$$;
+COMMENT ON FUNCTION rcll.units(text, text[], text[], text[], text[], text[], text[], text[], timestamptz, timestamptz, integer, integer) IS 'Browse a bank''s units by filter (rooms with their aliases and merged names, halls, layers, authors, tags any / all, threads, and [time_from, time_to) on when each happened, else was said, else was written), newest first, "limit" at most 500 per page from "offset". Not a recall: nothing is ranked. total is the number of matches.';
+
+CREATE OR REPLACE FUNCTION rcll.merge_proposals(bank text, include_decided boolean DEFAULT false)
+RETURNS TABLE (proposal_id bigint, from_room text, into_room text, reason text, status text,
+               proposed_by text, proposed_at timestamptz, decided_by text, decided_at timestamptz,
+               from_units bigint, into_units bigint)
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT rcll._bank_id(merge_proposals.bank);      -- an unknown bank is an error, rows or not
+    -- What a person decides on: the pending proposals first (oldest first), each with the number
+    -- of units that would move and that the target already holds.
+    SELECT p.proposal_id, p.from_room, p.into_room, p.reason, p.status, p.proposed_by, p.proposed_at,
+           coalesce((SELECT a.actor FROM rcll.audit_log a   -- the person, when the server named one
+                     WHERE a.bank_id = p.bank_id AND a.action = 'room_merge_decision'
+                       AND a.detail ->> 'proposal_id' = p.proposal_id::text
+                     ORDER BY a.audit_id DESC LIMIT 1), p.decided_by),
+           p.decided_at,
+           (SELECT count(*) FROM rcll.memory_units u WHERE u.bank_id = p.bank_id AND u.room = p.from_room),
+           (SELECT count(*) FROM rcll.memory_units u WHERE u.bank_id = p.bank_id AND u.room = p.into_room)
+    FROM rcll.room_merge_proposals p
+    WHERE p.bank_id = rcll._bank_id(merge_proposals.bank)
+      AND (p.status = 'pending' OR coalesce(merge_proposals.include_decided, false))
+    ORDER BY p.status <> 'pending', CASE WHEN p.status = 'pending' THEN p.proposed_at END, p.decided_at DESC, p.proposal_id
+$$;
+COMMENT ON FUNCTION rcll.merge_proposals(text, boolean) IS 'Room merge proposals of a bank awaiting a person (rcll.approve_room_merge / rcll.reject_room_merge), oldest first, with the units that would move (from_units) and those already in the target (into_units); include_decided adds approved and rejected ones, newest decision first, decided_by naming the person when the server recorded one (rcll.decide_room_merge).';
+
+CREATE OR REPLACE FUNCTION rcll.state_keys(bank text, rooms text[] DEFAULT NULL)
+RETURNS TABLE (room text, key text, version integer, value jsonb, provenance jsonb, created_at timestamptz)
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT rcll._bank_id(state_keys.bank);           -- an unknown bank is an error, rows or not
+    -- Exact room strings, like rcll.get_state: state is keyed, never resolved by spelling.
+    SELECT DISTINCT ON (s.room, s.key) s.room, s.key, s.version, s.value, s.provenance, s.created_at
+    FROM rcll.room_state s
+    WHERE s.bank_id = rcll._bank_id(state_keys.bank)
+      AND (state_keys.rooms IS NULL OR s.room = ANY (state_keys.rooms))
+    ORDER BY s.room, s.key, s.version DESC
+$$;
+COMMENT ON FUNCTION rcll.state_keys(text, text[]) IS 'Every keyed state of a bank (or of the rooms named, exactly as stored) at its current version, with its provenance; rcll.state_history(bank, room, key) lists the versions of one.';
+
+CREATE OR REPLACE FUNCTION rcll.decide_room_merge(bank text, from_room text, approve boolean, reason text DEFAULT NULL,
+                                                  person text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    b   integer := rcll._bank_id(bank);
+    who text := nullif(btrim(person), '');
+    n   bigint := 0;
+BEGIN
+    -- The person is the server's word, like rcll.agent: only a member of rcll_identity_server (the
+    -- RCLL server, which authenticated them) may name one. Agents stay refused by approve itself.
+    IF who IS NOT NULL AND NOT (to_regrole('rcll_identity_server') IS NOT NULL
+                                AND pg_has_role(session_user, 'rcll_identity_server', 'MEMBER')) THEN
+        RAISE EXCEPTION 'person: only the RCLL server names the person deciding' USING ERRCODE = '42501',
+            HINT = 'Decide as yourself: leave person NULL (the audit then names your role).';
+    END IF;
+    IF approve IS NULL THEN
+        RAISE EXCEPTION 'approve: say true (approve) or false (reject)' USING ERRCODE = '22004';
+    ELSIF approve THEN
+        n := rcll.approve_room_merge(bank, from_room);
+    ELSE
+        PERFORM rcll.reject_room_merge(bank, from_room, reason);
+    END IF;
+    IF who IS NOT NULL THEN
+        -- approve/reject audited the decision as the server's role; this row names who made it.
+        INSERT INTO rcll.audit_log (bank_id, actor, action, target, detail)
+        SELECT b, 'person:' || who, 'room_merge_decision',
+               jsonb_build_object('from_room', mp.from_room, 'into_room', mp.into_room),
+               jsonb_build_object('proposal_id', mp.proposal_id, 'decision', mp.status, 'reason', decide_room_merge.reason,
+                                  'units_moved', n)
+        FROM rcll.room_merge_proposals mp
+        WHERE mp.bank_id = b AND mp.from_room = btrim(decide_room_merge.from_room) AND mp.status <> 'pending'
+        ORDER BY mp.decided_at DESC, mp.proposal_id DESC
+        LIMIT 1;
+    END IF;
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION rcll.decide_room_merge(text, text, boolean, text, text) IS 'A person decides a pending room merge: approve (rcll.approve_room_merge; refused for agents) or reject (rcll.reject_room_merge with reason). person names who decided, for the audit log (a room_merge_decision row with actor person:<name>); only the RCLL server (a member of rcll_identity_server) may pass it. Returns the number of units moved (0 for a rejection).';
 

@@ -1,0 +1,4417 @@
+-- Generated from sql/ by `make extension`; do not edit.
+\echo Use "ALTER EXTENSION rcll UPDATE TO '0.2.0'" to load this file. \quit
+
+-- migration 009-recall-scope.sql
+-- Run-once: the type of a recall's scope, resolved once per recall (rcll.recall_scope) and
+-- passed to every channel: the bank's id, the rooms with their aliases expanded, the authors
+-- with mine applied, and the filters as given.
+CREATE TYPE rcll.recall_scope AS (
+    bank_id              integer,
+    rooms                text[],
+    authors              text[],
+    include_unattributed boolean,
+    halls                text[],
+    layers               text[],
+    tags_any             text[],
+    tags_all             text[],
+    thread               text,
+    as_of                timestamptz
+);
+COMMENT ON TYPE rcll.recall_scope IS 'What a recall may read, resolved: bank id, expanded rooms (NULL = all), resolved authors (NULL = all), whether unattributed units pass an author filter, halls, layers, tags (any / all), thread and validity instant (NULL = no filter). Built by rcll.recall_scope(...).';
+
+INSERT INTO rcll.migrations (name, sha256) VALUES ('009-recall-scope.sql', '893295ddea4a942a5d116a0733db11c3bdf0022e7d0ced8863005d0e8c1982cc');
+
+-- migration 010-dump-with-pg-dump.sql
+-- Run-once: pg_dump keeps every memory of an extension install.
+--
+-- pg_dump leaves out the rows of the tables an extension created unless the extension marks
+-- them with pg_extension_config_dump; it then dumps them (and the marked sequences' values, so
+-- identities continue after a restore) after the CREATE EXTENSION that rebuilds the schema.
+-- That function only works inside CREATE/ALTER EXTENSION. Under `rcll install` there is no
+-- extension and pg_dump dumps the tables like any other, so there this block does nothing.
+--
+-- Every table is marked, and every sequence (the identity columns' ones), except
+-- rcll.migrations, whose rows the extension script writes itself. The rows the install seeds are
+-- left out (CREATE EXTENSION writes them again; dumped too they would collide): the thirteen
+-- room rules and the disabled general rule (rule_id 1-14, written by migration 005 right after
+-- the table was created, in every install) and the layers of the nine standard halls. A changed
+-- seed row (the general rule enabled, a standard hall moved to another layer) is therefore not
+-- in the dump: re-apply such changes after a restore (docs/backup.md).
+DO $$
+DECLARE
+    rel regclass;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'rcll') THEN
+        RETURN;
+    END IF;
+    FOR rel IN SELECT c.oid::regclass FROM pg_catalog.pg_class c
+               WHERE c.relnamespace = 'rcll'::regnamespace AND c.relkind IN ('r', 'p', 'S')
+                 AND c.relname <> 'migrations'
+               ORDER BY c.relname
+    LOOP
+        PERFORM pg_catalog.pg_extension_config_dump(rel, CASE rel
+            WHEN 'rcll.room_rules'::regclass THEN 'WHERE rule_id > 14'
+            WHEN 'rcll.layer_rules'::regclass THEN
+                'WHERE hall NOT IN (''rule'', ''procedure'', ''decision'', ''event'', ''preference'', '
+                '''warning'', ''discovery'', ''fact'', ''observation'')'
+            ELSE '' END);
+    END LOOP;
+END
+$$;
+
+INSERT INTO rcll.migrations (name, sha256) VALUES ('010-dump-with-pg-dump.sql', '979d7d63ad6d5bc65ba5dff46737e06beb2740b9b9967688d8d72b0f3d2d8fa2');
+
+-- migration 012-unit-lexicon.sql
+-- Run-once: the narrow table BM25 reads, so the lexical channel stays off the wide unit heap.
+--
+-- A memory_units row carries its 1.5 kB embedding inline (STORAGE PLAIN, for the dense channel's
+-- exact scans), so a page holds about four units: at 100k units BM25 read ~3,700 candidates from
+-- ~3,500 heap pages. rcll.unit_lexicon holds, per unit, only what BM25 and the recall scope read
+-- (~450 bytes a unit, against ~2.7 kB). memory_units keeps text, lexical and lexical_length as the
+-- source; the triggers of sql/functions/021-unit-lexicon.sql copy them here in the writing
+-- transaction (no statistics are kept on the write path) and follow every later change of a
+-- filter column. Exact BM25 over either table gives the same rankings and scores.
+CREATE TABLE rcll.unit_lexicon (
+    unit_id        bigint PRIMARY KEY REFERENCES rcll.memory_units ON DELETE CASCADE ON UPDATE CASCADE,
+    bank_id        integer NOT NULL,
+    lexical_length integer NOT NULL,
+    layer          text NOT NULL,
+    room           text,
+    author         text,
+    hall           text,
+    thread         text,
+    tags           text[] NOT NULL,
+    valid          tstzrange NOT NULL,
+    lexical        tsvector NOT NULL
+);
+COMMENT ON TABLE rcll.unit_lexicon IS 'Narrow copy of each unit''s lexical representation and recall filters, the only table the BM25 channel reads. Written by triggers on memory_units in the same transaction; never written directly.';
+COMMENT ON COLUMN rcll.unit_lexicon.unit_id IS 'The unit (memory_units.unit_id); deleted with it.';
+COMMENT ON COLUMN rcll.unit_lexicon.bank_id IS 'memory_units.bank_id (BM25 statistics are per bank).';
+COMMENT ON COLUMN rcll.unit_lexicon.lexical_length IS 'memory_units.lexical_length (BM25 document length).';
+COMMENT ON COLUMN rcll.unit_lexicon.layer IS 'memory_units.layer (recall filter).';
+COMMENT ON COLUMN rcll.unit_lexicon.room IS 'memory_units.room (recall filter; follows room moves and merges).';
+COMMENT ON COLUMN rcll.unit_lexicon.author IS 'memory_units.author (recall filter).';
+COMMENT ON COLUMN rcll.unit_lexicon.hall IS 'memory_units.hall (recall filter).';
+COMMENT ON COLUMN rcll.unit_lexicon.thread IS 'memory_units.thread (recall filter).';
+COMMENT ON COLUMN rcll.unit_lexicon.tags IS 'memory_units.tags (recall filter).';
+COMMENT ON COLUMN rcll.unit_lexicon.valid IS 'memory_units.valid (recall "as of" filter; follows supersession).';
+COMMENT ON COLUMN rcll.unit_lexicon.lexical IS 'memory_units.lexical: the tsvector BM25 scores.';
+
+INSERT INTO rcll.unit_lexicon (unit_id, bank_id, lexical_length, layer, room, author, hall, thread, tags, valid, lexical)
+SELECT u.unit_id, u.bank_id, u.lexical_length, u.layer, u.room, u.author, u.hall, u.thread, u.tags, u.valid, u.lexical
+FROM rcll.memory_units u;
+
+CREATE INDEX unit_lexicon_lexical_gin ON rcll.unit_lexicon USING gin (lexical);
+-- Small banks in a big store: the planner reads the bank's rows instead of a common term's
+-- posting list over every bank.
+CREATE INDEX unit_lexicon_bank ON rcll.unit_lexicon (bank_id);
+-- BM25 no longer reads memory_units.lexical through an index.
+DROP INDEX rcll.memory_units_lexical_gin;
+COMMENT ON COLUMN rcll.memory_units.lexical IS 'tsvector of text under the bank''s text search configuration; copied to rcll.unit_lexicon, which the BM25 channel reads.';
+
+-- Dumped like every other table (see 010): a restore loads these rows as dumped, and the copying
+-- trigger stands aside while it does (rcll._restoring).
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'rcll') THEN
+        PERFORM pg_catalog.pg_extension_config_dump('rcll.unit_lexicon'::regclass, '');
+    END IF;
+END
+$$;
+
+INSERT INTO rcll.migrations (name, sha256) VALUES ('012-unit-lexicon.sql', '002e4dc666058d1114f7d1f1c2fd71aac5a7e905af0fd0d8785f7074663b99c4');
+
+-- functions of 0.1.0 whose signature or result changed, or that are gone
+DROP FUNCTION rcll._in_scope(rcll.memory_units, pg_catalog.int4, text[], text[], pg_catalog.bool, text[], text[], text[], text[], text, timestamptz);
+DROP FUNCTION rcll._recall_ranked(text, text, vector, text[], text[], pg_catalog.bool, pg_catalog.bool, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, pg_catalog.int4, pg_catalog.int4, pg_catalog.float8, pg_catalog.float8, pg_catalog.float8, pg_catalog.float8, pg_catalog.float8, pg_catalog.int4, pg_catalog.int4, pg_catalog.int4, pg_catalog.int4);
+DROP FUNCTION rcll.channel_context(vector, pg_catalog.int8[], text, text[], text[], pg_catalog.bool, pg_catalog.bool, text[], text[], text[], text[], text, timestamptz, pg_catalog.int4);
+DROP FUNCTION rcll.channel_dense(vector, text, text[], text[], pg_catalog.bool, pg_catalog.bool, text[], text[], text[], text[], text, timestamptz, pg_catalog.int4, pg_catalog.int4);
+DROP FUNCTION rcll.channel_graph(text, text, text[], text[], pg_catalog.bool, pg_catalog.bool, text[], text[], text[], text[], text, timestamptz, pg_catalog.int4, pg_catalog.int4, pg_catalog.float8, pg_catalog.int4);
+DROP FUNCTION rcll.channel_lexical(text, text, text[], text[], pg_catalog.bool, pg_catalog.bool, text[], text[], text[], text[], text, timestamptz, pg_catalog.int4, pg_catalog.float8, pg_catalog.float8, pg_catalog.float8);
+DROP FUNCTION rcll.channel_temporal(text, text, text[], text[], pg_catalog.bool, pg_catalog.bool, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, vector, pg_catalog.int4, pg_catalog.int4, pg_catalog.interval);
+DROP FUNCTION rcll.preceding_units(pg_catalog.int8[], text, text[], text[], pg_catalog.bool, pg_catalog.bool, text[], text[], text[], text[], text, timestamptz);
+DROP FUNCTION rcll.recall(text, text, vector, text[], text[], pg_catalog.bool, pg_catalog.bool, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, pg_catalog.int4, pg_catalog.int4, pg_catalog.float8, pg_catalog.float8, pg_catalog.float8, pg_catalog.float8, pg_catalog.float8, pg_catalog.int4, pg_catalog.int4, pg_catalog.int4, pg_catalog.int4);
+DROP FUNCTION rcll.recall_candidates(text, text, vector, text[], text[], pg_catalog.bool, pg_catalog.bool, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, pg_catalog.int4, pg_catalog.int4, pg_catalog.float8, pg_catalog.float8, pg_catalog.float8, pg_catalog.float8, pg_catalog.float8, pg_catalog.int4);
+
+-- functions 010-banks.sql
+-- Banks: creating them and resolving a bank name to its id with an error that says the fix.
+
+CREATE OR REPLACE FUNCTION rcll._bank_id(bank text)
+RETURNS integer
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    id integer;
+BEGIN
+    IF bank IS NULL THEN
+        RAISE EXCEPTION 'bank is required' USING ERRCODE = '22004',
+            HINT = 'Pass bank => ''name''; list banks with SELECT * FROM rcll.banks.';
+    END IF;
+    SELECT b.bank_id INTO id FROM rcll.banks b WHERE b.name = bank;
+    IF id IS NULL THEN
+        RAISE EXCEPTION 'bank: unknown bank "%"', bank USING ERRCODE = '42704',
+            HINT = format('Create it first: SELECT rcll.create_bank(%L) or `rcll bank create %s`.', bank, bank);
+    END IF;
+    RETURN id;
+END
+$$;
+COMMENT ON FUNCTION rcll._bank_id(text) IS 'Internal: the bank_id of a bank name; raises 42704 naming the fix when the bank does not exist.';
+
+CREATE OR REPLACE FUNCTION rcll.create_bank(name text, description text DEFAULT NULL,
+                                            text_search_config regconfig DEFAULT 'english')
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    id integer;
+BEGIN
+    IF name IS NULL OR name !~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$' THEN
+        RAISE EXCEPTION 'bank: invalid bank name %', coalesce(quote_literal(name), 'NULL') USING ERRCODE = '22023',
+            HINT = 'A bank name is 1-128 characters: letters, digits, _ . : - and starts with a letter or digit.';
+    END IF;
+    INSERT INTO rcll.banks AS b (name, description, text_search_config)
+    VALUES (create_bank.name, create_bank.description, create_bank.text_search_config)
+    ON CONFLICT ON CONSTRAINT banks_name_key DO NOTHING
+    RETURNING b.bank_id INTO id;
+    IF id IS NULL THEN
+        SELECT b.bank_id INTO id FROM rcll.banks b WHERE b.name = create_bank.name;
+    ELSE
+        INSERT INTO rcll.bank_stats (bank_id) VALUES (id);
+    END IF;
+    RETURN id;
+END
+$$;
+COMMENT ON FUNCTION rcll.create_bank(text, text, regconfig) IS 'Create a bank (idempotent: returns the existing id if it exists).';
+
+CREATE OR REPLACE FUNCTION rcll.list_banks()
+RETURNS TABLE (name text, description text, unit_count bigint, document_count bigint, created_at timestamptz)
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT b.name, b.description,
+           (SELECT count(*) FROM rcll.memory_units u WHERE u.bank_id = b.bank_id),
+           (SELECT count(*) FROM rcll.documents d WHERE d.bank_id = b.bank_id),
+           b.created_at
+    FROM rcll.banks b ORDER BY b.name
+$$;
+COMMENT ON FUNCTION rcll.list_banks() IS 'Every bank with its unit and document counts.';
+
+
+-- functions 015-restoring.sql
+-- Restoring a dump: the rows come back as they were dumped, not as if an agent had written them.
+
+CREATE OR REPLACE FUNCTION rcll._restoring(table_name regclass)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- In an extension install, pg_dump's output runs CREATE EXTENSION (which creates the write
+    -- triggers) before it loads the rows, so the triggers see every restored row. Re-resolving the
+    -- author, re-canonicalising the room or counting the row again would change the memory. A
+    -- restore is told apart by what pg_dump and pg_restore always do - row_security off, the rows
+    -- sent by COPY ... FROM (or INSERT with --inserts) as the statement itself, not from a
+    -- function - and is honoured only for a role that owns the table: it could disable the
+    -- triggers anyway. An agent's role copying rows in still has its author resolved.
+    SELECT current_setting('row_security') = 'off'
+       AND current_query() ~* '^(\s|--[^\n]*\n)*(COPY\s+[^(\s]|INSERT\s)'
+       AND pg_has_role(session_user, (SELECT c.relowner FROM pg_class c WHERE c.oid = table_name), 'MEMBER')
+$$;
+COMMENT ON FUNCTION rcll._restoring(regclass) IS 'Internal: true while a dump is being restored into the table (row_security off, rows sent by a COPY or INSERT statement, by a member of the table''s owner role); the write triggers then keep the rows as dumped.';
+
+
+-- functions 020-lexical.sql
+-- Lexical representation of a unit: its tsvector and BM25 document length, kept by a trigger
+-- (and copied, with the recall filters, into rcll.unit_lexicon by 021-unit-lexicon.sql).
+
+CREATE OR REPLACE FUNCTION rcll._lexical_length(doc tsvector)
+RETURNS integer
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(sum(coalesce(array_length(t.positions, 1), 1)), 0)::integer FROM unnest(doc) AS t
+$$;
+COMMENT ON FUNCTION rcll._lexical_length(tsvector) IS 'Internal: number of token positions in a tsvector (BM25 document length).';
+
+CREATE OR REPLACE FUNCTION rcll._units_lexical()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    NEW.lexical := to_tsvector(
+        (SELECT b.text_search_config FROM rcll.banks b WHERE b.bank_id = NEW.bank_id), NEW.text);
+    NEW.lexical_length := rcll._lexical_length(NEW.lexical);
+    RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION rcll._units_lexical() IS 'Trigger: computes lexical and lexical_length from text under the bank''s text search configuration.';
+
+CREATE OR REPLACE TRIGGER units_lexical BEFORE INSERT OR UPDATE OF text ON rcll.memory_units
+    FOR EACH ROW EXECUTE FUNCTION rcll._units_lexical();
+
+
+-- functions 021-unit-lexicon.sql
+-- The narrow lexical table (rcll.unit_lexicon): kept in step with memory_units by triggers, in
+-- the writing transaction, and filtered by the same scope predicate as every channel.
+
+CREATE OR REPLACE FUNCTION rcll._units_lexicon_inserted()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+-- Definer: agents' roles write memory_units; the copy is the owner's bookkeeping (as room counts).
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- One set-based insert per statement (a retain, a COPY, an import batch), not one per row.
+    INSERT INTO rcll.unit_lexicon (unit_id, bank_id, lexical_length, layer, room, author, hall, thread, tags, valid, lexical)
+    SELECT n.unit_id, n.bank_id, n.lexical_length, n.layer, n.room, n.author, n.hall, n.thread, n.tags, n.valid, n.lexical
+    FROM new_units n;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION rcll._units_lexicon_inserted() IS 'Trigger (statement): copies the lexical representation and recall filters of the units written into rcll.unit_lexicon.';
+
+-- Not while a dump is restored (rcll._restoring): unit_lexicon is dumped and comes back itself.
+CREATE OR REPLACE TRIGGER units_lexicon_inserted AFTER INSERT ON rcll.memory_units
+    REFERENCING NEW TABLE AS new_units
+    FOR EACH STATEMENT WHEN (current_setting('row_security') <> 'off' OR NOT rcll._restoring('rcll.memory_units'))
+    EXECUTE FUNCTION rcll._units_lexicon_inserted();
+
+CREATE OR REPLACE FUNCTION rcll._units_lexicon_changed()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    UPDATE rcll.unit_lexicon x
+    SET bank_id = NEW.bank_id, lexical_length = NEW.lexical_length, layer = NEW.layer, room = NEW.room,
+        author = NEW.author, hall = NEW.hall, thread = NEW.thread, tags = NEW.tags, valid = NEW.valid,
+        lexical = NEW.lexical
+    WHERE x.unit_id = NEW.unit_id;
+    IF NOT FOUND THEN
+        -- A unit written while the insert trigger was off (an import switches write triggers off):
+        -- its copy appears at its first change.
+        INSERT INTO rcll.unit_lexicon (unit_id, bank_id, lexical_length, layer, room, author, hall, thread, tags, valid, lexical)
+        VALUES (NEW.unit_id, NEW.bank_id, NEW.lexical_length, NEW.layer, NEW.room, NEW.author, NEW.hall, NEW.thread,
+                NEW.tags, NEW.valid, NEW.lexical);
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION rcll._units_lexicon_changed() IS 'Trigger (row): a unit''s text, room, author, hall, layer, thread, tags, validity or bank changed (room moves and merges, supersession, consolidation): its rcll.unit_lexicon row follows.';
+
+-- Every column the copy holds is listed (UPDATE OF fires on the columns an UPDATE sets: text,
+-- because units_lexical recomputes lexical from it); the WHEN clause skips updates that change none.
+CREATE OR REPLACE TRIGGER units_lexicon_changed
+    AFTER UPDATE OF bank_id, text, lexical, lexical_length, layer, room, author, hall, thread, tags, valid
+    ON rcll.memory_units
+    FOR EACH ROW WHEN ((OLD.bank_id, OLD.lexical_length, OLD.layer, OLD.room, OLD.author, OLD.hall, OLD.thread,
+                        OLD.tags, OLD.valid, OLD.lexical)
+                       IS DISTINCT FROM (NEW.bank_id, NEW.lexical_length, NEW.layer, NEW.room, NEW.author, NEW.hall,
+                                         NEW.thread, NEW.tags, NEW.valid, NEW.lexical))
+    EXECUTE FUNCTION rcll._units_lexicon_changed();
+
+
+
+-- functions 030-authors.sql
+-- Authors: who wrote a unit, resolved by the server, never taken from the caller when the server knows.
+
+CREATE OR REPLACE FUNCTION rcll.current_agent()
+RETURNS text
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+-- Definer: any writer may learn its own identity without being able to read rcll.identities.
+-- session_user (not current_user) is what it checks, and SECURITY DEFINER does not change it.
+-- PL/pgSQL rather than SQL: it runs once per written row, and PL/pgSQL keeps its plans.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    agent   text;
+    claimed text;
+BEGIN
+    -- A role mapped in rcll.identities always writes as its agent.
+    SELECT i.agent INTO agent FROM rcll.identities i WHERE i.role_name = session_user;
+    IF agent IS NOT NULL THEN
+        RETURN agent;
+    END IF;
+    -- Otherwise the RCLL server, which authenticated the caller, may set rcll.agent for the
+    -- transaction - honoured only when the session's role is a member of rcll_identity_server,
+    -- so a psql user cannot forge it.
+    claimed := nullif(btrim(current_setting('rcll.agent', true)), '');
+    IF claimed IS NOT NULL AND to_regrole('rcll_identity_server') IS NOT NULL
+       AND pg_has_role(session_user, 'rcll_identity_server', 'MEMBER') THEN
+        RETURN claimed;
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION rcll.current_agent() IS 'The agent identity the server resolved for this session or transaction, or NULL: a role mapped in rcll.identities, else rcll.agent set by a member of rcll_identity_server (superusers count as members).';
+
+CREATE OR REPLACE FUNCTION rcll._carry_tags()
+RETURNS boolean
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- Consolidation rewrites facts into observations and must carry their author: and room tags
+    -- across; only the trusted server may ask for that (SET LOCAL rcll.carry_tags = on).
+    RETURN coalesce(current_setting('rcll.carry_tags', true), '') IN ('on', 'true', '1')
+           AND to_regrole('rcll_identity_server') IS NOT NULL
+           AND pg_has_role(session_user, 'rcll_identity_server', 'MEMBER');
+END
+$$;
+COMMENT ON FUNCTION rcll._carry_tags() IS 'Internal: true when a member of rcll_identity_server has set rcll.carry_tags = on, so reserved tags (author:, room-alias:, room-new:) written by it are kept rather than discarded as forged.';
+
+CREATE OR REPLACE FUNCTION rcll._resolve_author(claimed text, OUT author text, OUT author_source text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- No warning here: the units_rooms_inserted statement trigger (051-room-counts.sql) warns once per
+    -- write, for every client, whether or not it came through a function that called this.
+    author := rcll.current_agent();
+    IF author IS NOT NULL THEN
+        author_source := 'server';             -- a claimed author is discarded
+    ELSIF nullif(btrim(claimed), '') IS NOT NULL THEN
+        author := btrim(claimed);
+        author_source := 'self_declared';
+    ELSE
+        author_source := 'none';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION rcll._resolve_author(text) IS 'Internal: the author of a write and how it was resolved (server, self_declared, none). Never falls back to the connection''s role name.';
+
+CREATE OR REPLACE FUNCTION rcll._units_author()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    agent text := rcll.current_agent();
+    tag   text;
+BEGIN
+    -- Runs once per written row: every assignment below is skipped when it would change nothing.
+    IF NEW.tags IS NULL THEN
+        NEW.tags := '{}';
+    -- author: tags are the server's to write; one supplied by the caller is forged and discarded.
+    ELSIF array_to_string(NEW.tags, E'\x1f') LIKE '%author%' AND NOT rcll._carry_tags() THEN
+        NEW.tags := ARRAY(SELECT t FROM unnest(NEW.tags) AS t
+                          WHERE t NOT LIKE 'author:%' AND t NOT LIKE 'author-source:%');
+    END IF;
+    IF agent IS NOT NULL THEN
+        NEW.author := agent;
+        NEW.author_source := 'server';
+    ELSIF nullif(btrim(NEW.author), '') IS NULL THEN
+        NEW.author := NULL;
+        NEW.author_source := 'none';
+    ELSE
+        NEW.author := btrim(NEW.author);
+        NEW.author_source := 'self_declared';
+    END IF;
+    IF NEW.author IS NOT NULL THEN
+        -- The tag is what survives consolidation rewrites; the tag roster is the author list.
+        tag := 'author:' || NEW.author;
+        IF NOT tag = ANY (NEW.tags) THEN
+            NEW.tags := NEW.tags || tag;
+        END IF;
+        IF NEW.author_source = 'self_declared' AND NOT 'author-source:self_declared' = ANY (NEW.tags) THEN
+            NEW.tags := NEW.tags || 'author-source:self_declared'::text;
+        END IF;
+    END IF;
+    -- Provenance says who, as resolved here - a "who" the caller put in it is replaced too.
+    IF NEW.provenance ->> 'who' IS DISTINCT FROM NEW.author
+       OR NEW.provenance ->> 'author_source' IS DISTINCT FROM NEW.author_source
+       OR NOT NEW.provenance ? 'at'
+       OR (NEW.document_id IS NOT NULL AND NOT NEW.provenance ? 'document_id') THEN
+        NEW.provenance := NEW.provenance
+            || jsonb_build_object('who', NEW.author, 'author_source', NEW.author_source)
+            || CASE WHEN NEW.document_id IS NOT NULL AND NOT NEW.provenance ? 'document_id'
+                    THEN jsonb_build_object('document_id', NEW.document_id) ELSE '{}'::jsonb END
+            || CASE WHEN NOT NEW.provenance ? 'at' THEN jsonb_build_object('at', now()) ELSE '{}'::jsonb END;
+    END IF;
+    RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION rcll._units_author() IS 'Trigger: the author of every new unit, resolved by the server (a caller''s author and author: tags are discarded when it knows; otherwise kept as self_declared), carried on an author:<name> tag and in provenance.';
+
+CREATE OR REPLACE TRIGGER units_author BEFORE INSERT ON rcll.memory_units
+    FOR EACH ROW WHEN (current_setting('row_security') <> 'off' OR NOT rcll._restoring('rcll.memory_units'))
+    EXECUTE FUNCTION rcll._units_author();
+
+CREATE OR REPLACE FUNCTION rcll._documents_author()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    agent text := rcll.current_agent();
+BEGIN
+    IF agent IS NOT NULL THEN
+        NEW.provenance := NEW.provenance || jsonb_build_object('who', agent, 'author_source', 'server');
+    ELSE
+        NEW.provenance := NEW.provenance || jsonb_build_object(
+            'author_source', CASE WHEN nullif(btrim(NEW.provenance ->> 'who'), '') IS NULL THEN 'none' ELSE 'self_declared' END);
+    END IF;
+    IF NOT NEW.provenance ? 'at' THEN
+        NEW.provenance := NEW.provenance || jsonb_build_object('at', now());
+    END IF;
+    RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION rcll._documents_author() IS 'Trigger: a document''s provenance names the server-resolved writer (a caller''s "who" is replaced when the server knows, else marked self_declared).';
+
+CREATE OR REPLACE TRIGGER documents_author BEFORE INSERT ON rcll.documents
+    FOR EACH ROW WHEN (current_setting('row_security') <> 'off' OR NOT rcll._restoring('rcll.documents'))
+    EXECUTE FUNCTION rcll._documents_author();
+
+
+-- functions 035-audit.sql
+-- Audit: who is acting, for the rows rcll.audit_log keeps.
+
+CREATE OR REPLACE FUNCTION rcll._actor()
+RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(rcll.current_agent(), 'role:' || session_user)
+$$;
+COMMENT ON FUNCTION rcll._actor() IS 'Internal: who is acting, for audit rows: the resolved agent, else role:<session role> (audit only; never used as an author).';
+
+
+-- functions 035-login-author.sql
+-- The author of a one-person client (the CLI): resolved from the connection the database authenticated.
+
+CREATE OR REPLACE FUNCTION rcll.login_agent(configured text DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    agent text := rcll.current_agent();
+BEGIN
+    -- A role mapped in rcll.identities writes as its agent, whatever is configured (and an
+    -- rcll.agent the identity server already set for this transaction stands).
+    IF agent IS NOT NULL THEN
+        RETURN agent;
+    END IF;
+    -- A role trusted to name agents (a member of rcll_identity_server; superusers, such as the
+    -- embedded database's postgres, are members): the identity the process was configured with,
+    -- else the login role itself.
+    IF to_regrole('rcll_identity_server') IS NOT NULL
+       AND pg_has_role(session_user, 'rcll_identity_server', 'MEMBER') THEN
+        RETURN coalesce(nullif(btrim(configured), ''), session_user::text);
+    END IF;
+    -- Any other role: only rcll.identities makes its name an author (the database cannot tell a
+    -- person's login from an account many agents share), so none.
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION rcll.login_agent(text) IS 'The identity a client that is one person''s own connection (the CLI) writes as, for it to set as rcll.agent: the role''s agent in rcll.identities; for a member of rcll_identity_server the configured identity, else the login role''s name; NULL for an unmapped role outside rcll_identity_server. Not for a server that serves many callers over one role: those set the agent they authenticated.';
+
+
+-- functions 038-retain-document.sql
+-- Retain's document: the checks and the documents row every retain writes first, in chunk or extraction mode.
+
+CREATE OR REPLACE FUNCTION rcll._content_hash(content text, thread text)
+RETURNS bytea
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT sha256(convert_to(coalesce(thread, '') || E'\x1f' || content, 'UTF8'))
+$$;
+COMMENT ON FUNCTION rcll._content_hash(text, text) IS 'Internal: the identity of a document within a bank (thread and content).';
+
+CREATE OR REPLACE FUNCTION rcll._check_document(bank_id integer, content text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    limit_bytes bigint := coalesce(
+        nullif(current_setting('rcll.max_document_bytes', true), '')::bigint,
+        (SELECT (b.settings ->> 'max_document_bytes')::bigint FROM rcll.banks b WHERE b.bank_id = _check_document.bank_id),
+        1048576);
+BEGIN
+    IF content IS NULL OR btrim(content, E' \t\r\n\f\v') = '' THEN
+        RAISE EXCEPTION 'content: empty or whitespace-only text' USING ERRCODE = '22023',
+            HINT = 'Pass the text to retain in content.';
+    END IF;
+    IF octet_length(content) > limit_bytes THEN
+        RAISE EXCEPTION 'content: % bytes is over the limit of % bytes', octet_length(content), limit_bytes
+            USING ERRCODE = '54000',
+            HINT = 'Split the document, or raise the limit (SET rcll.max_document_bytes, or the bank setting max_document_bytes).';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION rcll._check_document(integer, text) IS 'Internal: rejects empty and oversized documents with an error naming the field and the fix.';
+
+CREATE OR REPLACE FUNCTION rcll._store_document(
+    bank_id        integer,
+    content        text,
+    source         text,
+    thread         text,
+    occurred_at    timestamptz,
+    layer          text,
+    metadata       jsonb,
+    via            text,
+    claimed_author text,
+    extraction     text,
+    OUT document_id   bigint,
+    OUT created       boolean,
+    OUT author        text,
+    OUT author_source text,
+    OUT provenance    jsonb)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    h bytea := rcll._content_hash(content, thread);
+BEGIN
+    -- The document fields every retain takes (the content itself is rcll._check_document's).
+    IF layer IS NOT NULL AND layer NOT IN ('L0', 'L1', 'L2') THEN
+        RAISE EXCEPTION 'layer: % is not a layer', quote_literal(layer) USING ERRCODE = '22023',
+            HINT = 'Use L0 (rules and procedures), L1 (decisions) or L2 (observations).';
+    END IF;
+    IF metadata IS NULL OR jsonb_typeof(metadata) <> 'object' THEN
+        RAISE EXCEPTION 'metadata: must be a JSON object' USING ERRCODE = '22023';
+    END IF;
+
+    SELECT r.author, r.author_source INTO author, author_source FROM rcll._resolve_author(claimed_author) r;
+    provenance := jsonb_build_object('via', coalesce(via, 'sql'), 'who', author,
+                                     'author_source', author_source, 'at', now(), 'source', source);
+    INSERT INTO rcll.documents AS d (bank_id, content, content_hash, source, thread, occurred_at, provenance, metadata, extraction)
+    VALUES (_store_document.bank_id, content, h, source, thread, occurred_at, provenance, metadata, extraction)
+    ON CONFLICT ON CONSTRAINT documents_bank_id_content_hash_key DO NOTHING
+    RETURNING d.document_id INTO document_id;
+    created := document_id IS NOT NULL;
+    IF NOT created THEN                         -- already retained (same thread and content)
+        SELECT d.document_id INTO document_id FROM rcll.documents d
+        WHERE d.bank_id = _store_document.bank_id AND d.content_hash = h;
+    END IF;
+    provenance := provenance || jsonb_build_object('document_id', document_id);
+END
+$$;
+COMMENT ON FUNCTION rcll._store_document(integer, text, text, text, timestamptz, text, jsonb, text, text, text)
+    IS 'Internal: check a retain''s document fields (layer, metadata), resolve its author, and insert its documents row unless the bank holds the same thread and content already (created = false, the existing document_id). provenance is what its units carry (via, who, author_source, at, source, document_id).';
+
+
+-- functions 040-retain-chunks.sql
+-- Chunk-mode retain: one document and its pre-embedded chunks written in one statement.
+
+CREATE OR REPLACE FUNCTION rcll.retain_chunks(
+    bank        text,
+    content     text,
+    chunks      text[],
+    embeddings  vector[],
+    source      text DEFAULT NULL,
+    occurred_at timestamptz DEFAULT NULL,
+    room        text DEFAULT NULL,
+    thread      text DEFAULT NULL,
+    tags        text[] DEFAULT '{}',
+    hall        text DEFAULT NULL,
+    layer       text DEFAULT NULL,
+    metadata    jsonb DEFAULT '{}',
+    via         text DEFAULT 'sql',
+    author      text DEFAULT NULL)
+RETURNS TABLE (document_id bigint, unit_ids bigint[], created boolean)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    b integer := rcll._bank_id(bank);
+    doc bigint;
+    stored record;
+    n integer := coalesce(array_length(chunks, 1), 0);
+BEGIN
+    PERFORM rcll._check_document(b, content);
+    IF n = 0 THEN
+        RAISE EXCEPTION 'chunks: at least one chunk is required' USING ERRCODE = '22023';
+    END IF;
+    IF embeddings IS NOT NULL AND coalesce(array_length(embeddings, 1), 0) <> n THEN
+        RAISE EXCEPTION 'embeddings: % embeddings for % chunks', coalesce(array_length(embeddings, 1), 0), n
+            USING ERRCODE = '22023', HINT = 'Pass one embedding per chunk, in the same order (or NULL for none).';
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(chunks) c WHERE c IS NULL OR btrim(c, E' \t\r\n\f\v') = '') THEN
+        RAISE EXCEPTION 'chunks: a chunk is empty' USING ERRCODE = '22023';
+    END IF;
+
+    stored := rcll._store_document(b, content, source, thread, occurred_at, layer, metadata, via, author, 'chunks');
+    doc := stored.document_id;
+    IF NOT stored.created THEN
+        RETURN QUERY SELECT doc, array_agg(u.unit_id ORDER BY u.chunk_index, u.unit_id), false
+                     FROM rcll.memory_units u WHERE u.document_id = doc;
+        RETURN;
+    END IF;
+
+    RETURN QUERY
+    WITH ins AS (
+        INSERT INTO rcll.memory_units AS u
+            (bank_id, document_id, kind, text, embedding, hall, layer, room, author, author_source,
+             thread, tags, valid, mentioned_at, chunk_index, provenance, metadata)
+        SELECT b, doc, 'chunk', c.chunk, e.embedding, retain_chunks.hall,
+               coalesce(retain_chunks.layer, (SELECT r.layer FROM rcll.layer_rules r WHERE r.hall = retain_chunks.hall), 'L2'),
+               retain_chunks.room, stored.author, stored.author_source, retain_chunks.thread,
+               coalesce(retain_chunks.tags, '{}'),
+               tstzrange(coalesce(occurred_at, now()), NULL), occurred_at, c.i - 1, stored.provenance, '{}'::jsonb
+        FROM unnest(chunks) WITH ORDINALITY AS c(chunk, i)
+        LEFT JOIN unnest(embeddings) WITH ORDINALITY AS e(embedding, i) USING (i)
+        RETURNING u.unit_id, u.chunk_index
+    )
+    SELECT doc, array_agg(ins.unit_id ORDER BY ins.chunk_index), true FROM ins;
+END
+$$;
+COMMENT ON FUNCTION rcll.retain_chunks(text, text, text[], vector[], text, timestamptz, text, text, text[], text, text, jsonb, text, text)
+    IS 'Chunk-mode retain: store a document and its chunks (with their embeddings) in one statement. Re-retaining the same content and thread into the same bank returns the existing units (created = false).';
+
+
+-- functions 050-room-janitor.sql
+-- Room janitor: the write-time trigger that files each unit under the canonical spelling of its room.
+
+CREATE OR REPLACE FUNCTION rcll._room_key(room text)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- Spelling only: case, separators, a plural ending. Both sides of a comparison go through
+    -- this, so "docs" and "doc" meet at "doc" however odd the stem looks.
+    SELECT regexp_replace(regexp_replace(
+               regexp_replace(lower(room), '[[:space:]_./:-]+', '', 'g'),
+               'ies$', 'y'), '([^s])s$', '\1')
+$$;
+COMMENT ON FUNCTION rcll._room_key(text) IS 'Internal: the spelling key of a room name (lower case, no separators, no plural ending); two names with one key are one room.';
+
+CREATE OR REPLACE FUNCTION rcll._follow_merges(bank_id integer, room text)
+RETURNS text
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    cur  text := room;
+    nxt  text;
+BEGIN
+    FOR hop IN 1 .. 16 LOOP     -- merges form chains, never cycles; the bound is a guard
+        SELECT r.merged_into INTO nxt FROM rcll.rooms r
+        WHERE r.bank_id = _follow_merges.bank_id AND r.name = cur AND r.status = 'merged';
+        EXIT WHEN nxt IS NULL;
+        cur := nxt;
+        nxt := NULL;
+    END LOOP;
+    RETURN cur;
+END
+$$;
+COMMENT ON FUNCTION rcll._follow_merges(integer, text) IS 'Internal: the live room a (possibly merged) room name now lives in.';
+
+CREATE OR REPLACE FUNCTION rcll._canonical_room(bank_id integer, typed text, OUT room text, OUT how text)
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t      text := nullif(btrim(typed), '');
+    k      text;
+    st     text;
+    target text;
+    hits   text[];
+BEGIN
+    IF t IS NULL THEN
+        how := 'none';
+        RETURN;
+    END IF;
+    -- 1. A registry name as typed.
+    SELECT r.status, r.merged_into INTO st, target FROM rcll.rooms r
+    WHERE r.bank_id = _canonical_room.bank_id AND r.name = t;
+    IF FOUND THEN
+        IF st = 'merged' THEN
+            room := rcll._follow_merges(_canonical_room.bank_id, target);
+            how := 'merged';
+        ELSE
+            room := t;
+            how := 'exact';
+        END IF;
+        RETURN;
+    END IF;
+    -- 2. A spelling (or merged name) recorded before.
+    SELECT a.room INTO target FROM rcll.room_aliases a
+    WHERE a.bank_id = _canonical_room.bank_id AND a.alias = t;
+    IF FOUND THEN
+        room := rcll._follow_merges(_canonical_room.bank_id, target);
+        how := 'alias';
+        RETURN;
+    END IF;
+    -- 3. Same spelling key as a known room (the bank's registry, or the classifier's vocabulary so
+    --    the floor plan is not empty on day one); else an exact prefix of exactly one known room.
+    k := rcll._room_key(t);
+    IF k = '' THEN
+        room := t;
+        how := 'new';
+        RETURN;
+    END IF;
+    WITH known AS (
+        SELECT r.name, r.status, r.merged_into, 0 AS pref FROM rcll.rooms r
+        WHERE r.bank_id = _canonical_room.bank_id
+        UNION ALL
+        SELECT DISTINCT rr.room, 'live', NULL::text, 1 FROM rcll.room_rules rr
+        WHERE rr.enabled AND NOT EXISTS (SELECT 1 FROM rcll.rooms r
+                                         WHERE r.bank_id = _canonical_room.bank_id AND r.name = rr.room)
+    )
+    SELECT array_agg(kn.name ORDER BY kn.pref, kn.status = 'merged', kn.name) INTO hits
+    FROM known kn WHERE rcll._room_key(kn.name) = k;
+    IF hits IS NOT NULL THEN
+        room := rcll._follow_merges(_canonical_room.bank_id, hits[1]);
+        how := CASE WHEN room = t THEN 'known' ELSE 'spelling' END;
+        RETURN;
+    END IF;
+    IF length(k) >= 3 THEN
+        WITH known AS (
+            SELECT r.name FROM rcll.rooms r WHERE r.bank_id = _canonical_room.bank_id
+            UNION
+            SELECT rr.room FROM rcll.room_rules rr WHERE rr.enabled
+        )
+        SELECT array_agg(DISTINCT rcll._follow_merges(_canonical_room.bank_id, kn.name)) INTO hits
+        FROM known kn WHERE left(rcll._room_key(kn.name), length(k)) = k;
+        IF cardinality(hits) = 1 THEN        -- ambiguous prefixes are not spelling: keep as typed
+            room := hits[1];
+            how := 'spelling';
+            RETURN;
+        END IF;
+    END IF;
+    -- 4. Nobody used it before: kept as typed.
+    room := t;
+    how := 'new';
+END
+$$;
+COMMENT ON FUNCTION rcll._canonical_room(integer, text) IS 'Internal: the canonical room for a typed name and how it was found: exact, merged (followed into the live room), alias, known (vocabulary), spelling (case, separators, plural, unique exact prefix of at least 3 characters) or new (kept as typed). Never semantic.';
+
+CREATE OR REPLACE FUNCTION rcll._units_janitor()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+-- Definer: a writer needs INSERT on memory_units only; the registry and aliases are bookkeeping.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    typed   text := nullif(btrim(NEW.room), '');
+    res     record;
+    auto    text;
+    live    text;
+    aliased text;
+BEGIN
+    IF NEW.tags IS NULL THEN
+        NEW.tags := '{}';
+    END IF;
+    -- room-alias: and room-new: are the janitor's record; a caller's are forged and discarded.
+    IF array_to_string(NEW.tags, E'\x1f') LIKE '%room-%' AND NOT rcll._carry_tags() THEN
+        NEW.tags := ARRAY(SELECT t FROM unnest(NEW.tags) AS t
+                          WHERE t NOT LIKE 'room-alias:%' AND t NOT LIKE 'room-new:%');
+    END IF;
+
+    IF typed IS NULL THEN
+        IF NEW.room IS NOT NULL THEN
+            NEW.room := NULL;                       -- blank is no room
+        END IF;
+        IF rcll._classify_rooms_enabled(NEW.bank_id, NEW.kind) THEN
+            auto := rcll.classify_room(NEW.text);
+            IF auto IS NOT NULL THEN
+                NEW.room := (rcll._canonical_room(NEW.bank_id, auto)).room;
+                NEW.provenance := NEW.provenance || '{"room_source": "classifier"}'::jsonb;
+            END IF;
+        END IF;
+    ELSE
+        -- The common cases in one index probe each: a live registry name as typed, or a spelling
+        -- recorded before (alias targets are never merged rooms: approving a merge repoints them).
+        SELECT r.name, a.room INTO live, aliased
+        FROM (SELECT 1) AS one
+        LEFT JOIN rcll.rooms r ON r.bank_id = NEW.bank_id AND r.name = typed AND r.status <> 'merged'
+        LEFT JOIN rcll.room_aliases a ON a.bank_id = NEW.bank_id AND a.alias = typed;
+        IF live IS NOT NULL THEN
+            IF NEW.room <> typed THEN
+                NEW.room := typed;
+            END IF;
+        ELSIF aliased IS NOT NULL THEN
+            NEW.room := aliased;
+            NEW.tags := NEW.tags || ('room-alias:' || typed);
+        ELSE
+            res := rcll._canonical_room(NEW.bank_id, typed);
+            NEW.room := res.room;
+            IF res.how = 'new' THEN
+                NEW.tags := NEW.tags || ('room-new:' || typed);
+            ELSIF res.room <> typed THEN
+                -- Nothing about the call is lost: the typed string stays on the unit.
+                NEW.tags := NEW.tags || ('room-alias:' || typed);
+                IF res.how <> 'alias' THEN
+                    INSERT INTO rcll.room_aliases (bank_id, alias, room, reason)
+                    VALUES (NEW.bank_id, typed, res.room, 'spelling')
+                    ON CONFLICT (bank_id, alias) DO NOTHING;
+                END IF;
+            END IF;
+        END IF;
+    END IF;
+
+    IF NEW.layer IS NULL THEN
+        NEW.layer := coalesce((SELECT l.layer FROM rcll.layer_rules l WHERE l.hall = NEW.hall), 'L2');
+    END IF;
+    RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION rcll._units_janitor() IS 'Trigger: canonicalises a new unit''s room by spelling only (the typed string kept as a room-alias:<typed> tag, a first-ever room kept as typed and tagged room-new:<name>), classifies a missing room when enabled, drops forged room tags, and defaults the layer from rcll.layer_rules by hall.';
+
+-- Not while a dump is restored (rcll._restoring): the rows come back as they were.
+CREATE OR REPLACE TRIGGER units_janitor BEFORE INSERT ON rcll.memory_units
+    FOR EACH ROW WHEN (current_setting('row_security') <> 'off' OR NOT rcll._restoring('rcll.memory_units'))
+    EXECUTE FUNCTION rcll._units_janitor();
+
+
+-- functions 051-room-counts.sql
+-- Room counts: the registry triggers append per-room deltas; rcll.fold_room_counts() folds them.
+
+-- Registry counts: writers only ever append deltas (no shared row is locked, so concurrent writers
+-- neither serialise nor deadlock); rcll.fold_room_counts() folds them in with sorted upserts.
+
+CREATE OR REPLACE FUNCTION rcll._units_rooms_inserted()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    unattributed bigint;
+BEGIN
+    -- One pass over the statement's rows serves the registry and the authorship warning: a second
+    -- statement trigger cost as much again per write.
+    WITH g AS MATERIALIZED (
+        SELECT n.bank_id, n.room, count(*) AS c, count(*) FILTER (WHERE n.author_source = 'none') AS none,
+               bool_and(coalesce(n.provenance ->> 'room_source', '') = 'classifier') AS by_classifier
+        FROM new_units n GROUP BY n.bank_id, n.room
+    ), q AS (
+        INSERT INTO rcll.room_count_queue (bank_id, room, delta)
+        SELECT g.bank_id, g.room, g.c FROM g WHERE g.room IS NOT NULL
+    ), r AS (
+        -- A registry row for a room used for the first time. Existing rows are skipped without a
+        -- lock; new rooms are inserted in sorted order, so single-statement writers cannot deadlock.
+        INSERT INTO rcll.rooms (bank_id, name, created_by, first_used, last_used)
+        SELECT g.bank_id, g.room, CASE WHEN g.by_classifier THEN 'system' ELSE 'human' END, now(), now()
+        FROM g
+        WHERE g.room IS NOT NULL
+          AND NOT EXISTS (SELECT 1 FROM rcll.rooms x WHERE x.bank_id = g.bank_id AND x.name = g.room)
+        ORDER BY g.bank_id, g.room
+        ON CONFLICT (bank_id, name) DO NOTHING
+    )
+    SELECT sum(g.none) INTO unattributed FROM g;
+    IF unattributed > 0 THEN
+        -- Absent rather than wrong: never the connection's account, and said once per write.
+        RAISE WARNING 'author: no identity for this write; % unit(s) stored without an author', unattributed
+            USING HINT = 'Map the role in rcll.identities, have the RCLL server authenticate the caller, or declare one (author => ...).';
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION rcll._units_rooms_inserted() IS 'Trigger (statement): appends one count delta per room written, registers rooms used for the first time (human when a caller named the room, system when the classifier did), and warns once when units were written without an author.';
+
+CREATE OR REPLACE TRIGGER units_rooms_inserted AFTER INSERT ON rcll.memory_units
+    REFERENCING NEW TABLE AS new_units
+    FOR EACH STATEMENT WHEN (current_setting('row_security') <> 'off' OR NOT rcll._restoring('rcll.memory_units'))
+    EXECUTE FUNCTION rcll._units_rooms_inserted();
+
+CREATE OR REPLACE FUNCTION rcll._units_rooms_deleted()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    INSERT INTO rcll.room_count_queue (bank_id, room, delta)
+    SELECT o.bank_id, o.room, -count(*) FROM old_units o
+    WHERE o.room IS NOT NULL GROUP BY o.bank_id, o.room;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION rcll._units_rooms_deleted() IS 'Trigger (statement): appends a negative count delta per room for deleted units.';
+
+CREATE OR REPLACE TRIGGER units_rooms_deleted AFTER DELETE ON rcll.memory_units
+    REFERENCING OLD TABLE AS old_units
+    FOR EACH STATEMENT EXECUTE FUNCTION rcll._units_rooms_deleted();
+
+CREATE OR REPLACE FUNCTION rcll._units_room_changed()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    INSERT INTO rcll.room_count_queue (bank_id, room, delta)
+    SELECT d.bank_id, d.room, d.delta
+    FROM (VALUES (OLD.bank_id, OLD.room, -1), (NEW.bank_id, NEW.room, 1)) AS d(bank_id, room, delta)
+    WHERE d.room IS NOT NULL;
+    IF NEW.room IS NOT NULL AND NOT EXISTS (SELECT 1 FROM rcll.rooms r
+                                            WHERE r.bank_id = NEW.bank_id AND r.name = NEW.room) THEN
+        INSERT INTO rcll.rooms (bank_id, name, created_by, first_used, last_used)
+        VALUES (NEW.bank_id, NEW.room, 'human', now(), now())
+        ON CONFLICT (bank_id, name) DO NOTHING;
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION rcll._units_room_changed() IS 'Trigger: count deltas for a unit whose room changed (a move or merge). Row-level with a column list, because a statement trigger with transition tables cannot have one and would materialise every row of every UPDATE.';
+
+CREATE OR REPLACE TRIGGER units_room_changed AFTER UPDATE OF room, bank_id ON rcll.memory_units
+    FOR EACH ROW WHEN (OLD.room IS DISTINCT FROM NEW.room OR OLD.bank_id <> NEW.bank_id)
+    EXECUTE FUNCTION rcll._units_room_changed();
+
+CREATE OR REPLACE FUNCTION rcll._units_truncated()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    DELETE FROM rcll.room_count_queue;
+    UPDATE rcll.rooms SET fact_count = 0 WHERE fact_count <> 0;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION rcll._units_truncated() IS 'Trigger: TRUNCATE of memory_units leaves every room empty.';
+
+CREATE OR REPLACE TRIGGER units_truncated AFTER TRUNCATE ON rcll.memory_units
+    FOR EACH STATEMENT EXECUTE FUNCTION rcll._units_truncated();
+
+CREATE OR REPLACE FUNCTION rcll.fold_room_counts()
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n bigint;
+BEGIN
+    -- One folder at a time; writers are never blocked (they only append).
+    PERFORM pg_advisory_xact_lock(hashtext('rcll.fold_room_counts'));
+    WITH d AS (
+        DELETE FROM rcll.room_count_queue q RETURNING q.bank_id, q.room, q.delta, q.at
+    ), g AS (
+        SELECT d.bank_id, d.room, sum(d.delta)::bigint AS delta, count(*) AS c,
+               min(d.at) FILTER (WHERE d.delta > 0) AS first_at, max(d.at) FILTER (WHERE d.delta > 0) AS last_at
+        FROM d GROUP BY d.bank_id, d.room
+    ), up AS (
+        INSERT INTO rcll.rooms AS r (bank_id, name, fact_count, first_used, last_used)
+        SELECT g.bank_id, g.room, g.delta, g.first_at, g.last_at FROM g
+        WHERE EXISTS (SELECT 1 FROM rcll.banks b WHERE b.bank_id = g.bank_id)   -- a dropped bank's deltas go
+        ORDER BY g.bank_id, g.room
+        ON CONFLICT (bank_id, name) DO UPDATE
+            SET fact_count = r.fact_count + excluded.fact_count,
+                first_used = coalesce(r.first_used, excluded.first_used),
+                last_used  = greatest(r.last_used, excluded.last_used)
+        RETURNING 1
+    )
+    SELECT coalesce(sum(g.c), 0) INTO n FROM g;
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION rcll.fold_room_counts() IS 'Fold the append-only room_count_queue into rooms.fact_count, first_used and last_used (run it from a background job; reads are exact without it). Returns the number of deltas folded.';
+
+
+-- functions 052-room-listing.sql
+-- Room listing: rcll.rooms(), the floor plan of a bank with counts, status, merges and aliases.
+
+CREATE OR REPLACE FUNCTION rcll._wildcard(pattern text)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- * any run, ? one character; everything else literal (LIKE's own % _ \ are escaped).
+    SELECT replace(replace(replace(replace(replace(pattern, '\', '\\'), '%', '\%'), '_', '\_'), '*', '%'), '?', '_')
+$$;
+COMMENT ON FUNCTION rcll._wildcard(text) IS 'Internal: a * and ? wildcard pattern as a LIKE pattern, every other character literal.';
+
+CREATE OR REPLACE FUNCTION rcll.rooms(bank text, pattern text DEFAULT '*')
+RETURNS TABLE (name text, status text, merged_into text, proposed_into text, fact_count bigint,
+               aliases text[], created_by text, first_used timestamptz, last_used timestamptz)
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH b AS (SELECT rcll._bank_id(rooms.bank) AS id),
+    pending AS (
+        SELECT q.room, sum(q.delta)::bigint AS delta,
+               min(q.at) FILTER (WHERE q.delta > 0) AS first_at, max(q.at) FILTER (WHERE q.delta > 0) AS last_at
+        FROM rcll.room_count_queue q, b WHERE q.bank_id = b.id GROUP BY q.room
+    ),
+    listed AS (
+        SELECT r.name, r.status, r.merged_into, r.fact_count + coalesce(p.delta, 0) AS fact_count, r.created_by,
+               least(r.first_used, p.first_at) AS first_used, greatest(r.last_used, p.last_at) AS last_used
+        FROM rcll.rooms r CROSS JOIN b LEFT JOIN pending p ON p.room = r.name
+        WHERE r.bank_id = b.id
+        UNION ALL   -- deltas for a room whose registry row is gone (not expected; kept so counts stay exact)
+        SELECT p.room, 'live', NULL, p.delta, 'human', p.first_at, p.last_at
+        FROM pending p, b WHERE NOT EXISTS (SELECT 1 FROM rcll.rooms r WHERE r.bank_id = b.id AND r.name = p.room)
+        UNION ALL   -- the classifier's vocabulary, so the floor plan is not empty on day one
+        SELECT DISTINCT rr.room, 'live', NULL, 0::bigint, 'system', NULL::timestamptz, NULL::timestamptz
+        FROM rcll.room_rules rr, b
+        WHERE rr.enabled
+          AND NOT EXISTS (SELECT 1 FROM rcll.rooms r WHERE r.bank_id = b.id AND r.name = rr.room)
+          AND NOT EXISTS (SELECT 1 FROM pending p WHERE p.room = rr.room)
+    )
+    SELECT l.name, l.status, l.merged_into,
+           (SELECT mp.into_room FROM rcll.room_merge_proposals mp, b
+            WHERE mp.bank_id = b.id AND mp.from_room = l.name AND mp.status = 'pending'),
+           l.fact_count,
+           coalesce((SELECT array_agg(a.alias ORDER BY a.alias) FROM rcll.room_aliases a, b
+                     WHERE a.bank_id = b.id AND a.room = l.name), '{}'),
+           l.created_by, l.first_used, l.last_used
+    FROM listed l
+    WHERE l.name ILIKE rcll._wildcard(coalesce(rooms.pattern, '*'))
+       OR EXISTS (SELECT 1 FROM rcll.room_aliases a, b WHERE a.bank_id = b.id AND a.room = l.name
+                  AND a.alias ILIKE rcll._wildcard(coalesce(rooms.pattern, '*')))
+    ORDER BY l.fact_count DESC, l.name
+$$;
+COMMENT ON FUNCTION rcll.rooms(text, text) IS 'The room floor plan of a bank: every room (registry plus the classifier''s vocabulary) with its exact unit count (folded base plus pending deltas), status, merge target or pending proposal, aliases, who created it and first/last use. pattern matches the name or an alias, with * and ? wildcards, case-insensitively.';
+
+
+-- functions 053-room-merges.sql
+-- Room merges: semantic merges are proposals only, held provisional until a person approves.
+
+CREATE OR REPLACE FUNCTION rcll._registry_room(bank_id integer, room text)
+RETURNS rcll.rooms
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r rcll.rooms;
+BEGIN
+    SELECT * INTO r FROM rcll.rooms x WHERE x.bank_id = _registry_room.bank_id AND x.name = room;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'room: no room "%" in this bank''s registry', room USING ERRCODE = '42704',
+            HINT = 'List rooms with SELECT * FROM rcll.rooms(''<bank>''); name a room exactly as listed.';
+    END IF;
+    RETURN r;
+END
+$$;
+COMMENT ON FUNCTION rcll._registry_room(integer, text) IS 'Internal: a room''s registry row, or an error naming the fix.';
+
+CREATE OR REPLACE FUNCTION rcll.propose_room_merge(bank text, from_room text, into_room text, reason text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    b   integer := rcll._bank_id(bank);
+    src rcll.rooms;
+    dst rcll.rooms;
+    id  bigint;
+BEGIN
+    IF nullif(btrim(reason), '') IS NULL THEN
+        RAISE EXCEPTION 'reason: a merge proposal needs a reason' USING ERRCODE = '22023',
+            HINT = 'Say why the two rooms are one subject; a person reads it before approving.';
+    END IF;
+    src := rcll._registry_room(b, from_room);
+    dst := rcll._registry_room(b, into_room);
+    IF src.name = dst.name THEN
+        RAISE EXCEPTION 'into_room: a room cannot merge into itself' USING ERRCODE = '22023';
+    END IF;
+    IF src.status <> 'live' THEN
+        RAISE EXCEPTION 'from_room: room "%" is %', src.name, src.status USING ERRCODE = '55000',
+            HINT = 'Only a live room can be proposed for a merge; decide the pending proposal first (rcll.approve_room_merge / rcll.reject_room_merge).';
+    END IF;
+    IF dst.status <> 'live' THEN
+        RAISE EXCEPTION 'into_room: room "%" is %', dst.name, dst.status USING ERRCODE = '55000',
+            HINT = 'Merge into a live room (a merged room''s facts live in its merged_into).';
+    END IF;
+    UPDATE rcll.rooms r SET status = 'provisional' WHERE r.bank_id = b AND r.name = src.name;
+    INSERT INTO rcll.room_merge_proposals (bank_id, from_room, into_room, reason, proposed_by)
+    VALUES (b, src.name, dst.name, btrim(reason), rcll._actor())
+    RETURNING proposal_id INTO id;
+    INSERT INTO rcll.audit_log (bank_id, actor, action, target, detail)
+    VALUES (b, rcll._actor(), 'room_merge_propose',
+            jsonb_build_object('from_room', src.name, 'into_room', dst.name),
+            jsonb_build_object('proposal_id', id, 'reason', btrim(reason)));
+    RETURN id;
+END
+$$;
+COMMENT ON FUNCTION rcll.propose_room_merge(text, text, text, text) IS 'Propose a semantic merge of from_room into into_room. Nothing moves: from_room is held provisional until a person calls rcll.approve_room_merge or rcll.reject_room_merge. Returns the proposal id.';
+
+CREATE OR REPLACE FUNCTION rcll._pending_merge(bank_id integer, from_room text)
+RETURNS rcll.room_merge_proposals
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p rcll.room_merge_proposals;
+BEGIN
+    SELECT * INTO p FROM rcll.room_merge_proposals mp
+    WHERE mp.bank_id = _pending_merge.bank_id AND mp.from_room = _pending_merge.from_room AND mp.status = 'pending'
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'from_room: no pending merge proposal for room "%"', from_room USING ERRCODE = '42704',
+            HINT = 'Propose it first with rcll.propose_room_merge(bank, from_room, into_room, reason).';
+    END IF;
+    RETURN p;
+END
+$$;
+COMMENT ON FUNCTION rcll._pending_merge(integer, text) IS 'Internal: the pending merge proposal for a room, locked, or an error naming the fix.';
+
+CREATE OR REPLACE FUNCTION rcll.approve_room_merge(bank text, from_room text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    b    integer := rcll._bank_id(bank);
+    p    rcll.room_merge_proposals;
+    dst  text;
+    ids  bigint[];
+BEGIN
+    -- A person decides: an agent (a mapped role, or rcll.agent set by the server) may propose only.
+    IF rcll.current_agent() IS NOT NULL THEN
+        RAISE EXCEPTION 'approve_room_merge: agent "%" cannot approve a merge', rcll.current_agent()
+            USING ERRCODE = '42501',
+            HINT = 'A person approves: connect as a role not mapped in rcll.identities, with rcll.agent unset.';
+    END IF;
+    p := rcll._pending_merge(b, btrim(from_room));
+    dst := rcll._follow_merges(b, p.into_room);
+    PERFORM 1 FROM rcll.rooms r WHERE r.bank_id = b AND r.name IN (p.from_room, dst) ORDER BY r.name FOR UPDATE;
+
+    WITH moved AS (
+        UPDATE rcll.memory_units u SET room = dst, updated_at = now()
+        WHERE u.bank_id = b AND u.room = p.from_room
+        RETURNING u.unit_id
+    )
+    SELECT coalesce(array_agg(moved.unit_id ORDER BY moved.unit_id), '{}') INTO ids FROM moved;
+
+    UPDATE rcll.rooms r SET status = 'merged', merged_into = dst WHERE r.bank_id = b AND r.name = p.from_room;
+    UPDATE rcll.rooms r SET merged_into = dst WHERE r.bank_id = b AND r.status = 'merged' AND r.merged_into = p.from_room;
+    UPDATE rcll.room_aliases a SET room = dst WHERE a.bank_id = b AND a.room = p.from_room;
+    INSERT INTO rcll.room_aliases (bank_id, alias, room, reason) VALUES (b, p.from_room, dst, 'merge')
+    ON CONFLICT (bank_id, alias) DO UPDATE SET room = excluded.room, reason = 'merge';
+    UPDATE rcll.room_merge_proposals mp SET status = 'approved', decided_by = rcll._actor(), decided_at = now()
+    WHERE mp.proposal_id = p.proposal_id;
+    INSERT INTO rcll.audit_log (bank_id, actor, action, target, detail)
+    VALUES (b, rcll._actor(), 'room_merge_approve',
+            jsonb_build_object('from_room', p.from_room, 'into_room', dst, 'unit_ids', to_jsonb(ids)),
+            jsonb_build_object('proposal_id', p.proposal_id, 'reason', p.reason, 'proposed_by', p.proposed_by));
+    RETURN cardinality(ids);
+END
+$$;
+COMMENT ON FUNCTION rcll.approve_room_merge(text, text) IS 'A person approves the pending merge of from_room: its units move into the target room, the room becomes merged, and its name stays readable forever as an alias (a recall naming it reads the merged room). Refused for agents. Returns the number of units moved.';
+
+CREATE OR REPLACE FUNCTION rcll.reject_room_merge(bank text, from_room text, reason text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    b integer := rcll._bank_id(bank);
+    p rcll.room_merge_proposals;
+BEGIN
+    p := rcll._pending_merge(b, btrim(from_room));
+    UPDATE rcll.rooms r SET status = 'live' WHERE r.bank_id = b AND r.name = p.from_room AND r.status = 'provisional';
+    UPDATE rcll.room_merge_proposals mp SET status = 'rejected', decided_by = rcll._actor(), decided_at = now()
+    WHERE mp.proposal_id = p.proposal_id;
+    INSERT INTO rcll.audit_log (bank_id, actor, action, target, detail)
+    VALUES (b, rcll._actor(), 'room_merge_reject',
+            jsonb_build_object('from_room', p.from_room, 'into_room', p.into_room),
+            jsonb_build_object('proposal_id', p.proposal_id, 'reason', reason));
+END
+$$;
+COMMENT ON FUNCTION rcll.reject_room_merge(text, text, text) IS 'Reject the pending merge of from_room: nothing moves and the room is live again.';
+
+
+-- functions 054-room-moves.sql
+-- Room moves: units moved to another room, audited and reversible.
+
+CREATE OR REPLACE FUNCTION rcll.move_units(bank text, unit_ids bigint[], to_room text, reason text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    b       integer := rcll._bank_id(bank);
+    dst     record;
+    ids     bigint[];
+    missing bigint[];
+    prior   jsonb;
+    move_id bigint;
+BEGIN
+    IF nullif(btrim(reason), '') IS NULL THEN
+        RAISE EXCEPTION 'reason: a move needs a reason' USING ERRCODE = '22023',
+            HINT = 'Say why the units belong in the other room; it is kept in rcll.audit_log.';
+    END IF;
+    dst := rcll._canonical_room(b, to_room);
+    IF dst.room IS NULL THEN
+        RAISE EXCEPTION 'to_room: a room name is required' USING ERRCODE = '22023',
+            HINT = 'Name the room to move the units into (see rcll.rooms(bank)).';
+    END IF;
+    ids := ARRAY(SELECT DISTINCT i FROM unnest(unit_ids) AS i WHERE i IS NOT NULL ORDER BY 1);
+    IF cardinality(ids) = 0 THEN
+        RAISE EXCEPTION 'unit_ids: no units given' USING ERRCODE = '22023';
+    END IF;
+    -- Lock in id order so two moves of overlapping sets cannot deadlock.
+    PERFORM 1 FROM rcll.memory_units u WHERE u.unit_id = ANY (ids) AND u.bank_id = b ORDER BY u.unit_id FOR UPDATE;
+    missing := ARRAY(SELECT i FROM unnest(ids) AS i
+                     WHERE NOT EXISTS (SELECT 1 FROM rcll.memory_units u WHERE u.unit_id = i AND u.bank_id = b));
+    IF cardinality(missing) > 0 THEN
+        RAISE EXCEPTION 'unit_ids: % not in bank "%"', missing, bank USING ERRCODE = '42704',
+            HINT = 'Pass unit ids recall returned for this bank.';
+    END IF;
+    SELECT jsonb_agg(jsonb_build_object('unit_id', u.unit_id, 'room', u.room) ORDER BY u.unit_id) INTO prior
+    FROM rcll.memory_units u WHERE u.unit_id = ANY (ids);
+    UPDATE rcll.memory_units u SET room = dst.room, updated_at = now()
+    WHERE u.unit_id = ANY (ids) AND u.room IS DISTINCT FROM dst.room;
+    INSERT INTO rcll.audit_log (bank_id, actor, action, target, detail)
+    VALUES (b, rcll._actor(), 'room_move',
+            jsonb_build_object('unit_ids', to_jsonb(ids), 'to_room', dst.room),
+            jsonb_build_object('reason', btrim(reason), 'typed_room', to_room, 'resolved', dst.how, 'before', prior))
+    RETURNING audit_id INTO move_id;
+    RETURN move_id;
+END
+$$;
+COMMENT ON FUNCTION rcll.move_units(text, bigint[], text, text) IS 'Move units into another room (its name canonicalised by spelling like a write), recording every unit''s previous room in rcll.audit_log. Returns the move id for rcll.undo_move.';
+
+CREATE OR REPLACE FUNCTION rcll.undo_move(bank text, move_id bigint)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    b     integer := rcll._bank_id(bank);
+    m     rcll.audit_log;
+    moved text[];
+    n     integer;
+BEGIN
+    SELECT * INTO m FROM rcll.audit_log a
+    WHERE a.audit_id = move_id AND a.bank_id = b AND a.action = 'room_move' FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'move_id: no room move % in bank "%"', move_id, bank USING ERRCODE = '42704',
+            HINT = 'Use the id rcll.move_units returned (rcll.audit_log rows with action room_move).';
+    END IF;
+    IF EXISTS (SELECT 1 FROM rcll.audit_log a WHERE a.bank_id = b AND a.action = 'room_move_undo'
+               AND (a.detail ->> 'move_id')::bigint = move_id) THEN
+        RAISE EXCEPTION 'move_id: move % was already undone', move_id USING ERRCODE = '55000';
+    END IF;
+    -- Only units still where the move put them: a later move must be undone first.
+    moved := ARRAY(SELECT f.unit_id::text
+                   FROM jsonb_to_recordset(m.detail -> 'before') AS f(unit_id bigint, room text)
+                   JOIN rcll.memory_units u ON u.unit_id = f.unit_id
+                   WHERE u.room IS DISTINCT FROM m.target ->> 'to_room' ORDER BY f.unit_id);
+    IF cardinality(moved) > 0 THEN
+        RAISE EXCEPTION 'move_id: units % were moved again after move %', moved, move_id USING ERRCODE = '55000',
+            HINT = 'Undo the later moves first (newest first).';
+    END IF;
+    UPDATE rcll.memory_units u SET room = f.room, updated_at = now()
+    FROM jsonb_to_recordset(m.detail -> 'before') AS f(unit_id bigint, room text)
+    WHERE u.unit_id = f.unit_id AND u.bank_id = b AND u.room IS DISTINCT FROM f.room;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    INSERT INTO rcll.audit_log (bank_id, actor, action, target, detail)
+    VALUES (b, rcll._actor(), 'room_move_undo', m.target, jsonb_build_object('move_id', move_id, 'restored', n));
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION rcll.undo_move(text, bigint) IS 'Undo a move: put every unit back in the room it was in before (refused if any was moved again since, or the move was already undone). Audited; returns the number of units restored.';
+
+
+-- functions 055-room-classifier.sql
+-- Room classifier: the keyword rules that assign a room when the writer names none (and asked for one).
+
+CREATE OR REPLACE FUNCTION rcll.classify_room(text text)
+RETURNS text
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- Regular expressions only: no model call, no embedding, microseconds per unit.
+    SELECT r.room FROM rcll.room_rules r
+    WHERE r.enabled AND classify_room.text ~* r.pattern
+    ORDER BY r.priority, r.rule_id
+    LIMIT 1
+$$;
+COMMENT ON FUNCTION rcll.classify_room(text) IS 'The room the keyword classifier (rcll.room_rules, lowest priority first) assigns to a text, or NULL when no enabled rule matches.';
+
+CREATE OR REPLACE FUNCTION rcll._classify_rooms_enabled(bank_id integer, kind text)
+RETURNS boolean
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    setting text := lower(coalesce(current_setting('rcll.classify_rooms', true), ''));
+    banks   jsonb;
+BEGIN
+    -- Most specific first: the transaction or session (SET LOCAL rcll.classify_rooms = on|off, what
+    -- a retain call's classify flag sets), then the bank (settings.classify_rooms), then the kind.
+    -- Chunks are not classified by default: a chunk is a slice of someone's document, and a room
+    -- guessed from a slice would scatter one document over several rooms. Extracted facts and
+    -- consolidation observations are - that is how raw observations stop arriving unroomed.
+    IF setting IN ('on', 'true', '1') THEN
+        RETURN true;
+    ELSIF setting IN ('off', 'false', '0') THEN
+        RETURN false;
+    END IF;
+    SELECT b.settings -> 'classify_rooms' INTO banks FROM rcll.banks b WHERE b.bank_id = _classify_rooms_enabled.bank_id;
+    IF jsonb_typeof(banks) = 'boolean' THEN
+        RETURN banks::text::boolean;
+    END IF;
+    RETURN coalesce(kind, 'chunk') <> 'chunk';
+END
+$$;
+COMMENT ON FUNCTION rcll._classify_rooms_enabled(integer, text) IS 'Internal: whether a unit written without a room gets one from rcll.classify_room: rcll.classify_rooms (transaction/session setting), else the bank setting classify_rooms, else yes for facts and observations and no for chunks.';
+
+
+-- functions 060-tags.sql
+-- Tags: the listing call with usage counts and wildcards (author:* is the roster of a bank's writers).
+
+CREATE OR REPLACE FUNCTION rcll.tags(bank text, pattern text DEFAULT '*')
+RETURNS TABLE (tag text, unit_count bigint)
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- Counted from the units, not kept on the write path: a listing is rare, a write is not, and a
+    -- count nobody maintains cannot drift.
+    SELECT t.tag, count(*)::bigint
+    FROM rcll.memory_units u CROSS JOIN LATERAL unnest(u.tags) AS t(tag)
+    WHERE u.bank_id = rcll._bank_id(tags.bank)
+      AND t.tag ILIKE rcll._wildcard(coalesce(tags.pattern, '*'))
+    GROUP BY t.tag
+    ORDER BY count(*) DESC, t.tag
+$$;
+COMMENT ON FUNCTION rcll.tags(text, text) IS 'Tags in use in a bank with the number of units carrying each; pattern takes * and ? wildcards, case-insensitively. rcll.tags(bank, ''author:*'') is the roster of everyone who wrote to the bank, room-alias:* every rewritten room spelling.';
+
+
+-- functions 070-room-state.sql
+-- Keyed room state: exact-key, versioned, compare-and-set - never similarity search.
+
+CREATE OR REPLACE FUNCTION rcll.put_state(bank text, room text, key text, value jsonb, expected_version integer,
+                                          via text DEFAULT 'sql', source text DEFAULT NULL, author text DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    b       integer := rcll._bank_id(bank);
+    cur     integer;
+    who     record;
+    ok      boolean;
+BEGIN
+    IF room IS NULL OR btrim(room) = '' THEN
+        RAISE EXCEPTION 'room: a room is required' USING ERRCODE = '22023',
+            HINT = 'State is keyed by (room, key); the room string is used exactly as given.';
+    END IF;
+    IF key IS NULL OR key = '' THEN
+        RAISE EXCEPTION 'key: a key is required' USING ERRCODE = '22023';
+    END IF;
+    IF value IS NULL THEN
+        RAISE EXCEPTION 'value: a JSON value is required' USING ERRCODE = '22004',
+            HINT = 'Pass ''null''::jsonb to store a JSON null.';
+    END IF;
+    SELECT max(s.version) INTO cur FROM rcll.room_state s
+    WHERE s.bank_id = b AND s.room = put_state.room AND s.key = put_state.key;
+    IF coalesce(expected_version, 0) IS DISTINCT FROM coalesce(cur, 0) THEN
+        RAISE EXCEPTION 'expected_version: expected version %, current version is %',
+            coalesce(expected_version, 0), coalesce(cur, 0) USING ERRCODE = '40001',
+            HINT = 'Someone wrote this key since you read it: read it again (rcll.get_state) and retry with its version (0 = no state yet).';
+    END IF;
+    who := rcll._resolve_author(author);
+    -- Two puts expecting the same version race for the same primary key; the loser waits for the
+    -- winner, inserts nothing, and fails below like any stale put.
+    INSERT INTO rcll.room_state (bank_id, room, key, version, value, provenance)
+    VALUES (b, put_state.room, put_state.key, coalesce(cur, 0) + 1, put_state.value,
+            jsonb_build_object('via', coalesce(via, 'sql'), 'who', who.author, 'author_source', who.author_source,
+                               'source', source, 'at', now(), 'expected_version', coalesce(expected_version, 0)))
+    ON CONFLICT ON CONSTRAINT room_state_pkey DO NOTHING
+    RETURNING true INTO ok;
+    IF ok IS NULL THEN
+        SELECT max(s.version) INTO cur FROM rcll.room_state s
+        WHERE s.bank_id = b AND s.room = put_state.room AND s.key = put_state.key;
+        RAISE EXCEPTION 'expected_version: expected version %, current version is %',
+            coalesce(expected_version, 0), cur USING ERRCODE = '40001',
+            HINT = 'A concurrent put won: read the key again (rcll.get_state) and retry with its version.';
+    END IF;
+    RETURN coalesce(cur, 0) + 1;
+END
+$$;
+COMMENT ON FUNCTION rcll.put_state(text, text, text, jsonb, integer, text, text, text) IS 'Write a new version of a room''s keyed state if expected_version is the current version (0 or NULL when there is none); otherwise fail with SQLSTATE 40001 naming expected and current version. Every version is kept with its provenance (who, as the server resolved it; via; source; when). Returns the new version.';
+
+CREATE OR REPLACE FUNCTION rcll.get_state(bank text, room text, key text, at_version integer DEFAULT NULL)
+RETURNS TABLE (value jsonb, version integer, provenance jsonb, created_at timestamptz)
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- Exact (room, key): an unknown key returns no row - never the nearest room's state, which
+    -- would be the wrong lens applied with full confidence.
+    SELECT s.value, s.version, s.provenance, s.created_at
+    FROM rcll.room_state s
+    WHERE s.bank_id = rcll._bank_id(get_state.bank) AND s.room = get_state.room AND s.key = get_state.key
+      AND (get_state.at_version IS NULL OR s.version = get_state.at_version)
+    ORDER BY s.version DESC
+    LIMIT 1
+$$;
+COMMENT ON FUNCTION rcll.get_state(text, text, text, integer) IS 'The current version (or at_version) of a room''s keyed state, by exact room and key; no row when the key is unknown.';
+
+CREATE OR REPLACE FUNCTION rcll.state_history(bank text, room text, key text)
+RETURNS TABLE (version integer, value jsonb, provenance jsonb, created_at timestamptz)
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT s.version, s.value, s.provenance, s.created_at
+    FROM rcll.room_state s
+    WHERE s.bank_id = rcll._bank_id(state_history.bank) AND s.room = state_history.room AND s.key = state_history.key
+    ORDER BY s.version DESC
+$$;
+COMMENT ON FUNCTION rcll.state_history(text, text, text) IS 'Every version of a room''s keyed state, newest first, each with its provenance.';
+
+
+-- functions 090-bank-isolation.sql
+-- Optional bank isolation: row-level security a deployment can switch on so a role sees only its banks.
+
+CREATE OR REPLACE FUNCTION rcll._visible_banks(role_name name)
+RETURNS integer[]
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+-- Definer: policies call it for roles that cannot read rcll.bank_grants. The role is passed in
+-- (the policy passes current_user), because inside a definer current_user is the owner.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(array_agg(DISTINCT g.bank_id), '{}')
+    FROM rcll.bank_grants g
+    WHERE EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolname = g.role_name)
+      AND pg_has_role(_visible_banks.role_name, g.role_name, 'MEMBER')
+$$;
+COMMENT ON FUNCTION rcll._visible_banks(name) IS 'Internal: ids of the banks a role may see under bank isolation (granted to it or to a role it is a member of).';
+
+CREATE OR REPLACE FUNCTION rcll.grant_bank(role_name name, bank text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolname = grant_bank.role_name) THEN
+        RAISE EXCEPTION 'role_name: no database role "%"', role_name USING ERRCODE = '42704',
+            HINT = 'Create the role first (CREATE ROLE ...); grants name roles, and their members inherit them.';
+    END IF;
+    INSERT INTO rcll.bank_grants (role_name, bank_id) VALUES (grant_bank.role_name, rcll._bank_id(bank))
+    ON CONFLICT ON CONSTRAINT bank_grants_pkey DO NOTHING;
+END
+$$;
+COMMENT ON FUNCTION rcll.grant_bank(name, text) IS 'Let a role (and its members) see a bank once bank isolation is enabled. Idempotent.';
+
+CREATE OR REPLACE FUNCTION rcll.revoke_bank(role_name name, bank text)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    DELETE FROM rcll.bank_grants g WHERE g.role_name = revoke_bank.role_name AND g.bank_id = rcll._bank_id(revoke_bank.bank)
+$$;
+COMMENT ON FUNCTION rcll.revoke_bank(name, text) IS 'Withdraw a role''s grant on a bank.';
+
+CREATE OR REPLACE FUNCTION rcll._bank_tables()
+RETURNS SETOF regclass
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- Every rcll table with a bank_id column, found when called: tables added later are covered.
+    -- The grants themselves are not isolated (a role must be able to use its grants).
+    SELECT c.oid::regclass FROM pg_class c
+    JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'bank_id' AND NOT a.attisdropped
+    WHERE c.relnamespace = 'rcll'::regnamespace AND c.relkind IN ('r', 'p') AND c.relname <> 'bank_grants'
+    ORDER BY c.relname
+$$;
+COMMENT ON FUNCTION rcll._bank_tables() IS 'Internal: the tables bank isolation covers (every rcll table with a bank_id column, bank_grants excepted).';
+
+CREATE OR REPLACE FUNCTION rcll.enable_bank_isolation()
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t regclass;
+    n integer := 0;
+BEGIN
+    -- Superusers and the tables' owner bypass row-level security: the installing role stays an
+    -- administrator, and agents connect as their own roles.
+    FOR t IN SELECT rcll._bank_tables() LOOP
+        EXECUTE format('DROP POLICY IF EXISTS bank_isolation ON %s', t);
+        EXECUTE format('CREATE POLICY bank_isolation ON %s USING (bank_id = ANY ((SELECT rcll._visible_banks(current_user))::integer[])) '
+                       'WITH CHECK (bank_id = ANY ((SELECT rcll._visible_banks(current_user))::integer[]))', t);
+        EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', t);
+        n := n + 1;
+    END LOOP;
+    INSERT INTO rcll.audit_log (bank_id, actor, action, target) VALUES (NULL, rcll._actor(), 'bank_isolation_enable', jsonb_build_object('tables', n));
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION rcll.enable_bank_isolation() IS 'Turn on bank isolation: row-level security on every rcll table with a bank_id, so a role sees and writes only the banks rcll.bank_grants gives it (superusers and the owner are exempt). Rooms stay a topic, not a permission. Returns the number of tables covered; re-run it after an upgrade adds tables.';
+
+CREATE OR REPLACE FUNCTION rcll.disable_bank_isolation()
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t regclass;
+    n integer := 0;
+BEGIN
+    FOR t IN SELECT rcll._bank_tables() LOOP
+        EXECUTE format('ALTER TABLE %s DISABLE ROW LEVEL SECURITY', t);
+        EXECUTE format('DROP POLICY IF EXISTS bank_isolation ON %s', t);
+        n := n + 1;
+    END LOOP;
+    INSERT INTO rcll.audit_log (bank_id, actor, action, target) VALUES (NULL, rcll._actor(), 'bank_isolation_disable', jsonb_build_object('tables', n));
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION rcll.disable_bank_isolation() IS 'Turn bank isolation off again: every role sees every bank (grants are kept).';
+
+
+-- functions 100-bank-stats.sql
+-- BM25 corpus statistics (document count, average length) per bank, refreshed off the write path.
+
+CREATE OR REPLACE FUNCTION rcll.refresh_bank_stats(bank text DEFAULT NULL)
+RETURNS TABLE (bank_name text, unit_count bigint, total_length bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    only_bank integer := CASE WHEN refresh_bank_stats.bank IS NULL THEN NULL ELSE rcll._bank_id(refresh_bank_stats.bank) END;
+BEGIN
+    -- One aggregate per bank, written with a single upsert: a periodic job (or a person after a
+    -- bulk load) calls this; writers never touch bank_stats, so they never contend on it.
+    RETURN QUERY
+    WITH counted AS (
+        SELECT b.bank_id, count(u.unit_id) AS n, coalesce(sum(u.lexical_length), 0)::bigint AS total
+        FROM rcll.banks b LEFT JOIN rcll.memory_units u ON u.bank_id = b.bank_id
+        WHERE only_bank IS NULL OR b.bank_id = only_bank
+        GROUP BY b.bank_id
+    ), written AS (
+        INSERT INTO rcll.bank_stats AS s (bank_id, unit_count, total_length, refreshed_at)
+        SELECT c.bank_id, c.n, c.total, now() FROM counted c
+        ON CONFLICT (bank_id) DO UPDATE
+            SET unit_count = excluded.unit_count, total_length = excluded.total_length, refreshed_at = excluded.refreshed_at
+        RETURNING s.bank_id, s.unit_count, s.total_length
+    )
+    SELECT b.name, w.unit_count, w.total_length FROM written w JOIN rcll.banks b ON b.bank_id = w.bank_id ORDER BY b.name;
+END
+$$;
+COMMENT ON FUNCTION rcll.refresh_bank_stats(text) IS 'Recount BM25 corpus statistics (units and total lexical length) for one bank, or every bank when bank is NULL. Run it periodically or after a bulk load; recall only reads the result.';
+
+CREATE OR REPLACE FUNCTION rcll._bm25_corpus(bank_id integer, OUT n double precision, OUT avgdl double precision)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    SELECT s.unit_count, s.total_length::double precision / nullif(s.unit_count, 0) INTO n, avgdl
+    FROM rcll.bank_stats s WHERE s.bank_id = _bm25_corpus.bank_id;
+    IF coalesce(n, 0) = 0 THEN
+        -- Never refreshed (a new bank, or a replica of one): count exactly. Correct, just slower.
+        SELECT count(*), avg(u.lexical_length) INTO n, avgdl
+        FROM rcll.memory_units u WHERE u.bank_id = _bm25_corpus.bank_id;
+    END IF;
+    n := greatest(coalesce(n, 0), 1);
+    avgdl := greatest(coalesce(avgdl, 1), 1);
+END
+$$;
+COMMENT ON FUNCTION rcll._bm25_corpus(integer) IS 'Internal: BM25 N and average document length of a bank from bank_stats (exact counts when never refreshed).';
+
+
+-- functions 103-recall-defaults.sql
+-- Recall's defaults: the one SQL source (Python's is rcll/defaults.py; tests/test_defaults.py holds them equal).
+
+CREATE OR REPLACE FUNCTION rcll.recall_defaults(
+    OUT budget          integer,
+    OUT rerank_depth    integer,
+    OUT context_depth   integer,
+    OUT k               integer,
+    OUT channel_limit   integer,
+    OUT candidate_limit integer)
+RETURNS record
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- Why these values: bench/locomo/RESEARCH.md and the README's depth table.
+    SELECT 4096,  -- tokens of fact text returned (hindsight's default, counted with cl100k)
+           40,    -- fused candidates the cross-encoder reads
+           15,    -- of those, how many it reads again with the chunk before them
+           60,    -- reciprocal rank fusion constant (Cormack et al.)
+           300,   -- candidates each channel returns
+           100    -- fused candidates recall_candidates returns
+$$;
+COMMENT ON FUNCTION rcll.recall_defaults()
+    IS 'Recall''s defaults, one row: budget (tokens), rerank_depth, context_depth, k (RRF constant), channel_limit (per channel), candidate_limit (fused candidates). Every recall function''s parameter defaults read them: SELECT * FROM rcll.recall_defaults().';
+
+
+-- functions 105-recall-scope.sql
+-- The scope of a recall: what it may read (bank, rooms, authors, filters), resolved once per recall
+-- by rcll.recall_scope and passed to every channel as one rcll.recall_scope value.
+
+CREATE OR REPLACE FUNCTION rcll._recall_authors(authors text[], mine boolean)
+RETURNS text[]
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- mine narrows to the server-resolved agent (intersected with authors when both are given).
+    -- With no resolved identity, mine matches nobody: ARRAY[NULL] equals no author.
+    SELECT CASE
+        WHEN NOT coalesce(_recall_authors.mine, false) THEN _recall_authors.authors
+        WHEN _recall_authors.authors IS NULL THEN ARRAY[rcll.current_agent()]
+        WHEN rcll.current_agent() = ANY (_recall_authors.authors) THEN ARRAY[rcll.current_agent()]
+        ELSE '{}'::text[] END
+$$;
+COMMENT ON FUNCTION rcll._recall_authors(text[], boolean) IS 'Internal: the author list a recall filters on, given authors and mine (mine = the agent rcll.current_agent() resolves).';
+
+CREATE OR REPLACE FUNCTION rcll._notice(message text, hint text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- Lets a LANGUAGE sql function tell the caller why it skipped something; writes nothing.
+    RAISE NOTICE '%', message USING HINT = coalesce(hint, '');
+    RETURN false;
+END
+$$;
+COMMENT ON FUNCTION rcll._notice(text, text) IS 'Internal: raise a NOTICE (with a hint) and return false; lets a SQL-language recall function explain a skipped phase.';
+
+CREATE OR REPLACE FUNCTION rcll._expand_rooms(bank_id integer, rooms text[])
+RETURNS text[]
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    names text[];
+BEGIN
+    -- The names given are always kept (a recall never loses what it asked for); each adds the
+    -- canonical room its spelling, alias or merged name resolves to now - so an old name stays
+    -- readable forever - and a canonical room adds the names that resolve to it.
+    SELECT array_agg(DISTINCT x.name ORDER BY x.name) INTO names FROM (
+        SELECT btrim(g.name) AS name FROM unnest(rooms) AS g(name)
+        UNION ALL
+        SELECT (rcll._canonical_room(_expand_rooms.bank_id, g.name)).room FROM unnest(rooms) AS g(name)
+    ) x WHERE x.name IS NOT NULL AND x.name <> '';
+    SELECT array_agg(DISTINCT x.name ORDER BY x.name) INTO names FROM (
+        SELECT unnest(names) AS name
+        UNION ALL
+        SELECT a.alias FROM rcll.room_aliases a
+        WHERE a.bank_id = _expand_rooms.bank_id AND a.room = ANY (names)
+        UNION ALL
+        SELECT r.name FROM rcll.rooms r
+        WHERE r.bank_id = _expand_rooms.bank_id AND r.status = 'merged' AND r.merged_into = ANY (names)
+    ) x;
+    RETURN coalesce(names, '{}');
+END
+$$;
+COMMENT ON FUNCTION rcll._expand_rooms(integer, text[]) IS 'Internal: the rooms a recall reads - the names given, the canonical room each resolves to (spelling, alias, approved merge: an old name stays readable forever), and the aliases and merged names of those rooms. NULL means all rooms. Provisional (unapproved) merges expand nothing.';
+
+CREATE OR REPLACE FUNCTION rcll.recall_scope(
+    bank                 text,
+    rooms                text[] DEFAULT NULL,
+    authors              text[] DEFAULT NULL,
+    mine                 boolean DEFAULT false,
+    include_unattributed boolean DEFAULT false,
+    halls                text[] DEFAULT NULL,
+    layers               text[] DEFAULT NULL,
+    tags_any             text[] DEFAULT NULL,
+    tags_all             text[] DEFAULT NULL,
+    thread               text DEFAULT NULL,
+    as_of                timestamptz DEFAULT now())
+RETURNS rcll.recall_scope
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- The only place a recall resolves its bank, rooms and authors; every channel reads the result.
+    SELECT ROW(b.id, rcll._expand_rooms(b.id, recall_scope.rooms),
+               rcll._recall_authors(recall_scope.authors, recall_scope.mine),
+               coalesce(recall_scope.include_unattributed, false), recall_scope.halls, recall_scope.layers,
+               recall_scope.tags_any, recall_scope.tags_all, recall_scope.thread, recall_scope.as_of)::rcll.recall_scope
+    FROM (SELECT rcll._bank_id(recall_scope.bank) AS id) b
+$$;
+COMMENT ON FUNCTION rcll.recall_scope(text, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz)
+    IS 'The scope of a recall, resolved once: the bank''s id (unknown bank: error), rooms expanded through aliases and merges (rcll._expand_rooms; NULL = all rooms), authors narrowed by mine (rcll._recall_authors; NULL = all), and the other filters as given. rcll.recall_candidates builds it once and passes it to every channel.';
+
+CREATE OR REPLACE FUNCTION rcll._in_scope(u anyelement, scope rcll.recall_scope)
+RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE
+-- No SET clause: that would stop the planner from inlining it into the caller's query (it reads no
+-- table and calls no function; only built-in operators, which pg_catalog resolves first).
+AS $$
+    -- u is a row of rcll.memory_units, or of rcll.unit_lexicon (BM25's narrow copy, which carries
+    -- the same scope columns): polymorphic, so both read one predicate and it still inlines.
+    -- The filters every channel applies before ranking, for one unit, the bank included (so a
+    -- channel's WHERE needs no separate bank_id test). Inlined into a channel's query, whose
+    -- custom plan holds the scope as a constant, each (scope).field folds to a constant: the NULL
+    -- branches vanish and (u).bank_id = <id> is a plain qual that the (bank_id, ...) indexes serve.
+    SELECT (u).bank_id = (scope).bank_id
+       AND ((scope).rooms IS NULL OR (u).room = ANY ((scope).rooms))
+       AND ((scope).authors IS NULL OR (u).author = ANY ((scope).authors)
+            OR ((scope).include_unattributed AND (u).author IS NULL))
+       AND ((scope).halls IS NULL OR (u).hall = ANY ((scope).halls))
+       AND ((scope).layers IS NULL OR (u).layer = ANY ((scope).layers))
+       AND ((scope).tags_any IS NULL OR (u).tags && (scope).tags_any)
+       AND ((scope).tags_all IS NULL OR (u).tags @> (scope).tags_all)
+       AND ((scope).thread IS NULL OR (u).thread = (scope).thread)
+       AND ((scope).as_of IS NULL OR (u).valid @> (scope).as_of)
+$$;
+COMMENT ON FUNCTION rcll._in_scope(anyelement, rcll.recall_scope)
+    IS 'Internal: whether a unit (a row of rcll.memory_units or rcll.unit_lexicon) passes a recall''s scope (bank, expanded rooms, resolved authors, halls, layers, tags, thread, validity as of). Every channel filters through it; it is inlined into their queries.';
+
+
+-- functions 106-session-start.sql
+-- Session start: the L0 rules and procedures an agent loads before its first recall.
+
+CREATE OR REPLACE FUNCTION rcll.session_start(bank text, rooms text[] DEFAULT NULL, thread text DEFAULT NULL)
+RETURNS TABLE (unit_id bigint, room text, hall text, text text, author text, tags text[],
+               provenance jsonb, created_at timestamptz)
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- Current as of now: valid now and not superseded. With rooms, the rooms named (through their
+    -- aliases and merges) plus bank-wide rules that carry no room. Thread-scoped rules are only for
+    -- that thread: a thread namespace never leaks, here or in recall.
+    WITH b AS (SELECT rcll._bank_id(session_start.bank) AS id)
+    SELECT u.unit_id, u.room, u.hall, u.text, u.author, u.tags, u.provenance, u.created_at
+    FROM rcll.memory_units u, b
+    WHERE u.bank_id = b.id AND u.layer = 'L0'
+      AND u.valid @> now() AND u.superseded_by IS NULL
+      AND (session_start.rooms IS NULL OR u.room IS NULL
+           OR u.room = ANY (rcll._expand_rooms(b.id, session_start.rooms)))
+      AND (u.thread IS NULL OR u.thread = session_start.thread)
+    ORDER BY CASE u.hall WHEN 'rule' THEN 0 WHEN 'procedure' THEN 1 ELSE 2 END,
+             u.room NULLS FIRST, u.created_at, u.unit_id
+$$;
+COMMENT ON FUNCTION rcll.session_start(text, text[], text) IS 'The L0 rules and procedures an agent should load at session start, current as of now, rules first then procedures, bank-wide (no room) before room-specific, oldest first. rooms narrows to those rooms (aliases and merges followed) plus bank-wide rules; thread adds that thread''s rules to the unthreaded ones.';
+
+
+-- functions 110-channel-dense.sql
+-- Dense channel: cosine similarity to the query embedding, filtered before ranking, routed by filtered-set size.
+
+CREATE OR REPLACE FUNCTION rcll.channel_dense(
+    query_embedding vector,
+    scope           rcll.recall_scope,
+    "limit"         integer DEFAULT (rcll.recall_defaults()).channel_limit,
+    exact_below     integer DEFAULT 3000)
+RETURNS TABLE (unit_id bigint, score double precision, rank integer)
+LANGUAGE plpgsql STABLE
+-- Custom plans: with the filter values folded in as constants, the NULL branches of the filter
+-- disappear and the planner sees the real selectivity of each one.
+SET plan_cache_mode = force_custom_plan
+-- HNSW with a filter: keep scanning until enough rows pass it (never iterative_scan = off, which
+-- returns almost nothing for selective filters); relaxed order is re-sorted below.
+SET hnsw.iterative_scan = relaxed_order
+SET hnsw.ef_search = 100
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    b    integer := (scope).bank_id;
+    q    public.vector := channel_dense.query_embedding;
+    lim  integer := greatest(coalesce(channel_dense."limit", (rcll.recall_defaults()).channel_limit), 0);
+    n    integer;
+BEGIN
+    IF q IS NULL OR lim = 0 THEN
+        RETURN;
+    END IF;
+    -- How big is the filtered set? An upper bound first, from btree index-only scans that stop
+    -- at exact_below + 1 entries (well under a millisecond each): the bank's rooms, and for each
+    -- further filter that has a (bank_id, column) index, that filter alone; the conjunction is
+    -- at most the smallest. Only tag filters (GIN, no index-only scan) may still shrink a big
+    -- bound: then the filtered rows themselves are counted, up to exact_below + 1.
+    SELECT count(*) INTO n FROM (
+        SELECT 1 FROM rcll.memory_units u
+        WHERE u.bank_id = b AND ((scope).rooms IS NULL OR u.room = ANY ((scope).rooms))
+        LIMIT exact_below + 1) s;
+    IF n > exact_below AND (scope).authors IS NOT NULL AND NOT (scope).include_unattributed THEN
+        n := least(n, (SELECT count(*) FROM (SELECT 1 FROM rcll.memory_units u
+                                             WHERE u.bank_id = b AND u.author = ANY ((scope).authors) LIMIT exact_below + 1) s));
+    END IF;
+    IF n > exact_below AND (scope).thread IS NOT NULL THEN
+        n := least(n, (SELECT count(*) FROM (SELECT 1 FROM rcll.memory_units u
+                                             WHERE u.bank_id = b AND u.thread = (scope).thread LIMIT exact_below + 1) s));
+    END IF;
+    IF n > exact_below AND (scope).halls IS NOT NULL THEN
+        n := least(n, (SELECT count(*) FROM (SELECT 1 FROM rcll.memory_units u
+                                             WHERE u.bank_id = b AND u.hall = ANY ((scope).halls) LIMIT exact_below + 1) s));
+    END IF;
+    IF n > exact_below AND (scope).layers IS NOT NULL THEN
+        n := least(n, (SELECT count(*) FROM (SELECT 1 FROM rcll.memory_units u
+                                             WHERE u.bank_id = b AND u.layer = ANY ((scope).layers) LIMIT exact_below + 1) s));
+    END IF;
+    IF n > exact_below AND ((scope).tags_any IS NOT NULL OR (scope).tags_all IS NOT NULL
+                            OR ((scope).authors IS NOT NULL AND (scope).include_unattributed)) THEN
+        SELECT count(*) INTO n FROM (
+            SELECT 1 FROM rcll.memory_units u
+            WHERE u.embedding IS NOT NULL
+              AND rcll._in_scope(u, scope)
+            LIMIT exact_below + 1) s;
+    END IF;
+
+    IF n <= exact_below THEN
+        -- Small filtered set: exact scan (recall 1.0, under a millisecond per thousand rows).
+        -- MATERIALIZED keeps the planner from answering the ORDER BY with the HNSW index.
+        RETURN QUERY
+        WITH f AS MATERIALIZED (
+            SELECT u.unit_id, u.embedding FROM rcll.memory_units u
+            WHERE u.embedding IS NOT NULL
+              AND rcll._in_scope(u, scope))
+        SELECT d.unit_id, 1 - d.dist, (row_number() OVER (ORDER BY d.dist, d.unit_id))::integer
+        FROM (SELECT f.unit_id, f.embedding OPERATOR(public.<=>) q AS dist FROM f ORDER BY 2, 1 LIMIT lim) d
+        ORDER BY 3;
+    ELSE
+        -- Large filtered set: HNSW iterative scan, then re-sorted (relaxed_order may return rows
+        -- slightly out of order).
+        RETURN QUERY
+        SELECT d.unit_id, 1 - d.dist, (row_number() OVER (ORDER BY d.dist, d.unit_id))::integer
+        FROM (
+            SELECT u.unit_id, u.embedding OPERATOR(public.<=>) q AS dist FROM rcll.memory_units u
+            WHERE rcll._in_scope(u, scope)
+            ORDER BY u.embedding OPERATOR(public.<=>) q
+            LIMIT lim) d
+        ORDER BY 3;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION rcll.channel_dense(vector, rcll.recall_scope, integer, integer)
+    IS 'Dense recall channel: units ranked by cosine similarity to query_embedding (score = 1 - cosine distance), filtered before ranking by the scope (rcll.recall_scope: bank, rooms with aliases expanded, authors, halls, layers, tags, thread, validity). Filtered sets of at most exact_below units are scanned exactly; larger ones use the HNSW index with iterative scans. From psql: SELECT * FROM rcll.channel_dense(<embedding>, rcll.recall_scope(''fleet'', rooms => ''{deployment}'')).';
+
+
+-- functions 115-channel-context.sql
+-- Context: a unit read together with the chunk before it in its document.
+--
+-- In a conversation or a long text a chunk's meaning often sits partly in the chunk before it: an
+-- answer ("Yes, last Friday!") means something only after its question. The context channel
+-- ranks a unit by the mean of its own and its predecessor's similarity to the query, so the reply
+-- to a matching question comes back even when its own words do not match. It costs nothing at
+-- write time: it starts from the dense channel's hits, and adds the chunk after each of them.
+
+CREATE OR REPLACE FUNCTION rcll._last_words(t text, n integer)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT array_to_string(w[greatest(cardinality(w) - n + 1, 1):], ' ')
+    FROM regexp_split_to_array(btrim(t, E' \t\r\n'), '\s+') AS w
+$$;
+COMMENT ON FUNCTION rcll._last_words(text, integer) IS 'Internal: the last n whitespace-separated words of a text, joined by single spaces.';
+
+CREATE OR REPLACE FUNCTION rcll.preceding_units(unit_ids bigint[], scope rcll.recall_scope)
+RETURNS TABLE (unit_id bigint, preceding_id bigint, preceding_text text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    -- The predecessor counts only if the same recall could return it: context never carries
+    -- text in from another room, author, thread or validity window.
+    RETURN QUERY
+    SELECT u.unit_id, p.unit_id, p.text
+    FROM rcll.memory_units u
+    JOIN rcll.memory_units p ON p.document_id = u.document_id AND p.chunk_index = u.chunk_index - 1
+    WHERE u.unit_id = ANY (preceding_units.unit_ids) AND u.bank_id = (scope).bank_id
+      AND rcll._in_scope(p, scope);
+END
+$$;
+COMMENT ON FUNCTION rcll.preceding_units(bigint[], rcll.recall_scope)
+    IS 'For each given unit, the chunk right before it in its document (chunk_index - 1), if that chunk passes the scope (rcll.recall_scope); units without one are absent. The cross-encoder''s context view reads it. From psql: SELECT * FROM rcll.preceding_units(ARRAY[42, 43], rcll.recall_scope(''fleet'')).';
+
+CREATE OR REPLACE FUNCTION rcll.channel_context(
+    query_embedding vector,
+    seeds           bigint[],
+    scope           rcll.recall_scope,
+    "limit"         integer DEFAULT (rcll.recall_defaults()).channel_limit)
+RETURNS TABLE (unit_id bigint, score double precision, rank integer)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    q    public.vector := channel_context.query_embedding;
+    lim  integer := greatest(coalesce(channel_context."limit", (rcll.recall_defaults()).channel_limit), 0);
+BEGIN
+    IF q IS NULL OR lim = 0 OR seeds IS NULL THEN
+        RETURN;
+    END IF;
+    -- Candidates: the seeds (the dense channel's hits) and the chunk after each; score: the
+    -- mean of a unit's similarity and its predecessor's, a unit without one counting its own
+    -- twice. Every unit read passes the filters (seeds too: a caller may pass any ids). One
+    -- index range scan per seed fetches both of its neighbours.
+    RETURN QUERY
+    WITH s AS (
+        SELECT u.unit_id, u.document_id, u.chunk_index, 1 - (u.embedding OPERATOR(public.<=>) q) AS sim
+        FROM rcll.memory_units u
+        WHERE u.unit_id = ANY (channel_context.seeds) AND u.embedding IS NOT NULL
+          AND rcll._in_scope(u, scope)
+    ), w AS (
+        SELECT DISTINCT n.unit_id, n.document_id, n.chunk_index, 1 - (n.embedding OPERATOR(public.<=>) q) AS sim
+        FROM s JOIN rcll.memory_units n
+          ON n.document_id = s.document_id AND n.chunk_index IN (s.chunk_index - 1, s.chunk_index + 1)
+        WHERE n.embedding IS NOT NULL
+          AND rcll._in_scope(n, scope)
+    ), known AS (
+        SELECT s.unit_id, s.document_id, s.chunk_index, s.sim FROM s
+        UNION SELECT w.unit_id, w.document_id, w.chunk_index, w.sim FROM w
+    ), c AS (
+        SELECT s.unit_id, s.document_id, s.chunk_index, s.sim FROM s
+        UNION SELECT w.unit_id, w.document_id, w.chunk_index, w.sim FROM w
+        JOIN s ON s.document_id = w.document_id AND w.chunk_index = s.chunk_index + 1
+    ), scored AS (
+        SELECT c.unit_id, (c.sim + coalesce(p.sim, c.sim)) / 2 AS score
+        FROM c LEFT JOIN known p ON p.document_id = c.document_id AND p.chunk_index = c.chunk_index - 1
+    )
+    SELECT r.unit_id, r.score, r.rank FROM (
+        SELECT scored.unit_id, scored.score,
+               (row_number() OVER (ORDER BY scored.score DESC, scored.unit_id))::integer AS rank
+        FROM scored) r
+    WHERE r.rank <= lim
+    ORDER BY r.rank;
+END
+$$;
+COMMENT ON FUNCTION rcll.channel_context(vector, bigint[], rcll.recall_scope, integer)
+    IS 'Context recall channel: the seed units (the dense channel''s hits) and the chunk after each, ranked by the mean cosine similarity to query_embedding of the unit and of the chunk before it in its document (score = 1 - mean distance). Every unit read passes the scope (rcll.recall_scope), as in every channel. Finds replies whose meaning is in the chunk they answer. From psql: SELECT * FROM rcll.channel_context(<embedding>, ARRAY[42, 43], rcll.recall_scope(''fleet'')).';
+
+
+-- functions 120-channel-lexical.sql
+-- Lexical channel: Okapi BM25 over the units' tsvectors, with no statistics kept on the write path.
+
+CREATE OR REPLACE FUNCTION rcll._tsquery_any(lexemes text[])
+RETURNS tsquery
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- Quoted, so lexemes are taken verbatim (no second round of parsing or stemming).
+    SELECT string_agg('''' || replace(replace(l, '\', '\\'), '''', '''''') || '''', ' | ')::tsquery
+    FROM unnest(lexemes) AS l
+$$;
+COMMENT ON FUNCTION rcll._tsquery_any(text[]) IS 'Internal: a tsquery matching any of the given lexemes, each taken verbatim.';
+
+CREATE OR REPLACE FUNCTION rcll.channel_lexical(
+    query       text,
+    scope       rcll.recall_scope,
+    "limit"     integer DEFAULT (rcll.recall_defaults()).channel_limit,
+    prune_above double precision DEFAULT 0.05,
+    k1          double precision DEFAULT 1.2,
+    b           double precision DEFAULT 0.75)
+RETURNS TABLE (unit_id bigint, score double precision, rank integer)
+LANGUAGE plpgsql STABLE
+SET plan_cache_mode = force_custom_plan
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    bk     integer := (scope).bank_id;
+    lim    integer := greatest(coalesce(channel_lexical."limit", (rcll.recall_defaults()).channel_limit), 0);
+    cfg    regconfig;
+    terms  text[];
+    corpus record;
+    common text[];
+    common_df double precision[];
+    gen    text[];
+BEGIN
+    SELECT x.text_search_config INTO cfg FROM rcll.banks x WHERE x.bank_id = bk;
+    terms := ARRAY(SELECT DISTINCT t.lexeme FROM unnest(to_tsvector(cfg, coalesce(channel_lexical.query, ''))) t ORDER BY 1);
+    IF cardinality(terms) = 0 OR lim = 0 THEN
+        RETURN;
+    END IF;
+    corpus := rcll._bm25_corpus(bk);
+
+    -- Candidates come from the rarer query terms only: every unit containing one of them is read,
+    -- so their document frequencies are exact counts over the candidates. Terms in more than
+    -- prune_above of the units (known from ANALYZE's lexeme statistics, ~1% accurate) generate
+    -- no candidates but still score; their df is that frequency times N (their IDF is small).
+    -- Measured at 100k units: p50 ~500 ms exact vs ~30 ms pruned, top-10 agreement 0.997.
+    -- Small banks (estimated df of at most 1,000 units) are always exact.
+    SELECT array_agg(e.elem ORDER BY e.freq), array_agg(e.freq * corpus.n ORDER BY e.freq) INTO common, common_df
+    FROM pg_catalog.pg_stats s,
+         unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS e(elem, freq)
+    WHERE s.schemaname = 'rcll' AND s.tablename = 'unit_lexicon' AND s.attname = 'lexical'
+      AND e.elem = ANY (terms)
+      AND e.freq > coalesce(channel_lexical.prune_above, 1) AND e.freq * corpus.n > 1000;
+    gen := ARRAY(SELECT t FROM unnest(terms) t WHERE common IS NULL OR t <> ALL (common));
+    IF cardinality(gen) = 0 THEN
+        gen := common[1:1];          -- every term is common: generate from the least common one
+    END IF;
+
+    RETURN QUERY
+    WITH cand AS MATERIALIZED (
+        -- Only the query's lexemes, with their positions: marking them with weight A and
+        -- filtering on it is ~3x cheaper than unnesting the whole tsvector of every candidate,
+        -- and keeps the whole tsvector out of the materialised candidates. (lexical carries no
+        -- weights - the units_lexical trigger writes plain to_tsvector - so nothing else is A.)
+        -- Read from rcll.unit_lexicon, the narrow copy (453 bytes a unit against 2.7 kB for a
+        -- memory_units row with its inline embedding): the same rows and scores, about half
+        -- the pages touched (migration 012, docs/scaling.md).
+        SELECT u.unit_id, ts_filter(setweight(u.lexical, 'A', terms), '{a}') AS qlex, u.lexical_length,
+               rcll._in_scope(u, scope) AS keep
+        FROM rcll.unit_lexicon u
+        WHERE u.bank_id = bk AND u.lexical @@ rcll._tsquery_any(gen)
+    ), hits AS MATERIALIZED (
+        SELECT c.unit_id, c.keep, c.lexical_length AS dl, t.lexeme,
+               coalesce(array_length(t.positions, 1), 1)::double precision AS tf
+        FROM cand c, unnest(c.qlex) t
+    ), df AS (
+        -- Per-bank document frequency: counted (exact) for candidate-generating terms, estimated
+        -- from ANALYZE for the pruned common ones. The bank (not the filtered set) is the corpus.
+        SELECT h.lexeme, count(*)::double precision AS df FROM hits h WHERE h.lexeme = ANY (gen) GROUP BY h.lexeme
+        UNION ALL
+        SELECT c.lexeme, c.df FROM unnest(common, common_df) c(lexeme, df) WHERE c.lexeme <> ALL (gen)
+    ), idf AS (
+        SELECT d.lexeme,
+               ln(1 + (greatest(corpus.n, (SELECT max(x.df) FROM df x)) - d.df + 0.5) / (d.df + 0.5)) AS idf
+        FROM df d
+    ), scored AS (
+        SELECT h.unit_id,
+               sum(i.idf * h.tf * (channel_lexical.k1 + 1)
+                   / (h.tf + channel_lexical.k1 * (1 - channel_lexical.b + channel_lexical.b * h.dl / corpus.avgdl))) AS s
+        FROM hits h JOIN idf i ON i.lexeme = h.lexeme
+        WHERE h.keep
+        GROUP BY h.unit_id
+    )
+    SELECT s.unit_id, s.s, (row_number() OVER (ORDER BY s.s DESC, s.unit_id))::integer
+    FROM scored s
+    ORDER BY s.s DESC, s.unit_id
+    LIMIT lim;
+END
+$$;
+COMMENT ON FUNCTION rcll.channel_lexical(text, rcll.recall_scope, integer, double precision, double precision, double precision)
+    IS 'Lexical recall channel: Okapi BM25 (k1, b) of the query''s lexemes under the bank''s text search configuration, per-bank IDF, filtered before ranking by the scope (rcll.recall_scope). Candidates come from terms in at most prune_above of the units (NULL or 1: exact, all terms); all terms score. Reads plain tables only, so it runs on replicas. From psql: SELECT * FROM rcll.channel_lexical(''deploy'', rcll.recall_scope(''fleet'', rooms => ''{deployment}'')).';
+
+
+-- functions 130-channel-graph.sql
+-- Graph channel: activation spread from the entities the query names, over unit_entities and links.
+
+CREATE OR REPLACE FUNCTION rcll._query_ngrams(query text, max_words integer DEFAULT 3)
+RETURNS text[]
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- Lower-cased word n-grams (1..max_words) of the query, possessives dropped: the spellings an
+    -- entity alias can match exactly.
+    WITH w AS (
+        SELECT array_remove(regexp_split_to_array(
+                   regexp_replace(lower(query), '''s\M', '', 'g'), '[^[:alnum:]_.''-]+'), '') AS words
+    )
+    SELECT coalesce(array_agg(DISTINCT array_to_string(w.words[i:i + len - 1], ' ')), '{}')
+    FROM w, generate_series(1, coalesce(cardinality(w.words), 0)) AS i, generate_series(1, max_words) AS len
+    WHERE i + len - 1 <= cardinality(w.words)
+$$;
+COMMENT ON FUNCTION rcll._query_ngrams(text, integer) IS 'Internal: lower-cased word n-grams of a query (possessives dropped), for matching entity names and aliases.';
+
+CREATE OR REPLACE FUNCTION rcll._query_entities(
+    query          text,
+    bank_id        integer,
+    min_similarity real DEFAULT 0.6,
+    max_entities   integer DEFAULT 16)
+RETURNS TABLE (entity_id bigint, name text, matched text, similarity real)
+LANGUAGE plpgsql STABLE
+SET plan_cache_mode = force_custom_plan
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    bk  integer := _query_entities.bank_id;
+    cfg regconfig;
+    grams text[];
+BEGIN
+    SELECT x.text_search_config INTO cfg FROM rcll.banks x WHERE x.bank_id = bk;
+    -- Single stop words ("the", "we") never name an entity; short single tokens only match exactly.
+    grams := ARRAY(SELECT g FROM unnest(rcll._query_ngrams(coalesce(_query_entities.query, ''), 3)) g
+                   WHERE g LIKE '% %' OR length(to_tsvector(cfg, g)) > 0);
+    IF cardinality(grams) = 0 THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT m.entity_id, e.name, m.matched, m.sim
+    FROM (
+        SELECT DISTINCT ON (c.entity_id) c.entity_id, c.matched, c.sim
+        FROM (
+            SELECT a.entity_id, a.alias AS matched, 1.0::real AS sim
+            FROM rcll.entity_aliases a WHERE a.bank_id = bk AND a.alias = ANY (grams)
+            UNION ALL
+            SELECT x.entity_id, lower(x.name), 1.0::real
+            FROM rcll.entities x WHERE x.bank_id = bk AND lower(x.name) = ANY (grams)
+        ) c
+        ORDER BY c.entity_id, c.sim DESC, c.matched
+    ) m
+    JOIN rcll.entities e ON e.entity_id = m.entity_id
+    ORDER BY m.sim DESC, m.entity_id
+    LIMIT _query_entities.max_entities;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    -- Nothing named exactly: trigram similarity of an alias (every spelling, the canonical name
+    -- included) to a one- or two-word n-gram of the query. One GIN probe per n-gram, so only
+    -- when the exact match found nothing.
+    RETURN QUERY
+    SELECT m.entity_id, e.name, m.matched, m.sim
+    FROM (
+        SELECT DISTINCT ON (a.entity_id) a.entity_id, a.alias AS matched, public.similarity(a.alias, g.g) AS sim
+        FROM unnest(grams) g(g)
+        JOIN rcll.entity_aliases a ON a.bank_id = bk AND a.alias OPERATOR(public.%) g.g
+        WHERE length(g.g) >= 4 AND g.g NOT LIKE '% % %'
+          AND public.similarity(a.alias, g.g) >= _query_entities.min_similarity
+        ORDER BY a.entity_id, 3 DESC, a.alias
+    ) m
+    JOIN rcll.entities e ON e.entity_id = m.entity_id
+    ORDER BY m.sim DESC, m.entity_id
+    LIMIT _query_entities.max_entities;
+END
+$$;
+COMMENT ON FUNCTION rcll._query_entities(text, integer, real, integer)
+    IS 'Internal: rcll.query_entities for a resolved bank id (the graph channel''s seeds).';
+
+CREATE OR REPLACE FUNCTION rcll.query_entities(
+    query          text,
+    bank           text,
+    min_similarity real DEFAULT 0.6,
+    max_entities   integer DEFAULT 16)
+RETURNS TABLE (entity_id bigint, name text, matched text, similarity real)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT * FROM rcll._query_entities(query_entities.query, rcll._bank_id(query_entities.bank),
+                                       query_entities.min_similarity, query_entities.max_entities)
+$$;
+COMMENT ON FUNCTION rcll.query_entities(text, text, real, integer)
+    IS 'Entities a query names: exact matches of its word n-grams (up to three words) against entity names and aliases; when there are none, trigram matches of aliases to its one- and two-word n-grams with similarity >= min_similarity. The graph channel''s seeds.';
+
+CREATE OR REPLACE FUNCTION rcll.channel_graph(
+    query   text,
+    scope   rcll.recall_scope,
+    "limit" integer DEFAULT (rcll.recall_defaults()).channel_limit,
+    hops    integer DEFAULT 2,
+    decay   double precision DEFAULT 0.5,
+    fanout  integer DEFAULT 100)
+RETURNS TABLE (unit_id bigint, score double precision, rank integer)
+LANGUAGE plpgsql STABLE
+SET plan_cache_mode = force_custom_plan
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    lim  integer := greatest(coalesce(channel_graph."limit", (rcll.recall_defaults()).channel_limit), 0);
+    cap  integer := greatest(coalesce(channel_graph.fanout, 100), 1);
+    ents bigint[];            -- entity frontier
+    eact double precision[];
+    seen_ents bigint[];
+    units bigint[];           -- unit frontier
+    uact double precision[];
+    all_units bigint[] := '{}';
+    all_act double precision[] := '{}';
+    hop integer := 1;
+BEGIN
+    IF lim = 0 THEN
+        RETURN;
+    END IF;
+    SELECT array_agg(s.entity_id), array_agg(s.similarity::double precision) INTO ents, eact
+    FROM rcll._query_entities(channel_graph.query, (scope).bank_id) s;
+    IF ents IS NULL THEN
+        RETURN;
+    END IF;
+    seen_ents := ents;
+
+    -- Plain joins over arrays, one statement per hop: no recursive path enumeration (which
+    -- explodes on hubs), no temp tables (a hot standby cannot create them), no graph extension.
+    -- Each hop is capped: at most `fanout` units per entity (the newest) and a frontier of at
+    -- most `fanout` units, so a hub entity costs as much as an ordinary one.
+    WHILE hop <= greatest(coalesce(channel_graph.hops, 2), 1) LOOP
+        -- Entities -> the units that mention them (filtered: activation never flows through
+        -- units the recall may not read). A unit naming several active entities adds them up.
+        SELECT array_agg(x.unit_id ORDER BY x.act DESC, x.unit_id DESC), array_agg(x.act ORDER BY x.act DESC, x.unit_id DESC)
+        INTO units, uact
+        FROM (
+            SELECT m.unit_id, sum(m.act) AS act FROM (
+                SELECT s.unit_id, e.act * power(channel_graph.decay, hop - 1) AS act
+                FROM unnest(ents, eact) AS e(entity_id, act)
+                CROSS JOIN LATERAL (
+                    SELECT ue.unit_id FROM rcll.unit_entities ue
+                    JOIN rcll.memory_units u ON u.unit_id = ue.unit_id
+                    WHERE ue.entity_id = e.entity_id
+                      AND rcll._in_scope(u, scope)
+                    ORDER BY ue.unit_id DESC LIMIT cap) s
+                UNION ALL
+                -- Units -> linked units (both directions), weighted by the link.
+                SELECT l.other, f.act * l.weight * channel_graph.decay
+                FROM unnest(units, uact) AS f(unit_id, act)
+                CROSS JOIN LATERAL (
+                    SELECT k.to_unit AS other, k.weight FROM rcll.links k WHERE k.from_unit = f.unit_id
+                    UNION ALL
+                    SELECT k.from_unit, k.weight FROM rcll.links k WHERE k.to_unit = f.unit_id) l
+                JOIN rcll.memory_units u ON u.unit_id = l.other
+                WHERE hop > 1
+                  AND rcll._in_scope(u, scope)
+            ) m
+            WHERE m.unit_id <> ALL (all_units)
+            GROUP BY m.unit_id
+            ORDER BY act DESC, m.unit_id DESC
+            LIMIT cap * 4) x;
+        EXIT WHEN units IS NULL;
+        all_units := all_units || units;
+        all_act := all_act || uact;
+        hop := hop + 1;
+        EXIT WHEN hop > greatest(coalesce(channel_graph.hops, 2), 1);
+
+        units := units[1:cap];
+        uact := uact[1:cap];
+        -- Units -> the other entities they mention, each entity's activation split over the
+        -- frontier units that reach it (a hub reached from many units is not amplified).
+        SELECT array_agg(y.entity_id ORDER BY y.act DESC, y.entity_id), array_agg(y.act ORDER BY y.act DESC, y.entity_id)
+        INTO ents, eact
+        FROM (
+            SELECT ue.entity_id, sum(f.act) / sqrt(count(*)) AS act
+            FROM unnest(units, uact) AS f(unit_id, act)
+            JOIN rcll.unit_entities ue ON ue.unit_id = f.unit_id
+            WHERE ue.entity_id <> ALL (seen_ents)
+            GROUP BY ue.entity_id
+            ORDER BY act DESC, ue.entity_id
+            LIMIT greatest(cap / 10, 8)) y;
+        ents := coalesce(ents, '{}');
+        eact := coalesce(eact, '{}');
+        seen_ents := seen_ents || ents;
+    END LOOP;
+
+    RETURN QUERY
+    SELECT a.unit_id, a.act, (row_number() OVER (ORDER BY a.act DESC, a.unit_id DESC))::integer
+    FROM unnest(all_units, all_act) AS a(unit_id, act)
+    ORDER BY a.act DESC, a.unit_id DESC
+    LIMIT lim;
+END
+$$;
+COMMENT ON FUNCTION rcll.channel_graph(text, rcll.recall_scope, integer, integer, double precision, integer)
+    IS 'Graph recall channel: activation spread from the entities the query names (rcll.query_entities) to the units mentioning them, then over links and shared entities for `hops` hops, multiplied by decay per hop and capped at fanout per entity and per frontier. Filtered before ranking by the scope (rcll.recall_scope): activation never passes through units the recall may not read. Plain SQL: runs on hot standbys. From psql: SELECT * FROM rcll.channel_graph(''where did Caroline move?'', rcll.recall_scope(''fleet'')).';
+
+
+-- functions 140-temporal-parse.sql
+-- Time expressions in a query ("last week", "in May 2023", "2 years ago", "before June") resolved to a range, in SQL.
+
+CREATE OR REPLACE FUNCTION rcll._number_word(word text)
+RETURNS integer
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE
+        WHEN word ~ '^\d+$' THEN least(word::bigint, 100000)::integer
+        ELSE (ARRAY[1, 1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 3, 3, 2, 2])[
+            array_position(ARRAY['a', 'an', 'one', 'two', 'three', 'four', 'five', 'six', 'seven', 'eight',
+                                 'nine', 'ten', 'eleven', 'twelve', 'a few', 'several', 'a couple of', 'couple of'],
+                           regexp_replace(btrim(word), '\s+', ' ', 'g'))] END
+$$;
+COMMENT ON FUNCTION rcll._number_word(text) IS 'Internal: a count written as digits or words ("two", "a few" = 3, "a couple of" = 2); NULL if not a count.';
+
+CREATE OR REPLACE FUNCTION rcll._month_number(name text)
+RETURNS integer
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT array_position(ARRAY['jan', 'feb', 'mar', 'apr', 'may', 'jun', 'jul', 'aug', 'sep', 'oct', 'nov', 'dec'],
+                          left(lower(name), 3))
+$$;
+COMMENT ON FUNCTION rcll._month_number(text) IS 'Internal: 1-12 for an English month name or abbreviation.';
+
+CREATE OR REPLACE FUNCTION rcll.parse_time_range(query text, reference_time timestamptz DEFAULT now())
+RETURNS tstzrange
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    q     text := ' ' || regexp_replace(lower(coalesce(query, '')), '\s+', ' ', 'g') || ' ';
+    ref   timestamptz := coalesce(reference_time, now());
+    today timestamptz := date_trunc('day', ref);
+    mon   constant text := '(january|february|march|april|may|june|july|august|september|october|november|december|jan|feb|mar|apr|jun|jul|aug|sept|sep|oct|nov|dec)';
+    num   constant text := '(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|a few|several|a couple of|couple of)';
+    days  constant text[] := ARRAY['monday', 'tuesday', 'wednesday', 'thursday', 'friday', 'saturday', 'sunday'];
+    m     text[];
+    r     tstzrange;
+    d     timestamptz;
+    n     integer;
+    y     integer;
+    mo    integer;
+BEGIN
+    IF q ~ '\mday before yesterday\M' THEN
+        RETURN tstzrange(today - interval '2 days', today - interval '1 day');
+    END IF;
+    -- Open ranges wrap another expression: "before <x>", "after <x>", "since <x>", "until <x>".
+    m := regexp_match(q, '\m(before|after|since|until|till|prior to|earlier than|later than) (.+)$');
+    IF m IS NOT NULL THEN
+        r := rcll.parse_time_range(m[2], ref);
+        IF r IS NOT NULL THEN
+            RETURN CASE
+                WHEN m[1] IN ('before', 'prior to', 'earlier than') THEN tstzrange(NULL, lower(r))
+                WHEN m[1] IN ('until', 'till') THEN tstzrange(NULL, upper(r))
+                WHEN m[1] = 'since' THEN tstzrange(lower(r), NULL)
+                ELSE tstzrange(upper(r), NULL) END;
+        END IF;
+    END IF;
+
+    -- Dates: 2023-05-07, 7 May 2023, May 7th, 2023.
+    m := regexp_match(q, '\m(\d{4})-(\d{1,2})-(\d{1,2})\M');
+    IF m IS NOT NULL THEN
+        d := make_timestamptz(m[1]::int, m[2]::int, m[3]::int, 0, 0, 0);
+        RETURN tstzrange(d, d + interval '1 day');
+    END IF;
+    m := regexp_match(q, '\m(\d{1,2})(?:st|nd|rd|th)? (?:of )?' || mon || '\.?,? (\d{4})\M');
+    IF m IS NOT NULL THEN
+        d := make_timestamptz(m[3]::int, rcll._month_number(m[2]), m[1]::int, 0, 0, 0);
+        RETURN tstzrange(d, d + interval '1 day');
+    END IF;
+    m := regexp_match(q, '\m' || mon || '\.? (\d{1,2})(?:st|nd|rd|th)?,? (\d{4})\M');
+    IF m IS NOT NULL THEN
+        d := make_timestamptz(m[3]::int, rcll._month_number(m[1]), m[2]::int, 0, 0, 0);
+        RETURN tstzrange(d, d + interval '1 day');
+    END IF;
+    -- Month and year: "May 2023", "in may of 2023".
+    m := regexp_match(q, '\m' || mon || '\.?,? (?:of )?(\d{4})\M');
+    IF m IS NOT NULL THEN
+        d := make_timestamptz(m[2]::int, rcll._month_number(m[1]), 1, 0, 0, 0);
+        RETURN tstzrange(d, d + interval '1 month');
+    END IF;
+
+    -- "3 days ago", "two weeks ago", "a year ago": the day/week/month/year that contains it.
+    m := regexp_match(q, '\m' || num || ' (day|week|month|year)s? ago\M');
+    IF m IS NOT NULL AND rcll._number_word(m[1]) IS NOT NULL THEN
+        d := date_trunc(m[2], ref - make_interval(days => CASE m[2] WHEN 'day' THEN 1 WHEN 'week' THEN 7 ELSE 0 END * rcll._number_word(m[1]),
+                                                  months => CASE m[2] WHEN 'month' THEN 1 WHEN 'year' THEN 12 ELSE 0 END * rcll._number_word(m[1])));
+        RETURN tstzrange(d, d + ('1 ' || m[2])::interval);
+    END IF;
+    -- "in the last 3 days", "past two weeks": up to the reference time.
+    m := regexp_match(q, '\m(?:last|past|previous) ' || num || ' (day|week|month|year)s?\M');
+    IF m IS NOT NULL AND rcll._number_word(m[1]) IS NOT NULL THEN
+        RETURN tstzrange(ref - rcll._number_word(m[1]) * ('1 ' || m[2])::interval, ref, '[]');
+    END IF;
+    -- "last week", "this month", "next year", "last weekend", "earlier this week".
+    m := regexp_match(q, '\m(last|this|next|previous|past|current) (week|month|year|weekend)\M');
+    IF m IS NOT NULL THEN
+        IF m[2] = 'weekend' THEN
+            d := date_trunc('week', ref) + interval '5 days';          -- this week's Saturday
+            d := d + CASE WHEN m[1] IN ('last', 'previous', 'past') THEN interval '-7 days'
+                          WHEN m[1] = 'next' THEN interval '7 days' ELSE interval '0' END;
+            RETURN tstzrange(d, d + interval '2 days');
+        END IF;
+        d := date_trunc(m[2], ref) + CASE WHEN m[1] IN ('last', 'previous', 'past') THEN -1 WHEN m[1] = 'next' THEN 1 ELSE 0 END
+                                     * ('1 ' || m[2])::interval;
+        RETURN tstzrange(d, d + ('1 ' || m[2])::interval);
+    END IF;
+    IF q ~ '\m(yesterday|last night)\M' THEN
+        RETURN tstzrange(today - interval '1 day', today);
+    ELSIF q ~ '\m(today|tonight|this morning|this afternoon|this evening)\M' THEN
+        RETURN tstzrange(today, today + interval '1 day');
+    ELSIF q ~ '\mtomorrow\M' THEN
+        RETURN tstzrange(today + interval '1 day', today + interval '2 days');
+    END IF;
+
+    -- Weekdays: "on Monday", "last friday" = the most recent one before today ("on Monday" may
+    -- be today).
+    m := regexp_match(q, '\m(last |on |this |past )?(monday|tuesday|wednesday|thursday|friday|saturday|sunday)s?\M');
+    IF m IS NOT NULL THEN
+        n := (extract(isodow FROM today)::int - array_position(days, m[2]) + 7) % 7;
+        IF n = 0 AND coalesce(m[1], '') = 'last ' THEN
+            n := 7;
+        END IF;
+        d := today - n * interval '1 day';
+        RETURN tstzrange(d, d + interval '1 day');
+    END IF;
+    -- Day and month without a year ("May 7th", "7 of May"): the most recent one.
+    m := regexp_match(q, '\m' || mon || '\.? (\d{1,2})(?:st|nd|rd|th)?\M');
+    IF m IS NULL THEN
+        m := regexp_match(q, '\m(\d{1,2})(?:st|nd|rd|th)? (?:of )?' || mon || '\M');
+        IF m IS NOT NULL THEN
+            m := ARRAY[m[2], m[1]];
+        END IF;
+    END IF;
+    IF m IS NOT NULL AND m[2]::int BETWEEN 1 AND 31 THEN
+        mo := rcll._month_number(m[1]);
+        y := extract(year FROM today)::int;
+        d := make_timestamptz(y, mo, least(m[2]::int, 28), 0, 0, 0) + (least(m[2]::int, 31) - least(m[2]::int, 28)) * interval '1 day';
+        IF d > ref THEN
+            d := d - interval '1 year';
+        END IF;
+        RETURN tstzrange(d, d + interval '1 day');
+    END IF;
+    -- A month alone ("in March", "last May"): the most recent one that has begun. "may" counts as a
+    -- month only after a preposition ("in may"), not as a verb.
+    m := regexp_match(q, '\m(in |during |since |of |early |late |mid |mid-|last |this |by )?' || mon || '\M');
+    IF m IS NOT NULL AND NOT (m[2] = 'may' AND m[1] IS NULL) THEN
+        mo := rcll._month_number(m[2]);
+        y := extract(year FROM today)::int;
+        IF mo > extract(month FROM today)::int OR (coalesce(m[1], '') = 'last ' AND mo = extract(month FROM today)::int) THEN
+            y := y - 1;
+        END IF;
+        d := make_timestamptz(y, mo, 1, 0, 0, 0);
+        RETURN tstzrange(d, d + interval '1 month');
+    END IF;
+    -- A year ("in 2023").
+    m := regexp_match(q, '\m((?:19|20)\d{2})\M');
+    IF m IS NOT NULL THEN
+        d := make_timestamptz(m[1]::int, 1, 1, 0, 0, 0);
+        RETURN tstzrange(d, d + interval '1 year');
+    END IF;
+    IF q ~ '\m(recently|lately|recent)\M' THEN
+        RETURN tstzrange(ref - interval '30 days', ref, '[]');
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION rcll.parse_time_range(text, timestamptz)
+    IS 'The time range a query''s time expression names, resolved against reference_time in the session time zone: dates, "May 2023", "in March", "2023", "yesterday", "last week", "this month", "3 days ago", "past two weeks", weekdays, "recently", and "before/after/since/until <any of those>". NULL when the query names no time.';
+
+
+-- functions 145-channel-temporal.sql
+-- Temporal channel: units whose time falls in the range the query names (or the caller passes).
+
+CREATE OR REPLACE FUNCTION rcll.channel_temporal(
+    query           text,
+    scope           rcll.recall_scope,
+    time_range      tstzrange DEFAULT NULL,
+    reference_time  timestamptz DEFAULT now(),
+    query_embedding vector DEFAULT NULL,
+    "limit"         integer DEFAULT (rcll.recall_defaults()).channel_limit,
+    scan_limit      integer DEFAULT 5000,
+    mention_slack   interval DEFAULT '7 days')
+RETURNS TABLE (unit_id bigint, score double precision, rank integer)
+LANGUAGE plpgsql STABLE
+SET plan_cache_mode = force_custom_plan
+SET hnsw.iterative_scan = relaxed_order
+SET hnsw.ef_search = 100
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    lim    integer := greatest(coalesce(channel_temporal."limit", (rcll.recall_defaults()).channel_limit), 0);
+    r      tstzrange := coalesce(channel_temporal.time_range,
+                                 rcll.parse_time_range(channel_temporal.query, coalesce(channel_temporal.reference_time, now())));
+    lo     timestamptz;
+    hi     timestamptz;
+    hi_mentioned timestamptz;
+    anchor timestamptz;
+BEGIN
+    IF r IS NULL OR isempty(r) OR lim = 0 THEN
+        RETURN;
+    END IF;
+    lo := coalesce(lower(r), '-infinity');
+    hi := coalesce(upper(r), 'infinity');
+    IF upper_inc(r) THEN
+        hi := hi + interval '1 microsecond';
+    END IF;
+    -- Things are talked about after they happen: a unit known only by when it was said (a chunk)
+    -- matches if it was said in the range or up to mention_slack after it.
+    hi_mentioned := hi + coalesce(channel_temporal.mention_slack, interval '0');
+    -- Closeness is measured to the middle of a bounded range, or to its one finite end.
+    anchor := CASE WHEN lower(r) IS NOT NULL AND upper(r) IS NOT NULL THEN lower(r) + (upper(r) - lower(r)) / 2
+                   ELSE coalesce(lower(r), upper(r), reference_time) END;
+
+    -- A unit's time is when it happened (occurred_start..occurred_end), else when it was said
+    -- (mentioned_at), else when it became valid. In range = starts in it (index
+    -- memory_units_bank_when) or, for an event with an end, spans into it.
+    IF channel_temporal.query_embedding IS NOT NULL THEN
+        -- Within the range, the query's meaning orders units: a dense search filtered by time.
+        -- With the filter values as constants the planner picks, from the statistics of the
+        -- time index, an exact scan of a narrow range or an HNSW iterative scan of a wide one.
+        RETURN QUERY
+        SELECT d.unit_id, 1 - d.dist, (row_number() OVER (ORDER BY d.dist, d.unit_id DESC))::integer
+        FROM (
+            SELECT u.unit_id, u.embedding OPERATOR(public.<=>) channel_temporal.query_embedding AS dist
+            FROM rcll.memory_units u
+            WHERE u.embedding IS NOT NULL
+          AND ((coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) >= lo
+                AND coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) < hi_mentioned
+                AND (u.occurred_start IS NOT NULL OR u.mentioned_at IS NULL OR u.mentioned_at < hi_mentioned)
+                AND (u.occurred_start IS NULL OR u.occurred_start < hi))
+               OR (u.occurred_end IS NOT NULL AND u.occurred_start < lo AND u.occurred_end >= lo))
+          AND rcll._in_scope(u, scope)
+            ORDER BY u.embedding OPERATOR(public.<=>) channel_temporal.query_embedding
+            LIMIT lim) d
+        ORDER BY 3;
+        RETURN;
+    END IF;
+    -- Without an embedding: closeness in time to the range (the first scan_limit units found).
+    RETURN QUERY
+    WITH c AS MATERIALIZED (
+        SELECT u.unit_id, coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) AS t
+        FROM rcll.memory_units u
+        WHERE ((coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) >= lo
+                AND coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) < hi_mentioned
+                AND (u.occurred_start IS NOT NULL OR u.mentioned_at IS NULL OR u.mentioned_at < hi_mentioned)
+                AND (u.occurred_start IS NULL OR u.occurred_start < hi))
+               OR (u.occurred_end IS NOT NULL AND u.occurred_start < lo AND u.occurred_end >= lo))
+          AND rcll._in_scope(u, scope)
+        LIMIT greatest(coalesce(channel_temporal.scan_limit, 5000), lim)
+    ), s AS (
+        SELECT c.unit_id, 1 / (1 + abs(extract(epoch FROM c.t - anchor)::double precision) / 86400) AS score
+        FROM c
+    )
+    SELECT s.unit_id, s.score, (row_number() OVER (ORDER BY s.score DESC, s.unit_id DESC))::integer
+    FROM s
+    ORDER BY s.score DESC, s.unit_id DESC
+    LIMIT lim;
+END
+$$;
+COMMENT ON FUNCTION rcll.channel_temporal(text, rcll.recall_scope, tstzrange, timestamptz, vector, integer, integer, interval)
+    IS 'Temporal recall channel: units whose time (occurred_start..occurred_end, else mentioned_at, else start of validity) falls in time_range (a unit known only by mentioned_at also up to mention_slack after it: things are said after they happen), or in the range rcll.parse_time_range finds in the query relative to reference_time; ordered by similarity to query_embedding when given, else by closeness to the range. Empty when the query names no time. Filtered before ranking by the scope (rcll.recall_scope). From psql: SELECT * FROM rcll.channel_temporal(''what did we decide last week'', rcll.recall_scope(''fleet'')).';
+
+
+-- functions 150-recall-candidates.sql
+-- Recall phases 2-3: the four channels (and dense's context variant), fused by reciprocal rank fusion in one statement.
+
+CREATE OR REPLACE FUNCTION rcll.recall_candidates(
+    query                text,
+    scope                rcll.recall_scope,
+    query_embedding      vector DEFAULT NULL,
+    time_range           tstzrange DEFAULT NULL,
+    reference_time       timestamptz DEFAULT now(),
+    k                    integer DEFAULT (rcll.recall_defaults()).k,
+    channel_limit        integer DEFAULT (rcll.recall_defaults()).channel_limit,
+    dense_weight         double precision DEFAULT 1.0,
+    lexical_weight       double precision DEFAULT 1.0,
+    graph_weight         double precision DEFAULT 1.0,
+    temporal_weight      double precision DEFAULT 1.0,
+    context_weight       double precision DEFAULT 1.0,
+    "limit"              integer DEFAULT (rcll.recall_defaults()).candidate_limit)
+RETURNS TABLE (unit_id bigint, text text, room text, hall text, layer text, author text, thread text,
+               tags text[], valid tstzrange, occurred_start timestamptz, mentioned_at timestamptz,
+               document_id bigint, provenance jsonb, fused_score double precision,
+               rank_dense integer, rank_lexical integer, rank_graph integer, rank_temporal integer,
+               rank_context integer, context text)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+-- SQL, not PL/pgSQL: the output columns (thread, text, ...) would be variables in PL/pgSQL. Each
+-- channel is PL/pgSQL with custom plans, so the scope's fields fold as constants where it matters.
+AS $$
+    -- RRF: each channel adds weight / (k + rank). k = 60 (Cormack et al.; what hindsight uses)
+    -- flattens the head so that agreement between channels beats one channel's first place.
+    -- Channels run one after another inside this statement; a channel with weight 0 is not run.
+    WITH d AS (
+        SELECT c.unit_id, c.rank FROM rcll.channel_dense(
+            query_embedding => recall_candidates.query_embedding, scope => recall_candidates.scope,
+            "limit" => recall_candidates.channel_limit) c
+        WHERE (recall_candidates.dense_weight > 0 OR recall_candidates.context_weight > 0)
+          AND (recall_candidates.query_embedding IS NOT NULL OR rcll._notice(
+                'recall: dense channel skipped: no query_embedding was passed',
+                'Pass query_embedding (the rcll Python client does), or let rcll.recall embed the query in the database (SELECT rcll.enable_in_database_models(...)).'))
+    ), ctx AS (
+        -- Context: the top 100 dense hits and the chunk after each, scored with the chunk before
+        -- them (seeding it with all 300 hits adds 0.008 R@50 on LoCoMo for 3x its time).
+        SELECT c.unit_id, c.rank FROM rcll.channel_context(
+            query_embedding => recall_candidates.query_embedding,
+            seeds => (SELECT array_agg(d.unit_id) FROM d WHERE d.rank <= 100),
+            scope => recall_candidates.scope, "limit" => recall_candidates.channel_limit) c
+        WHERE recall_candidates.context_weight > 0
+    ), l AS (
+        SELECT c.unit_id, c.rank FROM rcll.channel_lexical(
+            query => recall_candidates.query, scope => recall_candidates.scope, "limit" => recall_candidates.channel_limit) c
+        WHERE recall_candidates.lexical_weight > 0
+    ), g AS (
+        SELECT c.unit_id, c.rank FROM rcll.channel_graph(
+            query => recall_candidates.query, scope => recall_candidates.scope, "limit" => recall_candidates.channel_limit) c
+        WHERE recall_candidates.graph_weight > 0
+    ), t AS (
+        SELECT c.unit_id, c.rank FROM rcll.channel_temporal(
+            query => recall_candidates.query, scope => recall_candidates.scope,
+            time_range => recall_candidates.time_range, reference_time => recall_candidates.reference_time,
+            query_embedding => recall_candidates.query_embedding, "limit" => recall_candidates.channel_limit) c
+        WHERE recall_candidates.temporal_weight > 0
+    ), fused AS (
+        SELECT x.unit_id,
+               sum(x.w / (recall_candidates.k + x.rank)) AS score,
+               min(x.rank) FILTER (WHERE x.ch = 'd') AS rd,
+               min(x.rank) FILTER (WHERE x.ch = 'l') AS rl,
+               min(x.rank) FILTER (WHERE x.ch = 'g') AS rg,
+               min(x.rank) FILTER (WHERE x.ch = 't') AS rt,
+               min(x.rank) FILTER (WHERE x.ch = 'x') AS rx
+        FROM (
+            SELECT d.unit_id, d.rank, 'd' AS ch, recall_candidates.dense_weight AS w FROM d
+            WHERE recall_candidates.dense_weight > 0
+            UNION ALL SELECT ctx.unit_id, ctx.rank, 'x', recall_candidates.context_weight FROM ctx
+            UNION ALL SELECT l.unit_id, l.rank, 'l', recall_candidates.lexical_weight FROM l
+            UNION ALL SELECT g.unit_id, g.rank, 'g', recall_candidates.graph_weight FROM g
+            UNION ALL SELECT t.unit_id, t.rank, 't', recall_candidates.temporal_weight FROM t
+        ) x
+        GROUP BY x.unit_id
+        ORDER BY score DESC, x.unit_id DESC
+        LIMIT greatest(coalesce(recall_candidates."limit", (rcll.recall_defaults()).candidate_limit), 0)
+    )
+    SELECT u.unit_id, u.text, u.room, u.hall, u.layer, u.author, u.thread, u.tags, u.valid, u.occurred_start,
+           u.mentioned_at, u.document_id, u.provenance, f.score, f.rd, f.rl, f.rg, f.rt, f.rx,
+           -- the end of the chunk before: what this one answers or continues (16 words keep the
+           -- cross-encoder's second view short; on LoCoMo the whole chunk scored no better)
+           rcll._last_words(p.preceding_text, 16)
+    FROM fused f JOIN rcll.memory_units u ON u.unit_id = f.unit_id
+    LEFT JOIN rcll.preceding_units(
+        unit_ids => (SELECT array_agg(fused.unit_id) FROM fused), scope => recall_candidates.scope) p ON p.unit_id = f.unit_id
+    ORDER BY f.score DESC, f.unit_id DESC
+$$;
+COMMENT ON FUNCTION rcll.recall_candidates(text, rcll.recall_scope, vector, tstzrange, timestamptz, integer, integer, double precision, double precision, double precision, double precision, double precision, integer)
+    IS 'Recall without the rerank: the dense, lexical, graph and temporal channels and the context channel (dense hits read with the chunk before them; each at most channel_limit units, all filtered before ranking) fused by reciprocal rank fusion, score = sum of weight / (k + rank). Each row: the unit, its axes, the fused score, its rank in each channel (NULL = not found there) and context, the last 16 words of the chunk before it in its document when that chunk passes the same scope (the reranker''s second view). What it may read is one value, scope (rcll.recall_scope: bank, rooms, authors, filters), built once by the caller and passed to every channel; k, channel_limit and the five weights tune the fusion. Without query_embedding the dense channel is skipped (NOTICE). From psql: SELECT * FROM rcll.recall_candidates(''deploy'', rcll.recall_scope(''fleet'', rooms => ''{deployment}'')).';
+
+
+-- functions 160-recall.sql
+-- Recall, all five phases from SQL: embed, four channels + fusion, cross-encoder rerank, token-budget cut.
+
+CREATE OR REPLACE FUNCTION rcll._recall_embedding(query text, query_embedding vector)
+RETURNS vector
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- Phase 1: embed the query here when the models live in the database.
+    IF NOT rcll.in_database_models() THEN
+        RAISE NOTICE 'recall: in-database models are not enabled: %',
+            CASE WHEN _recall_embedding.query_embedding IS NULL THEN 'the dense channel and the rerank are skipped'
+                 ELSE 'the rerank is skipped' END
+            USING HINT = CASE WHEN EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'plpython3u')
+                              THEN 'A superuser can run SELECT rcll.enable_in_database_models(ARRAY[''<venv>/lib/python3.11/site-packages'', ''<repo>/python'']).'
+                              ELSE 'This server has no plpython3u: recall through the rcll client, which embeds and reranks outside the database.' END;
+        RETURN _recall_embedding.query_embedding;
+    END IF;
+    -- COALESCE evaluates its second argument only when the first is NULL: a given embedding is never recomputed.
+    RETURN coalesce(_recall_embedding.query_embedding, rcll._model_embed_query(_recall_embedding.query));
+END
+$$;
+COMMENT ON FUNCTION rcll._recall_embedding(text, vector)
+    IS 'Internal: rcll.recall''s phase 1 - the query embedding to use: the one given, else (with in-database models) the query embedded here; without in-database models a NOTICE says what recall skips.';
+
+CREATE OR REPLACE FUNCTION rcll._recall_rerank(
+    query         text,
+    texts         text[],
+    contexts      text[],
+    "limit"       integer,
+    rerank_depth  integer,
+    context_depth integer,
+    budget        integer,
+    deadline_ms   integer DEFAULT NULL)
+RETURNS TABLE (candidate integer, rerank_score real, tokens integer, ordinal integer)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    models boolean := rcll.in_database_models();
+    depth  integer := greatest(coalesce(_recall_rerank.rerank_depth, 0), 0);
+    lim    integer := greatest(coalesce(_recall_rerank."limit", (rcll.recall_defaults()).candidate_limit), 0);
+    scores real[];
+    second real[];
+    head   integer[];
+    top    integer[];
+    views  text[];
+    toks   integer[];
+    ord    integer[];
+    keep   integer[] := '{}';
+    used   bigint := 0;
+    n      integer;
+    ms     double precision := _recall_rerank.deadline_ms;
+BEGIN
+    IF texts IS NULL THEN
+        RETURN;
+    END IF;
+    -- Phase 4: the cross-encoder reads the top `depth` candidates with the query; the top
+    -- context_depth of its order are read again with the chunk before them ("<previous> / <text>")
+    -- and scored by the mean of both logits (as rcll.recall.rerank in Python). Reranked
+    -- candidates move to the front in that order, the rest keep their fused order behind them.
+    -- With deadline_ms (counted from the start of the statement) both views read in fused order
+    -- while time is left (rcll._model_rerank_until); what is not read keeps its fused order.
+    IF models AND depth > 0 THEN
+        depth := least(depth, cardinality(texts));
+        scores := CASE WHEN ms IS NULL THEN rcll._model_rerank(_recall_rerank.query, texts[1:depth])
+                       ELSE rcll._model_rerank_until(_recall_rerank.query, texts[1:depth], ms, extract(epoch FROM statement_timestamp())) END;
+        SELECT (array_agg(o.i ORDER BY scores[o.i] DESC, o.i))[1:greatest(coalesce(_recall_rerank.context_depth, 0), 0)]
+        INTO head FROM generate_subscripts(scores, 1) AS o(i);
+        SELECT array_agg(t.i ORDER BY t.pos), array_agg(contexts[t.i] || ' / ' || texts[t.i] ORDER BY t.pos)
+        INTO top, views
+        FROM unnest(head) WITH ORDINALITY AS t(i, pos) WHERE contexts[t.i] <> '';
+        IF coalesce(cardinality(scores), 0) < depth THEN
+            head := NULL;                        -- the deadline cut the first view: no second one
+            RAISE NOTICE 'recall: the deadline (% ms) cut the rerank at depth % of %', ms, coalesce(cardinality(scores), 0), depth;
+        ELSIF views IS NOT NULL THEN
+            second := CASE WHEN ms IS NULL THEN rcll._model_rerank(_recall_rerank.query, views)
+                           ELSE rcll._model_rerank_until(_recall_rerank.query, views, ms, extract(epoch FROM statement_timestamp())) END;
+            FOR n IN 1 .. coalesce(cardinality(second), 0) LOOP
+                scores[top[n]] := (scores[top[n]] + second[n]) / 2;
+            END LOOP;
+            IF coalesce(cardinality(second), 0) < cardinality(top) THEN
+                -- Cut in the second view: the head read twice ends before the first unread one.
+                head := head[1 : array_position(head, top[coalesce(cardinality(second), 0) + 1]) - 1];
+                RAISE NOTICE 'recall: the deadline (% ms) cut the context view at % of % candidates', ms,
+                    coalesce(cardinality(head), 0), greatest(coalesce(_recall_rerank.context_depth, 0), 0);
+            END IF;
+        END IF;
+    END IF;
+    -- Order: the context-read head by its mean score, the rest of the reranked ones by theirs,
+    -- then the unreranked candidates in fused order.
+    SELECT array_agg(o.i ORDER BY o.i > cardinality(coalesce(scores, '{}')), NOT (o.i = ANY (coalesce(head, '{}'))),
+                     scores[o.i] DESC NULLS LAST, o.i) INTO ord
+    FROM generate_subscripts(texts, 1) AS o(i);
+
+    -- Phase 5: fill the token budget (fact text only): a fact that does not fit is skipped and
+    -- the next, shorter one may still fit.
+    IF models THEN
+        toks := rcll._model_count_tokens(texts);
+    ELSE
+        toks := rcll._approx_tokens(texts);
+    END IF;
+    FOREACH n IN ARRAY ord LOOP
+        EXIT WHEN cardinality(keep) >= lim;
+        CONTINUE WHEN _recall_rerank.budget IS NOT NULL AND used + toks[n] > _recall_rerank.budget;
+        keep := keep || n;
+        used := used + toks[n];
+    END LOOP;
+
+    RETURN QUERY
+    SELECT x.i::integer, scores[x.i], toks[x.i], x.pos::integer
+    FROM unnest(keep) WITH ORDINALITY AS x(i, pos)
+    ORDER BY x.pos;
+END
+$$;
+COMMENT ON FUNCTION rcll._recall_rerank(text, text[], text[], integer, integer, integer, integer, integer)
+    IS 'Internal: rcll.recall''s phases 4-5 over its candidates in fused order (texts and the context before each): the in-database cross-encoder rerank of the top rerank_depth (the top context_depth of its order read again with their context; with deadline_ms, only while the statement is younger than that), then the cut to "limit" facts and budget tokens. Returns the kept candidates'' positions (candidate, 1-based) in final order, with their rerank scores and token counts.';
+
+CREATE OR REPLACE FUNCTION rcll.recall(
+    query           text,
+    scope           rcll.recall_scope,
+    budget          integer DEFAULT (rcll.recall_defaults()).budget,
+    rerank_depth    integer DEFAULT (rcll.recall_defaults()).rerank_depth,
+    context_depth   integer DEFAULT (rcll.recall_defaults()).context_depth,
+    "limit"         integer DEFAULT (rcll.recall_defaults()).candidate_limit,
+    query_embedding vector DEFAULT NULL,
+    time_range      tstzrange DEFAULT NULL,
+    reference_time  timestamptz DEFAULT now(),
+    deadline_ms     integer DEFAULT NULL)
+RETURNS TABLE (unit_id bigint, text text, room text, hall text, layer text, author text, thread text,
+               tags text[], valid tstzrange, occurred_start timestamptz, mentioned_at timestamptz,
+               document_id bigint, provenance jsonb, fused_score double precision, rerank_score real,
+               rank_dense integer, rank_lexical integer, rank_graph integer, rank_temporal integer,
+               rank_context integer)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- SQL, not PL/pgSQL: the output column thread would shadow the scope's rows in PL/pgSQL. Phase 1
+    -- (rcll._recall_embedding), phases 2-3 (rcll.recall_candidates: enough candidates for the
+    -- rerank and the final list), phases 4-5 (rcll._recall_rerank) over the candidates in fused order.
+    WITH c AS MATERIALIZED (
+        SELECT * FROM rcll.recall_candidates(
+            query => recall.query, scope => recall.scope,
+            query_embedding => rcll._recall_embedding(recall.query, recall.query_embedding),
+            time_range => recall.time_range, reference_time => recall.reference_time,
+            "limit" => greatest(greatest(coalesce(recall."limit", (rcll.recall_defaults()).candidate_limit), 0),
+                                greatest(coalesce(recall.rerank_depth, 0), 0))) WITH ORDINALITY AS c
+    )
+    SELECT c.unit_id, c.text, c.room, c.hall, c.layer, c.author, c.thread, c.tags, c.valid, c.occurred_start,
+           c.mentioned_at, c.document_id, c.provenance, c.fused_score, r.rerank_score, c.rank_dense,
+           c.rank_lexical, c.rank_graph, c.rank_temporal, c.rank_context
+    FROM rcll._recall_rerank(
+        query => recall.query,
+        texts => (SELECT array_agg(c.text ORDER BY c.ordinality) FROM c),
+        contexts => (SELECT array_agg(c.context ORDER BY c.ordinality) FROM c),
+        "limit" => recall."limit", rerank_depth => recall.rerank_depth,
+        context_depth => recall.context_depth, budget => recall.budget, deadline_ms => recall.deadline_ms) r
+    JOIN c ON c.ordinality = r.candidate
+    ORDER BY r.ordinal
+$$;
+COMMENT ON FUNCTION rcll.recall(text, rcll.recall_scope, integer, integer, integer, integer, vector, tstzrange, timestamptz, integer)
+    IS 'Recall from SQL: rcll.recall_candidates over the scope (rcll.recall_scope: bank, rooms, authors, filters), then the cross-encoder rerank of the top rerank_depth candidates (the top context_depth of its order read again with the chunk before them, by the mean of both scores), then the cut to "limit" facts and budget tokens of fact text (skipping facts that do not fit). Fusion runs with rcll.recall_candidates'' defaults: tuning it (k, channel_limit, the channel weights) is rcll.recall_candidates'' job. With in-database models (rcll.enable_in_database_models) the query is embedded and reranked here; without them pass query_embedding, and the rerank is skipped (NOTICE). deadline_ms (default none) is a latency budget from the start of the statement: the cross-encoder reads candidates in fused order while time is left, the rest keep their fused order (rerank_score NULL), and a NOTICE says where the deadline cut it. Never writes. From psql: SELECT text FROM rcll.recall(''how do we deploy?'', rcll.recall_scope(''fleet'', rooms => ''{deployment}'')).';
+
+
+-- functions 170-in-database-models.sql
+-- In-database models: query embedding, cross-encoder rerank and token counts inside PostgreSQL (plpython3u).
+
+CREATE OR REPLACE FUNCTION rcll.in_database_models()
+RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT to_regprocedure('rcll._model_embed_query(text)') IS NOT NULL
+       AND to_regprocedure('rcll._model_rerank(text,text[])') IS NOT NULL
+       AND to_regprocedure('rcll._model_count_tokens(text[])') IS NOT NULL
+$$;
+COMMENT ON FUNCTION rcll.in_database_models() IS 'Whether rcll.enable_in_database_models() has been run here: rcll.recall then embeds the query, reranks and counts tokens inside the database.';
+
+CREATE OR REPLACE FUNCTION rcll.enable_in_database_models(python_path text[] DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    paths text[] := coalesce(python_path,
+                             string_to_array(nullif(current_setting('rcll.python_path', true), ''), ':'));
+    -- Every function puts the configured directories first on sys.path (so the server's own
+    -- dist-packages cannot shadow the venv's numpy) and keeps the loaded module in GD: the
+    -- models load once per backend (~0.2 s) and answer in milliseconds after.
+    prelude text;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'plpython3u') THEN
+        RAISE EXCEPTION 'plpython3u: this server has no plpython3u, so models cannot run inside it'
+            USING ERRCODE = '0A000',
+            HINT = 'Install the server''s plpython3 package (Debian: postgresql-plpython3-NN), or keep embedding and reranking in the client: pass query_embedding to rcll.recall_candidates (the rcll Python client does).';
+    END IF;
+    IF paths IS NULL OR cardinality(paths) = 0 THEN
+        RAISE EXCEPTION 'python_path: no directories given' USING ERRCODE = '22023',
+            HINT = 'Pass the venv''s site-packages and the directory holding the rcll package, readable by the server''s OS user: SELECT rcll.enable_in_database_models(ARRAY[''/srv/rcll/.venv/lib/python3.11/site-packages'', ''/srv/rcll/python'']), or set rcll.python_path (colon-separated) with ALTER DATABASE ... SET.';
+    END IF;
+    EXECUTE 'CREATE EXTENSION IF NOT EXISTS plpython3u';
+    prelude := format($py$
+m = GD.get("rcll.models")
+if m is None:
+    import sys
+    for p in reversed(%s):
+        if p in sys.path:
+            sys.path.remove(p)
+        sys.path.insert(0, p)
+    from rcll import models as m
+    GD["rcll.models"] = m
+$py$, to_json(paths)::text);
+
+    EXECUTE format($sql$
+CREATE OR REPLACE FUNCTION rcll._model_embed_query(query text) RETURNS public.vector
+LANGUAGE plpython3u STABLE STRICT SET search_path = pg_catalog, pg_temp AS %L$sql$,
+        prelude || $py$
+v = m.get_embedder().embed_query(query)
+return "[" + ",".join(repr(float(x)) for x in v) + "]"
+$py$);
+    EXECUTE format($sql$
+CREATE OR REPLACE FUNCTION rcll._model_rerank(query text, passages text[]) RETURNS real[]
+LANGUAGE plpython3u STABLE STRICT SET search_path = pg_catalog, pg_temp AS %L$sql$,
+        prelude || $py$
+if not passages:
+    return []
+return [float(x) for x in m.get_reranker().score(query, list(passages))]
+$py$);
+    -- Recall's deadline (rcll._recall_rerank): read in order while the statement is younger than
+    -- deadline_ms; all the rest in one call (batched as without a deadline) when it should take at
+    -- most half the time left, else 8 at a time. The per-pair cost (waits included) is this
+    -- backend's running mean, kept in GD: under load it rises and the reads go 8 at a time.
+    EXECUTE format($sql$
+CREATE OR REPLACE FUNCTION rcll._model_rerank_until(query text, passages text[], deadline_ms double precision,
+                                                    started double precision) RETURNS real[]
+LANGUAGE plpython3u STABLE STRICT SET search_path = pg_catalog, pg_temp AS %L$sql$,
+        prelude || $py$
+import time
+n, i, out = len(passages), 0, []
+cost = GD.get("rcll.rerank_pair_s", 0.010)
+while i < n:
+    left = started + deadline_ms / 1000.0 - time.time()
+    if left < cost * min(8, n - i):
+        break
+    w = n - i if (n - i) * cost <= left / 2 else min(8, n - i)
+    t = time.time()
+    out += [float(x) for x in m.get_reranker().score(query, list(passages[i:i + w]))]
+    cost = 0.7 * cost + 0.3 * (time.time() - t) / w
+    i += w
+GD["rcll.rerank_pair_s"] = cost
+return out
+$py$);
+    EXECUTE format($sql$
+CREATE OR REPLACE FUNCTION rcll._model_count_tokens(texts text[]) RETURNS integer[]
+LANGUAGE plpython3u STABLE STRICT SET search_path = pg_catalog, pg_temp AS %L$sql$,
+        prelude || $py$
+return m.count_tokens(list(texts)) if texts else []
+$py$);
+    COMMENT ON FUNCTION rcll._model_embed_query(text) IS 'Internal (created by rcll.enable_in_database_models): the bge-small-en-v1.5 embedding of a query, computed in this backend.';
+    COMMENT ON FUNCTION rcll._model_rerank(text, text[]) IS 'Internal (created by rcll.enable_in_database_models): cross-encoder logits of (query, passage) pairs, in input order.';
+    COMMENT ON FUNCTION rcll._model_rerank_until(text, text[], double precision, double precision) IS 'Internal (created by rcll.enable_in_database_models): cross-encoder logits of the passages read in order while the statement that started at `started` (epoch seconds) is younger than deadline_ms - the prefix read, shorter than passages when the deadline cut it.';
+    COMMENT ON FUNCTION rcll._model_count_tokens(text[]) IS 'Internal (created by rcll.enable_in_database_models): bge wordpiece tokens per text (for the token budget).';
+    -- Fail now, with the reason, rather than at the first recall.
+    EXECUTE 'SELECT rcll._model_count_tokens(ARRAY[''ok''])';
+    RETURN format('in-database models enabled (python path: %s)', array_to_string(paths, ':'));
+END
+$fn$;
+COMMENT ON FUNCTION rcll.enable_in_database_models(text[]) IS 'Let rcll.recall run all five phases inside the database: creates plpython3u and the model functions, importing rcll.models from python_path (default: the rcll.python_path setting, colon-separated). Needs a superuser and a server with plpython3u; the directories must be readable by the server''s OS user.';
+
+CREATE OR REPLACE FUNCTION rcll.disable_in_database_models()
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    DROP FUNCTION IF EXISTS rcll._model_embed_query(text);
+    DROP FUNCTION IF EXISTS rcll._model_rerank(text, text[]);
+    DROP FUNCTION IF EXISTS rcll._model_rerank_until(text, text[], double precision, double precision);
+    DROP FUNCTION IF EXISTS rcll._model_count_tokens(text[]);
+    RETURN 'in-database models disabled';
+END
+$$;
+COMMENT ON FUNCTION rcll.disable_in_database_models() IS 'Drop the in-database model functions; rcll.recall then needs query_embedding and skips the rerank.';
+
+CREATE OR REPLACE FUNCTION rcll._approx_tokens(texts text[])
+RETURNS integer[]
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- Without the tokenizer: about one token per four characters of English (rounded up).
+    SELECT coalesce(array_agg(greatest(1, ceil(char_length(coalesce(t, '')) / 4.0))::integer ORDER BY i), '{}')
+    FROM unnest(texts) WITH ORDINALITY AS x(t, i)
+$$;
+COMMENT ON FUNCTION rcll._approx_tokens(text[]) IS 'Internal: token counts estimated as characters / 4, used for the budget when the tokenizer is not in the database.';
+
+
+-- functions 200-entities.sql
+-- Entity resolution on the write path: exact spelling, known alias, trigram, then embedding.
+-- pgvector and pg_trgm are installed in schema public (install.py and CREATE EXTENSION ... CASCADE
+-- both put them there), so their operators are named OPERATOR(public.<=>) / public.similarity().
+
+CREATE OR REPLACE FUNCTION rcll._entity_key(name text)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- lower-cased, whitespace folded, leading "@" and surrounding punctuation dropped:
+    -- "  Argo  CD." and "argo cd" are one key; "@alice" and "Alice" are one key.
+    SELECT nullif(btrim(regexp_replace(regexp_replace(lower(name), '\s+', ' ', 'g'),
+                                       '^[[:punct:][:space:]]+|[[:punct:][:space:]]+$', '', 'g')), '')
+$$;
+COMMENT ON FUNCTION rcll._entity_key(text) IS 'Internal: the lookup key of an entity spelling (lower-cased, whitespace folded, surrounding punctuation and @ dropped); entity_aliases.alias holds these keys.';
+
+CREATE OR REPLACE FUNCTION rcll._types_compatible(a text, b text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT a IS NULL OR b IS NULL OR lower(a) = lower(b)
+$$;
+COMMENT ON FUNCTION rcll._types_compatible(text, text) IS 'Internal: two entity types may name one entity (equal, or either unknown).';
+
+CREATE OR REPLACE FUNCTION rcll._resolve_entity(
+    bank_id     integer,
+    name        text,
+    entity_type text DEFAULT NULL,
+    embedding   vector DEFAULT NULL,
+    aliases     text[] DEFAULT '{}',
+    trigram_threshold real DEFAULT 0.55,
+    embedding_threshold real DEFAULT 0.92,
+    OUT entity_id bigint,
+    OUT matched_by text)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    b integer := _resolve_entity.bank_id;
+    key text := rcll._entity_key(_resolve_entity.name);
+    keys text[];
+    score real;
+    display text := btrim(regexp_replace(ltrim(_resolve_entity.name, '@'), '\s+', ' ', 'g'));
+BEGIN
+    IF key IS NULL THEN
+        RAISE EXCEPTION 'name: entity name is empty' USING ERRCODE = '22023',
+            HINT = 'Drop entities without a name before resolving.';
+    END IF;
+    SELECT array_agg(DISTINCT k) INTO keys
+    FROM unnest(coalesce(_resolve_entity.aliases, '{}') || ARRAY[_resolve_entity.name]) AS s(spelling),
+         LATERAL rcll._entity_key(s.spelling) AS k
+    WHERE k IS NOT NULL;
+
+    -- 1. exact spelling, 2. any spelling the extractor says is the same entity
+    SELECT a.entity_id, CASE WHEN a.alias = key THEN 'exact' ELSE 'alias' END
+      INTO entity_id, matched_by
+    FROM rcll.entity_aliases a
+    WHERE a.bank_id = b AND a.alias = ANY (keys)
+    ORDER BY (a.alias = key) DESC, a.entity_id
+    LIMIT 1;
+
+    -- 3. trigram similarity against every known spelling (names of a few characters are too short
+    -- for trigrams to mean anything)
+    IF entity_id IS NULL AND length(key) >= 4 THEN
+        SELECT a.entity_id, public.similarity(a.alias, key) INTO entity_id, score
+        FROM rcll.entity_aliases a JOIN rcll.entities e ON e.entity_id = a.entity_id
+        WHERE a.bank_id = b AND a.alias OPERATOR(public.%) key
+          AND rcll._types_compatible(e.entity_type, _resolve_entity.entity_type)
+          AND public.similarity(a.alias, key) >= trigram_threshold
+        ORDER BY public.similarity(a.alias, key) DESC, a.entity_id
+        LIMIT 1;
+        IF entity_id IS NOT NULL THEN
+            matched_by := 'trigram';
+        END IF;
+    END IF;
+
+    -- 4. embedding of the name, against the canonical names' embeddings
+    IF entity_id IS NULL AND _resolve_entity.embedding IS NOT NULL THEN
+        SELECT e.entity_id, (1 - (e.embedding OPERATOR(public.<=>) _resolve_entity.embedding))::real
+          INTO entity_id, score
+        FROM rcll.entities e
+        WHERE e.bank_id = b AND e.embedding IS NOT NULL
+          AND rcll._types_compatible(e.entity_type, _resolve_entity.entity_type)
+        ORDER BY e.embedding OPERATOR(public.<=>) _resolve_entity.embedding, e.entity_id
+        LIMIT 1;
+        IF entity_id IS NOT NULL AND score >= embedding_threshold THEN
+            matched_by := 'embedding';
+        ELSE
+            entity_id := NULL;
+        END IF;
+    END IF;
+
+    IF entity_id IS NULL THEN
+        INSERT INTO rcll.entities AS e (bank_id, name, entity_type, embedding)
+        VALUES (b, display, _resolve_entity.entity_type, _resolve_entity.embedding)
+        ON CONFLICT ON CONSTRAINT entities_bank_id_name_key DO UPDATE SET name = EXCLUDED.name
+        RETURNING e.entity_id INTO entity_id;
+        matched_by := 'new';
+    ELSIF _resolve_entity.entity_type IS NOT NULL THEN
+        UPDATE rcll.entities e SET entity_type = _resolve_entity.entity_type
+        WHERE e.entity_id = _resolve_entity.entity_id AND e.entity_type IS NULL;
+    END IF;
+
+    -- every spelling seen becomes an alias of the entity (the first owner of a spelling keeps it)
+    INSERT INTO rcll.entity_aliases AS a (bank_id, alias, entity_id, source)
+    SELECT b, k, entity_id, CASE WHEN matched_by IN ('trigram', 'embedding') AND k = key THEN 'resolver' ELSE 'extractor' END
+    FROM unnest(keys) AS k
+    ON CONFLICT ON CONSTRAINT entity_aliases_pkey DO NOTHING;
+END
+$$;
+COMMENT ON FUNCTION rcll._resolve_entity(integer, text, text, vector, text[], real, real)
+    IS 'Internal: resolve an entity mention to an entity of the bank - by exact spelling, by an alias the extractor gave, by trigram similarity (pg_trgm) of the spelling, then by embedding of the name - creating it if nothing matches. Every spelling seen is recorded in entity_aliases, so two spellings of one name become one entity with aliases. Returns the entity and how it was matched (exact, alias, trigram, embedding, new).';
+
+CREATE OR REPLACE FUNCTION rcll.resolve_entity(bank text, name text, entity_type text DEFAULT NULL,
+                                               embedding vector DEFAULT NULL, aliases text[] DEFAULT '{}')
+RETURNS TABLE (entity_id bigint, canonical_name text, matched_by text)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r record;
+BEGIN
+    r := rcll._resolve_entity(rcll._bank_id(bank), name, entity_type, embedding, aliases);
+    RETURN QUERY SELECT e.entity_id, e.name, r.matched_by FROM rcll.entities e WHERE e.entity_id = r.entity_id;
+END
+$$;
+COMMENT ON FUNCTION rcll.resolve_entity(text, text, text, vector, text[])
+    IS 'Resolve (or create) an entity of a bank by name: exact spelling, alias, trigram, embedding. Returns the entity id, its canonical name and how it matched.';
+
+CREATE OR REPLACE FUNCTION rcll._known_entities(bank_id integer, text text)
+RETURNS TABLE (entity_id bigint, alias text)
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- known spellings of at least 3 characters that occur in the text as whole words
+    SELECT DISTINCT ON (a.entity_id) a.entity_id, a.alias
+    FROM rcll.entity_aliases a
+    WHERE a.bank_id = _known_entities.bank_id AND length(a.alias) >= 3
+      AND strpos(lower(_known_entities.text), a.alias) > 0
+      AND lower(_known_entities.text) ~ ('(^|[^[:alnum:]_])' || regexp_replace(a.alias, '([.^$*+?()\[\]{}|\\-])', '\\\1', 'g') || '($|[^[:alnum:]_])')
+    ORDER BY a.entity_id, length(a.alias) DESC
+$$;
+COMMENT ON FUNCTION rcll._known_entities(integer, text) IS 'Internal: entities of the bank one of whose known spellings occurs in the text as a whole word (the offline extractor''s known-entity lookup).';
+
+
+-- functions 210-links.sql
+-- Links made on the write path for newly written units: entity, temporal adjacency, semantic
+-- neighbours. Symmetric link types are stored in both directions, so a graph walk can follow
+-- from_unit -> to_unit alone. Fan-out is capped per unit so hub entities do not explode the table.
+
+CREATE OR REPLACE FUNCTION rcll._link_units(
+    bank_id      integer,
+    unit_ids     bigint[],
+    entity_fanout integer DEFAULT 20,
+    semantic_k   integer DEFAULT 5,
+    semantic_min real DEFAULT 0.80,
+    temporal_window interval DEFAULT '7 days')
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    b integer := _link_units.bank_id;
+    n integer := 0;
+    k integer;
+BEGIN
+    -- entity: units sharing an entity, most shared entities first, then most recent
+    WITH pairs AS (
+        SELECT src.unit_id AS a, nb.unit_id AS c, nb.shared
+        FROM unnest(unit_ids) AS src(unit_id)
+        CROSS JOIN LATERAL (
+            SELECT o.unit_id, count(*) AS shared
+            FROM rcll.unit_entities me
+            JOIN rcll.unit_entities o ON o.entity_id = me.entity_id AND o.unit_id <> me.unit_id
+            WHERE me.unit_id = src.unit_id AND o.bank_id = b
+            GROUP BY o.unit_id
+            ORDER BY count(*) DESC, o.unit_id DESC
+            LIMIT entity_fanout
+        ) nb
+    ), ins AS (
+        INSERT INTO rcll.links AS l (bank_id, from_unit, to_unit, link_type, weight, provenance)
+        SELECT b, x.f, x.t, 'entity', least(1.0, 0.5 + 0.25 * x.shared)::real,
+               jsonb_build_object('by', 'retain', 'shared_entities', x.shared)
+        FROM (SELECT a AS f, c AS t, shared FROM pairs UNION SELECT c, a, shared FROM pairs) x
+        ON CONFLICT ON CONSTRAINT links_pkey DO NOTHING
+        RETURNING 1
+    )
+    SELECT count(*) INTO k FROM ins;
+    n := n + k;
+
+    -- temporal: the nearest unit before and after in time (by occurred_start) within the window,
+    -- and consecutive units of one document
+    WITH me AS (
+        SELECT u.unit_id, u.document_id, u.chunk_index, u.occurred_start, u.thread
+        FROM rcll.memory_units u WHERE u.unit_id = ANY (unit_ids)
+    ), pairs AS (
+        SELECT me.unit_id AS a, nb.unit_id AS c,
+               greatest(0.05, 1 - abs(extract(epoch FROM nb.occurred_start - me.occurred_start))
+                                  / extract(epoch FROM temporal_window))::real AS w
+        FROM me
+        CROSS JOIN LATERAL (
+            (SELECT o.unit_id, o.occurred_start FROM rcll.memory_units o
+             WHERE o.bank_id = b AND o.unit_id <> me.unit_id AND o.thread IS NOT DISTINCT FROM me.thread
+               AND o.occurred_start <= me.occurred_start AND o.occurred_start >= me.occurred_start - temporal_window
+             ORDER BY o.occurred_start DESC, o.unit_id DESC LIMIT 1)
+            UNION ALL
+            (SELECT o.unit_id, o.occurred_start FROM rcll.memory_units o
+             WHERE o.bank_id = b AND o.unit_id <> me.unit_id AND o.thread IS NOT DISTINCT FROM me.thread
+               AND o.occurred_start > me.occurred_start AND o.occurred_start <= me.occurred_start + temporal_window
+             ORDER BY o.occurred_start, o.unit_id LIMIT 1)
+        ) nb
+        WHERE me.occurred_start IS NOT NULL
+        UNION
+        SELECT me.unit_id, o.unit_id, 1.0::real
+        FROM me JOIN rcll.memory_units o
+          ON o.document_id = me.document_id AND o.chunk_index = me.chunk_index + 1
+    ), ins AS (
+        INSERT INTO rcll.links AS l (bank_id, from_unit, to_unit, link_type, weight, provenance)
+        SELECT DISTINCT ON (x.f, x.t) b, x.f, x.t, 'temporal', x.w, jsonb_build_object('by', 'retain')
+        FROM (SELECT a AS f, c AS t, w FROM pairs UNION ALL SELECT c, a, w FROM pairs) x
+        ORDER BY x.f, x.t, x.w DESC
+        ON CONFLICT ON CONSTRAINT links_pkey DO NOTHING
+        RETURNING 1
+    )
+    SELECT count(*) INTO k FROM ins;
+    n := n + k;
+
+    -- semantic: the nearest units by embedding above a similarity floor
+    WITH pairs AS (
+        SELECT me.unit_id AS a, nb.unit_id AS c, nb.sim
+        FROM rcll.memory_units me
+        CROSS JOIN LATERAL (
+            SELECT o.unit_id, (1 - (o.embedding OPERATOR(public.<=>) me.embedding))::real AS sim
+            FROM rcll.memory_units o
+            WHERE o.bank_id = b AND o.unit_id <> me.unit_id AND o.embedding IS NOT NULL
+            ORDER BY o.embedding OPERATOR(public.<=>) me.embedding
+            LIMIT semantic_k
+        ) nb
+        WHERE me.unit_id = ANY (unit_ids) AND me.embedding IS NOT NULL AND nb.sim >= semantic_min
+    ), ins AS (
+        INSERT INTO rcll.links AS l (bank_id, from_unit, to_unit, link_type, weight, provenance)
+        SELECT DISTINCT ON (x.f, x.t) b, x.f, x.t, 'semantic', least(1.0, x.sim)::real, jsonb_build_object('by', 'retain')
+        FROM (SELECT a AS f, c AS t, sim FROM pairs UNION ALL SELECT c, a, sim FROM pairs) x
+        ORDER BY x.f, x.t, x.sim DESC
+        ON CONFLICT ON CONSTRAINT links_pkey DO NOTHING
+        RETURNING 1
+    )
+    SELECT count(*) INTO k FROM ins;
+    RETURN n + k;
+END
+$$;
+COMMENT ON FUNCTION rcll._link_units(integer, bigint[], integer, integer, real, interval)
+    IS 'Internal: link newly written units to the bank - entity (units sharing an entity, at most entity_fanout per unit), temporal (nearest unit before and after by occurred_start within temporal_window, and consecutive units of one document), semantic (semantic_k nearest by embedding with cosine similarity >= semantic_min). Symmetric links are stored both ways. Returns the number of links written.';
+
+CREATE OR REPLACE FUNCTION rcll.supersede(old_unit bigint, new_unit bigint, at timestamptz DEFAULT NULL,
+                                          reason jsonb DEFAULT '{}')
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    o rcll.memory_units%ROWTYPE;
+    nw rcll.memory_units%ROWTYPE;
+    t timestamptz;
+BEGIN
+    IF old_unit = new_unit THEN
+        RAISE EXCEPTION 'new_unit: a unit cannot supersede itself' USING ERRCODE = '22023';
+    END IF;
+    SELECT * INTO nw FROM rcll.memory_units u WHERE u.unit_id = new_unit;
+    SELECT * INTO o FROM rcll.memory_units u WHERE u.unit_id = old_unit FOR UPDATE;
+    IF o.unit_id IS NULL OR nw.unit_id IS NULL THEN
+        RAISE EXCEPTION '%: no such unit', CASE WHEN o.unit_id IS NULL THEN 'old_unit' ELSE 'new_unit' END
+            USING ERRCODE = '42704', HINT = 'Pass unit ids of one bank (SELECT unit_id FROM rcll.memory_units).';
+    END IF;
+    IF o.bank_id <> nw.bank_id THEN
+        RAISE EXCEPTION 'new_unit: units % and % are in different banks', old_unit, new_unit USING ERRCODE = '22023';
+    END IF;
+    IF o.superseded_by IS NOT NULL OR NOT upper_inf(o.valid) THEN
+        RETURN false;                       -- already closed; the first replacement stands
+    END IF;
+    t := coalesce(at, lower(nw.valid), now());
+    IF t <= lower(o.valid) THEN
+        RAISE EXCEPTION 'at: % is not after the start of unit %''s validity (%)', t, old_unit, lower(o.valid)
+            USING ERRCODE = '22023', HINT = 'A unit can only be superseded by something that became true after it did.';
+    END IF;
+    UPDATE rcll.memory_units u
+    SET valid = tstzrange(lower(u.valid), t), superseded_by = new_unit, updated_at = now()
+    WHERE u.unit_id = old_unit;
+    INSERT INTO rcll.links AS l (bank_id, from_unit, to_unit, link_type, weight, provenance)
+    VALUES (o.bank_id, new_unit, old_unit, 'supersedes', 1.0,
+            jsonb_build_object('by', 'retain', 'at', t) || coalesce(reason, '{}'))
+    ON CONFLICT ON CONSTRAINT links_pkey DO NOTHING;
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION rcll.supersede(bigint, bigint, timestamptz, jsonb)
+    IS 'Record that new_unit replaces old_unit: closes old_unit''s validity window at `at` (default: the start of new_unit''s validity), sets its superseded_by and writes a supersedes link (new -> old). Nothing is deleted. Returns false if old_unit was already superseded or closed.';
+
+
+-- functions 220-retain-facts.sql
+-- Extraction-mode retain: a document and the facts extracted from it (LLM or offline rules),
+-- with entities resolved, links made, supersession recorded and the LLM ledger written - one call,
+-- so one transaction.
+
+CREATE OR REPLACE FUNCTION rcll._fact_time(fact jsonb, key text, i integer)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF fact ->> key IS NULL OR btrim(fact ->> key) = '' THEN
+        RETURN NULL;
+    END IF;
+    RETURN (fact ->> key)::timestamptz;
+EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow THEN
+    RAISE EXCEPTION 'facts: fact % has % = % which is not a timestamp', i, key, quote_literal(fact ->> key)
+        USING ERRCODE = '22007', HINT = 'Use ISO 8601 (2026-08-26T14:00:00Z) or null.';
+END
+$$;
+COMMENT ON FUNCTION rcll._fact_time(jsonb, text, integer) IS 'Internal: a timestamp field of an extracted fact (ISO 8601 or null), with an error naming the fact and field.';
+
+CREATE OR REPLACE FUNCTION rcll._layer_for(hall text, layer text DEFAULT NULL)
+RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(layer, (SELECT r.layer FROM rcll.layer_rules r WHERE r.hall = _layer_for.hall), 'L2')
+$$;
+COMMENT ON FUNCTION rcll._layer_for(text, text) IS 'Internal: the layer a unit lands in - the one named, else rcll.layer_rules for its hall, else L2.';
+
+CREATE OR REPLACE FUNCTION rcll._record_llm_calls(bank_id integer, document_id bigint, calls jsonb)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n integer;
+BEGIN
+    IF calls IS NULL OR jsonb_typeof(calls) <> 'array' THEN
+        RAISE EXCEPTION 'llm_calls: must be a JSON array of calls' USING ERRCODE = '22023',
+            HINT = 'Pass [{"purpose": "extract", "provider": ..., "model": ..., "input_tokens": n, "output_tokens": n, "outcome": "ok"}].';
+    END IF;
+    INSERT INTO rcll.llm_calls (bank_id, document_id, purpose, provider, model, input_tokens, output_tokens, outcome)
+    SELECT _record_llm_calls.bank_id, _record_llm_calls.document_id, coalesce(c.purpose, 'extract'), c.provider,
+           c.model, coalesce(c.input_tokens, 0), coalesce(c.output_tokens, 0), coalesce(c.outcome, 'ok')
+    FROM jsonb_to_recordset(calls) AS c(purpose text, provider text, model text, input_tokens integer,
+                                        output_tokens integer, outcome text);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION rcll._record_llm_calls(integer, bigint, jsonb) IS 'Internal: append LLM calls (a JSON array of {purpose, provider, model, input_tokens, output_tokens, outcome}) to the write-cost ledger.';
+
+CREATE OR REPLACE FUNCTION rcll.record_llm_calls(bank text, calls jsonb, document_id bigint DEFAULT NULL)
+RETURNS integer
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT rcll._record_llm_calls(rcll._bank_id(bank), document_id, calls)
+$$;
+COMMENT ON FUNCTION rcll.record_llm_calls(text, jsonb, bigint) IS 'Append LLM calls to the write-cost ledger of a bank (used when a retain fails with nothing stored: the tokens were still spent).';
+
+CREATE OR REPLACE FUNCTION rcll.find_document(bank text, content text, thread text DEFAULT NULL)
+RETURNS TABLE (document_id bigint, unit_ids bigint[], extraction text)
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT d.document_id,
+           coalesce((SELECT array_agg(u.unit_id ORDER BY u.chunk_index, u.unit_id)
+                     FROM rcll.memory_units u WHERE u.document_id = d.document_id), '{}'),
+           d.extraction
+    FROM rcll.documents d
+    WHERE d.bank_id = rcll._bank_id(find_document.bank)
+      AND d.content_hash = rcll._content_hash(find_document.content, find_document.thread)
+$$;
+COMMENT ON FUNCTION rcll.find_document(text, text, text) IS 'The document already retained with this content and thread in the bank, with its units - so a re-retain can skip extraction (and its model call).';
+
+CREATE OR REPLACE FUNCTION rcll.retain_facts(
+    bank        text,
+    content     text,
+    facts       jsonb,
+    embeddings  vector[],
+    aux_texts   text[] DEFAULT '{}',
+    aux_embeddings vector[] DEFAULT '{}',
+    extraction  text DEFAULT 'llm',
+    llm_calls   jsonb DEFAULT '[]',
+    source      text DEFAULT NULL,
+    occurred_at timestamptz DEFAULT NULL,
+    room        text DEFAULT NULL,
+    thread      text DEFAULT NULL,
+    tags        text[] DEFAULT '{}',
+    hall        text DEFAULT NULL,
+    layer       text DEFAULT NULL,
+    metadata    jsonb DEFAULT '{}',
+    via         text DEFAULT 'sql',
+    author      text DEFAULT NULL,
+    match_known_entities boolean DEFAULT false,
+    supersede_threshold double precision DEFAULT 0.80)
+RETURNS TABLE (document_id bigint, unit_ids bigint[], created boolean)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    b integer := rcll._bank_id(bank);
+    doc bigint;
+    stored record;
+    prov jsonb;
+    n integer := coalesce(jsonb_array_length(CASE WHEN jsonb_typeof(facts) = 'array' THEN facts END), 0);
+    doc_time timestamptz := coalesce(retain_facts.occurred_at, now());
+    ids bigint[] := '{}';
+    f jsonb;
+    i integer;
+    uid bigint;
+    t_start timestamptz; t_end timestamptz; v_from timestamptz; v_to timestamptz;
+    f_hall text;
+    f_room text;
+    ent jsonb;
+    ent_emb public.vector;
+    res record;
+    touched bigint[] := '{}';
+    cause jsonb;
+    target text;
+    target_emb public.vector;
+    cand record;
+BEGIN
+    PERFORM rcll._check_document(b, content);
+    IF facts IS NULL OR jsonb_typeof(facts) <> 'array' OR n = 0 THEN
+        RAISE EXCEPTION 'facts: must be a non-empty JSON array of facts' USING ERRCODE = '22023',
+            HINT = 'An extraction with no facts is a failed extraction: store chunks (rcll.retain_extraction_failed) instead.';
+    END IF;
+    IF coalesce(array_length(embeddings, 1), 0) <> n THEN
+        RAISE EXCEPTION 'embeddings: % embeddings for % facts', coalesce(array_length(embeddings, 1), 0), n
+            USING ERRCODE = '22023', HINT = 'Pass one embedding per fact, in the same order.';
+    END IF;
+    IF coalesce(array_length(aux_texts, 1), 0) <> coalesce(array_length(aux_embeddings, 1), 0) THEN
+        RAISE EXCEPTION 'aux_embeddings: % embeddings for % aux_texts', coalesce(array_length(aux_embeddings, 1), 0),
+            coalesce(array_length(aux_texts, 1), 0) USING ERRCODE = '22023';
+    END IF;
+    IF extraction NOT IN ('llm', 'offline') THEN
+        RAISE EXCEPTION 'extraction: % is not an extraction mode', quote_literal(extraction) USING ERRCODE = '22023',
+            HINT = 'Use llm or offline (chunk mode is rcll.retain_chunks).';
+    END IF;
+    FOR i IN 0 .. n - 1 LOOP
+        f := facts -> i;
+        IF jsonb_typeof(f) <> 'object' OR jsonb_typeof(f -> 'text') <> 'string'
+           OR btrim(f ->> 'text', E' \t\r\n\f\v') = '' THEN
+            RAISE EXCEPTION 'facts: fact % is not an object with a non-empty text', i USING ERRCODE = '22023';
+        END IF;
+    END LOOP;
+
+    stored := rcll._store_document(b, content, source, thread, retain_facts.occurred_at, layer, metadata, via, author,
+                                   extraction);
+    doc := stored.document_id;
+    IF NOT stored.created THEN                  -- already retained: no duplicate facts
+        PERFORM rcll._record_llm_calls(b, doc, llm_calls);
+        RETURN QUERY SELECT doc, coalesce(array_agg(u.unit_id ORDER BY u.chunk_index, u.unit_id), '{}'), false
+                     FROM rcll.memory_units u WHERE u.document_id = doc;
+        RETURN;
+    END IF;
+    prov := stored.provenance || jsonb_build_object('extraction', extraction);
+
+    -- 1. the facts
+    FOR i IN 0 .. n - 1 LOOP
+        f := facts -> i;
+        t_start := rcll._fact_time(f, 'occurred_start', i);
+        t_end := rcll._fact_time(f, 'occurred_end', i);
+        IF t_end < t_start THEN t_end := NULL; END IF;
+        v_from := coalesce(rcll._fact_time(f, 'valid_from', i), t_start, doc_time);
+        v_to := rcll._fact_time(f, 'valid_to', i);
+        IF v_to <= v_from THEN v_to := NULL; END IF;
+        f_hall := coalesce(retain_facts.hall, nullif(lower(btrim(f ->> 'hall')), ''));
+        -- no room given: the janitor trigger (050-room-janitor.sql) classifies facts with rcll.classify_room
+        f_room := coalesce(retain_facts.room, nullif(btrim(f ->> 'room'), ''));
+        INSERT INTO rcll.memory_units AS u
+            (bank_id, document_id, kind, text, embedding, hall, layer, room, author, author_source, thread, tags,
+             valid, occurred_start, occurred_end, mentioned_at, chunk_index, provenance, metadata)
+        VALUES (b, doc, 'fact', btrim(f ->> 'text'), embeddings[i + 1], f_hall,
+                rcll._layer_for(f_hall, retain_facts.layer), f_room, stored.author, stored.author_source,
+                retain_facts.thread,
+                ARRAY(SELECT DISTINCT x FROM unnest(coalesce(retain_facts.tags, '{}')
+                      || ARRAY(SELECT jsonb_array_elements_text(CASE WHEN jsonb_typeof(f -> 'tags') = 'array'
+                                                                     THEN f -> 'tags' ELSE '[]' END))) x ORDER BY x),
+                tstzrange(v_from, v_to), t_start, t_end, retain_facts.occurred_at, i, prov,
+                CASE WHEN jsonb_typeof(f -> 'metadata') = 'object' THEN f -> 'metadata' ELSE '{}' END)
+        RETURNING u.unit_id INTO uid;
+        ids := ids || uid;
+
+        -- 2. its entities
+        FOR ent IN SELECT e FROM jsonb_array_elements(CASE WHEN jsonb_typeof(f -> 'entities') = 'array'
+                                                           THEN f -> 'entities' ELSE '[]' END) e LOOP
+            CONTINUE WHEN jsonb_typeof(ent) <> 'object' OR rcll._entity_key(ent ->> 'name') IS NULL;
+            ent_emb := aux_embeddings[array_position(aux_texts, ent ->> 'name')];
+            res := rcll._resolve_entity(b, ent ->> 'name', nullif(btrim(ent ->> 'type'), ''), ent_emb,
+                                        ARRAY(SELECT jsonb_array_elements_text(CASE WHEN jsonb_typeof(ent -> 'aliases') = 'array'
+                                                                                   THEN ent -> 'aliases' ELSE '[]' END)));
+            INSERT INTO rcll.unit_entities AS ue (unit_id, entity_id, bank_id, role)
+            VALUES (uid, res.entity_id, b, nullif(btrim(ent ->> 'role'), ''))
+            ON CONFLICT ON CONSTRAINT unit_entities_pkey DO NOTHING;
+            touched := touched || res.entity_id;
+        END LOOP;
+        IF match_known_entities THEN
+            INSERT INTO rcll.unit_entities AS ue (unit_id, entity_id, bank_id, role)
+            SELECT uid, k.entity_id, b, 'mention' FROM rcll._known_entities(b, f ->> 'text') k
+            ON CONFLICT ON CONSTRAINT unit_entities_pkey DO NOTHING;
+            touched := touched || ARRAY(SELECT ue.entity_id FROM rcll.unit_entities ue WHERE ue.unit_id = uid);
+        END IF;
+    END LOOP;
+    UPDATE rcll.entities e
+    SET mention_count = (SELECT count(*) FROM rcll.unit_entities ue WHERE ue.entity_id = e.entity_id)
+    WHERE e.entity_id = ANY (touched);
+
+    -- 3. causal links within the document (cause -> effect)
+    FOR i IN 0 .. n - 1 LOOP
+        f := facts -> i;
+        CONTINUE WHEN jsonb_typeof(f -> 'caused_by') IS DISTINCT FROM 'array';
+        FOR cause IN SELECT c FROM jsonb_array_elements(f -> 'caused_by') c LOOP
+            CONTINUE WHEN jsonb_typeof(cause) <> 'number' OR (cause)::numeric <> trunc((cause)::numeric)
+                          OR (cause)::integer < 0 OR (cause)::integer >= n OR (cause)::integer = i;
+            INSERT INTO rcll.links AS l (bank_id, from_unit, to_unit, link_type, weight, provenance)
+            VALUES (b, ids[(cause)::integer + 1], ids[i + 1], 'causal', 1.0,
+                    jsonb_build_object('by', extraction, 'document_id', doc))
+            ON CONFLICT ON CONSTRAINT links_pkey DO NOTHING;
+        END LOOP;
+    END LOOP;
+
+    -- 4. supersession: each description of a replaced fact closes the closest open unit of the bank
+    --    (same thread, valid before the new fact, not from this document)
+    FOR i IN 0 .. n - 1 LOOP
+        f := facts -> i;
+        CONTINUE WHEN jsonb_typeof(f -> 'supersedes') IS DISTINCT FROM 'array';
+        FOR target IN SELECT s FROM jsonb_array_elements_text(f -> 'supersedes') s LOOP
+            target_emb := coalesce(aux_embeddings[array_position(aux_texts, target)], embeddings[i + 1]);
+            CONTINUE WHEN target_emb IS NULL;
+            SELECT c.unit_id, c.sim INTO cand
+            FROM (SELECT o.unit_id,
+                         (1 - (o.embedding OPERATOR(public.<=>) target_emb))::real
+                         + 0.05 * (SELECT count(*) FROM rcll.unit_entities x JOIN rcll.unit_entities y
+                                     ON y.entity_id = x.entity_id
+                                   WHERE x.unit_id = o.unit_id AND y.unit_id = ids[i + 1]) AS sim
+                  FROM rcll.memory_units o
+                  WHERE o.bank_id = b AND o.document_id IS DISTINCT FROM doc
+                    AND o.superseded_by IS NULL AND upper_inf(o.valid) AND o.embedding IS NOT NULL
+                    AND o.thread IS NOT DISTINCT FROM retain_facts.thread
+                    AND lower(o.valid) < (SELECT lower(u.valid) FROM rcll.memory_units u WHERE u.unit_id = ids[i + 1])
+                  ORDER BY o.embedding OPERATOR(public.<=>) target_emb
+                  LIMIT 10) c
+            WHERE c.sim >= supersede_threshold
+            ORDER BY c.sim DESC, c.unit_id DESC
+            LIMIT 1;
+            IF cand.unit_id IS NOT NULL THEN
+                PERFORM rcll.supersede(cand.unit_id, ids[i + 1], NULL,
+                                       jsonb_build_object('by', extraction, 'description', target, 'similarity', round(cand.sim::numeric, 3)));
+            END IF;
+        END LOOP;
+    END LOOP;
+
+    -- 5. entity, temporal and semantic links; 6. the ledger
+    PERFORM rcll._link_units(b, ids);
+    PERFORM rcll._record_llm_calls(b, doc, llm_calls);
+    RETURN QUERY SELECT doc, ids, true;
+END
+$$;
+COMMENT ON FUNCTION rcll.retain_facts(text, text, jsonb, vector[], text[], vector[], text, jsonb, text, timestamptz, text, text, text[], text, text, jsonb, text, text, boolean, double precision)
+    IS 'Extraction-mode retain, one transaction: store a document and its extracted facts (a JSON array of {text, hall, occurred_start, occurred_end, valid_from, valid_to, entities: [{name, type, role, aliases}], caused_by: [fact index], supersedes: [description], room, tags, metadata}) with one embedding per fact; aux_texts/aux_embeddings give embeddings of entity names and supersession descriptions. Resolves entities, writes causal, entity, temporal and semantic links, closes the validity of the units each fact supersedes (similarity >= supersede_threshold), assigns layers by rcll.layer_rules (rooms: the caller''s, else the fact''s, else the janitor trigger''s classifier), and appends llm_calls to the ledger. Re-retaining the same content and thread returns the existing units (created = false).';
+
+CREATE OR REPLACE FUNCTION rcll.retain_extraction_failed(
+    bank        text,
+    content     text,
+    chunks      text[],
+    embeddings  vector[],
+    error       text,
+    llm_calls   jsonb DEFAULT '[]',
+    source      text DEFAULT NULL,
+    occurred_at timestamptz DEFAULT NULL,
+    room        text DEFAULT NULL,
+    thread      text DEFAULT NULL,
+    tags        text[] DEFAULT '{}',
+    hall        text DEFAULT NULL,
+    layer       text DEFAULT NULL,
+    metadata    jsonb DEFAULT '{}',
+    via         text DEFAULT 'sql',
+    author      text DEFAULT NULL)
+RETURNS TABLE (document_id bigint, unit_ids bigint[], created boolean)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r record;
+BEGIN
+    SELECT * INTO r FROM rcll.retain_chunks(
+        bank => bank, content => content, chunks => chunks, embeddings => embeddings, source => source,
+        occurred_at => occurred_at, room => room, thread => thread,
+        tags => ARRAY(SELECT DISTINCT x FROM unnest(coalesce(tags, '{}') || ARRAY['extraction:failed']) x ORDER BY x),
+        hall => hall, layer => layer, metadata => metadata, via => via, author => author);
+    IF r.created THEN
+        UPDATE rcll.documents d
+        SET extraction = 'failed', metadata = d.metadata || jsonb_build_object('extraction_error', error)
+        WHERE d.document_id = r.document_id;
+    END IF;
+    PERFORM rcll._record_llm_calls(rcll._bank_id(bank), r.document_id, llm_calls);
+    RETURN QUERY SELECT r.document_id, r.unit_ids, r.created;
+END
+$$;
+COMMENT ON FUNCTION rcll.retain_extraction_failed(text, text, text[], vector[], text, jsonb, text, timestamptz, text, text, text[], text, text, jsonb, text, text)
+    IS 'Retain a document whose LLM extraction failed (RCLL_EXTRACTION_FAILURE=chunks), in one transaction: stored as chunks tagged extraction:failed, documents.extraction = failed with the error in metadata.extraction_error, and the calls that failed appended to the ledger.';
+
+
+-- functions 230-stats.sql
+-- Bank statistics with the two-column token account: what reading costs (nothing) next to what
+-- writing cost (every model call on the write path, from rcll.llm_calls).
+
+CREATE OR REPLACE FUNCTION rcll.stats(bank text)
+RETURNS TABLE (section text, name text, value bigint, read_tokens bigint,
+               write_input_tokens bigint, write_output_tokens bigint)
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH b AS (SELECT rcll._bank_id(bank) AS id),
+    ledger AS (
+        SELECT c.purpose, count(*) AS calls, sum(c.input_tokens)::bigint AS inp, sum(c.output_tokens)::bigint AS outp
+        FROM rcll.llm_calls c, b WHERE c.bank_id = b.id GROUP BY c.purpose
+    ),
+    purposes AS (SELECT p FROM unnest(ARRAY['extract', 'consolidate']) p)
+    -- tokens: recall makes no model call, so the read column is zero by construction
+    SELECT 'tokens', p.p, coalesce(l.calls, 0), 0::bigint, coalesce(l.inp, 0), coalesce(l.outp, 0)
+    FROM purposes p LEFT JOIN ledger l ON l.purpose = p.p
+    UNION ALL
+    SELECT 'tokens', 'total', coalesce(sum(l.calls), 0)::bigint, 0::bigint,
+           coalesce(sum(l.inp), 0)::bigint, coalesce(sum(l.outp), 0)::bigint FROM ledger l
+    UNION ALL
+    SELECT 'totals', x.name, x.value, NULL::bigint, NULL::bigint, NULL::bigint FROM b, LATERAL (VALUES
+        ('documents', (SELECT count(*) FROM rcll.documents d WHERE d.bank_id = b.id)),
+        ('units', (SELECT count(*) FROM rcll.memory_units u WHERE u.bank_id = b.id)),
+        ('entities', (SELECT count(*) FROM rcll.entities e WHERE e.bank_id = b.id)),
+        ('links', (SELECT count(*) FROM rcll.links l WHERE l.bank_id = b.id)),
+        ('superseded', (SELECT count(*) FROM rcll.memory_units u WHERE u.bank_id = b.id AND u.superseded_by IS NOT NULL))
+    ) x(name, value)
+    UNION ALL
+    SELECT g.section, g.name, g.value, NULL, NULL, NULL FROM (
+        SELECT 'kind' AS section, u.kind AS name, count(*) AS value FROM rcll.memory_units u, b WHERE u.bank_id = b.id GROUP BY u.kind
+        UNION ALL
+        SELECT 'room', coalesce(u.room, '(none)'), count(*) FROM rcll.memory_units u, b WHERE u.bank_id = b.id GROUP BY u.room
+        UNION ALL
+        SELECT 'hall', coalesce(u.hall, '(untyped)'), count(*) FROM rcll.memory_units u, b WHERE u.bank_id = b.id GROUP BY u.hall
+        UNION ALL
+        SELECT 'layer', u.layer, count(*) FROM rcll.memory_units u, b WHERE u.bank_id = b.id GROUP BY u.layer
+        UNION ALL
+        SELECT 'author', coalesce(u.author, '(none)'), count(*) FROM rcll.memory_units u, b WHERE u.bank_id = b.id GROUP BY u.author
+        UNION ALL
+        SELECT 'link_type', l.link_type, count(*) FROM rcll.links l, b WHERE l.bank_id = b.id GROUP BY l.link_type
+        UNION ALL
+        SELECT 'extraction', d.extraction, count(*) FROM rcll.documents d, b WHERE d.bank_id = b.id GROUP BY d.extraction
+        ORDER BY 1, 3 DESC, 2
+    ) g
+$$;
+COMMENT ON FUNCTION rcll.stats(text)
+    IS 'Statistics of a bank. Section tokens: per purpose (extract, consolidate, total) the number of model calls (value), the read column (read_tokens, always 0: recall makes no model call) next to the write column (write_input_tokens, write_output_tokens from rcll.llm_calls). Section totals: documents, units, entities, links, superseded. Sections kind, room, hall, layer, author, link_type, extraction: counts per value.';
+
+
+-- functions 240-consolidate.sql
+-- Consolidation, a background job never on the recall path: related pending L2 units are compacted
+-- into observations that keep their sources linked. Every observation gets a room.
+
+CREATE OR REPLACE FUNCTION rcll.consolidation_groups(
+    bank     text,
+    time_window interval DEFAULT '7 days',
+    min_size integer DEFAULT 2,
+    max_size integer DEFAULT 12,
+    max_groups integer DEFAULT 100)
+RETURNS TABLE (entity_id bigint, entity_name text, bucket_start timestamptz, unit_ids bigint[], texts text[])
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH b AS (SELECT rcll._bank_id(bank) AS id),
+    pending AS (
+        SELECT u.unit_id, u.text, coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) AS t
+        FROM rcll.memory_units u, b
+        WHERE u.bank_id = b.id AND u.layer = 'L2' AND u.kind IN ('fact', 'chunk')
+          AND u.consolidation_state = 'pending' AND u.superseded_by IS NULL AND upper_inf(u.valid)
+    ),
+    -- each unit's primary entity: the one it shares with the most other pending units
+    shared AS (
+        SELECT p.unit_id, ue.entity_id,
+               (SELECT count(*) FROM rcll.unit_entities o JOIN pending q ON q.unit_id = o.unit_id
+                WHERE o.entity_id = ue.entity_id) AS pending_mentions
+        FROM pending p JOIN rcll.unit_entities ue ON ue.unit_id = p.unit_id
+    ),
+    primary_entity AS (
+        SELECT DISTINCT ON (s.unit_id) s.unit_id, s.entity_id
+        FROM shared s WHERE s.pending_mentions >= min_size
+        ORDER BY s.unit_id, s.pending_mentions DESC, s.entity_id
+    ),
+    bucketed AS (
+        SELECT pe.entity_id, p.unit_id, p.text, p.t,
+               to_timestamp(floor(extract(epoch FROM p.t) / extract(epoch FROM time_window))
+                            * extract(epoch FROM time_window)) AS bucket_start,
+               row_number() OVER (PARTITION BY pe.entity_id,
+                                  floor(extract(epoch FROM p.t) / extract(epoch FROM time_window))
+                                  ORDER BY p.t, p.unit_id) AS rn
+        FROM primary_entity pe JOIN pending p USING (unit_id)
+    ),
+    groups AS (
+        SELECT x.entity_id, x.bucket_start, ((x.rn - 1) / max_size) AS part,
+               array_agg(x.unit_id ORDER BY x.t, x.unit_id) AS unit_ids,
+               array_agg(x.text ORDER BY x.t, x.unit_id) AS texts
+        FROM bucketed x
+        GROUP BY x.entity_id, x.bucket_start, ((x.rn - 1) / max_size)
+        HAVING count(*) >= min_size
+    )
+    SELECT g.entity_id, e.name, g.bucket_start, g.unit_ids, g.texts
+    FROM groups g JOIN rcll.entities e ON e.entity_id = g.entity_id
+    ORDER BY g.bucket_start, g.entity_id, g.part
+    LIMIT max_groups
+$$;
+COMMENT ON FUNCTION rcll.consolidation_groups(text, interval, integer, integer, integer)
+    IS 'Groups of related pending L2 units to consolidate: units are grouped by their primary entity (the entity they share with the most other pending units) within time buckets of time_window, at least min_size and at most max_size units per group. Read-only; rcll consolidate writes one observation per group with rcll.write_observation.';
+
+CREATE OR REPLACE FUNCTION rcll.write_observation(
+    bank      text,
+    text      text,
+    embedding vector,
+    sources   bigint[],
+    hall      text DEFAULT 'observation',
+    room      text DEFAULT NULL,
+    actor     text DEFAULT 'system:consolidate',
+    method    text DEFAULT 'offline',
+    llm_calls jsonb DEFAULT '[]',
+    metadata  jsonb DEFAULT '{}')
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    b integer := rcll._bank_id(bank);
+    s record;
+    obs bigint;
+    r text;
+    room_by text;
+BEGIN
+    IF text IS NULL OR btrim(text, E' \t\r\n\f\v') = '' THEN
+        RAISE EXCEPTION 'text: an observation needs text' USING ERRCODE = '22023';
+    END IF;
+    IF coalesce(array_length(sources, 1), 0) = 0 THEN
+        RAISE EXCEPTION 'sources: an observation needs at least one source unit' USING ERRCODE = '22023';
+    END IF;
+    -- lock the sources: two consolidators must not fold the same unit twice
+    PERFORM 1 FROM rcll.memory_units u WHERE u.unit_id = ANY (sources) ORDER BY u.unit_id FOR UPDATE;
+    SELECT count(*) AS n,
+           count(*) FILTER (WHERE u.bank_id = b AND u.consolidation_state = 'pending') AS ok,
+           min(lower(u.valid)) AS valid_from,
+           min(u.occurred_start) AS occ_start,
+           max(coalesce(u.occurred_end, u.occurred_start)) AS occ_end,
+           max(u.mentioned_at) AS mentioned,
+           CASE WHEN count(DISTINCT coalesce(u.thread, '')) = 1 THEN min(u.thread) END AS thread,
+           CASE WHEN count(DISTINCT coalesce(u.author, '')) = 1 THEN min(u.author) END AS author,
+           CASE WHEN count(DISTINCT coalesce(u.author, '')) = 1 THEN min(u.author_source) ELSE 'none' END AS author_source,
+           ARRAY(SELECT DISTINCT t FROM rcll.memory_units x, unnest(x.tags) t
+                 WHERE x.unit_id = ANY (sources) ORDER BY t) AS tags
+      INTO s
+    FROM rcll.memory_units u WHERE u.unit_id = ANY (sources);
+    IF s.n <> coalesce(array_length(sources, 1), 0) OR s.ok <> s.n THEN
+        RAISE EXCEPTION 'sources: % of % units are pending units of bank %', s.ok, array_length(sources, 1), bank
+            USING ERRCODE = '22023', HINT = 'Consolidate only units listed by rcll.consolidation_groups (pending, same bank).';
+    END IF;
+
+    -- the room: given, else the sources'' majority room, else the classifier, else general
+    r := nullif(btrim(room), ''); room_by := 'caller';
+    IF r IS NULL THEN
+        SELECT u.room INTO r FROM rcll.memory_units u
+        WHERE u.unit_id = ANY (sources) AND u.room IS NOT NULL
+        GROUP BY u.room ORDER BY count(*) DESC, u.room LIMIT 1;
+        room_by := CASE WHEN r IS NULL THEN 'classifier' ELSE 'majority' END;
+    END IF;
+    -- (NULL here: the janitor trigger classifies it on insert, and general is the last resort below)
+
+    INSERT INTO rcll.memory_units AS u
+        (bank_id, document_id, kind, text, embedding, hall, layer, room, author, author_source, thread, tags,
+         valid, occurred_start, occurred_end, mentioned_at, consolidation_state, provenance, metadata)
+    VALUES (b, NULL, 'observation', btrim(write_observation.text), embedding, hall, rcll._layer_for(hall), r,
+            s.author, s.author_source, s.thread, s.tags,
+            tstzrange(coalesce(s.valid_from, now()), NULL), s.occ_start,
+            CASE WHEN s.occ_end > s.occ_start THEN s.occ_end END, s.mentioned, 'consolidated',
+            jsonb_build_object('via', 'consolidate', 'who', actor, 'method', method, 'at', now(), 'sources', sources),
+            coalesce(metadata, '{}'))
+    RETURNING u.unit_id, u.room INTO obs, r;
+    IF r IS NULL THEN                 -- no unroomed observations
+        r := 'general';
+        room_by := 'general';
+        UPDATE rcll.memory_units u SET room = r WHERE u.unit_id = obs;
+    END IF;
+
+    INSERT INTO rcll.unit_entities (unit_id, entity_id, bank_id, role)
+    SELECT DISTINCT obs, ue.entity_id, b, NULL::text FROM rcll.unit_entities ue WHERE ue.unit_id = ANY (sources);
+    INSERT INTO rcll.links (bank_id, from_unit, to_unit, link_type, weight, provenance)
+    SELECT b, obs, src, 'consolidates', 1.0, jsonb_build_object('by', 'consolidate', 'method', method)
+    FROM unnest(sources) src;
+    UPDATE rcll.memory_units u SET consolidation_state = 'consolidated', updated_at = now()
+    WHERE u.unit_id = ANY (sources);
+    PERFORM rcll._link_units(b, ARRAY[obs]);
+    PERFORM rcll._record_llm_calls(b, NULL, llm_calls);
+    INSERT INTO rcll.audit_log (bank_id, actor, action, target, detail)
+    VALUES (b, actor, 'consolidate', jsonb_build_object('observation', obs, 'sources', to_jsonb(sources)),
+            jsonb_build_object('method', method, 'room', r, 'room_by', room_by, 'hall', hall,
+                               'text', btrim(write_observation.text),
+                               'reverse', 'DELETE the observation and set the sources'' consolidation_state back to pending'));
+    RETURN obs;
+END
+$$;
+COMMENT ON FUNCTION rcll.write_observation(text, text, vector, bigint[], text, text, text, text, jsonb, jsonb)
+    IS 'Consolidation: write one observation (kind observation) compacting pending source units of a bank, in one transaction - the room is the one given, else the sources'' majority room, else the classifier''s, else general (never none); the sources'' entities, tags and shared author carry over; consolidates links go observation -> source; the sources become consolidated; an audit_log row records it. Returns the observation''s unit id.';
+
+
+-- functions 300-export.sql
+-- Export: every row of every table that belongs to a bank, as one jsonb per row, in a canonical order.
+--
+-- The canonical order (what makes two exports of one memory byte-identical): tables in
+-- rcll.export_tables() position order; within a table, rows by the table's key columns, text keys
+-- compared byte-wise (COLLATE "C"). Rows are to_jsonb(row) minus bank_id (the bank is the export's;
+-- the banks row keeps it), with TimeZone UTC, DateStyle ISO, IntervalStyle postgres,
+-- extra_float_digits 1 and bytea_output hex pinned, so every value prints the same on any server.
+
+CREATE OR REPLACE FUNCTION rcll.export_tables()
+RETURNS TABLE (table_position integer, table_name text, key_columns text[], id_column text,
+               refs jsonb)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- Import order too: a table comes after every table it references. refs maps a column to the
+    -- table whose identity it holds (import remaps it when that identity had to be renumbered).
+    -- Global configuration (room_rules, layer_rules, identities, migrations) belongs to no bank.
+    SELECT * FROM (VALUES
+        (1,  'banks',                ARRAY['bank_id'],                      'bank_id',     '{}'::jsonb),
+        (2,  'bank_stats',           ARRAY['bank_id'],                      NULL,          '{}'),
+        (3,  'bank_grants',          ARRAY['role_name'],                    NULL,          '{}'),
+        (4,  'documents',            ARRAY['document_id'],                  'document_id', '{}'),
+        (5,  'memory_units',         ARRAY['unit_id'],                      'unit_id',
+             '{"document_id": "documents", "superseded_by": "memory_units"}'),
+        (6,  'entities',             ARRAY['entity_id'],                    'entity_id',   '{}'),
+        (7,  'entity_aliases',       ARRAY['alias'],                        NULL,          '{"entity_id": "entities"}'),
+        (8,  'unit_entities',        ARRAY['unit_id', 'entity_id'],         NULL,
+             '{"unit_id": "memory_units", "entity_id": "entities"}'),
+        (9,  'links',                ARRAY['from_unit', 'to_unit', 'link_type'], NULL,
+             '{"from_unit": "memory_units", "to_unit": "memory_units"}'),
+        (10, 'rooms',                ARRAY['name'],                         NULL,          '{}'),
+        (11, 'room_aliases',         ARRAY['alias'],                        NULL,          '{}'),
+        (12, 'room_count_queue',     ARRAY['room', 'at', 'delta'],          NULL,          '{}'),
+        (13, 'room_merge_proposals', ARRAY['proposal_id'],                  'proposal_id', '{}'),
+        (14, 'room_state',           ARRAY['room', 'key', 'version'],       NULL,          '{}'),
+        (15, 'audit_log',            ARRAY['audit_id'],                     'audit_id',    '{}'),
+        (16, 'llm_calls',            ARRAY['call_id'],                      'call_id',     '{"document_id": "documents"}')
+    ) AS t(table_position, table_name, key_columns, id_column, refs)
+    ORDER BY 1
+$$;
+COMMENT ON FUNCTION rcll.export_tables() IS 'The tables a bank export carries, in export and import order, with each table''s canonical sort key, its identity column (NULL for natural keys) and the columns holding another table''s identity. Every rcll table with a bank_id column must be listed (a test checks).';
+
+CREATE OR REPLACE FUNCTION rcll._check_export_table(table_name text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM rcll.export_tables() t WHERE t.table_name = _check_export_table.table_name) THEN
+        RAISE EXCEPTION 'table_name: % is not an exported table', coalesce(quote_literal(table_name), 'NULL')
+            USING ERRCODE = '22023',
+            HINT = 'Name one of SELECT table_name FROM rcll.export_tables().';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION rcll._check_export_table(text) IS 'Internal: raises an error naming the fix unless table_name is listed in rcll.export_tables().';
+
+CREATE OR REPLACE FUNCTION rcll._export_query(bank_id integer, table_name text)
+RETURNS text
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t record;
+    ord text;
+BEGIN
+    PERFORM rcll._check_export_table(table_name);
+    SELECT e.* INTO t FROM rcll.export_tables() e WHERE e.table_name = _export_query.table_name;
+    -- Text keys sort byte-wise, whatever the database's collation.
+    SELECT string_agg(format('x.%I%s', k, CASE WHEN a.atttypid IN ('text'::regtype, 'name'::regtype)
+                                               THEN ' COLLATE "C"' ELSE '' END), ', ' ORDER BY i)
+    INTO ord
+    FROM unnest(t.key_columns) WITH ORDINALITY AS c(k, i)
+    JOIN pg_attribute a ON a.attrelid = format('rcll.%I', t.table_name)::regclass AND a.attname = c.k;
+    RETURN format('SELECT CASE WHEN %L = ''banks'' THEN to_jsonb(x) ELSE to_jsonb(x) - ''bank_id'' END AS row '
+                  'FROM rcll.%I x WHERE x.bank_id = %s ORDER BY %s',
+                  t.table_name, t.table_name, bank_id, ord);
+END
+$$;
+COMMENT ON FUNCTION rcll._export_query(integer, text) IS 'Internal: the canonical export query of one table of one bank (names from rcll.export_tables() only, quoted).';
+
+CREATE OR REPLACE FUNCTION rcll._export_settings()
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- Transaction-local: the rest of the exporting transaction prints values canonically.
+    PERFORM set_config('TimeZone', 'UTC', true), set_config('DateStyle', 'ISO, YMD', true),
+            set_config('IntervalStyle', 'postgres', true), set_config('extra_float_digits', '1', true),
+            set_config('bytea_output', 'hex', true);
+END
+$$;
+COMMENT ON FUNCTION rcll._export_settings() IS 'Internal: pins, for the current transaction, the settings that decide how values print (TimeZone UTC, DateStyle ISO, IntervalStyle postgres, extra_float_digits 1, bytea_output hex).';
+
+CREATE OR REPLACE FUNCTION rcll.export_rows(bank text, table_name text)
+RETURNS SETOF jsonb
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET TimeZone = 'UTC'
+SET DateStyle = 'ISO, YMD'
+SET IntervalStyle = 'postgres'
+SET extra_float_digits = 1
+SET bytea_output = 'hex'
+AS $$
+BEGIN
+    -- For psql: SELECT rcll.export_rows('b', 'memory_units'). The rows are materialised by the
+    -- function (spilling to disk past work_mem); to stream a large table with bounded memory on
+    -- both sides, use rcll.export_cursor() and FETCH from it.
+    RETURN QUERY EXECUTE rcll._export_query(rcll._bank_id(bank), table_name);
+END
+$$;
+COMMENT ON FUNCTION rcll.export_rows(text, text) IS 'Every row of one exported table (rcll.export_tables()) that belongs to the bank, one jsonb per row with every column (bank_id dropped except on the banks row), in the canonical order, values printed canonically (UTC, ISO dates, shortest exact floats, hex bytea).';
+
+CREATE OR REPLACE FUNCTION rcll.export_cursor(bank text, table_name text, cursor_name text DEFAULT NULL)
+RETURNS refcursor
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    c refcursor := coalesce(cursor_name, 'rcll_export_' || table_name);
+BEGIN
+    -- The cursor runs at FETCH time, outside this function: pin the print settings for the
+    -- transaction (the export runs in one REPEATABLE READ transaction, one consistent snapshot).
+    PERFORM rcll._export_settings();
+    OPEN c NO SCROLL FOR EXECUTE rcll._export_query(rcll._bank_id(bank), table_name);
+    RETURN c;
+END
+$$;
+COMMENT ON FUNCTION rcll.export_cursor(text, text, text) IS 'Open a cursor over rcll.export_rows(bank, table_name) for streaming (FETCH FORWARD n FROM it) with bounded memory on server and client. Pins TimeZone UTC and the other print settings for the rest of the transaction. Use inside BEGIN ISOLATION LEVEL REPEATABLE READ ... COMMIT so every table comes from one snapshot.';
+
+CREATE OR REPLACE FUNCTION rcll.export_max_ids(bank text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    b   integer := rcll._bank_id(bank);
+    t   record;
+    m   bigint;
+    out jsonb := '{}';
+BEGIN
+    FOR t IN SELECT * FROM rcll.export_tables() e WHERE e.id_column IS NOT NULL ORDER BY e.table_position LOOP
+        EXECUTE format('SELECT max(x.%I)::bigint FROM rcll.%I x WHERE x.bank_id = $1', t.id_column, t.table_name)
+            INTO m USING b;
+        out := out || jsonb_build_object(t.table_name, coalesce(m, 0));
+    END LOOP;
+    RETURN out;
+END
+$$;
+COMMENT ON FUNCTION rcll.export_max_ids(text) IS 'The largest identity per exported table of a bank, for the export manifest; rcll.import_begin() moves each sequence past it so renumbered rows never take an id a later row of the import keeps.';
+
+
+-- functions 310-import.sql
+-- Import: load an export (rcll.export_rows output) back, exactly, in one transaction.
+--
+--   BEGIN;
+--   SELECT rcll.import_begin(bank_row => '<the banks.jsonl line>', on_conflict => 'error', max_ids => '<manifest max_ids>');
+--   SELECT rcll.import_rows('documents', '[<rows>]');  -- ... every table in rcll.export_tables() order
+--   SELECT rcll.import_finish();
+--   COMMIT;
+--
+-- Rows are written as exported: the write-path triggers (janitor, author resolution, room counts)
+-- are switched off for the insert - they already ran when the rows were first written, and running
+-- them again would rewrite authors, rooms and tags. Ids are kept; an id another bank already uses
+-- is renumbered, and every column holding it (rcll.export_tables().refs) follows. Importing needs
+-- the tables' owner (ALTER TABLE ... DISABLE TRIGGER), so a read-only or agent role cannot import.
+
+CREATE OR REPLACE FUNCTION rcll._import_state()
+RETURNS TABLE (bank_id integer, bank_name text, fresh boolean, on_conflict text)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF to_regclass('pg_temp.rcll_import_state') IS NULL THEN
+        RAISE EXCEPTION 'import_begin: no import in progress in this session' USING ERRCODE = '55000',
+            HINT = 'Call rcll.import_begin(bank_row, on_conflict, max_ids) first, in the same transaction.';
+    END IF;
+    RETURN QUERY EXECUTE 'SELECT s.bank_id, s.bank_name, s.fresh, s.on_conflict FROM pg_temp.rcll_import_state s';
+END
+$$;
+COMMENT ON FUNCTION rcll._import_state() IS 'Internal: the import in progress in this session (set by rcll.import_begin), or an error naming the fix.';
+
+CREATE OR REPLACE FUNCTION rcll._import_ref(table_name text, old jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n bigint;
+BEGIN
+    IF old IS NULL OR jsonb_typeof(old) = 'null' THEN
+        RETURN old;
+    END IF;
+    EXECUTE 'SELECT m.new_id FROM pg_temp.rcll_import_ids m WHERE m.tbl = $1 AND m.old_id = $2'
+        INTO n USING table_name, (old #>> '{}')::bigint;
+    RETURN coalesce(to_jsonb(n), old);
+END
+$$;
+COMMENT ON FUNCTION rcll._import_ref(text, jsonb) IS 'Internal: the id an exported identity of table_name has in this database (renumbered when another bank held it, else unchanged).';
+
+CREATE OR REPLACE FUNCTION rcll._import_triggers(table_name text, enable boolean, names text[] DEFAULT NULL)
+RETURNS text[]
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    rel regclass := format('rcll.%I', table_name)::regclass;
+    t   text;
+    out text[] := '{}';
+BEGIN
+    -- Only the triggers that are on now are switched off, and exactly those are switched back on:
+    -- a trigger an administrator disabled stays disabled.
+    IF NOT enable THEN
+        -- The copy into rcll.unit_lexicon stays on: it is not a write-path decision but the
+        -- lexical channel's view of the rows, and must hold every imported unit.
+        SELECT coalesce(array_agg(g.tgname::text ORDER BY g.tgname), '{}') INTO out
+        FROM pg_trigger g WHERE g.tgrelid = rel AND NOT g.tgisinternal AND g.tgenabled <> 'D'
+          AND g.tgname NOT IN ('units_lexicon_inserted', 'units_lexicon_changed');
+    ELSE
+        out := coalesce(names, '{}');
+    END IF;
+    FOREACH t IN ARRAY out LOOP
+        EXECUTE format('ALTER TABLE %s %s TRIGGER %I', rel, CASE WHEN enable THEN 'ENABLE' ELSE 'DISABLE' END, t);
+    END LOOP;
+    RETURN out;
+END
+$$;
+COMMENT ON FUNCTION rcll._import_triggers(text, boolean, text[]) IS 'Internal: disable the enabled user triggers of an rcll table (returning their names), or enable the named ones again. Needs the table owner; transactional, so a failed import leaves them as they were.';
+
+CREATE OR REPLACE FUNCTION rcll._import_sequence(table_name text, id_column text, at_least bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    seq  text := pg_get_serial_sequence(format('rcll.%I', table_name), id_column);
+    top  bigint;
+    last bigint;
+    called boolean;
+BEGIN
+    EXECUTE format('SELECT max(x.%I)::bigint FROM rcll.%I x', id_column, table_name) INTO top;
+    EXECUTE format('SELECT s.last_value, s.is_called FROM %s s', seq) INTO last, called;
+    top := greatest(coalesce(top, 0), coalesce(at_least, 0), CASE WHEN called THEN last ELSE last - 1 END);
+    IF top > 0 THEN
+        PERFORM setval(seq, top, true);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION rcll._import_sequence(text, text, bigint) IS 'Internal: move an identity sequence past the table''s largest id and at_least (never backwards).';
+
+CREATE OR REPLACE FUNCTION rcll.import_begin(bank_row jsonb, on_conflict text DEFAULT 'error', max_ids jsonb DEFAULT '{}')
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    bname  text := bank_row ->> 'name';
+    b      integer;
+    fresh  boolean;
+    t      record;
+BEGIN
+    IF on_conflict IS NULL OR on_conflict NOT IN ('error', 'skip', 'replace') THEN
+        RAISE EXCEPTION 'on_conflict: % is not a conflict policy', coalesce(quote_literal(on_conflict), 'NULL')
+            USING ERRCODE = '22023',
+            HINT = 'Use error (the default: refuse rows that already exist), skip (keep what is there) or replace (overwrite it).';
+    END IF;
+    IF bank_row IS NULL OR jsonb_typeof(bank_row) <> 'object' OR bname IS NULL THEN
+        RAISE EXCEPTION 'bank_row: must be the exported banks row (a JSON object with a name)' USING ERRCODE = '22023',
+            HINT = 'Pass the one line of banks.jsonl from the export.';
+    END IF;
+    IF max_ids IS NULL OR jsonb_typeof(max_ids) <> 'object' THEN
+        RAISE EXCEPTION 'max_ids: must be a JSON object' USING ERRCODE = '22023',
+            HINT = 'Pass the manifest''s max_ids, or ''{}''.';
+    END IF;
+    -- A fresh slate for this session's import bookkeeping.
+    DROP TABLE IF EXISTS pg_temp.rcll_import_state, pg_temp.rcll_import_ids, pg_temp.rcll_import_pending;
+    CREATE TEMP TABLE rcll_import_state (bank_id integer, bank_name text, fresh boolean, on_conflict text,
+                                         counts jsonb NOT NULL DEFAULT '{}');
+    CREATE TEMP TABLE rcll_import_ids (tbl text, old_id bigint, new_id bigint, PRIMARY KEY (tbl, old_id));
+    CREATE TEMP TABLE rcll_import_pending (unit_id bigint PRIMARY KEY, superseded_by bigint NOT NULL);
+
+    FOR t IN SELECT * FROM rcll.export_tables() e WHERE e.id_column IS NOT NULL LOOP
+        PERFORM rcll._import_sequence(t.table_name, t.id_column, (max_ids ->> t.table_name)::bigint);
+    END LOOP;
+
+    SELECT x.bank_id INTO b FROM rcll.banks x WHERE x.name = bname FOR UPDATE;
+    fresh := b IS NULL;
+    IF NOT fresh THEN
+        IF on_conflict = 'error' THEN
+            RAISE EXCEPTION 'bank: bank "%" already exists in this database', bname USING ERRCODE = '23505',
+                HINT = 'Import into an empty database, or choose on_conflict => ''skip'' (keep existing rows) or ''replace'' (overwrite them).';
+        ELSIF on_conflict = 'replace' THEN
+            UPDATE rcll.banks x SET description = r.description, text_search_config = r.text_search_config,
+                                    settings = r.settings, created_at = r.created_at
+            FROM jsonb_populate_record(NULL::rcll.banks, bank_row) r WHERE x.bank_id = b;
+        END IF;
+    ELSE
+        b := (bank_row ->> 'bank_id')::integer;
+        IF b IS NULL OR EXISTS (SELECT 1 FROM rcll.banks x WHERE x.bank_id = b) THEN
+            b := nextval(pg_get_serial_sequence('rcll.banks', 'bank_id'));
+        END IF;
+        INSERT INTO rcll.banks OVERRIDING SYSTEM VALUE
+        SELECT (jsonb_populate_record(NULL::rcll.banks, bank_row || jsonb_build_object('bank_id', b))).*;
+    END IF;
+    INSERT INTO pg_temp.rcll_import_state (bank_id, bank_name, fresh, on_conflict) VALUES (b, bname, fresh, on_conflict);
+    RETURN b;
+END
+$$;
+COMMENT ON FUNCTION rcll.import_begin(jsonb, text, jsonb) IS 'Start importing one exported bank in this transaction: creates the bank from its exported row (keeping its id when free) or, when a bank of that name exists, refuses (on_conflict error), keeps it (skip) or overwrites its settings (replace). max_ids (the manifest''s) moves sequences past every exported id. Follow with rcll.import_rows per table and rcll.import_finish. Returns the bank id.';
+
+CREATE OR REPLACE FUNCTION rcll.import_rows(table_name text, rows jsonb)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    st     record;
+    t      record;
+    rel    text;
+    cols   text;
+    pk     text;
+    upd    text;
+    fix    text;
+    seq    text;
+    stmt   text;
+    trg    text[];
+    n      bigint := 0;
+    k      text;
+    v      text;
+BEGIN
+    SELECT * INTO st FROM rcll._import_state();
+    PERFORM rcll._check_export_table(table_name);
+    IF table_name = 'banks' THEN
+        RAISE EXCEPTION 'table_name: the banks row is imported by rcll.import_begin' USING ERRCODE = '22023';
+    END IF;
+    IF rows IS NULL OR jsonb_typeof(rows) <> 'array' THEN
+        RAISE EXCEPTION 'rows: must be a JSON array of exported rows' USING ERRCODE = '22023',
+            HINT = 'Pass lines of <table>.jsonl as one JSON array.';
+    END IF;
+    IF jsonb_array_length(rows) = 0 THEN
+        RETURN 0;
+    END IF;
+    -- Count deltas not yet folded belong to the exported rooms; into an existing bank the counts
+    -- are recounted by import_finish instead.
+    IF table_name = 'room_count_queue' AND NOT st.fresh THEN
+        RETURN 0;
+    END IF;
+    SELECT e.* INTO t FROM rcll.export_tables() e WHERE e.table_name = import_rows.table_name;
+    rel := format('rcll.%I', t.table_name);
+
+    SELECT string_agg(format('%I', a.attname), ', ' ORDER BY a.attnum),
+           string_agg(format('%I = excluded.%I', a.attname, a.attname), ', ' ORDER BY a.attnum)
+               FILTER (WHERE a.attidentity = '' AND a.attname <> 'bank_id'
+                       AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conrelid = a.attrelid
+                                       AND c.contype = 'p' AND a.attnum = ANY (c.conkey)))
+    INTO cols, upd
+    FROM pg_attribute a WHERE a.attrelid = rel::regclass AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '';
+    SELECT string_agg(format('%I', a.attname), ', ' ORDER BY array_position(c.conkey, a.attnum))
+    INTO pk
+    FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = ANY (c.conkey)
+    WHERE c.conrelid = rel::regclass AND c.contype = 'p';
+
+    -- 1. Identities another bank already uses are renumbered; a document or entity this bank
+    --    already has under its natural key (content hash, name) maps onto the existing row.
+    IF t.id_column IS NOT NULL THEN
+        seq := pg_get_serial_sequence(rel, t.id_column);
+        IF t.table_name = 'documents' AND NOT st.fresh THEN
+            INSERT INTO pg_temp.rcll_import_ids (tbl, old_id, new_id)
+            SELECT 'documents', (x ->> 'document_id')::bigint, d.document_id
+            FROM jsonb_array_elements(rows) x
+            JOIN rcll.documents d ON d.bank_id = st.bank_id AND d.content_hash = decode(substr(x ->> 'content_hash', 3), 'hex')
+            WHERE d.document_id <> (x ->> 'document_id')::bigint
+            ON CONFLICT DO NOTHING;
+        ELSIF t.table_name = 'entities' AND NOT st.fresh THEN
+            INSERT INTO pg_temp.rcll_import_ids (tbl, old_id, new_id)
+            SELECT 'entities', (x ->> 'entity_id')::bigint, e.entity_id
+            FROM jsonb_array_elements(rows) x
+            JOIN rcll.entities e ON e.bank_id = st.bank_id AND e.name = x ->> 'name'
+            WHERE e.entity_id <> (x ->> 'entity_id')::bigint
+            ON CONFLICT DO NOTHING;
+        END IF;
+        EXECUTE format(
+            'INSERT INTO pg_temp.rcll_import_ids (tbl, old_id, new_id) '
+            'SELECT %L, s.old, nextval(%L) FROM (SELECT DISTINCT (x ->> %L)::bigint AS old FROM jsonb_array_elements($1) x) s '
+            'WHERE NOT EXISTS (SELECT 1 FROM pg_temp.rcll_import_ids m WHERE m.tbl = %L AND m.old_id = s.old) '
+            '  AND EXISTS (SELECT 1 FROM %s y WHERE y.%I = s.old AND y.bank_id <> $2) '
+            'ORDER BY s.old',
+            t.table_name, seq, t.id_column, t.table_name, rel, t.id_column) USING rows, st.bank_id;
+    END IF;
+
+    -- 2. Each row as this database will hold it: this bank's id, identities mapped.
+    fix := format('x || jsonb_build_object(%L, %s', 'bank_id', st.bank_id);
+    IF t.id_column IS NOT NULL THEN
+        fix := fix || format(', %L, rcll._import_ref(%L, x -> %L)', t.id_column, t.table_name, t.id_column);
+    END IF;
+    FOR k, v IN SELECT r.key, r.value #>> '{}' FROM jsonb_each(t.refs) r LOOP
+        IF t.table_name = 'memory_units' AND k = 'superseded_by' THEN
+            fix := fix || ', ''superseded_by'', NULL';   -- set by import_finish, once every unit exists
+        ELSE
+            fix := fix || format(', %L, rcll._import_ref(%L, x -> %L)', k, v, k);
+        END IF;
+    END LOOP;
+    fix := fix || ')';
+    IF t.table_name = 'memory_units' THEN
+        INSERT INTO pg_temp.rcll_import_pending (unit_id, superseded_by)
+        SELECT (rcll._import_ref('memory_units', x -> 'unit_id') #>> '{}')::bigint, (x ->> 'superseded_by')::bigint
+        FROM jsonb_array_elements(rows) x WHERE x ->> 'superseded_by' IS NOT NULL
+        ON CONFLICT (unit_id) DO UPDATE SET superseded_by = excluded.superseded_by;
+    END IF;
+
+    stmt := format('INSERT INTO %s AS y (%s) OVERRIDING SYSTEM VALUE SELECT %s FROM ('
+                   'SELECT (jsonb_populate_record(NULL::%s, %s)).* FROM jsonb_array_elements($1) x) r',
+                   rel, cols, cols, rel, fix);
+    IF st.on_conflict = 'skip' THEN
+        stmt := stmt || ' ON CONFLICT DO NOTHING';
+    ELSIF st.on_conflict = 'replace' AND pk IS NOT NULL AND upd IS NULL THEN
+        stmt := stmt || ' ON CONFLICT DO NOTHING';          -- every column is key: nothing to replace
+    ELSIF st.on_conflict = 'replace' AND pk IS NOT NULL THEN
+        stmt := stmt || format(' ON CONFLICT (%s) DO UPDATE SET %s', pk, upd);
+    END IF;
+
+    trg := rcll._import_triggers(t.table_name, false);
+    BEGIN
+        EXECUTE stmt USING rows;
+        GET DIAGNOSTICS n = ROW_COUNT;
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'on_conflict: a % row of this import already exists (%)', t.table_name, SQLERRM
+            USING ERRCODE = '23505',
+            HINT = 'Import into an empty database, or choose on_conflict => ''skip'' (keep existing rows) or ''replace'' (overwrite them).';
+    END;
+    PERFORM rcll._import_triggers(t.table_name, true, trg);
+    EXECUTE 'UPDATE pg_temp.rcll_import_state SET counts = counts || jsonb_build_object($1::text, coalesce((counts ->> $1)::bigint, 0) + $2)'
+        USING t.table_name, n;
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION rcll.import_rows(text, jsonb) IS 'Import a batch of exported rows (a JSON array of rcll.export_rows lines) of one table into the bank rcll.import_begin started, exactly as exported: write-path triggers off, ids kept unless another bank holds them (then renumbered consistently), conflicts handled by the import''s on_conflict. Returns the number of rows written.';
+
+CREATE OR REPLACE FUNCTION rcll.import_finish()
+RETURNS jsonb
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    st     record;
+    t      record;
+    trg    text[];
+    counts jsonb;
+    missing bigint;
+BEGIN
+    SELECT * INTO st FROM rcll._import_state();
+    -- Supersession links, now that every unit of the import exists.
+    EXECUTE 'SELECT count(*) FROM pg_temp.rcll_import_pending p WHERE NOT EXISTS ('
+            'SELECT 1 FROM rcll.memory_units u WHERE u.unit_id = (rcll._import_ref(''memory_units'', to_jsonb(p.superseded_by)) #>> ''{}'')::bigint)'
+        INTO missing;
+    IF missing > 0 THEN
+        RAISE EXCEPTION 'memory_units: % unit(s) are superseded by units the import does not contain', missing
+            USING ERRCODE = '23503', HINT = 'Import every table of the export (memory_units.jsonl in full).';
+    END IF;
+    trg := rcll._import_triggers('memory_units', false);
+    EXECUTE 'UPDATE rcll.memory_units u SET superseded_by = (rcll._import_ref(''memory_units'', to_jsonb(p.superseded_by)) #>> ''{}'')::bigint '
+            'FROM pg_temp.rcll_import_pending p WHERE u.unit_id = p.unit_id AND u.bank_id = $1'
+        USING st.bank_id;
+    PERFORM rcll._import_triggers('memory_units', true, trg);
+
+    FOR t IN SELECT * FROM rcll.export_tables() e WHERE e.id_column IS NOT NULL LOOP
+        PERFORM rcll._import_sequence(t.table_name, t.id_column, 0);
+    END LOOP;
+
+    IF NOT st.fresh THEN
+        -- Merged into an existing bank: the room registry counts and BM25 statistics are recounted.
+        DELETE FROM rcll.room_count_queue q WHERE q.bank_id = st.bank_id;
+        INSERT INTO rcll.rooms (bank_id, name, created_by, first_used, last_used)
+        SELECT st.bank_id, u.room, 'human', min(u.created_at), max(u.created_at)
+        FROM rcll.memory_units u WHERE u.bank_id = st.bank_id AND u.room IS NOT NULL GROUP BY u.room
+        ON CONFLICT (bank_id, name) DO NOTHING;
+        UPDATE rcll.rooms r SET fact_count = coalesce((SELECT count(*) FROM rcll.memory_units u
+                                                      WHERE u.bank_id = st.bank_id AND u.room = r.name), 0)
+        WHERE r.bank_id = st.bank_id;
+        PERFORM rcll.refresh_bank_stats(st.bank_name);
+    END IF;
+
+    EXECUTE 'SELECT counts FROM pg_temp.rcll_import_state' INTO counts;
+    -- Audited database-wide (bank_id NULL): the bank's own rows stay exactly as exported.
+    INSERT INTO rcll.audit_log (bank_id, actor, action, target, detail)
+    VALUES (NULL, rcll._actor(), 'import', jsonb_build_object('bank', st.bank_name, 'bank_id', st.bank_id),
+            jsonb_build_object('on_conflict', st.on_conflict, 'fresh', st.fresh, 'rows', counts));
+    DROP TABLE IF EXISTS pg_temp.rcll_import_state, pg_temp.rcll_import_ids, pg_temp.rcll_import_pending;
+    RETURN jsonb_build_object('bank', st.bank_name, 'bank_id', st.bank_id, 'fresh', st.fresh, 'rows', counts);
+END
+$$;
+COMMENT ON FUNCTION rcll.import_finish() IS 'Finish the import rcll.import_begin started: set supersession links, move sequences past the imported ids, recount room counts and BM25 statistics when the bank already existed, and record the import in rcll.audit_log (database-wide, so the bank''s rows stay as exported). Returns the bank and rows written per table.';
+
+
+-- functions 400-browse.sql
+-- Browsing a bank as a person does (the console): its floor plan, its units by filter, merges to decide, state keys.
+
+CREATE OR REPLACE FUNCTION rcll.floor_plan(bank text)
+RETURNS TABLE (name text, status text, merged_into text, proposed_into text, fact_count bigint, aliases text[],
+               created_by text, first_used timestamptz, last_used timestamptz,
+               halls jsonb, layers jsonb, authors jsonb)
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT rcll._bank_id(floor_plan.bank);           -- an unknown bank is an error, rows or not
+    -- One pass over the bank's units (grouping sets) gives every room's halls, layers and writers;
+    -- the registry columns come from rcll.rooms(), so the two listings cannot disagree.
+    WITH b AS (SELECT rcll._bank_id(floor_plan.bank) AS id),
+    g AS (
+        -- GROUPING(hall, layer, author) is a bit mask of the columns grouped away: 7 the room
+        -- alone, 3 by hall, 5 by layer, 6 by author.
+        SELECT u.room, u.hall, u.layer, u.author, count(*) AS n, GROUPING(u.hall, u.layer, u.author) AS gs
+        FROM rcll.memory_units u, b
+        WHERE u.bank_id = b.id
+        GROUP BY GROUPING SETS ((u.room), (u.room, u.hall), (u.room, u.layer), (u.room, u.author))
+    ),
+    profile AS (
+        SELECT g.room,
+               sum(g.n) FILTER (WHERE g.gs = 7)::bigint AS n,
+               coalesce(jsonb_object_agg(coalesce(g.hall, '(untyped)'), g.n) FILTER (WHERE g.gs = 3), '{}') AS halls,
+               coalesce(jsonb_object_agg(g.layer, g.n) FILTER (WHERE g.gs = 5), '{}') AS layers,
+               coalesce(jsonb_object_agg(coalesce(g.author, '(none)'), g.n) FILTER (WHERE g.gs = 6), '{}') AS authors
+        FROM g GROUP BY g.room
+    )
+    SELECT r.name, r.status, r.merged_into, r.proposed_into, r.fact_count, r.aliases, r.created_by,
+           r.first_used, r.last_used,
+           coalesce(p.halls, '{}'), coalesce(p.layers, '{}'), coalesce(p.authors, '{}')
+    FROM rcll.rooms(floor_plan.bank) r
+    LEFT JOIN profile p ON p.room = r.name
+    UNION ALL   -- units filed in no room are part of the plan too (a room filter never matches them)
+    SELECT NULL, 'none', NULL, NULL, p.n, '{}', NULL, NULL, NULL, p.halls, p.layers, p.authors
+    FROM profile p WHERE p.room IS NULL
+    ORDER BY 5 DESC, 1 NULLS LAST
+$$;
+COMMENT ON FUNCTION rcll.floor_plan(text) IS 'The floor plan of a bank for people: every room as rcll.rooms() lists it (exact unit count, status, merge target or pending proposal, aliases, who created it, first/last use) with its units counted by hall, by layer and by author (JSON objects; (untyped) and (none) for missing values), plus one row with a NULL name for units in no room.';
+
+CREATE OR REPLACE FUNCTION rcll.units(
+    bank      text,
+    rooms     text[] DEFAULT NULL,
+    halls     text[] DEFAULT NULL,
+    layers    text[] DEFAULT NULL,
+    authors   text[] DEFAULT NULL,
+    tags_any  text[] DEFAULT NULL,
+    tags_all  text[] DEFAULT NULL,
+    threads   text[] DEFAULT NULL,
+    time_from timestamptz DEFAULT NULL,
+    time_to   timestamptz DEFAULT NULL,
+    "limit"   integer DEFAULT 50,
+    "offset"  integer DEFAULT 0)
+RETURNS TABLE (unit_id bigint, kind text, text text, room text, hall text, layer text, author text,
+               author_source text, thread text, tags text[], at timestamptz, occurred_start timestamptz,
+               mentioned_at timestamptz, created_at timestamptz, superseded_by bigint, document_id bigint,
+               total bigint)
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- An unknown bank is an error, not an empty page: checked by a statement of its own, which
+    -- runs even when no row would ever reach the bank test below.
+    SELECT rcll._bank_id(units.bank);
+    -- A listing, not a recall: no ranking, newest first by when the unit happened (else was said,
+    -- else was written). rooms expand like a recall's (an alias or merged name reads its room);
+    -- superseded units are listed too, marked by superseded_by. total counts every match.
+    WITH b AS (SELECT rcll._bank_id(units.bank) AS id),
+    scope AS (SELECT b.id, rcll._expand_rooms(b.id, units.rooms) AS rooms FROM b)
+    SELECT u.unit_id, u.kind, u.text, u.room, u.hall, u.layer, u.author, u.author_source, u.thread, u.tags,
+           coalesce(u.occurred_start, u.mentioned_at, u.created_at), u.occurred_start, u.mentioned_at,
+           u.created_at, u.superseded_by, u.document_id, count(*) OVER ()
+    FROM rcll.memory_units u, scope s
+    WHERE u.bank_id = s.id
+      AND (s.rooms IS NULL OR u.room = ANY (s.rooms))
+      AND (units.halls IS NULL OR u.hall = ANY (units.halls))
+      AND (units.layers IS NULL OR u.layer = ANY (units.layers))
+      AND (units.authors IS NULL OR u.author = ANY (units.authors))
+      AND (units.tags_any IS NULL OR u.tags && units.tags_any)
+      AND (units.tags_all IS NULL OR u.tags @> units.tags_all)
+      AND (units.threads IS NULL OR u.thread = ANY (units.threads))
+      AND (units.time_from IS NULL OR coalesce(u.occurred_start, u.mentioned_at, u.created_at) >= units.time_from)
+      AND (units.time_to IS NULL OR coalesce(u.occurred_start, u.mentioned_at, u.created_at) < units.time_to)
+    ORDER BY coalesce(u.occurred_start, u.mentioned_at, u.created_at) DESC, u.unit_id DESC
+    LIMIT least(greatest(coalesce(units."limit", 50), 0), 500) OFFSET greatest(coalesce(units."offset", 0), 0)
+$$;
+COMMENT ON FUNCTION rcll.units(text, text[], text[], text[], text[], text[], text[], text[], timestamptz, timestamptz, integer, integer) IS 'Browse a bank''s units by filter (rooms with their aliases and merged names, halls, layers, authors, tags any / all, threads, and [time_from, time_to) on when each happened, else was said, else was written), newest first, "limit" at most 500 per page from "offset". Not a recall: nothing is ranked. total is the number of matches.';
+
+CREATE OR REPLACE FUNCTION rcll.merge_proposals(bank text, include_decided boolean DEFAULT false)
+RETURNS TABLE (proposal_id bigint, from_room text, into_room text, reason text, status text,
+               proposed_by text, proposed_at timestamptz, decided_by text, decided_at timestamptz,
+               from_units bigint, into_units bigint)
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT rcll._bank_id(merge_proposals.bank);      -- an unknown bank is an error, rows or not
+    -- What a person decides on: the pending proposals first (oldest first), each with the number
+    -- of units that would move and that the target already holds.
+    SELECT p.proposal_id, p.from_room, p.into_room, p.reason, p.status, p.proposed_by, p.proposed_at,
+           coalesce((SELECT a.actor FROM rcll.audit_log a   -- the person, when the server named one
+                     WHERE a.bank_id = p.bank_id AND a.action = 'room_merge_decision'
+                       AND a.detail ->> 'proposal_id' = p.proposal_id::text
+                     ORDER BY a.audit_id DESC LIMIT 1), p.decided_by),
+           p.decided_at,
+           (SELECT count(*) FROM rcll.memory_units u WHERE u.bank_id = p.bank_id AND u.room = p.from_room),
+           (SELECT count(*) FROM rcll.memory_units u WHERE u.bank_id = p.bank_id AND u.room = p.into_room)
+    FROM rcll.room_merge_proposals p
+    WHERE p.bank_id = rcll._bank_id(merge_proposals.bank)
+      AND (p.status = 'pending' OR coalesce(merge_proposals.include_decided, false))
+    ORDER BY p.status <> 'pending', CASE WHEN p.status = 'pending' THEN p.proposed_at END, p.decided_at DESC, p.proposal_id
+$$;
+COMMENT ON FUNCTION rcll.merge_proposals(text, boolean) IS 'Room merge proposals of a bank awaiting a person (rcll.approve_room_merge / rcll.reject_room_merge), oldest first, with the units that would move (from_units) and those already in the target (into_units); include_decided adds approved and rejected ones, newest decision first, decided_by naming the person when the server recorded one (rcll.decide_room_merge).';
+
+CREATE OR REPLACE FUNCTION rcll.state_keys(bank text, rooms text[] DEFAULT NULL)
+RETURNS TABLE (room text, key text, version integer, value jsonb, provenance jsonb, created_at timestamptz)
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT rcll._bank_id(state_keys.bank);           -- an unknown bank is an error, rows or not
+    -- Exact room strings, like rcll.get_state: state is keyed, never resolved by spelling.
+    SELECT DISTINCT ON (s.room, s.key) s.room, s.key, s.version, s.value, s.provenance, s.created_at
+    FROM rcll.room_state s
+    WHERE s.bank_id = rcll._bank_id(state_keys.bank)
+      AND (state_keys.rooms IS NULL OR s.room = ANY (state_keys.rooms))
+    ORDER BY s.room, s.key, s.version DESC
+$$;
+COMMENT ON FUNCTION rcll.state_keys(text, text[]) IS 'Every keyed state of a bank (or of the rooms named, exactly as stored) at its current version, with its provenance; rcll.state_history(bank, room, key) lists the versions of one.';
+
+CREATE OR REPLACE FUNCTION rcll.decide_room_merge(bank text, from_room text, approve boolean, reason text DEFAULT NULL,
+                                                  person text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    b   integer := rcll._bank_id(bank);
+    who text := nullif(btrim(person), '');
+    n   bigint := 0;
+BEGIN
+    -- The person is the server's word, like rcll.agent: only a member of rcll_identity_server (the
+    -- RCLL server, which authenticated them) may name one. Agents stay refused by approve itself.
+    IF who IS NOT NULL AND NOT (to_regrole('rcll_identity_server') IS NOT NULL
+                                AND pg_has_role(session_user, 'rcll_identity_server', 'MEMBER')) THEN
+        RAISE EXCEPTION 'person: only the RCLL server names the person deciding' USING ERRCODE = '42501',
+            HINT = 'Decide as yourself: leave person NULL (the audit then names your role).';
+    END IF;
+    IF approve IS NULL THEN
+        RAISE EXCEPTION 'approve: say true (approve) or false (reject)' USING ERRCODE = '22004';
+    ELSIF approve THEN
+        n := rcll.approve_room_merge(bank, from_room);
+    ELSE
+        PERFORM rcll.reject_room_merge(bank, from_room, reason);
+    END IF;
+    IF who IS NOT NULL THEN
+        -- approve/reject audited the decision as the server's role; this row names who made it.
+        INSERT INTO rcll.audit_log (bank_id, actor, action, target, detail)
+        SELECT b, 'person:' || who, 'room_merge_decision',
+               jsonb_build_object('from_room', mp.from_room, 'into_room', mp.into_room),
+               jsonb_build_object('proposal_id', mp.proposal_id, 'decision', mp.status, 'reason', decide_room_merge.reason,
+                                  'units_moved', n)
+        FROM rcll.room_merge_proposals mp
+        WHERE mp.bank_id = b AND mp.from_room = btrim(decide_room_merge.from_room) AND mp.status <> 'pending'
+        ORDER BY mp.decided_at DESC, mp.proposal_id DESC
+        LIMIT 1;
+    END IF;
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION rcll.decide_room_merge(text, text, boolean, text, text) IS 'A person decides a pending room merge: approve (rcll.approve_room_merge; refused for agents) or reject (rcll.reject_room_merge with reason). person names who decided, for the audit log (a room_merge_decision row with actor person:<name>); only the RCLL server (a member of rcll_identity_server) may pass it. Returns the number of units moved (0 for a rejection).';
+

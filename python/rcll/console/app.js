@@ -1,0 +1,432 @@
+// RCLL console: plain JavaScript over the HTTP API of `rcll serve`. No build step, no dependencies.
+"use strict";
+
+const $ = (sel, root = document) => root.querySelector(sel);
+const TOKEN_KEY = "rcll.token";
+const PAGE = 50;
+const CHANNELS = ["dense", "lexical", "graph", "temporal", "context"];
+
+const state = { me: null, bank: null, view: null, plan: null, stats: null, unitsOffset: 0, unitsQuery: {} };
+
+// -- helpers -----------------------------------------------------------------------------------
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "class") node.className = v;
+    else if (k === "text") node.textContent = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else if (k === "dataset") Object.assign(node.dataset, v);
+    else if (k === "style") node.style.cssText = v;   // CSSOM: the page's CSP refuses style attributes
+    else node.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) {
+    if (c !== null && c !== undefined && c !== false) node.append(c instanceof Node ? c : String(c));
+  }
+  return node;
+}
+
+const dash = (v) => (v === null || v === undefined || v === "" ? "—" : v);
+const num = (v, digits) => (v === null || v === undefined ? "—" : Number(v).toFixed(digits));
+const when = (v) => (v ? new Date(v).toISOString().slice(0, 16).replace("T", " ") : "—");
+const entries = (obj) => Object.entries(obj || {}).sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0]));
+
+function say(message, kind = "") {
+  const s = $("#status");
+  s.textContent = message || "";
+  s.className = "status " + kind;
+}
+
+class ApiError extends Error {
+  constructor(status, body) {
+    super(body && body.error ? `${body.field ? body.field + ": " : ""}${body.error}` : `HTTP ${status}`);
+    this.status = status;
+    this.body = body || {};
+  }
+}
+
+async function api(path, { method = "GET", params = null, body = null, raw = false } = {}) {
+  const url = new URL(path, location.origin);
+  for (const [k, v] of Object.entries(params || {})) {
+    if (v !== null && v !== undefined && v !== "") url.searchParams.append(k, v);
+  }
+  const headers = {};
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) headers.Authorization = "Bearer " + token;
+  if (body !== null) headers["Content-Type"] = "application/json";
+  const r = await fetch(url, { method, headers, body: body === null ? null : JSON.stringify(body) });
+  if (!r.ok) {
+    let b = null;
+    try { b = await r.json(); } catch (_) { b = null; }
+    throw new ApiError(r.status, b);
+  }
+  return raw ? r : r.json();
+}
+
+function fail(e) {
+  if (e instanceof ApiError && e.status === 401) {
+    askToken(e.message);
+    return;
+  }
+  say(e.message + (e.body && e.body.hint ? ` — ${e.body.hint}` : ""), "error");
+}
+
+function fill(tbody, rows, empty) {
+  tbody.replaceChildren(...rows);
+  if (!rows.length) {
+    const cols = tbody.closest("table").querySelectorAll("thead th").length;
+    tbody.append(el("tr", {}, el("td", { colspan: cols, class: "muted" }, empty)));
+  }
+}
+
+// -- identity ----------------------------------------------------------------------------------
+
+function askToken(message) {
+  const d = $("#token-dialog");
+  $("#token-error").textContent = message || "";
+  $("#token").value = "";
+  if (!d.open) d.showModal();
+  $("#token").focus();
+}
+
+async function whoami() {
+  let me;
+  try {
+    me = await api("/whoami");
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 401) {
+      sessionStorage.removeItem(TOKEN_KEY);
+      askToken("That token is not known to this server.");
+      return null;
+    }
+    throw e;
+  }
+  state.me = me;
+  $("#token-button").hidden = !me.auth_required;
+  if (me.auth_required && !me.authenticated) {
+    askToken("");
+    return null;
+  }
+  const who = me.agent ? me.agent : "anonymous";
+  $("#who").textContent = `${who} · ${me.read_only ? "read-only" : "read-write"}` +
+    (me.can_decide_merges ? " · may decide merges" : "");
+  document.body.classList.toggle("read-only", !!me.read_only);
+  return me;
+}
+
+// -- views -------------------------------------------------------------------------------------
+
+async function loadBankData() {
+  const [plan, stats, tags] = await Promise.all([
+    api("/floor-plan", { params: { bank: state.bank } }),
+    api("/stats", { params: { bank: state.bank } }),
+    api("/tags", { params: { bank: state.bank } }),
+  ]);
+  state.plan = plan;
+  state.stats = stats;
+  $("#room-list").replaceChildren(...plan.rooms.filter((r) => r.name).map((r) => el("option", { value: r.name })));
+  $("#tag-list").replaceChildren(...tags.tags.slice(0, 500).map((t) => el("option", { value: t.tag })));
+  const options = (sel, values, anyLabel) => {
+    $(sel).replaceChildren(el("option", { value: "" }, anyLabel), ...values.map((v) => el("option", { value: v }, v)));
+  };
+  options("#units-form [name=hall]", Object.keys(stats.hall || {}).filter((h) => h !== "(untyped)").sort(), "any");
+  options("#units-form [name=author]", Object.keys(stats.author || {}).filter((a) => a !== "(none)").sort(), "any");
+  const pending = plan.rooms.filter((r) => r.proposed_into).length;
+  const count = $("#merge-count");
+  count.hidden = pending === 0;
+  count.textContent = pending;
+  count.setAttribute("aria-label", `${pending} pending`);
+}
+
+function tileSize(n, max) {
+  // Log scale: room sizes have a long tail, and an empty room should still be visible.
+  if (!n || !max) return 1;
+  const share = Math.log1p(n) / Math.log1p(max);
+  return share > 0.8 ? 4 : share > 0.55 ? 3 : 2;
+}
+
+function renderPlan() {
+  const rooms = state.plan.rooms;
+  const t = state.stats.totals || {};
+  const live = rooms.filter((r) => r.name && r.fact_count > 0).length;
+  $("#plan-summary").textContent = `${t.units ?? 0} units from ${t.documents ?? 0} documents in ${live} rooms ` +
+    `(${rooms.filter((r) => r.name).length} listed, including the classifier's vocabulary).`;
+  const max = Math.max(0, ...rooms.map((r) => r.fact_count || 0));
+  const tiles = rooms.map((r) => {
+    const size = tileSize(r.fact_count, max);
+    const name = r.name === null ? "(no room)" : r.name;
+    const badge = r.status === "merged" ? `merged into ${r.merged_into}`
+      : r.proposed_into ? `merge proposed into ${r.proposed_into}`
+      : r.status === "none" ? "units filed in no room" : null;
+    const authors = entries(r.authors).slice(0, 3).map(([a, n]) => `${a} ${n}`).join(", ");
+    const halls = entries(r.halls).slice(0, 3).map(([h, n]) => `${h} ${n}`).join(", ");
+    const layers = ["L0", "L1", "L2"].map((l) => `${l} ${(r.layers || {})[l] || 0}`).join(" · ");
+    const body = [
+      el("span", { class: "tile-name" }, name),
+      el("span", { class: "tile-count" }, `${r.fact_count} unit${r.fact_count === 1 ? "" : "s"}`),
+      badge && el("span", { class: "badge" }, badge),
+      r.aliases && r.aliases.length ? el("span", { class: "tile-line" }, "aka " + r.aliases.slice(0, 4).join(", ") +
+        (r.aliases.length > 4 ? ` +${r.aliases.length - 4}` : "")) : null,
+      r.fact_count ? el("span", { class: "tile-line" }, layers) : null,
+      halls ? el("span", { class: "tile-line" }, "halls: " + halls) : null,
+      authors ? el("span", { class: "tile-line" }, "by " + authors) : null,
+    ];
+    const attrs = { class: `tile size-${size} status-${r.status}`, type: "button", dataset: { room: name } };
+    const node = r.name === null || r.status === "merged"
+      ? el("div", { ...attrs, type: null }, body)
+      : el("button", { ...attrs, onclick: () => browseRoom(r.name) }, body);
+    return el("li", { class: `size-${size}` }, node);
+  });
+  $("#plan-tiles").replaceChildren(...tiles);
+}
+
+function browseRoom(room) {
+  const f = $("#units-form");
+  f.reset();
+  f.room.value = room;
+  state.unitsQuery = { room };
+  state.unitsOffset = 0;
+  location.hash = "#units";
+}
+
+async function loadUnits() {
+  const q = state.unitsQuery;
+  const params = { bank: state.bank, limit: PAGE, offset: state.unitsOffset, ...q };
+  if (q.from) params.from = q.from + "T00:00:00Z";
+  if (q.to) params.to = q.to + "T00:00:00Z";
+  const out = await api("/units", { params });
+  const rows = out.units.map((u) => el("tr", { dataset: { unitId: u.unit_id } },
+    el("td", { class: "nowrap" }, when(u.at)),
+    el("td", {}, dash(u.room)), el("td", {}, dash(u.hall)), el("td", {}, u.layer),
+    el("td", {}, dash(u.author)), el("td", {}, dash(u.thread)),
+    el("td", { class: "text" }, u.text, u.superseded_by ? el("span", { class: "badge" }, `superseded by ${u.superseded_by}`) : null,
+      u.tags.length ? el("span", { class: "tags" }, u.tags.join(" ")) : null)));
+  fill($("#units-table tbody"), rows, "No units match these filters.");
+  const first = out.total ? state.unitsOffset + 1 : 0;
+  $("#units-summary").textContent = `${first}–${state.unitsOffset + out.units.length} of ${out.total} units`;
+  $("#units-prev").disabled = state.unitsOffset === 0;
+  $("#units-next").disabled = state.unitsOffset + out.units.length >= out.total;
+}
+
+async function runRecall(form) {
+  const body = { bank: state.bank, query: form.query.value, budget: Number(form.budget.value) || 4096, explain: true };
+  if (form.room.value.trim()) body.rooms = [form.room.value.trim()];
+  if (form.deadline.value) body.deadline_ms = Number(form.deadline.value);
+  say("Recalling…");
+  const out = await api("/recall", { method: "POST", body });
+  say("");
+  const rank = (f, c) => el("td", { class: "num", dataset: { channel: c } }, dash(f["rank_" + c]));
+  const rows = out.facts.map((f, i) => el("tr", { dataset: { unitId: f.unit_id } },
+    el("td", { class: "num" }, i + 1), el("td", { class: "text" }, f.text), el("td", {}, dash(f.room)),
+    el("td", {}, dash(f.author)), CHANNELS.map((c) => rank(f, c)),
+    el("td", { class: "num", dataset: { score: "fused" } }, num(f.fused_score, 4)),
+    el("td", { class: "num", dataset: { score: "rerank" } }, num(f.rerank_score, 2)),
+    el("td", { class: "num" }, f.tokens)));
+  fill($("#recall-table tbody"), rows, "Nothing recalled.");
+  const t = out.timings_ms || {};
+  const phases = { embed: "Embed query", sql: "Channels + fusion (SQL)", rerank: "Cross-encoder", cut: "Budget cut" };
+  const total = Object.keys(phases).reduce((s, k) => s + (t[k] || 0), 0);
+  $("#recall-timings").replaceChildren(
+    ...Object.entries(phases).map(([k, label]) => el("div", { class: `phase phase-${k}` },
+      el("dt", {}, label), el("dd", { dataset: { phase: k } }, `${num(t[k], 1)} ms`))),
+    el("div", { class: "phase" }, el("dt", {}, "Total"), el("dd", { dataset: { phase: "total" } }, `${num(total, 1)} ms`)));
+  $("#recall-stack").replaceChildren(...Object.keys(phases).map((k) =>
+    el("span", { class: `phase-${k}`, style: `width:${total ? (100 * (t[k] || 0)) / total : 0}%`, title: phases[k] })));
+  const cut = out.cut || [];
+  const depth = out.rerank_depth_reached ?? null;
+  $("#recall-summary").textContent = `${out.facts.length} units returned (${out.tokens} of ${out.budget ?? body.budget} tokens) ` +
+    `from ${out.candidates} candidates.` + (depth === null ? "" : ` The cross-encoder read ${depth}` +
+    ` (${out.context_depth_reached ?? 0} again with the chunk before them)` +
+    (out.deadline_cut ? `; the ${out.deadline_ms} ms deadline stopped it there — the rest keep their fused order.` : "."));
+  $("#cut-summary").textContent = cut.length
+    ? `${cut.length} ranked candidates did not fit the budget or the limit (${cut.reduce((s, f) => s + f.tokens, 0)} tokens).`
+    : "Nothing was cut.";
+  fill($("#cut-table tbody"), cut.map((f) => el("tr", { dataset: { unitId: f.unit_id } },
+    el("td", { class: "num" }, f.rank), el("td", { class: "text" }, f.text),
+    el("td", { class: "num" }, num(f.rerank_score, 2)), el("td", { class: "num" }, num(f.fused_score, 4)),
+    el("td", { class: "num" }, f.tokens))), "Nothing was cut.");
+  $("#recall-out").hidden = false;
+}
+
+async function loadMerges() {
+  const out = await api("/merges", { params: { bank: state.bank, include_decided: true } });
+  const canDecide = state.me && state.me.can_decide_merges;
+  const note = $("#merges-readonly");
+  note.hidden = canDecide;
+  const me = state.me || {};
+  note.textContent = me.read_only ? "This server is read-only: decide merges on a read-write server."
+    : me.person === null ? "Your token names an agent; only a person decides merges (a token mapped to person:<name>)."
+    : "Your token does not grant the admin verb, which deciding a merge needs.";
+  const pending = out.proposals.filter((p) => p.status === "pending");
+  const decided = out.proposals.filter((p) => p.status !== "pending");
+  fill($("#merges-table tbody"), pending.map((p) => {
+    const label = `${p.from_room} → ${p.into_room}`;
+    const decide = !canDecide ? el("span", { class: "muted" }, "—") : el("div", { class: "decide" },
+      el("button", { type: "button", class: "approve", "aria-label": `Approve merge ${label}`,
+        onclick: () => decideMerge(p, "approve") }, "Approve"),
+      el("form", { class: "reject", onsubmit: (ev) => { ev.preventDefault(); decideMerge(p, "reject", ev.target.reason.value); } },
+        el("label", { class: "sr-only", for: `reason-${p.proposal_id}` }, `Reason to reject ${label}`),
+        el("input", { id: `reason-${p.proposal_id}`, name: "reason", placeholder: "reason (optional)" }),
+        el("button", { type: "submit", class: "secondary" }, "Reject")));
+    return el("tr", { dataset: { fromRoom: p.from_room } },
+      el("td", {}, el("strong", {}, p.from_room), " → ", p.into_room), el("td", {}, p.reason),
+      el("td", {}, p.proposed_by), el("td", { class: "nowrap" }, when(p.proposed_at)),
+      el("td", { class: "num" }, p.from_units), el("td", {}, decide));
+  }), "No merge is waiting for a decision.");
+  fill($("#decided-table tbody"), decided.map((p) => el("tr", { dataset: { fromRoom: p.from_room } },
+    el("td", {}, `${p.from_room} → ${p.into_room}`), el("td", { class: `decision ${p.status}` }, p.status),
+    el("td", {}, dash(p.decided_by)), el("td", { class: "nowrap" }, when(p.decided_at)), el("td", {}, p.reason))),
+  "No decisions yet.");
+}
+
+async function decideMerge(p, decision, reason) {
+  const out = await api("/merges/decide", { method: "POST",
+    body: { bank: state.bank, from_room: p.from_room, decision, reason: reason || null } });
+  say(decision === "approve"
+    ? `Approved: ${out.moved} unit(s) moved from ${p.from_room} into ${p.into_room}; "${p.from_room}" stays readable as an alias.`
+    : `Rejected: ${p.from_room} stays a room of its own.`, "ok");
+  await loadBankData();
+  await loadMerges();
+  const first = $("#merges-table button, #merges-title");
+  if (first) first.focus();
+}
+
+async function loadState() {
+  const out = await api("/state/keys", { params: { bank: state.bank } });
+  fill($("#state-table tbody"), out.keys.map((k) => el("tr", {},
+    el("td", {}, k.room),
+    el("td", {}, el("button", { type: "button", class: "link", onclick: () => loadHistory(k.room, k.key) }, k.key)),
+    el("td", { class: "num" }, k.version), el("td", {}, el("code", {}, JSON.stringify(k.value))),
+    el("td", {}, dash(k.provenance && k.provenance.who)), el("td", { class: "nowrap" }, when(k.created_at)))),
+  "No keyed state in this bank.");
+  $("#history").hidden = true;
+}
+
+async function loadHistory(room, key) {
+  const out = await api("/state/history", { params: { bank: state.bank, room, key } });
+  $("#history-title").textContent = `History of ${room} / ${key}`;
+  fill($("#history-table tbody"), out.versions.map((v) => el("tr", {},
+    el("td", { class: "num" }, v.version), el("td", {}, el("code", {}, JSON.stringify(v.value))),
+    el("td", {}, dash(v.provenance.who)), el("td", {}, dash(v.provenance.via)),
+    el("td", { class: "nowrap" }, when(v.created_at)))), "No versions.");
+  $("#history").hidden = false;
+  $("#history-title").setAttribute("tabindex", "-1");
+  $("#history-title").focus();
+}
+
+async function downloadExport() {
+  const status = $("#export-status");
+  status.textContent = "Exporting…";
+  const r = await api("/export", { params: { bank: state.bank }, raw: true });
+  const blob = await r.blob();
+  const a = el("a", { href: URL.createObjectURL(blob), download: `${state.bank}.rcll.ndjson` });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  status.textContent = `Downloaded ${state.bank}.rcll.ndjson (${blob.size.toLocaleString()} bytes).`;
+}
+
+// -- routing -----------------------------------------------------------------------------------
+
+const VIEWS = {
+  plan: renderPlan,
+  units: loadUnits,
+  recall: async () => {},
+  merges: loadMerges,
+  state: loadState,
+  export: async () => { $("#export-name").textContent = `${state.bank}.rcll.ndjson`; },
+};
+
+async function show(view, focus = true) {
+  if (!VIEWS[view]) view = "plan";
+  state.view = view;
+  for (const s of document.querySelectorAll("main > section")) s.hidden = s.dataset.view !== view;
+  for (const a of document.querySelectorAll(".tabs a")) {
+    if (a.dataset.view === view) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  }
+  if (!state.bank) return;
+  try {
+    await VIEWS[view]();
+    document.body.dataset.ready = view;
+  } catch (e) {
+    fail(e);
+  }
+  if (focus) {
+    const h = $(`#view-${view} h2`);
+    h.setAttribute("tabindex", "-1");
+    h.focus();
+  }
+}
+
+async function start() {
+  say("");
+  try {
+    if (!(await whoami())) return;
+    const { banks } = await api("/banks");
+    const select = $("#bank");
+    const wanted = new URLSearchParams(location.search).get("bank") || state.bank || "default";
+    select.replaceChildren(...banks.map((b) => el("option", { value: b.name }, `${b.name} (${b.unit_count})`)));
+    if (!banks.length) {
+      say("No banks yet: retain something first (rcll retain, POST /retain).");
+      return;
+    }
+    state.bank = banks.some((b) => b.name === wanted) ? wanted : banks[0].name;
+    select.value = state.bank;
+    await loadBankData();
+    await show(location.hash.slice(1) || "plan", false);
+  } catch (e) {
+    fail(e);
+  }
+}
+
+function wire() {
+  $("#token-form").addEventListener("submit", () => {
+    sessionStorage.setItem(TOKEN_KEY, $("#token").value.trim());
+    start();
+  });
+  $("#token-button").addEventListener("click", () => askToken(""));
+  $("#bank").addEventListener("change", async (ev) => {
+    state.bank = ev.target.value;
+    state.unitsOffset = 0;
+    try {
+      await loadBankData();
+      await show(state.view, false);
+    } catch (e) {
+      fail(e);
+    }
+  });
+  $("#bank-form").addEventListener("submit", (ev) => ev.preventDefault());
+  window.addEventListener("hashchange", () => show(location.hash.slice(1)));
+  $("#units-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const data = Object.fromEntries([...new FormData(ev.target)].filter(([, v]) => String(v).trim() !== ""));
+    state.unitsQuery = data;
+    state.unitsOffset = 0;
+    loadUnits().catch(fail);
+  });
+  $("#units-form").addEventListener("reset", () => {
+    state.unitsQuery = {};
+    state.unitsOffset = 0;
+    setTimeout(() => loadUnits().catch(fail));
+  });
+  $("#units-prev").addEventListener("click", () => {
+    state.unitsOffset = Math.max(0, state.unitsOffset - PAGE);
+    loadUnits().catch(fail);
+  });
+  $("#units-next").addEventListener("click", () => {
+    state.unitsOffset += PAGE;
+    loadUnits().catch(fail);
+  });
+  $("#recall-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    runRecall(ev.target).then(() => { document.body.dataset.ready = "recall-done"; }).catch(fail);
+  });
+  $("#export-button").addEventListener("click", () => downloadExport().catch(fail));
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  wire();
+  start();
+});

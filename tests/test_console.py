@@ -1,0 +1,434 @@
+"""The console: the SQL it browses with, and the page itself driven in headless Chromium.
+
+The browser tests run on one leg (the page has no leg-specific behaviour; the SQL tests above them
+run on both). Chromium and chromedriver are Debian's (scripts/install-browser.sh); nothing is
+downloaded at run time. Screenshots of the main views are written to docs/console-*.png.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import Select
+
+from conftest import Leg, _leg
+from rcll.auth import TokenMap
+from sqlcall import call, call_one
+
+Db = psycopg.Connection[Any]
+
+
+def retain(db: Db, text: str, bank: str = "b", **kw: Any) -> int:
+    """One document of one chunk (no embedding), self-declared author when given; its unit id."""
+    row = call_one(db, "rcll.retain_chunks", bank=bank, content=text, chunks=[text], embeddings=None, **kw)
+    return int(row["unit_ids"][0])
+
+
+@pytest.fixture
+def bank(db: Db) -> str:
+    db.execute("SELECT rcll.create_bank('b')")
+    return "b"
+
+
+# -- the SQL the console reads ---------------------------------------------------------------------
+
+def test_floor_plan_counts_each_room_by_hall_layer_and_author(db: Db, bank: str) -> None:
+    retain(db, "we ship on fridays", room="deployment", hall="decision", layer="L1", author="ada")
+    retain(db, "canary first, then all", room="deployment", hall="rule", layer="L0", author="bob")
+    retain(db, "rollback took four minutes", room="Deployments", author="ada")
+    retain(db, "a note filed nowhere")
+    plan = {r["name"]: r for r in call(db, "rcll.floor_plan", bank=bank)}
+    dep = plan["deployment"]
+    assert dep["fact_count"] == 3 and "Deployments" in dep["aliases"]
+    assert dep["authors"] == {"ada": 2, "bob": 1}
+    assert dep["halls"] == {"decision": 1, "rule": 1, "(untyped)": 1}
+    assert sum(dep["layers"].values()) == 3 and dep["layers"]["L0"] == 1
+    assert plan[None]["status"] == "none" and plan[None]["fact_count"] == 1
+    assert plan["security"]["fact_count"] == 0          # the classifier's vocabulary, empty on day one
+    rooms = {r["name"]: r["fact_count"] for r in call(db, "rcll.rooms", bank=bank)}
+    assert all(plan[n]["fact_count"] == c for n, c in rooms.items())
+
+
+def test_units_filter_by_every_axis_and_page_newest_first(db: Db, bank: str) -> None:
+    a = retain(db, "first", room="deployment", hall="decision", author="ada", thread="t1", tags=["x"],
+               occurred_at="2024-01-01T00:00:00Z")
+    b = retain(db, "second", room="deploys", hall="rule", layer="L2", author="bob", thread="t2", tags=["x", "y"],
+               occurred_at="2024-02-01T00:00:00Z")
+    c = retain(db, "third", room="testing", layer="L0", author="ada", occurred_at="2024-03-01T00:00:00Z")
+
+    def ids(**f: Any) -> list[int]:
+        return [r["unit_id"] for r in call(db, "rcll.units", bank=bank, **f)]
+
+    assert ids() == [c, b, a]
+    assert ids(rooms=["deployment"]) == [b, a]           # an alias reads its room
+    assert ids(halls=["rule"]) == [b] and ids(layers=["L0"]) == [c]
+    assert ids(authors=["ada"]) == [c, a] and ids(threads=["t1"]) == [a]
+    assert ids(tags_any=["y"]) == [b] and ids(tags_all=["x", "y"]) == [b]
+    assert ids(time_from="2024-01-15T00:00:00Z", time_to="2024-03-01T00:00:00Z") == [b]
+    page = call(db, "rcll.units", bank=bank, limit=1, offset=1)
+    assert [r["unit_id"] for r in page] == [b] and page[0]["total"] == 3
+
+
+def test_merge_proposals_list_what_a_person_decides(db: Db, bank: str) -> None:
+    retain(db, "the agent", room="agent")
+    retain(db, "the orchestrator", room="orchestrator")
+    retain(db, "another orchestrator note", room="orchestrator")
+    db.execute("SELECT rcll.propose_room_merge('b', 'agent', 'orchestrator', 'same subject')")
+    (p,) = call(db, "rcll.merge_proposals", bank=bank)
+    assert (p["from_room"], p["into_room"], p["reason"], p["status"]) == ("agent", "orchestrator", "same subject", "pending")
+    assert (p["from_units"], p["into_units"]) == (1, 2)
+    db.execute("SELECT rcll.reject_room_merge('b', 'agent', 'not the same')")
+    assert call(db, "rcll.merge_proposals", bank=bank) == []
+    (d,) = call(db, "rcll.merge_proposals", bank=bank, include_decided=True)
+    assert d["status"] == "rejected" and d["decided_by"]
+
+
+def test_state_keys_show_each_key_at_its_current_version(db: Db, bank: str) -> None:
+    for version, value in enumerate(["v1", "v2"]):
+        db.execute("SELECT rcll.put_state('b', 'deployment', 'spread', %s::jsonb, %s)", (f'"{value}"', version))
+    db.execute("SELECT rcll.put_state('b', 'testing', 'flaky', '[]', 0)")
+    keys = call(db, "rcll.state_keys", bank=bank)
+    assert [(k["room"], k["key"], k["version"], k["value"]) for k in keys] == [
+        ("deployment", "spread", 2, "v2"), ("testing", "flaky", 1, [])]
+    assert [k["key"] for k in call(db, "rcll.state_keys", bank=bank, rooms=["testing"])] == ["flaky"]
+
+
+@pytest.mark.parametrize("function", ["rcll.floor_plan", "rcll.units", "rcll.merge_proposals", "rcll.state_keys"])
+def test_an_unknown_bank_is_an_error_even_in_an_empty_database(db: Db, function: str) -> None:
+    with pytest.raises(psycopg.errors.UndefinedObject, match='unknown bank "nope"'):
+        call(db, function, bank="nope")
+
+
+def test_a_person_decides_a_merge_and_the_audit_names_them(db: Db, bank: str) -> None:
+    retain(db, "the agent", room="agent")
+    retain(db, "the orchestrator", room="orchestrator")
+    db.execute("SELECT rcll.propose_room_merge('b', 'agent', 'orchestrator', 'same subject')")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="cannot approve"), db.transaction():
+        db.execute("SELECT set_config('rcll.agent', 'bot', true)")
+        db.execute("SELECT rcll.decide_room_merge('b', 'agent', true, person => 'alice')")
+    moved = call_one(db, "rcll.decide_room_merge", bank=bank, from_room="agent", approve=True, person="alice")
+    assert moved == {"decide_room_merge": 1}
+    actions = db.execute("SELECT actor, action FROM rcll.audit_log WHERE action LIKE 'room_merge_%' "
+                         "ORDER BY audit_id").fetchall()
+    assert [a for _, a in actions] == ["room_merge_propose", "room_merge_approve", "room_merge_decision"]
+    assert actions[-1][0] == "person:alice"
+    (d,) = call(db, "rcll.merge_proposals", bank=bank, include_decided=True)
+    assert (d["status"], d["decided_by"]) == ("approved", "person:alice")
+
+
+def test_only_the_server_names_the_person_deciding(db: Db, bank: str) -> None:
+    retain(db, "x", room="agent")
+    retain(db, "y", room="orchestrator")
+    db.execute("SELECT rcll.propose_room_merge('b', 'agent', 'orchestrator', 'same subject')")
+    db.execute("DROP ROLE IF EXISTS console_t_plain; CREATE ROLE console_t_plain")
+    db.execute("GRANT USAGE ON SCHEMA rcll TO console_t_plain; GRANT ALL ON ALL TABLES IN SCHEMA rcll TO console_t_plain")
+    try:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="person"), db.transaction():
+            db.execute("SET LOCAL SESSION AUTHORIZATION console_t_plain")
+            db.execute("SELECT rcll.decide_room_merge('b', 'agent', true, person => 'mallory')")
+    finally:
+        db.execute("DROP OWNED BY console_t_plain; DROP ROLE console_t_plain")
+
+
+def test_the_page_loads_only_files_from_the_package() -> None:
+    console = resources.files("rcll") / "console"
+    html = (console / "index.html").read_text()
+    refs = re.findall(r'(?:src|href)="([^"#]+)"', html)
+    assert sorted(refs) == ["/console/app.css", "/console/app.js", "data:,"]
+    for name in ("index.html", "app.js", "app.css"):
+        text = (console / name).read_text()
+        assert "http://" not in text and "https://" not in text and "//cdn" not in text, name
+
+
+# -- the page, in headless Chromium ----------------------------------------------------------------
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+ALICE = "alice-token-" + "a" * 24
+BOB = "bob-token-" + "b" * 24
+DANA = "dana-token-" + "d" * 24          # a person: the one who decides merges
+TOKENS = {ALICE: "alice", BOB: "bob", DANA: "person:dana"}
+NOTES = [
+    (ALICE, "deployment", "decision", "We deploy with Argo CD since March; Helm charts stay for local dev only."),
+    (ALICE, "deployment", "rule", "Every deploy goes to the canary first and waits ten minutes before the fleet."),
+    (BOB, "Deployments", "event", "The Friday deploy was rolled back after the canary showed 5xx errors."),
+    (BOB, "deployment", "event", "Rollback of the payments service took four minutes on 2024-05-03."),
+    (ALICE, "testing", "warning", "The integration tests are flaky when two suites share one database."),
+    (BOB, "testing", "decision", "Pytest runs with -x in CI so a failing fixture stops the build early."),
+    (BOB, "agent", "fact", "The planning agent hands each subtask to a worker agent with its own budget."),
+    (ALICE, "orchestrator", "fact", "The orchestrator retries a worker twice before it escalates to a person."),
+    (ALICE, "database", "decision", "Postgres 18 with pgvector is the only database we run in production."),
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def served(dsn: str, **kw: Any) -> Iterator[str]:
+    """create_app on loopback in a thread of this process (the models load once for every test)."""
+    import uvicorn
+
+    from rcll.http import create_app
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(dsn, **kw), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise AssertionError("the console server did not start")
+            time.sleep(0.05)
+        yield base
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+@dataclass
+class Site:
+    base: str
+    dsn: str
+    reader_base: str
+
+    def sql(self, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            return conn.execute(query, params).fetchall()
+
+
+@pytest.fixture(scope="module")
+def site(legs: dict[str, Leg], test_root: Path) -> Iterator[Site]:
+    """One bank written through the HTTP API by two agents, a merge proposed by one of them, state
+    with two versions; served read-write with tokens, and read-only as a reader role."""
+    for path in (CHROMIUM, CHROMEDRIVER):
+        if not path.exists():
+            pytest.fail(f"{path} is missing: run `make browser` (scripts/install-browser.sh) first")
+    leg = _leg("pg18", legs, test_root)          # the page has no leg-specific behaviour
+    name = leg.new_database()
+    dsn = leg.url(name)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT rcll.create_bank('fleet')")
+        conn.execute("DROP ROLE IF EXISTS console_reader")
+        conn.execute("CREATE ROLE console_reader LOGIN IN ROLE rcll_reader")
+    reader_dsn = dsn.replace("postgres@", "console_reader@", 1)
+    try:
+        with served(dsn, tokens=TokenMap.from_pairs(TOKENS)) as base, \
+                served(reader_dsn, tokens=TokenMap(), read_only=True) as reader_base:
+            for i, (token, room, hall, text) in enumerate(NOTES):
+                r = httpx.post(f"{base}/retain", headers=bearer(token), timeout=60, json={
+                    "bank": "fleet", "content": text, "room": room, "hall": hall, "thread": "ops" if i < 4 else None,
+                    "occurred_at": f"2024-05-{i + 1:02d}T09:00:00Z"})
+                assert r.status_code == 200, r.text
+            for version in (0, 1):
+                r = httpx.put(f"{base}/state", headers=bearer(ALICE), timeout=30, json={
+                    "bank": "fleet", "room": "deployment", "key": "freeze",
+                    "value": {"frozen": version == 0, "until": "2024-06-01"}, "expected_version": version})
+                assert r.status_code == 200, r.text
+            with psycopg.connect(dsn) as conn:      # an agent proposes; only a person may approve
+                conn.execute("SELECT set_config('rcll.agent', 'bob', true)")
+                conn.execute("SELECT rcll.propose_room_merge('fleet', 'agent', 'orchestrator', "
+                             "'both rooms are about how work is handed to workers')")
+                conn.commit()
+            yield Site(base, dsn, reader_base)
+    finally:
+        leg.drop_database(name)
+        with leg.admin() as conn:
+            conn.execute("DROP ROLE IF EXISTS console_reader")
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture(scope="module")
+def driver() -> Iterator[Any]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service as DriverService
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1280,800", "--force-device-scale-factor=1", "--lang=en-US"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    d = webdriver.Chrome(options=options, service=DriverService(str(CHROMEDRIVER)))
+    d.set_page_load_timeout(60)
+    # The viewport itself is 1280x800 (a window of that size has less room inside).
+    d.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                      {"width": 1280, "height": 800, "deviceScaleFactor": 1, "mobile": False})
+    try:
+        yield d
+    finally:
+        d.quit()
+
+
+@pytest.fixture
+def page(driver: Any, site: Site) -> Iterator[Any]:
+    """The browser, its log emptied first; the test fails on any console error or warning it left."""
+    driver.get_log("browser")
+    yield driver
+    problems = [e for e in driver.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
+    assert problems == [], problems
+
+
+def wait(d: Any, what: Any, timeout: float = 60) -> Any:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(d, timeout).until(what)
+
+
+def ready(d: Any, view: str, timeout: float = 60) -> None:
+    wait(d, lambda x: x.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == view, timeout)
+
+
+def open_console(d: Any, base: str, token: str | None, view: str = "plan") -> None:
+    """Load the page fresh, answer the token prompt from the keyboard, wait for `view`."""
+    d.get(f"{base}/?bank=fleet#{view}")
+    d.execute_script("sessionStorage.clear(); document.body.removeAttribute('data-ready');")
+    d.refresh()
+    if token is not None:
+        field = wait(d, lambda x: x.find_element(By.ID, "token") if x.find_element(By.ID, "token").is_displayed()
+                     else False)
+        field.send_keys(token + Keys.ENTER)
+    ready(d, view)
+
+
+def shot(d: Any, name: str) -> None:
+    DOCS.mkdir(exist_ok=True)
+    d.save_screenshot(str(DOCS / f"console-{name}.png"))
+
+
+def test_floor_plan_shows_rooms_sized_by_units_with_aliases_halls_layers_and_writers(page: Any, site: Site) -> None:
+    open_console(page, site.base, DANA)
+    tiles = {t.get_attribute("data-room"): t for t in page.find_elements(By.CSS_SELECTOR, "#plan-tiles .tile")}
+    dep = tiles["deployment"]
+    assert "4 units" in dep.text and "aka Deployments" in dep.text
+    assert "by alice 2, bob 2" in dep.text and "event 2" in dep.text and "L2" in dep.text
+    assert "merge proposed into orchestrator" in tiles["agent"].text
+
+    def size(room: str) -> int:
+        return int(tiles[room].get_attribute("class").split("size-")[1].split()[0])
+
+    assert size("deployment") > size("database") > size("security")      # security: vocabulary, empty
+    assert "person:dana" in page.find_element(By.ID, "who").text
+    shot(page, "floor-plan")
+
+
+def test_units_are_browsed_by_room_from_the_plan_and_filtered_by_author(page: Any, site: Site) -> None:
+    open_console(page, site.base, DANA)
+    tile = page.find_element(By.CSS_SELECTOR, '#plan-tiles .tile[data-room="deployment"]')
+    tile.send_keys(Keys.ENTER)                                       # a real button: the keyboard opens it
+    ready(page, "units")
+    rows = lambda: page.find_elements(By.CSS_SELECTOR, "#units-table tbody tr[data-unit-id]")  # noqa: E731
+    wait(page, lambda _: len(rows()) == 4)
+    assert "1–4 of 4 units" in page.find_element(By.ID, "units-summary").text
+    shot(page, "units")
+    Select(page.find_element(By.CSS_SELECTOR, "#units-form [name=author]")).select_by_value("bob")
+    page.find_element(By.CSS_SELECTOR, "#units-form [name=thread]").send_keys("ops" + Keys.ENTER)
+    wait(page, lambda _: len(rows()) == 2)
+    assert all("bob" in r.text for r in rows())
+    page.find_element(By.CSS_SELECTOR, "#units-form [name=room]").clear()
+    page.find_element(By.CSS_SELECTOR, "#units-form button[type=submit]").click()
+    wait(page, lambda _: len(rows()) == 2)                            # bob wrote two notes in thread ops
+
+
+def test_recall_shows_each_units_rank_in_every_channel_and_the_phase_timings(page: Any, site: Site) -> None:
+    open_console(page, site.base, DANA, view="recall")
+    # A deadline no busy machine misses, so the page and the API read to the same depth.
+    page.find_element(By.CSS_SELECTOR, "#recall-form [name=deadline]").send_keys("120000")
+    page.find_element(By.CSS_SELECTOR, "#recall-form [name=query]").send_keys("how do we deploy" + Keys.ENTER)
+    ready(page, "recall-done", timeout=180)
+    api = httpx.post(f"{site.base}/recall", headers=bearer(DANA), timeout=180, json={
+        "bank": "fleet", "query": "how do we deploy", "explain": True, "deadline_ms": 120000}).json()
+    assert "The cross-encoder read 9 (9 again" in page.find_element(By.ID, "recall-summary").text
+    facts = {f["unit_id"]: f for f in api["facts"]}
+    rows = page.find_elements(By.CSS_SELECTOR, "#recall-table tbody tr[data-unit-id]")
+    assert sorted(int(r.get_attribute("data-unit-id")) for r in rows) == sorted(facts)
+    channels = ("dense", "lexical", "graph", "temporal", "context")
+    scores = []
+    for row in rows:
+        fact = facts[int(row.get_attribute("data-unit-id"))]
+        shown = {c: row.find_element(By.CSS_SELECTOR, f'td[data-channel="{c}"]').text for c in channels}
+        assert shown == {c: str(fact[f"rank_{c}"]) if fact[f"rank_{c}"] is not None else "—" for c in channels}
+        # INT8 cross-encoder logits move slightly between runs (docs: +-0.5); the SQL ranks do not.
+        scores.append(float(row.find_element(By.CSS_SELECTOR, 'td[data-score="rerank"]').text))
+        assert abs(scores[-1] - fact["rerank_score"]) <= 0.5
+    assert scores == sorted(scores, reverse=True)            # the final order is the cross-encoder's
+    assert any(r.find_element(By.CSS_SELECTOR, 'td[data-channel="dense"]').text == "1" for r in rows)
+    assert any(r.find_element(By.CSS_SELECTOR, 'td[data-channel="lexical"]').text != "—" for r in rows)
+    for phase in ("embed", "sql", "rerank", "cut", "total"):
+        assert page.find_element(By.CSS_SELECTOR, f'#recall-timings dd[data-phase="{phase}"]').text.endswith("ms")
+    shot(page, "recall")
+    # A budget too small for everything: what it cut is listed.
+    budget = page.find_element(By.CSS_SELECTOR, "#recall-form [name=budget]")
+    budget.clear()
+    budget.send_keys("40" + Keys.ENTER)
+    wait(page, lambda x: len(x.find_elements(By.CSS_SELECTOR, "#cut-table tbody tr[data-unit-id]")) > 0)
+    assert "did not fit the budget" in page.find_element(By.ID, "cut-summary").text
+
+
+def test_a_person_approves_a_merge_in_the_page_and_sql_sees_it(page: Any, site: Site) -> None:
+    open_console(page, site.base, DANA, view="merges")
+    row = page.find_element(By.CSS_SELECTOR, '#merges-table tr[data-from-room="agent"]')
+    assert "orchestrator" in row.text and "bob" in row.text
+    shot(page, "merges")
+    row.find_element(By.CSS_SELECTOR, "button.approve").click()
+    wait(page, lambda x: "Approved" in x.find_element(By.ID, "status").text)
+    assert site.sql("SELECT status, merged_into FROM rcll.rooms r JOIN rcll.banks b USING (bank_id) "
+                    "WHERE b.name = 'fleet' AND r.name = 'agent'") == [("merged", "orchestrator")]
+    assert site.sql("SELECT count(*) FROM rcll.memory_units WHERE room = 'agent'") == [(0,)]
+    assert site.sql("SELECT actor FROM rcll.audit_log WHERE action = 'room_merge_decision'") == [("person:dana",)]
+    decided = page.find_element(By.CSS_SELECTOR, '#decided-table tr[data-from-room="agent"]').text
+    assert "approved" in decided and "person:dana" in decided
+
+
+def test_state_shows_each_key_with_its_version_history_and_export_downloads(page: Any, site: Site) -> None:
+    open_console(page, site.base, DANA, view="state")
+    row = page.find_element(By.CSS_SELECTOR, "#state-table tbody tr")
+    assert "freeze" in row.text and "alice" in row.text
+    row.find_element(By.TAG_NAME, "button").send_keys(Keys.ENTER)
+    wait(page, lambda x: x.find_element(By.ID, "history").is_displayed())
+    versions = [r.find_element(By.TAG_NAME, "td").text for r in page.find_elements(By.CSS_SELECTOR, "#history-table tbody tr")]
+    assert versions == ["2", "1"]
+    shot(page, "state")
+    page.find_element(By.CSS_SELECTOR, 'a[data-view="export"]').click()
+    ready(page, "export")
+    page.find_element(By.ID, "export-button").click()
+    wait(page, lambda x: "Downloaded fleet.rcll.ndjson" in x.find_element(By.ID, "export-status").text)
+
+
+def test_no_decision_controls_for_an_agent_or_on_a_read_only_server(page: Any, site: Site) -> None:
+    site.sql("SELECT rcll.propose_room_merge('fleet', 'database', 'deployment', 'one ops room')")
+    try:
+        open_console(page, site.base, ALICE, view="merges")
+        assert page.find_elements(By.CSS_SELECTOR, '#merges-table tr[data-from-room="database"]')
+        assert page.find_elements(By.CSS_SELECTOR, "#merges-table button") == []
+        assert "only a person decides" in page.find_element(By.ID, "merges-readonly").text
+        open_console(page, site.reader_base, None, view="merges")       # no tokens: no prompt
+        assert "read-only" in page.find_element(By.ID, "who").text
+        assert page.find_elements(By.CSS_SELECTOR, '#merges-table tr[data-from-room="database"]')
+        assert page.find_elements(By.CSS_SELECTOR, "#merges-table button, #merges-table form") == []
+        assert "read-only" in page.find_element(By.ID, "merges-readonly").text
+    finally:
+        site.sql("SELECT rcll.reject_room_merge('fleet', 'database')")
