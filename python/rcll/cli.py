@@ -319,6 +319,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         models.get_reranker().score("warm up", ["warm up"])
         base = f"http://{args.host}:{args.port}"
         print(f"RCLL listening on {base}  (database: {memory.dsn})")
+        print(f"  console: {base}/")
         print(f"  try: curl -s {base}/retain -H 'content-type: application/json' "
               f"-d '{{\"bank\": \"{DEFAULT_BANK}\", \"content\": \"We deploy with Argo CD since March.\"}}'")
         print(f"       curl -s {base}/recall -H 'content-type: application/json' "
