@@ -14,6 +14,7 @@ import psycopg
 from tqdm import tqdm
 
 from rcll import cluster, defaults, models
+from rcll.auth import TokenMap, allow_anonymous_network, check_listen, is_loopback
 from rcll.db import embedded_dsn
 from rcll.document import Document
 from rcll.errors import RcllError, from_database
@@ -282,8 +283,6 @@ def cmd_consolidate(args: argparse.Namespace) -> int:
 def _listen_check(args: argparse.Namespace, command: str) -> None:
     """Before anything connects or binds: refuse anonymous beyond loopback (rcll.auth.check_listen);
     with the anonymous flag, say out loud what it means."""
-    from rcll.auth import TokenMap, allow_anonymous_network, check_listen, is_loopback
-
     tokens = TokenMap.from_env()
     anonymous = allow_anonymous_network(args.allow_anonymous_network)
     check_listen(args.host, tokens, allow_anonymous=anonymous)
