@@ -32,7 +32,7 @@ from rcll.workqueue import READ, WorkQueue, model_slot
 if TYPE_CHECKING:
     from rcll.recall import Fact
 
-__all__ = ["BATCH", "SERVER_DEADLINE_MS", "Deadline", "Depth", "pair_cost", "rerank_within", "server_deadline_ms"]
+__all__ = ["BATCH", "SERVER_DEADLINE_MS", "Deadline", "Depth", "context_passage", "pair_cost", "rerank_within", "server_deadline_ms"]
 
 BATCH = 8  # rcll.models.RERANK_BATCH: the reranker's batch, and the step of a deadlined read
 # The servers' (HTTP, MCP) default deadline. Unloaded on 2 cores a default recall (40 + 15 pairs)
@@ -141,7 +141,8 @@ def _prefix(scores: dict[int, float]) -> int:
     return n
 
 
-def _context_passage(fact: Fact) -> str | None:
+def context_passage(fact: Fact) -> str | None:
+    """The cross-encoder's second view of a fact: the chunk before it, then the fact itself."""
     return None if not fact.context else f"{fact.context} / {fact.text}"
 
 
@@ -172,7 +173,7 @@ def rerank_within(
     top = head[: min(max(context_depth, 0), read)]
     done = 0
     if top and not cut:
-        views = [(i, p) for i, p in enumerate(_context_passage(f) for f in top) if p is not None]
+        views = [(i, p) for i, p in enumerate(context_passage(f) for f in top) if p is not None]
         second, cut = _read(query, [p for _, p in views], reranker, deadline, queue)
         n = _prefix(second)
         for k in range(n):

@@ -21,7 +21,7 @@ from psycopg.rows import dict_row
 
 from rcll import defaults, models
 from rcll.budget import cut_to_budget
-from rcll.deadline import Deadline, rerank_within
+from rcll.deadline import Deadline, context_passage, rerank_within
 from rcll.results import plain
 from rcll.workqueue import READ, WorkQueue, model_slot
 
@@ -195,11 +195,6 @@ def candidates(
 
 def _list(values: Sequence[str] | None) -> list[str] | None:
     return None if values is None else list(values)
-
-
-def context_passage(fact: Fact) -> str | None:
-    """The cross-encoder's second view of a fact: the chunk before it, then the fact itself."""
-    return None if not fact.context else f"{fact.context} / {fact.text}"
 
 
 def rerank(
