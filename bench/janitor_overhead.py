@@ -26,7 +26,7 @@ import psycopg
 from bench._common import connect, fresh_database, table
 
 ROOMS = ["deployment", "deploy", "Deploys", "ui", "api", "schema", "infra", "orchestrator", "marketing", None]
-JANITOR = ["units_janitor", "units_rooms_inserted", "units_rooms_deleted"]
+JANITOR = ["units_janitor", "units_room_counts_inserted", "units_room_counts_deleted"]
 ALL_ISSUE4 = JANITOR + ["units_author"]
 
 

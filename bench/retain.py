@@ -49,7 +49,7 @@ def embed_phase(n: int, q: Any) -> None:
 # Rooms as callers type them: the janitor canonicalises the variants (deploy, Deploys -> deployment).
 ROOMS = ["deployment", "deploy", "Deploys", "infrastructure", "infra_structure", "schema", "Schemas", "auth",
          "ui", "api", "pipeline", "marketing", "orchestrator"]
-SCOPING_TRIGGERS = ["units_author", "units_janitor", "units_rooms_inserted"]
+SCOPING_TRIGGERS = ["units_author", "units_janitor", "units_room_counts_inserted"]
 
 
 def retain_phase(dsn: str, bank: str, n: int, rooms: bool, scoping: bool, q: Any) -> None:

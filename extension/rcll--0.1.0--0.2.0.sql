@@ -121,9 +121,21 @@ $$;
 
 INSERT INTO rcll.migrations (name, sha256) VALUES ('012-unit-lexicon.sql', '002e4dc666058d1114f7d1f1c2fd71aac5a7e905af0fd0d8785f7074663b99c4');
 
+-- triggers of 0.1.0 that are gone
+DROP TRIGGER units_room_changed ON rcll.memory_units;
+DROP TRIGGER units_rooms_deleted ON rcll.memory_units;
+DROP TRIGGER units_rooms_inserted ON rcll.memory_units;
+DROP TRIGGER units_truncated ON rcll.memory_units;
+
 -- functions of 0.1.0 whose signature or result changed, or that are gone
+DROP FUNCTION rcll._check_export_table(text);
+DROP FUNCTION rcll._import_triggers(text, pg_catalog.bool, text[]);
 DROP FUNCTION rcll._in_scope(rcll.memory_units, pg_catalog.int4, text[], text[], pg_catalog.bool, text[], text[], text[], text[], text, timestamptz);
 DROP FUNCTION rcll._recall_ranked(text, text, vector, text[], text[], pg_catalog.bool, pg_catalog.bool, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, pg_catalog.int4, pg_catalog.int4, pg_catalog.float8, pg_catalog.float8, pg_catalog.float8, pg_catalog.float8, pg_catalog.float8, pg_catalog.int4, pg_catalog.int4, pg_catalog.int4, pg_catalog.int4);
+DROP FUNCTION rcll._units_room_changed();
+DROP FUNCTION rcll._units_rooms_deleted();
+DROP FUNCTION rcll._units_rooms_inserted();
+DROP FUNCTION rcll._units_truncated();
 DROP FUNCTION rcll.channel_context(vector, pg_catalog.int8[], text, text[], text[], pg_catalog.bool, pg_catalog.bool, text[], text[], text[], text[], text, timestamptz, pg_catalog.int4);
 DROP FUNCTION rcll.channel_dense(vector, text, text[], text[], pg_catalog.bool, pg_catalog.bool, text[], text[], text[], text[], text, timestamptz, pg_catalog.int4, pg_catalog.int4);
 DROP FUNCTION rcll.channel_graph(text, text, text[], text[], pg_catalog.bool, pg_catalog.bool, text[], text[], text[], text[], text, timestamptz, pg_catalog.int4, pg_catalog.int4, pg_catalog.float8, pg_catalog.int4);
@@ -256,7 +268,7 @@ CREATE OR REPLACE TRIGGER units_lexical BEFORE INSERT OR UPDATE OF text ON rcll.
 -- The narrow lexical table (rcll.unit_lexicon): kept in step with memory_units by triggers, in
 -- the writing transaction, and filtered by the same scope predicate as every channel.
 
-CREATE OR REPLACE FUNCTION rcll._units_lexicon_inserted()
+CREATE OR REPLACE FUNCTION rcll._units_lexicon()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 -- Definer: agents' roles write memory_units; the copy is the owner's bookkeeping (as room counts).
@@ -264,44 +276,33 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    -- One set-based insert per statement (a retain, a COPY, an import batch), not one per row.
-    INSERT INTO rcll.unit_lexicon (unit_id, bank_id, lexical_length, layer, room, author, hall, thread, tags, valid, lexical)
-    SELECT n.unit_id, n.bank_id, n.lexical_length, n.layer, n.room, n.author, n.hall, n.thread, n.tags, n.valid, n.lexical
-    FROM new_units n;
+    IF TG_LEVEL = 'STATEMENT' THEN
+        -- Inserted units: one set-based insert per statement (a retain, a COPY, an import batch),
+        -- not one per row.
+        INSERT INTO rcll.unit_lexicon (unit_id, bank_id, lexical_length, layer, room, author, hall, thread, tags, valid, lexical)
+        SELECT n.unit_id, n.bank_id, n.lexical_length, n.layer, n.room, n.author, n.hall, n.thread, n.tags, n.valid, n.lexical
+        FROM new_units n;
+    ELSE
+        -- A changed unit: its copy follows. The insert arm serves a unit written while the insert
+        -- trigger was off (an import switches write triggers off): its copy appears at its first change.
+        INSERT INTO rcll.unit_lexicon (unit_id, bank_id, lexical_length, layer, room, author, hall, thread, tags, valid, lexical)
+        VALUES (NEW.unit_id, NEW.bank_id, NEW.lexical_length, NEW.layer, NEW.room, NEW.author, NEW.hall, NEW.thread,
+                NEW.tags, NEW.valid, NEW.lexical)
+        ON CONFLICT (unit_id) DO UPDATE
+            SET bank_id = excluded.bank_id, lexical_length = excluded.lexical_length, layer = excluded.layer,
+                room = excluded.room, author = excluded.author, hall = excluded.hall, thread = excluded.thread,
+                tags = excluded.tags, valid = excluded.valid, lexical = excluded.lexical;
+    END IF;
     RETURN NULL;
 END
 $$;
-COMMENT ON FUNCTION rcll._units_lexicon_inserted() IS 'Trigger (statement): copies the lexical representation and recall filters of the units written into rcll.unit_lexicon.';
+COMMENT ON FUNCTION rcll._units_lexicon() IS 'Trigger: keeps rcll.unit_lexicon a copy of the lexical representation and recall filters of memory_units - the units a statement inserts (units_lexicon_inserted), and a unit whose text, room, author, hall, layer, thread, tags, validity or bank changed (units_lexicon_changed: room moves and merges, supersession, consolidation).';
 
 -- Not while a dump is restored (rcll._restoring): unit_lexicon is dumped and comes back itself.
 CREATE OR REPLACE TRIGGER units_lexicon_inserted AFTER INSERT ON rcll.memory_units
     REFERENCING NEW TABLE AS new_units
     FOR EACH STATEMENT WHEN (current_setting('row_security') <> 'off' OR NOT rcll._restoring('rcll.memory_units'))
-    EXECUTE FUNCTION rcll._units_lexicon_inserted();
-
-CREATE OR REPLACE FUNCTION rcll._units_lexicon_changed()
-RETURNS trigger
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    UPDATE rcll.unit_lexicon x
-    SET bank_id = NEW.bank_id, lexical_length = NEW.lexical_length, layer = NEW.layer, room = NEW.room,
-        author = NEW.author, hall = NEW.hall, thread = NEW.thread, tags = NEW.tags, valid = NEW.valid,
-        lexical = NEW.lexical
-    WHERE x.unit_id = NEW.unit_id;
-    IF NOT FOUND THEN
-        -- A unit written while the insert trigger was off (an import switches write triggers off):
-        -- its copy appears at its first change.
-        INSERT INTO rcll.unit_lexicon (unit_id, bank_id, lexical_length, layer, room, author, hall, thread, tags, valid, lexical)
-        VALUES (NEW.unit_id, NEW.bank_id, NEW.lexical_length, NEW.layer, NEW.room, NEW.author, NEW.hall, NEW.thread,
-                NEW.tags, NEW.valid, NEW.lexical);
-    END IF;
-    RETURN NULL;
-END
-$$;
-COMMENT ON FUNCTION rcll._units_lexicon_changed() IS 'Trigger (row): a unit''s text, room, author, hall, layer, thread, tags, validity or bank changed (room moves and merges, supersession, consolidation): its rcll.unit_lexicon row follows.';
+    EXECUTE FUNCTION rcll._units_lexicon();
 
 -- Every column the copy holds is listed (UPDATE OF fires on the columns an UPDATE sets: text,
 -- because units_lexical recomputes lexical from it); the WHEN clause skips updates that change none.
@@ -312,12 +313,22 @@ CREATE OR REPLACE TRIGGER units_lexicon_changed
                         OLD.tags, OLD.valid, OLD.lexical)
                        IS DISTINCT FROM (NEW.bank_id, NEW.lexical_length, NEW.layer, NEW.room, NEW.author, NEW.hall,
                                          NEW.thread, NEW.tags, NEW.valid, NEW.lexical))
-    EXECUTE FUNCTION rcll._units_lexicon_changed();
-
+    EXECUTE FUNCTION rcll._units_lexicon();
 
 
 -- functions 030-authors.sql
 -- Authors: who wrote a unit, resolved by the server, never taken from the caller when the server knows.
+
+CREATE OR REPLACE FUNCTION rcll._identity_server()
+RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- Checked by role existence first: pg_has_role fails for a role that does not exist.
+    SELECT CASE WHEN to_regrole('rcll_identity_server') IS NULL THEN false
+                ELSE pg_has_role(session_user, 'rcll_identity_server', 'MEMBER') END
+$$;
+COMMENT ON FUNCTION rcll._identity_server() IS 'Internal: true when the session''s role is a member of rcll_identity_server (superusers are), the role trusted to name the agent or person it authenticated.';
 
 CREATE OR REPLACE FUNCTION rcll.current_agent()
 RETURNS text
@@ -341,8 +352,7 @@ BEGIN
     -- transaction - honoured only when the session's role is a member of rcll_identity_server,
     -- so a psql user cannot forge it.
     claimed := nullif(btrim(current_setting('rcll.agent', true)), '');
-    IF claimed IS NOT NULL AND to_regrole('rcll_identity_server') IS NOT NULL
-       AND pg_has_role(session_user, 'rcll_identity_server', 'MEMBER') THEN
+    IF claimed IS NOT NULL AND rcll._identity_server() THEN
         RETURN claimed;
     END IF;
     RETURN NULL;
@@ -352,16 +362,12 @@ COMMENT ON FUNCTION rcll.current_agent() IS 'The agent identity the server resol
 
 CREATE OR REPLACE FUNCTION rcll._carry_tags()
 RETURNS boolean
-LANGUAGE plpgsql STABLE PARALLEL SAFE
+LANGUAGE sql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-BEGIN
     -- Consolidation rewrites facts into observations and must carry their author: and room tags
     -- across; only the trusted server may ask for that (SET LOCAL rcll.carry_tags = on).
-    RETURN coalesce(current_setting('rcll.carry_tags', true), '') IN ('on', 'true', '1')
-           AND to_regrole('rcll_identity_server') IS NOT NULL
-           AND pg_has_role(session_user, 'rcll_identity_server', 'MEMBER');
-END
+    SELECT coalesce(current_setting('rcll.carry_tags', true), '') IN ('on', 'true', '1') AND rcll._identity_server()
 $$;
 COMMENT ON FUNCTION rcll._carry_tags() IS 'Internal: true when a member of rcll_identity_server has set rcll.carry_tags = on, so reserved tags (author:, room-alias:, room-new:) written by it are kept rather than discarded as forged.';
 
@@ -370,7 +376,7 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    -- No warning here: the units_rooms_inserted statement trigger (051-room-counts.sql) warns once per
+    -- No warning here: the units_room_counts_inserted statement trigger (051-room-counts.sql) warns once per
     -- write, for every client, whether or not it came through a function that called this.
     author := rcll.current_agent();
     IF author IS NOT NULL THEN
@@ -391,8 +397,8 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    agent text := rcll.current_agent();
-    tag   text;
+    who record;
+    tag text;
 BEGIN
     -- Runs once per written row: every assignment below is skipped when it would change nothing.
     IF NEW.tags IS NULL THEN
@@ -402,16 +408,9 @@ BEGIN
         NEW.tags := ARRAY(SELECT t FROM unnest(NEW.tags) AS t
                           WHERE t NOT LIKE 'author:%' AND t NOT LIKE 'author-source:%');
     END IF;
-    IF agent IS NOT NULL THEN
-        NEW.author := agent;
-        NEW.author_source := 'server';
-    ELSIF nullif(btrim(NEW.author), '') IS NULL THEN
-        NEW.author := NULL;
-        NEW.author_source := 'none';
-    ELSE
-        NEW.author := btrim(NEW.author);
-        NEW.author_source := 'self_declared';
-    END IF;
+    who := rcll._resolve_author(NEW.author);
+    NEW.author := who.author;
+    NEW.author_source := who.author_source;
     IF NEW.author IS NOT NULL THEN
         -- The tag is what survives consolidation rewrites; the tag roster is the author list.
         tag := 'author:' || NEW.author;
@@ -448,14 +447,13 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    agent text := rcll.current_agent();
+    who record;
 BEGIN
-    IF agent IS NOT NULL THEN
-        NEW.provenance := NEW.provenance || jsonb_build_object('who', agent, 'author_source', 'server');
-    ELSE
-        NEW.provenance := NEW.provenance || jsonb_build_object(
-            'author_source', CASE WHEN nullif(btrim(NEW.provenance ->> 'who'), '') IS NULL THEN 'none' ELSE 'self_declared' END);
-    END IF;
+    -- The server's identity replaces a caller's "who"; a self-declared one stays as written.
+    who := rcll._resolve_author(NEW.provenance ->> 'who');
+    NEW.provenance := NEW.provenance
+        || CASE WHEN who.author_source = 'server' THEN jsonb_build_object('who', who.author) ELSE '{}'::jsonb END
+        || jsonb_build_object('author_source', who.author_source);
     IF NOT NEW.provenance ? 'at' THEN
         NEW.provenance := NEW.provenance || jsonb_build_object('at', now());
     END IF;
@@ -481,34 +479,49 @@ AS $$
 $$;
 COMMENT ON FUNCTION rcll._actor() IS 'Internal: who is acting, for audit rows: the resolved agent, else role:<session role> (audit only; never used as an author).';
 
+CREATE OR REPLACE FUNCTION rcll._audit(bank_id integer, action text, target jsonb, detail jsonb DEFAULT '{}',
+                                       actor text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    INSERT INTO rcll.audit_log (bank_id, actor, action, target, detail)
+    VALUES (_audit.bank_id, coalesce(_audit.actor, rcll._actor()), _audit.action, _audit.target, _audit.detail)
+    RETURNING audit_id
+$$;
+COMMENT ON FUNCTION rcll._audit(integer, text, jsonb, jsonb, text) IS 'Internal: the one way an action is recorded in rcll.audit_log (bank_id NULL: database-wide); the actor is rcll._actor() unless a job or the server names one (system:consolidate, person:<name>). Returns the audit_id.';
+
+CREATE OR REPLACE FUNCTION rcll._audit_reason(reason text, action text, hint text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF nullif(btrim(reason), '') IS NULL THEN
+        RAISE EXCEPTION 'reason: a % needs a reason', action USING ERRCODE = '22023', HINT = hint;
+    END IF;
+    RETURN btrim(reason);
+END
+$$;
+COMMENT ON FUNCTION rcll._audit_reason(text, text, text) IS 'Internal: the reason a person or agent gave for an audited action (a room move, a merge proposal), trimmed, or an error naming the action and the fix (hint).';
+
 
 -- functions 035-login-author.sql
 -- The author of a one-person client (the CLI): resolved from the connection the database authenticated.
 
 CREATE OR REPLACE FUNCTION rcll.login_agent(configured text DEFAULT NULL)
 RETURNS text
-LANGUAGE plpgsql STABLE
+LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    agent text := rcll.current_agent();
-BEGIN
     -- A role mapped in rcll.identities writes as its agent, whatever is configured (and an
-    -- rcll.agent the identity server already set for this transaction stands).
-    IF agent IS NOT NULL THEN
-        RETURN agent;
-    END IF;
-    -- A role trusted to name agents (a member of rcll_identity_server; superusers, such as the
-    -- embedded database's postgres, are members): the identity the process was configured with,
-    -- else the login role itself.
-    IF to_regrole('rcll_identity_server') IS NOT NULL
-       AND pg_has_role(session_user, 'rcll_identity_server', 'MEMBER') THEN
-        RETURN coalesce(nullif(btrim(configured), ''), session_user::text);
-    END IF;
-    -- Any other role: only rcll.identities makes its name an author (the database cannot tell a
-    -- person's login from an account many agents share), so none.
-    RETURN NULL;
-END
+    -- rcll.agent the identity server already set for this transaction stands). A role trusted to
+    -- name agents (a member of rcll_identity_server; superusers, such as the embedded database's
+    -- postgres, are members): the identity the process was configured with, else the login role
+    -- itself. Any other role: only rcll.identities makes its name an author (the database cannot
+    -- tell a person's login from an account many agents share), so none.
+    SELECT coalesce(rcll.current_agent(),
+                    CASE WHEN rcll._identity_server() THEN coalesce(nullif(btrim(configured), ''), session_user::text) END)
 $$;
 COMMENT ON FUNCTION rcll.login_agent(text) IS 'The identity a client that is one person''s own connection (the CLI) writes as, for it to set as rcll.agent: the role''s agent in rcll.identities; for a member of rcll_identity_server the configured identity, else the login role''s name; NULL for an unmapped role outside rcll_identity_server. Not for a server that serves many callers over one role: those set the agent they authenticated.';
 
@@ -524,6 +537,16 @@ AS $$
     SELECT sha256(convert_to(coalesce(thread, '') || E'\x1f' || content, 'UTF8'))
 $$;
 COMMENT ON FUNCTION rcll._content_hash(text, text) IS 'Internal: the identity of a document within a bank (thread and content).';
+
+CREATE OR REPLACE FUNCTION rcll._document_units(document_id bigint)
+RETURNS bigint[]
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(array_agg(u.unit_id ORDER BY u.chunk_index, u.unit_id), '{}')
+    FROM rcll.memory_units u WHERE u.document_id = _document_units.document_id
+$$;
+COMMENT ON FUNCTION rcll._document_units(bigint) IS 'Internal: the units of a document in chunk (or fact) order - what a re-retain of the same content returns.';
 
 CREATE OR REPLACE FUNCTION rcll._check_document(bank_id integer, content text)
 RETURNS void
@@ -642,8 +665,7 @@ BEGIN
     stored := rcll._store_document(b, content, source, thread, occurred_at, layer, metadata, via, author, 'chunks');
     doc := stored.document_id;
     IF NOT stored.created THEN
-        RETURN QUERY SELECT doc, array_agg(u.unit_id ORDER BY u.chunk_index, u.unit_id), false
-                     FROM rcll.memory_units u WHERE u.document_id = doc;
+        RETURN QUERY SELECT doc, rcll._document_units(doc), false;
         RETURN;
     END IF;
 
@@ -870,7 +892,7 @@ CREATE OR REPLACE TRIGGER units_janitor BEFORE INSERT ON rcll.memory_units
 -- Registry counts: writers only ever append deltas (no shared row is locked, so concurrent writers
 -- neither serialise nor deadlock); rcll.fold_room_counts() folds them in with sorted upserts.
 
-CREATE OR REPLACE FUNCTION rcll._units_rooms_inserted()
+CREATE OR REPLACE FUNCTION rcll._units_room_counts()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
@@ -879,103 +901,78 @@ AS $$
 DECLARE
     unattributed bigint;
 BEGIN
-    -- One pass over the statement's rows serves the registry and the authorship warning: a second
-    -- statement trigger cost as much again per write.
-    WITH g AS MATERIALIZED (
-        SELECT n.bank_id, n.room, count(*) AS c, count(*) FILTER (WHERE n.author_source = 'none') AS none,
-               bool_and(coalesce(n.provenance ->> 'room_source', '') = 'classifier') AS by_classifier
-        FROM new_units n GROUP BY n.bank_id, n.room
-    ), q AS (
+    -- One function for every way units enter, leave or change rooms; each trigger below says
+    -- which (statement triggers with transition tables for inserts and deletes, a row trigger with
+    -- a column list for room changes, because a statement trigger with transition tables cannot
+    -- have one and would materialise every row of every UPDATE).
+    IF TG_OP = 'INSERT' THEN
+        -- One pass over the statement's rows serves the registry and the authorship warning: a
+        -- second statement trigger cost as much again per write.
+        WITH g AS MATERIALIZED (
+            SELECT n.bank_id, n.room, count(*) AS c, count(*) FILTER (WHERE n.author_source = 'none') AS none,
+                   bool_and(coalesce(n.provenance ->> 'room_source', '') = 'classifier') AS by_classifier
+            FROM new_units n GROUP BY n.bank_id, n.room
+        ), q AS (
+            INSERT INTO rcll.room_count_queue (bank_id, room, delta)
+            SELECT g.bank_id, g.room, g.c FROM g WHERE g.room IS NOT NULL
+        ), r AS (
+            -- A registry row for a room used for the first time. Existing rows are skipped without a
+            -- lock; new rooms are inserted in sorted order, so single-statement writers cannot deadlock.
+            INSERT INTO rcll.rooms (bank_id, name, created_by, first_used, last_used)
+            SELECT g.bank_id, g.room, CASE WHEN g.by_classifier THEN 'system' ELSE 'human' END, now(), now()
+            FROM g
+            WHERE g.room IS NOT NULL
+              AND NOT EXISTS (SELECT 1 FROM rcll.rooms x WHERE x.bank_id = g.bank_id AND x.name = g.room)
+            ORDER BY g.bank_id, g.room
+            ON CONFLICT (bank_id, name) DO NOTHING
+        )
+        SELECT sum(g.none) INTO unattributed FROM g;
+        IF unattributed > 0 THEN
+            -- Absent rather than wrong: never the connection's account, and said once per write.
+            RAISE WARNING 'author: no identity for this write; % unit(s) stored without an author', unattributed
+                USING HINT = 'Map the role in rcll.identities, have the RCLL server authenticate the caller, or declare one (author => ...).';
+        END IF;
+    ELSIF TG_OP = 'DELETE' THEN
         INSERT INTO rcll.room_count_queue (bank_id, room, delta)
-        SELECT g.bank_id, g.room, g.c FROM g WHERE g.room IS NOT NULL
-    ), r AS (
-        -- A registry row for a room used for the first time. Existing rows are skipped without a
-        -- lock; new rooms are inserted in sorted order, so single-statement writers cannot deadlock.
-        INSERT INTO rcll.rooms (bank_id, name, created_by, first_used, last_used)
-        SELECT g.bank_id, g.room, CASE WHEN g.by_classifier THEN 'system' ELSE 'human' END, now(), now()
-        FROM g
-        WHERE g.room IS NOT NULL
-          AND NOT EXISTS (SELECT 1 FROM rcll.rooms x WHERE x.bank_id = g.bank_id AND x.name = g.room)
-        ORDER BY g.bank_id, g.room
-        ON CONFLICT (bank_id, name) DO NOTHING
-    )
-    SELECT sum(g.none) INTO unattributed FROM g;
-    IF unattributed > 0 THEN
-        -- Absent rather than wrong: never the connection's account, and said once per write.
-        RAISE WARNING 'author: no identity for this write; % unit(s) stored without an author', unattributed
-            USING HINT = 'Map the role in rcll.identities, have the RCLL server authenticate the caller, or declare one (author => ...).';
+        SELECT o.bank_id, o.room, -count(*) FROM old_units o
+        WHERE o.room IS NOT NULL GROUP BY o.bank_id, o.room;
+    ELSIF TG_OP = 'UPDATE' THEN
+        INSERT INTO rcll.room_count_queue (bank_id, room, delta)
+        SELECT d.bank_id, d.room, d.delta
+        FROM (VALUES (OLD.bank_id, OLD.room, -1), (NEW.bank_id, NEW.room, 1)) AS d(bank_id, room, delta)
+        WHERE d.room IS NOT NULL;
+        IF NEW.room IS NOT NULL AND NOT EXISTS (SELECT 1 FROM rcll.rooms r
+                                                WHERE r.bank_id = NEW.bank_id AND r.name = NEW.room) THEN
+            INSERT INTO rcll.rooms (bank_id, name, created_by, first_used, last_used)
+            VALUES (NEW.bank_id, NEW.room, 'human', now(), now())
+            ON CONFLICT (bank_id, name) DO NOTHING;
+        END IF;
+    ELSE    -- TRUNCATE leaves every room empty
+        DELETE FROM rcll.room_count_queue;
+        UPDATE rcll.rooms SET fact_count = 0 WHERE fact_count <> 0;
     END IF;
     RETURN NULL;
 END
 $$;
-COMMENT ON FUNCTION rcll._units_rooms_inserted() IS 'Trigger (statement): appends one count delta per room written, registers rooms used for the first time (human when a caller named the room, system when the classifier did), and warns once when units were written without an author.';
+COMMENT ON FUNCTION rcll._units_room_counts() IS 'Trigger (units_room_counts_*): appends per-room count deltas as units are inserted (one per room written; also registers rooms used for the first time - human when a caller named the room, system when the classifier did - and warns once when units were written without an author), deleted (negative), or change room in a move or merge (row-level); TRUNCATE empties every room.';
 
-CREATE OR REPLACE TRIGGER units_rooms_inserted AFTER INSERT ON rcll.memory_units
+-- The trigger names are not those of 0.1.0 (units_rooms_inserted, ...): an upgrade drops those
+-- triggers, which held the four functions this one replaces, before it drops the functions.
+CREATE OR REPLACE TRIGGER units_room_counts_inserted AFTER INSERT ON rcll.memory_units
     REFERENCING NEW TABLE AS new_units
     FOR EACH STATEMENT WHEN (current_setting('row_security') <> 'off' OR NOT rcll._restoring('rcll.memory_units'))
-    EXECUTE FUNCTION rcll._units_rooms_inserted();
+    EXECUTE FUNCTION rcll._units_room_counts();
 
-CREATE OR REPLACE FUNCTION rcll._units_rooms_deleted()
-RETURNS trigger
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    INSERT INTO rcll.room_count_queue (bank_id, room, delta)
-    SELECT o.bank_id, o.room, -count(*) FROM old_units o
-    WHERE o.room IS NOT NULL GROUP BY o.bank_id, o.room;
-    RETURN NULL;
-END
-$$;
-COMMENT ON FUNCTION rcll._units_rooms_deleted() IS 'Trigger (statement): appends a negative count delta per room for deleted units.';
-
-CREATE OR REPLACE TRIGGER units_rooms_deleted AFTER DELETE ON rcll.memory_units
+CREATE OR REPLACE TRIGGER units_room_counts_deleted AFTER DELETE ON rcll.memory_units
     REFERENCING OLD TABLE AS old_units
-    FOR EACH STATEMENT EXECUTE FUNCTION rcll._units_rooms_deleted();
+    FOR EACH STATEMENT EXECUTE FUNCTION rcll._units_room_counts();
 
-CREATE OR REPLACE FUNCTION rcll._units_room_changed()
-RETURNS trigger
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    INSERT INTO rcll.room_count_queue (bank_id, room, delta)
-    SELECT d.bank_id, d.room, d.delta
-    FROM (VALUES (OLD.bank_id, OLD.room, -1), (NEW.bank_id, NEW.room, 1)) AS d(bank_id, room, delta)
-    WHERE d.room IS NOT NULL;
-    IF NEW.room IS NOT NULL AND NOT EXISTS (SELECT 1 FROM rcll.rooms r
-                                            WHERE r.bank_id = NEW.bank_id AND r.name = NEW.room) THEN
-        INSERT INTO rcll.rooms (bank_id, name, created_by, first_used, last_used)
-        VALUES (NEW.bank_id, NEW.room, 'human', now(), now())
-        ON CONFLICT (bank_id, name) DO NOTHING;
-    END IF;
-    RETURN NULL;
-END
-$$;
-COMMENT ON FUNCTION rcll._units_room_changed() IS 'Trigger: count deltas for a unit whose room changed (a move or merge). Row-level with a column list, because a statement trigger with transition tables cannot have one and would materialise every row of every UPDATE.';
-
-CREATE OR REPLACE TRIGGER units_room_changed AFTER UPDATE OF room, bank_id ON rcll.memory_units
+CREATE OR REPLACE TRIGGER units_room_counts_changed AFTER UPDATE OF room, bank_id ON rcll.memory_units
     FOR EACH ROW WHEN (OLD.room IS DISTINCT FROM NEW.room OR OLD.bank_id <> NEW.bank_id)
-    EXECUTE FUNCTION rcll._units_room_changed();
+    EXECUTE FUNCTION rcll._units_room_counts();
 
-CREATE OR REPLACE FUNCTION rcll._units_truncated()
-RETURNS trigger
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    DELETE FROM rcll.room_count_queue;
-    UPDATE rcll.rooms SET fact_count = 0 WHERE fact_count <> 0;
-    RETURN NULL;
-END
-$$;
-COMMENT ON FUNCTION rcll._units_truncated() IS 'Trigger: TRUNCATE of memory_units leaves every room empty.';
-
-CREATE OR REPLACE TRIGGER units_truncated AFTER TRUNCATE ON rcll.memory_units
-    FOR EACH STATEMENT EXECUTE FUNCTION rcll._units_truncated();
+CREATE OR REPLACE TRIGGER units_room_counts_truncated AFTER TRUNCATE ON rcll.memory_units
+    FOR EACH STATEMENT EXECUTE FUNCTION rcll._units_room_counts();
 
 CREATE OR REPLACE FUNCTION rcll.fold_room_counts()
 RETURNS bigint
@@ -1096,14 +1093,12 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     b   integer := rcll._bank_id(bank);
+    why text := rcll._audit_reason(reason, 'merge proposal',
+                                   'Say why the two rooms are one subject; a person reads it before approving.');
     src rcll.rooms;
     dst rcll.rooms;
     id  bigint;
 BEGIN
-    IF nullif(btrim(reason), '') IS NULL THEN
-        RAISE EXCEPTION 'reason: a merge proposal needs a reason' USING ERRCODE = '22023',
-            HINT = 'Say why the two rooms are one subject; a person reads it before approving.';
-    END IF;
     src := rcll._registry_room(b, from_room);
     dst := rcll._registry_room(b, into_room);
     IF src.name = dst.name THEN
@@ -1119,12 +1114,10 @@ BEGIN
     END IF;
     UPDATE rcll.rooms r SET status = 'provisional' WHERE r.bank_id = b AND r.name = src.name;
     INSERT INTO rcll.room_merge_proposals (bank_id, from_room, into_room, reason, proposed_by)
-    VALUES (b, src.name, dst.name, btrim(reason), rcll._actor())
+    VALUES (b, src.name, dst.name, why, rcll._actor())
     RETURNING proposal_id INTO id;
-    INSERT INTO rcll.audit_log (bank_id, actor, action, target, detail)
-    VALUES (b, rcll._actor(), 'room_merge_propose',
-            jsonb_build_object('from_room', src.name, 'into_room', dst.name),
-            jsonb_build_object('proposal_id', id, 'reason', btrim(reason)));
+    PERFORM rcll._audit(b, 'room_merge_propose', jsonb_build_object('from_room', src.name, 'into_room', dst.name),
+                        jsonb_build_object('proposal_id', id, 'reason', why));
     RETURN id;
 END
 $$;
@@ -1185,10 +1178,9 @@ BEGIN
     ON CONFLICT (bank_id, alias) DO UPDATE SET room = excluded.room, reason = 'merge';
     UPDATE rcll.room_merge_proposals mp SET status = 'approved', decided_by = rcll._actor(), decided_at = now()
     WHERE mp.proposal_id = p.proposal_id;
-    INSERT INTO rcll.audit_log (bank_id, actor, action, target, detail)
-    VALUES (b, rcll._actor(), 'room_merge_approve',
-            jsonb_build_object('from_room', p.from_room, 'into_room', dst, 'unit_ids', to_jsonb(ids)),
-            jsonb_build_object('proposal_id', p.proposal_id, 'reason', p.reason, 'proposed_by', p.proposed_by));
+    PERFORM rcll._audit(b, 'room_merge_approve',
+                        jsonb_build_object('from_room', p.from_room, 'into_room', dst, 'unit_ids', to_jsonb(ids)),
+                        jsonb_build_object('proposal_id', p.proposal_id, 'reason', p.reason, 'proposed_by', p.proposed_by));
     RETURN cardinality(ids);
 END
 $$;
@@ -1207,10 +1199,8 @@ BEGIN
     UPDATE rcll.rooms r SET status = 'live' WHERE r.bank_id = b AND r.name = p.from_room AND r.status = 'provisional';
     UPDATE rcll.room_merge_proposals mp SET status = 'rejected', decided_by = rcll._actor(), decided_at = now()
     WHERE mp.proposal_id = p.proposal_id;
-    INSERT INTO rcll.audit_log (bank_id, actor, action, target, detail)
-    VALUES (b, rcll._actor(), 'room_merge_reject',
-            jsonb_build_object('from_room', p.from_room, 'into_room', p.into_room),
-            jsonb_build_object('proposal_id', p.proposal_id, 'reason', reason));
+    PERFORM rcll._audit(b, 'room_merge_reject', jsonb_build_object('from_room', p.from_room, 'into_room', p.into_room),
+                        jsonb_build_object('proposal_id', p.proposal_id, 'reason', reason));
 END
 $$;
 COMMENT ON FUNCTION rcll.reject_room_merge(text, text, text) IS 'Reject the pending merge of from_room: nothing moves and the room is live again.';
@@ -1226,16 +1216,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     b       integer := rcll._bank_id(bank);
+    why     text := rcll._audit_reason(reason, 'move',
+                                       'Say why the units belong in the other room; it is kept in rcll.audit_log.');
     dst     record;
     ids     bigint[];
     missing bigint[];
     prior   jsonb;
-    move_id bigint;
 BEGIN
-    IF nullif(btrim(reason), '') IS NULL THEN
-        RAISE EXCEPTION 'reason: a move needs a reason' USING ERRCODE = '22023',
-            HINT = 'Say why the units belong in the other room; it is kept in rcll.audit_log.';
-    END IF;
     dst := rcll._canonical_room(b, to_room);
     IF dst.room IS NULL THEN
         RAISE EXCEPTION 'to_room: a room name is required' USING ERRCODE = '22023',
@@ -1257,12 +1244,8 @@ BEGIN
     FROM rcll.memory_units u WHERE u.unit_id = ANY (ids);
     UPDATE rcll.memory_units u SET room = dst.room, updated_at = now()
     WHERE u.unit_id = ANY (ids) AND u.room IS DISTINCT FROM dst.room;
-    INSERT INTO rcll.audit_log (bank_id, actor, action, target, detail)
-    VALUES (b, rcll._actor(), 'room_move',
-            jsonb_build_object('unit_ids', to_jsonb(ids), 'to_room', dst.room),
-            jsonb_build_object('reason', btrim(reason), 'typed_room', to_room, 'resolved', dst.how, 'before', prior))
-    RETURNING audit_id INTO move_id;
-    RETURN move_id;
+    RETURN rcll._audit(b, 'room_move', jsonb_build_object('unit_ids', to_jsonb(ids), 'to_room', dst.room),
+                       jsonb_build_object('reason', why, 'typed_room', to_room, 'resolved', dst.how, 'before', prior));
 END
 $$;
 COMMENT ON FUNCTION rcll.move_units(text, bigint[], text, text) IS 'Move units into another room (its name canonicalised by spelling like a write), recording every unit''s previous room in rcll.audit_log. Returns the move id for rcll.undo_move.';
@@ -1301,8 +1284,7 @@ BEGIN
     FROM jsonb_to_recordset(m.detail -> 'before') AS f(unit_id bigint, room text)
     WHERE u.unit_id = f.unit_id AND u.bank_id = b AND u.room IS DISTINCT FROM f.room;
     GET DIAGNOSTICS n = ROW_COUNT;
-    INSERT INTO rcll.audit_log (bank_id, actor, action, target, detail)
-    VALUES (b, rcll._actor(), 'room_move_undo', m.target, jsonb_build_object('move_id', move_id, 'restored', n));
+    PERFORM rcll._audit(b, 'room_move_undo', m.target, jsonb_build_object('move_id', move_id, 'restored', n));
     RETURN n;
 END
 $$;
@@ -1428,33 +1410,32 @@ END
 $$;
 COMMENT ON FUNCTION rcll.put_state(text, text, text, jsonb, integer, text, text, text) IS 'Write a new version of a room''s keyed state if expected_version is the current version (0 or NULL when there is none); otherwise fail with SQLSTATE 40001 naming expected and current version. Every version is kept with its provenance (who, as the server resolved it; via; source; when). Returns the new version.';
 
-CREATE OR REPLACE FUNCTION rcll.get_state(bank text, room text, key text, at_version integer DEFAULT NULL)
-RETURNS TABLE (value jsonb, version integer, provenance jsonb, created_at timestamptz)
-LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-AS $$
-    -- Exact (room, key): an unknown key returns no row - never the nearest room's state, which
-    -- would be the wrong lens applied with full confidence.
-    SELECT s.value, s.version, s.provenance, s.created_at
-    FROM rcll.room_state s
-    WHERE s.bank_id = rcll._bank_id(get_state.bank) AND s.room = get_state.room AND s.key = get_state.key
-      AND (get_state.at_version IS NULL OR s.version = get_state.at_version)
-    ORDER BY s.version DESC
-    LIMIT 1
-$$;
-COMMENT ON FUNCTION rcll.get_state(text, text, text, integer) IS 'The current version (or at_version) of a room''s keyed state, by exact room and key; no row when the key is unknown.';
-
 CREATE OR REPLACE FUNCTION rcll.state_history(bank text, room text, key text)
 RETURNS TABLE (version integer, value jsonb, provenance jsonb, created_at timestamptz)
 LANGUAGE sql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
+    -- Exact (room, key): an unknown key has no versions - never the nearest room's state, which
+    -- would be the wrong lens applied with full confidence.
     SELECT s.version, s.value, s.provenance, s.created_at
     FROM rcll.room_state s
     WHERE s.bank_id = rcll._bank_id(state_history.bank) AND s.room = state_history.room AND s.key = state_history.key
     ORDER BY s.version DESC
 $$;
 COMMENT ON FUNCTION rcll.state_history(text, text, text) IS 'Every version of a room''s keyed state, newest first, each with its provenance.';
+
+CREATE OR REPLACE FUNCTION rcll.get_state(bank text, room text, key text, at_version integer DEFAULT NULL)
+RETURNS TABLE (value jsonb, version integer, provenance jsonb, created_at timestamptz)
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT h.value, h.version, h.provenance, h.created_at
+    FROM rcll.state_history(get_state.bank, get_state.room, get_state.key) h
+    WHERE get_state.at_version IS NULL OR h.version = get_state.at_version
+    ORDER BY h.version DESC
+    LIMIT 1
+$$;
+COMMENT ON FUNCTION rcll.get_state(text, text, text, integer) IS 'The current version (or at_version) of a room''s keyed state, by exact room and key; no row when the key is unknown.';
 
 
 -- functions 090-bank-isolation.sql
@@ -1514,7 +1495,7 @@ AS $$
 $$;
 COMMENT ON FUNCTION rcll._bank_tables() IS 'Internal: the tables bank isolation covers (every rcll table with a bank_id column, bank_grants excepted).';
 
-CREATE OR REPLACE FUNCTION rcll.enable_bank_isolation()
+CREATE OR REPLACE FUNCTION rcll._bank_isolation(enable boolean)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -1527,34 +1508,35 @@ BEGIN
     -- administrator, and agents connect as their own roles.
     FOR t IN SELECT rcll._bank_tables() LOOP
         EXECUTE format('DROP POLICY IF EXISTS bank_isolation ON %s', t);
-        EXECUTE format('CREATE POLICY bank_isolation ON %s USING (bank_id = ANY ((SELECT rcll._visible_banks(current_user))::integer[])) '
-                       'WITH CHECK (bank_id = ANY ((SELECT rcll._visible_banks(current_user))::integer[]))', t);
-        EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', t);
+        IF enable THEN
+            EXECUTE format('CREATE POLICY bank_isolation ON %s USING (bank_id = ANY ((SELECT rcll._visible_banks(current_user))::integer[])) '
+                           'WITH CHECK (bank_id = ANY ((SELECT rcll._visible_banks(current_user))::integer[]))', t);
+        END IF;
+        EXECUTE format('ALTER TABLE %s %s ROW LEVEL SECURITY', t, CASE WHEN enable THEN 'ENABLE' ELSE 'DISABLE' END);
         n := n + 1;
     END LOOP;
-    INSERT INTO rcll.audit_log (bank_id, actor, action, target) VALUES (NULL, rcll._actor(), 'bank_isolation_enable', jsonb_build_object('tables', n));
+    PERFORM rcll._audit(NULL, CASE WHEN enable THEN 'bank_isolation_enable' ELSE 'bank_isolation_disable' END,
+                        jsonb_build_object('tables', n));
     RETURN n;
 END
+$$;
+COMMENT ON FUNCTION rcll._bank_isolation(boolean) IS 'Internal: switch row-level security with the bank_isolation policy on (enable) or off on every table rcll._bank_tables() lists, audited; returns the number of tables.';
+
+CREATE OR REPLACE FUNCTION rcll.enable_bank_isolation()
+RETURNS integer
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT rcll._bank_isolation(enable => true)
 $$;
 COMMENT ON FUNCTION rcll.enable_bank_isolation() IS 'Turn on bank isolation: row-level security on every rcll table with a bank_id, so a role sees and writes only the banks rcll.bank_grants gives it (superusers and the owner are exempt). Rooms stay a topic, not a permission. Returns the number of tables covered; re-run it after an upgrade adds tables.';
 
 CREATE OR REPLACE FUNCTION rcll.disable_bank_isolation()
 RETURNS integer
-LANGUAGE plpgsql VOLATILE
+LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    t regclass;
-    n integer := 0;
-BEGIN
-    FOR t IN SELECT rcll._bank_tables() LOOP
-        EXECUTE format('ALTER TABLE %s DISABLE ROW LEVEL SECURITY', t);
-        EXECUTE format('DROP POLICY IF EXISTS bank_isolation ON %s', t);
-        n := n + 1;
-    END LOOP;
-    INSERT INTO rcll.audit_log (bank_id, actor, action, target) VALUES (NULL, rcll._actor(), 'bank_isolation_disable', jsonb_build_object('tables', n));
-    RETURN n;
-END
+    SELECT rcll._bank_isolation(enable => false)
 $$;
 COMMENT ON FUNCTION rcll.disable_bank_isolation() IS 'Turn bank isolation off again: every role sees every bank (grants are kept).';
 
@@ -3303,10 +3285,7 @@ RETURNS TABLE (document_id bigint, unit_ids bigint[], extraction text)
 LANGUAGE sql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT d.document_id,
-           coalesce((SELECT array_agg(u.unit_id ORDER BY u.chunk_index, u.unit_id)
-                     FROM rcll.memory_units u WHERE u.document_id = d.document_id), '{}'),
-           d.extraction
+    SELECT d.document_id, rcll._document_units(d.document_id), d.extraction
     FROM rcll.documents d
     WHERE d.bank_id = rcll._bank_id(find_document.bank)
       AND d.content_hash = rcll._content_hash(find_document.content, find_document.thread)
@@ -3391,8 +3370,7 @@ BEGIN
     doc := stored.document_id;
     IF NOT stored.created THEN                  -- already retained: no duplicate facts
         PERFORM rcll._record_llm_calls(b, doc, llm_calls);
-        RETURN QUERY SELECT doc, coalesce(array_agg(u.unit_id ORDER BY u.chunk_index, u.unit_id), '{}'), false
-                     FROM rcll.memory_units u WHERE u.document_id = doc;
+        RETURN QUERY SELECT doc, rcll._document_units(doc), false;
         RETURN;
     END IF;
     prov := stored.provenance || jsonb_build_object('extraction', extraction);
@@ -3736,11 +3714,11 @@ BEGIN
     WHERE u.unit_id = ANY (sources);
     PERFORM rcll._link_units(b, ARRAY[obs]);
     PERFORM rcll._record_llm_calls(b, NULL, llm_calls);
-    INSERT INTO rcll.audit_log (bank_id, actor, action, target, detail)
-    VALUES (b, actor, 'consolidate', jsonb_build_object('observation', obs, 'sources', to_jsonb(sources)),
-            jsonb_build_object('method', method, 'room', r, 'room_by', room_by, 'hall', hall,
-                               'text', btrim(write_observation.text),
-                               'reverse', 'DELETE the observation and set the sources'' consolidation_state back to pending'));
+    PERFORM rcll._audit(b, 'consolidate', jsonb_build_object('observation', obs, 'sources', to_jsonb(sources)),
+                        jsonb_build_object('method', method, 'room', r, 'room_by', room_by, 'hall', hall,
+                                           'text', btrim(write_observation.text),
+                                           'reverse', 'DELETE the observation and set the sources'' consolidation_state back to pending'),
+                        actor => actor);
     RETURN obs;
 END
 $$;
@@ -3791,20 +3769,21 @@ AS $$
 $$;
 COMMENT ON FUNCTION rcll.export_tables() IS 'The tables a bank export carries, in export and import order, with each table''s canonical sort key, its identity column (NULL for natural keys) and the columns holding another table''s identity. Every rcll table with a bank_id column must be listed (a test checks).';
 
-CREATE OR REPLACE FUNCTION rcll._check_export_table(table_name text)
-RETURNS void
+CREATE OR REPLACE FUNCTION rcll._export_table(name text)
+RETURNS TABLE (table_position integer, table_name text, key_columns text[], id_column text, refs jsonb)
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM rcll.export_tables() t WHERE t.table_name = _check_export_table.table_name) THEN
-        RAISE EXCEPTION 'table_name: % is not an exported table', coalesce(quote_literal(table_name), 'NULL')
+    RETURN QUERY SELECT e.* FROM rcll.export_tables() e WHERE e.table_name = name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'table_name: % is not an exported table', coalesce(quote_literal(name), 'NULL')
             USING ERRCODE = '22023',
             HINT = 'Name one of SELECT table_name FROM rcll.export_tables().';
     END IF;
 END
 $$;
-COMMENT ON FUNCTION rcll._check_export_table(text) IS 'Internal: raises an error naming the fix unless table_name is listed in rcll.export_tables().';
+COMMENT ON FUNCTION rcll._export_table(text) IS 'Internal: the rcll.export_tables() row of one table (by name), or an error naming the fix when it is not exported.';
 
 CREATE OR REPLACE FUNCTION rcll._export_query(bank_id integer, table_name text)
 RETURNS text
@@ -3815,8 +3794,7 @@ DECLARE
     t record;
     ord text;
 BEGIN
-    PERFORM rcll._check_export_table(table_name);
-    SELECT e.* INTO t FROM rcll.export_tables() e WHERE e.table_name = _export_query.table_name;
+    SELECT e.* INTO t FROM rcll._export_table(table_name) e;
     -- Text keys sort byte-wise, whatever the database's collation.
     SELECT string_agg(format('x.%I%s', k, CASE WHEN a.atttypid IN ('text'::regtype, 'name'::regtype)
                                                THEN ' COLLATE "C"' ELSE '' END), ', ' ORDER BY i)
@@ -3830,19 +3808,6 @@ END
 $$;
 COMMENT ON FUNCTION rcll._export_query(integer, text) IS 'Internal: the canonical export query of one table of one bank (names from rcll.export_tables() only, quoted).';
 
-CREATE OR REPLACE FUNCTION rcll._export_settings()
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    -- Transaction-local: the rest of the exporting transaction prints values canonically.
-    PERFORM set_config('TimeZone', 'UTC', true), set_config('DateStyle', 'ISO, YMD', true),
-            set_config('IntervalStyle', 'postgres', true), set_config('extra_float_digits', '1', true),
-            set_config('bytea_output', 'hex', true);
-END
-$$;
-COMMENT ON FUNCTION rcll._export_settings() IS 'Internal: pins, for the current transaction, the settings that decide how values print (TimeZone UTC, DateStyle ISO, IntervalStyle postgres, extra_float_digits 1, bytea_output hex).';
 
 CREATE OR REPLACE FUNCTION rcll.export_rows(bank text, table_name text)
 RETURNS SETOF jsonb
@@ -3863,6 +3828,20 @@ END
 $$;
 COMMENT ON FUNCTION rcll.export_rows(text, text) IS 'Every row of one exported table (rcll.export_tables()) that belongs to the bank, one jsonb per row with every column (bank_id dropped except on the banks row), in the canonical order, values printed canonically (UTC, ISO dates, shortest exact floats, hex bytea).';
 
+CREATE OR REPLACE FUNCTION rcll._export_settings()
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- The print settings are written once, as rcll.export_rows' SET clauses (which hold them for
+    -- that call only); here the same settings are pinned transaction-locally, for the rest of the
+    -- exporting transaction.
+    SELECT count(set_config(split_part(c, '=', 1), substr(c, strpos(c, '=') + 1), true))   -- every one
+    FROM pg_proc p, unnest(p.proconfig) AS c
+    WHERE p.oid = 'rcll.export_rows(text, text)'::regprocedure AND c NOT LIKE 'search_path=%'
+$$;
+COMMENT ON FUNCTION rcll._export_settings() IS 'Internal: pins, for the current transaction, the settings that decide how values print - those rcll.export_rows sets for its own call (TimeZone UTC, DateStyle ISO, IntervalStyle postgres, extra_float_digits 1, bytea_output hex).';
+
 CREATE OR REPLACE FUNCTION rcll.export_cursor(bank text, table_name text, cursor_name text DEFAULT NULL)
 RETURNS refcursor
 LANGUAGE plpgsql VOLATILE
@@ -3880,24 +3859,29 @@ END
 $$;
 COMMENT ON FUNCTION rcll.export_cursor(text, text, text) IS 'Open a cursor over rcll.export_rows(bank, table_name) for streaming (FETCH FORWARD n FROM it) with bounded memory on server and client. Pins TimeZone UTC and the other print settings for the rest of the transaction. Use inside BEGIN ISOLATION LEVEL REPEATABLE READ ... COMMIT so every table comes from one snapshot.';
 
-CREATE OR REPLACE FUNCTION rcll.export_max_ids(bank text)
-RETURNS jsonb
+CREATE OR REPLACE FUNCTION rcll._max_id(table_name text, id_column text, bank_id integer DEFAULT NULL)
+RETURNS bigint
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    b   integer := rcll._bank_id(bank);
-    t   record;
-    m   bigint;
-    out jsonb := '{}';
+    m bigint;
 BEGIN
-    FOR t IN SELECT * FROM rcll.export_tables() e WHERE e.id_column IS NOT NULL ORDER BY e.table_position LOOP
-        EXECUTE format('SELECT max(x.%I)::bigint FROM rcll.%I x WHERE x.bank_id = $1', t.id_column, t.table_name)
-            INTO m USING b;
-        out := out || jsonb_build_object(t.table_name, coalesce(m, 0));
-    END LOOP;
-    RETURN out;
+    EXECUTE format('SELECT max(x.%I)::bigint FROM rcll.%I x WHERE $1 IS NULL OR x.bank_id = $1', id_column, table_name)
+        INTO m USING bank_id;
+    RETURN m;
 END
+$$;
+COMMENT ON FUNCTION rcll._max_id(text, text, integer) IS 'Internal: the largest identity (id_column) in an rcll table, of one bank or (bank_id NULL) of all; NULL when there is none. Names come from rcll.export_tables() only.';
+
+CREATE OR REPLACE FUNCTION rcll.export_max_ids(bank text)
+RETURNS jsonb
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(jsonb_object_agg(e.table_name, coalesce(rcll._max_id(e.table_name, e.id_column, b.id), 0)), '{}')
+    FROM (SELECT rcll._bank_id(export_max_ids.bank) AS id) b, rcll.export_tables() e
+    WHERE e.id_column IS NOT NULL
 $$;
 COMMENT ON FUNCTION rcll.export_max_ids(text) IS 'The largest identity per exported table of a bank, for the export manifest; rcll.import_begin() moves each sequence past it so renumbered rows never take an id a later row of the import keeps.';
 
@@ -3950,34 +3934,43 @@ END
 $$;
 COMMENT ON FUNCTION rcll._import_ref(text, jsonb) IS 'Internal: the id an exported identity of table_name has in this database (renumbered when another bank held it, else unchanged).';
 
-CREATE OR REPLACE FUNCTION rcll._import_triggers(table_name text, enable boolean, names text[] DEFAULT NULL)
-RETURNS text[]
+CREATE OR REPLACE FUNCTION rcll._import_execute(table_name text, stmt text, rows jsonb, bank_id integer)
+RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     rel regclass := format('rcll.%I', table_name)::regclass;
+    trg text[];
     t   text;
-    out text[] := '{}';
+    n   bigint;
 BEGIN
+    -- The rows are written exactly as exported: the write-path triggers are off for the statement.
     -- Only the triggers that are on now are switched off, and exactly those are switched back on:
-    -- a trigger an administrator disabled stays disabled.
-    IF NOT enable THEN
-        -- The copy into rcll.unit_lexicon stays on: it is not a write-path decision but the
-        -- lexical channel's view of the rows, and must hold every imported unit.
-        SELECT coalesce(array_agg(g.tgname::text ORDER BY g.tgname), '{}') INTO out
-        FROM pg_trigger g WHERE g.tgrelid = rel AND NOT g.tgisinternal AND g.tgenabled <> 'D'
-          AND g.tgname NOT IN ('units_lexicon_inserted', 'units_lexicon_changed');
-    ELSE
-        out := coalesce(names, '{}');
-    END IF;
-    FOREACH t IN ARRAY out LOOP
-        EXECUTE format('ALTER TABLE %s %s TRIGGER %I', rel, CASE WHEN enable THEN 'ENABLE' ELSE 'DISABLE' END, t);
+    -- a trigger an administrator disabled stays disabled. The copy into rcll.unit_lexicon stays
+    -- on: it is not a write-path decision but the lexical channel's view of the rows, and must
+    -- hold every imported unit.
+    SELECT coalesce(array_agg(g.tgname::text ORDER BY g.tgname), '{}') INTO trg
+    FROM pg_trigger g WHERE g.tgrelid = rel AND NOT g.tgisinternal AND g.tgenabled <> 'D'
+      AND g.tgname NOT IN ('units_lexicon_inserted', 'units_lexicon_changed');
+    FOREACH t IN ARRAY trg LOOP
+        EXECUTE format('ALTER TABLE %s DISABLE TRIGGER %I', rel, t);
     END LOOP;
-    RETURN out;
+    BEGIN
+        EXECUTE stmt USING rows, bank_id;
+        GET DIAGNOSTICS n = ROW_COUNT;
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'on_conflict: a % row of this import already exists (%)', table_name, SQLERRM
+            USING ERRCODE = '23505',
+            HINT = 'Import into an empty database, or choose on_conflict => ''skip'' (keep existing rows) or ''replace'' (overwrite them).';
+    END;
+    FOREACH t IN ARRAY trg LOOP
+        EXECUTE format('ALTER TABLE %s ENABLE TRIGGER %I', rel, t);
+    END LOOP;
+    RETURN n;
 END
 $$;
-COMMENT ON FUNCTION rcll._import_triggers(text, boolean, text[]) IS 'Internal: disable the enabled user triggers of an rcll table (returning their names), or enable the named ones again. Needs the table owner; transactional, so a failed import leaves them as they were.';
+COMMENT ON FUNCTION rcll._import_execute(text, text, jsonb, integer) IS 'Internal: run one statement of an import ($1 the rows, $2 the bank id) on an rcll table with its enabled user triggers switched off, and exactly those on again; a unique violation is reported as the import''s on_conflict error. Needs the table owner; transactional, so a failed import leaves the triggers as they were. Returns the rows written.';
 
 CREATE OR REPLACE FUNCTION rcll._import_sequence(table_name text, id_column text, at_least bigint)
 RETURNS void
@@ -3990,7 +3983,7 @@ DECLARE
     last bigint;
     called boolean;
 BEGIN
-    EXECUTE format('SELECT max(x.%I)::bigint FROM rcll.%I x', id_column, table_name) INTO top;
+    top := rcll._max_id(table_name, id_column);
     EXECUTE format('SELECT s.last_value, s.is_called FROM %s s', seq) INTO last, called;
     top := greatest(coalesce(top, 0), coalesce(at_least, 0), CASE WHEN called THEN last ELSE last - 1 END);
     IF top > 0 THEN
@@ -4075,13 +4068,12 @@ DECLARE
     fix    text;
     seq    text;
     stmt   text;
-    trg    text[];
     n      bigint := 0;
     k      text;
     v      text;
 BEGIN
     SELECT * INTO st FROM rcll._import_state();
-    PERFORM rcll._check_export_table(table_name);
+    SELECT e.* INTO t FROM rcll._export_table(table_name) e;
     IF table_name = 'banks' THEN
         RAISE EXCEPTION 'table_name: the banks row is imported by rcll.import_begin' USING ERRCODE = '22023';
     END IF;
@@ -4097,7 +4089,6 @@ BEGIN
     IF table_name = 'room_count_queue' AND NOT st.fresh THEN
         RETURN 0;
     END IF;
-    SELECT e.* INTO t FROM rcll.export_tables() e WHERE e.table_name = import_rows.table_name;
     rel := format('rcll.%I', t.table_name);
 
     SELECT string_agg(format('%I', a.attname), ', ' ORDER BY a.attnum),
@@ -4171,16 +4162,7 @@ BEGIN
         stmt := stmt || format(' ON CONFLICT (%s) DO UPDATE SET %s', pk, upd);
     END IF;
 
-    trg := rcll._import_triggers(t.table_name, false);
-    BEGIN
-        EXECUTE stmt USING rows;
-        GET DIAGNOSTICS n = ROW_COUNT;
-    EXCEPTION WHEN unique_violation THEN
-        RAISE EXCEPTION 'on_conflict: a % row of this import already exists (%)', t.table_name, SQLERRM
-            USING ERRCODE = '23505',
-            HINT = 'Import into an empty database, or choose on_conflict => ''skip'' (keep existing rows) or ''replace'' (overwrite them).';
-    END;
-    PERFORM rcll._import_triggers(t.table_name, true, trg);
+    n := rcll._import_execute(t.table_name, stmt, rows, st.bank_id);
     EXECUTE 'UPDATE pg_temp.rcll_import_state SET counts = counts || jsonb_build_object($1::text, coalesce((counts ->> $1)::bigint, 0) + $2)'
         USING t.table_name, n;
     RETURN n;
@@ -4196,7 +4178,6 @@ AS $$
 DECLARE
     st     record;
     t      record;
-    trg    text[];
     counts jsonb;
     missing bigint;
 BEGIN
@@ -4209,11 +4190,9 @@ BEGIN
         RAISE EXCEPTION 'memory_units: % unit(s) are superseded by units the import does not contain', missing
             USING ERRCODE = '23503', HINT = 'Import every table of the export (memory_units.jsonl in full).';
     END IF;
-    trg := rcll._import_triggers('memory_units', false);
-    EXECUTE 'UPDATE rcll.memory_units u SET superseded_by = (rcll._import_ref(''memory_units'', to_jsonb(p.superseded_by)) #>> ''{}'')::bigint '
-            'FROM pg_temp.rcll_import_pending p WHERE u.unit_id = p.unit_id AND u.bank_id = $1'
-        USING st.bank_id;
-    PERFORM rcll._import_triggers('memory_units', true, trg);
+    PERFORM rcll._import_execute('memory_units',
+        'UPDATE rcll.memory_units u SET superseded_by = (rcll._import_ref(''memory_units'', to_jsonb(p.superseded_by)) #>> ''{}'')::bigint '
+        'FROM pg_temp.rcll_import_pending p WHERE u.unit_id = p.unit_id AND u.bank_id = $2', NULL, st.bank_id);
 
     FOR t IN SELECT * FROM rcll.export_tables() e WHERE e.id_column IS NOT NULL LOOP
         PERFORM rcll._import_sequence(t.table_name, t.id_column, 0);
@@ -4234,9 +4213,8 @@ BEGIN
 
     EXECUTE 'SELECT counts FROM pg_temp.rcll_import_state' INTO counts;
     -- Audited database-wide (bank_id NULL): the bank's own rows stay exactly as exported.
-    INSERT INTO rcll.audit_log (bank_id, actor, action, target, detail)
-    VALUES (NULL, rcll._actor(), 'import', jsonb_build_object('bank', st.bank_name, 'bank_id', st.bank_id),
-            jsonb_build_object('on_conflict', st.on_conflict, 'fresh', st.fresh, 'rows', counts));
+    PERFORM rcll._audit(NULL, 'import', jsonb_build_object('bank', st.bank_name, 'bank_id', st.bank_id),
+                        jsonb_build_object('on_conflict', st.on_conflict, 'fresh', st.fresh, 'rows', counts));
     DROP TABLE IF EXISTS pg_temp.rcll_import_state, pg_temp.rcll_import_ids, pg_temp.rcll_import_pending;
     RETURN jsonb_build_object('bank', st.bank_name, 'bank_id', st.bank_id, 'fresh', st.fresh, 'rows', counts);
 END
@@ -4386,8 +4364,7 @@ DECLARE
 BEGIN
     -- The person is the server's word, like rcll.agent: only a member of rcll_identity_server (the
     -- RCLL server, which authenticated them) may name one. Agents stay refused by approve itself.
-    IF who IS NOT NULL AND NOT (to_regrole('rcll_identity_server') IS NOT NULL
-                                AND pg_has_role(session_user, 'rcll_identity_server', 'MEMBER')) THEN
+    IF who IS NOT NULL AND NOT rcll._identity_server() THEN
         RAISE EXCEPTION 'person: only the RCLL server names the person deciding' USING ERRCODE = '42501',
             HINT = 'Decide as yourself: leave person NULL (the audit then names your role).';
     END IF;
@@ -4400,15 +4377,14 @@ BEGIN
     END IF;
     IF who IS NOT NULL THEN
         -- approve/reject audited the decision as the server's role; this row names who made it.
-        INSERT INTO rcll.audit_log (bank_id, actor, action, target, detail)
-        SELECT b, 'person:' || who, 'room_merge_decision',
-               jsonb_build_object('from_room', mp.from_room, 'into_room', mp.into_room),
-               jsonb_build_object('proposal_id', mp.proposal_id, 'decision', mp.status, 'reason', decide_room_merge.reason,
-                                  'units_moved', n)
-        FROM rcll.room_merge_proposals mp
-        WHERE mp.bank_id = b AND mp.from_room = btrim(decide_room_merge.from_room) AND mp.status <> 'pending'
-        ORDER BY mp.decided_at DESC, mp.proposal_id DESC
-        LIMIT 1;
+        PERFORM rcll._audit(b, 'room_merge_decision', jsonb_build_object('from_room', d.from_room, 'into_room', d.into_room),
+                            jsonb_build_object('proposal_id', d.proposal_id, 'decision', d.status,
+                                               'reason', decide_room_merge.reason, 'units_moved', n),
+                            actor => 'person:' || who)
+        FROM (SELECT mp.* FROM rcll.room_merge_proposals mp
+              WHERE mp.bank_id = b AND mp.from_room = btrim(decide_room_merge.from_room) AND mp.status <> 'pending'
+              ORDER BY mp.decided_at DESC, mp.proposal_id DESC
+              LIMIT 1) d;
     END IF;
     RETURN n;
 END

@@ -399,7 +399,8 @@ def test_a_person_approves_a_merge_in_the_page_and_sql_sees_it(page: Any, site: 
                     "WHERE b.name = 'fleet' AND r.name = 'agent'") == [("merged", "orchestrator")]
     assert site.sql("SELECT count(*) FROM rcll.memory_units WHERE room = 'agent'") == [(0,)]
     assert site.sql("SELECT actor FROM rcll.audit_log WHERE action = 'room_merge_decision'") == [("person:dana",)]
-    decided = page.find_element(By.CSS_SELECTOR, '#decided-table tr[data-from-room="agent"]').text
+    # "Approved" shows before the page reloads the decided list: wait for the row itself.
+    decided = wait(page, lambda x: x.find_elements(By.CSS_SELECTOR, '#decided-table tr[data-from-room="agent"]'))[0].text
     assert "approved" in decided and "person:dana" in decided
 
 

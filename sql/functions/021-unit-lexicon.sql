@@ -1,7 +1,7 @@
 -- The narrow lexical table (rcll.unit_lexicon): kept in step with memory_units by triggers, in
 -- the writing transaction, and filtered by the same scope predicate as every channel.
 
-CREATE OR REPLACE FUNCTION rcll._units_lexicon_inserted()
+CREATE OR REPLACE FUNCTION rcll._units_lexicon()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 -- Definer: agents' roles write memory_units; the copy is the owner's bookkeeping (as room counts).
@@ -9,44 +9,33 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    -- One set-based insert per statement (a retain, a COPY, an import batch), not one per row.
-    INSERT INTO rcll.unit_lexicon (unit_id, bank_id, lexical_length, layer, room, author, hall, thread, tags, valid, lexical)
-    SELECT n.unit_id, n.bank_id, n.lexical_length, n.layer, n.room, n.author, n.hall, n.thread, n.tags, n.valid, n.lexical
-    FROM new_units n;
+    IF TG_LEVEL = 'STATEMENT' THEN
+        -- Inserted units: one set-based insert per statement (a retain, a COPY, an import batch),
+        -- not one per row.
+        INSERT INTO rcll.unit_lexicon (unit_id, bank_id, lexical_length, layer, room, author, hall, thread, tags, valid, lexical)
+        SELECT n.unit_id, n.bank_id, n.lexical_length, n.layer, n.room, n.author, n.hall, n.thread, n.tags, n.valid, n.lexical
+        FROM new_units n;
+    ELSE
+        -- A changed unit: its copy follows. The insert arm serves a unit written while the insert
+        -- trigger was off (an import switches write triggers off): its copy appears at its first change.
+        INSERT INTO rcll.unit_lexicon (unit_id, bank_id, lexical_length, layer, room, author, hall, thread, tags, valid, lexical)
+        VALUES (NEW.unit_id, NEW.bank_id, NEW.lexical_length, NEW.layer, NEW.room, NEW.author, NEW.hall, NEW.thread,
+                NEW.tags, NEW.valid, NEW.lexical)
+        ON CONFLICT (unit_id) DO UPDATE
+            SET bank_id = excluded.bank_id, lexical_length = excluded.lexical_length, layer = excluded.layer,
+                room = excluded.room, author = excluded.author, hall = excluded.hall, thread = excluded.thread,
+                tags = excluded.tags, valid = excluded.valid, lexical = excluded.lexical;
+    END IF;
     RETURN NULL;
 END
 $$;
-COMMENT ON FUNCTION rcll._units_lexicon_inserted() IS 'Trigger (statement): copies the lexical representation and recall filters of the units written into rcll.unit_lexicon.';
+COMMENT ON FUNCTION rcll._units_lexicon() IS 'Trigger: keeps rcll.unit_lexicon a copy of the lexical representation and recall filters of memory_units - the units a statement inserts (units_lexicon_inserted), and a unit whose text, room, author, hall, layer, thread, tags, validity or bank changed (units_lexicon_changed: room moves and merges, supersession, consolidation).';
 
 -- Not while a dump is restored (rcll._restoring): unit_lexicon is dumped and comes back itself.
 CREATE OR REPLACE TRIGGER units_lexicon_inserted AFTER INSERT ON rcll.memory_units
     REFERENCING NEW TABLE AS new_units
     FOR EACH STATEMENT WHEN (current_setting('row_security') <> 'off' OR NOT rcll._restoring('rcll.memory_units'))
-    EXECUTE FUNCTION rcll._units_lexicon_inserted();
-
-CREATE OR REPLACE FUNCTION rcll._units_lexicon_changed()
-RETURNS trigger
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    UPDATE rcll.unit_lexicon x
-    SET bank_id = NEW.bank_id, lexical_length = NEW.lexical_length, layer = NEW.layer, room = NEW.room,
-        author = NEW.author, hall = NEW.hall, thread = NEW.thread, tags = NEW.tags, valid = NEW.valid,
-        lexical = NEW.lexical
-    WHERE x.unit_id = NEW.unit_id;
-    IF NOT FOUND THEN
-        -- A unit written while the insert trigger was off (an import switches write triggers off):
-        -- its copy appears at its first change.
-        INSERT INTO rcll.unit_lexicon (unit_id, bank_id, lexical_length, layer, room, author, hall, thread, tags, valid, lexical)
-        VALUES (NEW.unit_id, NEW.bank_id, NEW.lexical_length, NEW.layer, NEW.room, NEW.author, NEW.hall, NEW.thread,
-                NEW.tags, NEW.valid, NEW.lexical);
-    END IF;
-    RETURN NULL;
-END
-$$;
-COMMENT ON FUNCTION rcll._units_lexicon_changed() IS 'Trigger (row): a unit''s text, room, author, hall, layer, thread, tags, validity or bank changed (room moves and merges, supersession, consolidation): its rcll.unit_lexicon row follows.';
+    EXECUTE FUNCTION rcll._units_lexicon();
 
 -- Every column the copy holds is listed (UPDATE OF fires on the columns an UPDATE sets: text,
 -- because units_lexical recomputes lexical from it); the WHEN clause skips updates that change none.
@@ -57,5 +46,4 @@ CREATE OR REPLACE TRIGGER units_lexicon_changed
                         OLD.tags, OLD.valid, OLD.lexical)
                        IS DISTINCT FROM (NEW.bank_id, NEW.lexical_length, NEW.layer, NEW.room, NEW.author, NEW.hall,
                                          NEW.thread, NEW.tags, NEW.valid, NEW.lexical))
-    EXECUTE FUNCTION rcll._units_lexicon_changed();
-
+    EXECUTE FUNCTION rcll._units_lexicon();

@@ -1,5 +1,16 @@
 -- Authors: who wrote a unit, resolved by the server, never taken from the caller when the server knows.
 
+CREATE OR REPLACE FUNCTION rcll._identity_server()
+RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- Checked by role existence first: pg_has_role fails for a role that does not exist.
+    SELECT CASE WHEN to_regrole('rcll_identity_server') IS NULL THEN false
+                ELSE pg_has_role(session_user, 'rcll_identity_server', 'MEMBER') END
+$$;
+COMMENT ON FUNCTION rcll._identity_server() IS 'Internal: true when the session''s role is a member of rcll_identity_server (superusers are), the role trusted to name the agent or person it authenticated.';
+
 CREATE OR REPLACE FUNCTION rcll.current_agent()
 RETURNS text
 LANGUAGE plpgsql STABLE PARALLEL SAFE
@@ -22,8 +33,7 @@ BEGIN
     -- transaction - honoured only when the session's role is a member of rcll_identity_server,
     -- so a psql user cannot forge it.
     claimed := nullif(btrim(current_setting('rcll.agent', true)), '');
-    IF claimed IS NOT NULL AND to_regrole('rcll_identity_server') IS NOT NULL
-       AND pg_has_role(session_user, 'rcll_identity_server', 'MEMBER') THEN
+    IF claimed IS NOT NULL AND rcll._identity_server() THEN
         RETURN claimed;
     END IF;
     RETURN NULL;
@@ -33,16 +43,12 @@ COMMENT ON FUNCTION rcll.current_agent() IS 'The agent identity the server resol
 
 CREATE OR REPLACE FUNCTION rcll._carry_tags()
 RETURNS boolean
-LANGUAGE plpgsql STABLE PARALLEL SAFE
+LANGUAGE sql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-BEGIN
     -- Consolidation rewrites facts into observations and must carry their author: and room tags
     -- across; only the trusted server may ask for that (SET LOCAL rcll.carry_tags = on).
-    RETURN coalesce(current_setting('rcll.carry_tags', true), '') IN ('on', 'true', '1')
-           AND to_regrole('rcll_identity_server') IS NOT NULL
-           AND pg_has_role(session_user, 'rcll_identity_server', 'MEMBER');
-END
+    SELECT coalesce(current_setting('rcll.carry_tags', true), '') IN ('on', 'true', '1') AND rcll._identity_server()
 $$;
 COMMENT ON FUNCTION rcll._carry_tags() IS 'Internal: true when a member of rcll_identity_server has set rcll.carry_tags = on, so reserved tags (author:, room-alias:, room-new:) written by it are kept rather than discarded as forged.';
 
@@ -51,7 +57,7 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    -- No warning here: the units_rooms_inserted statement trigger (051-room-counts.sql) warns once per
+    -- No warning here: the units_room_counts_inserted statement trigger (051-room-counts.sql) warns once per
     -- write, for every client, whether or not it came through a function that called this.
     author := rcll.current_agent();
     IF author IS NOT NULL THEN
@@ -72,8 +78,8 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    agent text := rcll.current_agent();
-    tag   text;
+    who record;
+    tag text;
 BEGIN
     -- Runs once per written row: every assignment below is skipped when it would change nothing.
     IF NEW.tags IS NULL THEN
@@ -83,16 +89,9 @@ BEGIN
         NEW.tags := ARRAY(SELECT t FROM unnest(NEW.tags) AS t
                           WHERE t NOT LIKE 'author:%' AND t NOT LIKE 'author-source:%');
     END IF;
-    IF agent IS NOT NULL THEN
-        NEW.author := agent;
-        NEW.author_source := 'server';
-    ELSIF nullif(btrim(NEW.author), '') IS NULL THEN
-        NEW.author := NULL;
-        NEW.author_source := 'none';
-    ELSE
-        NEW.author := btrim(NEW.author);
-        NEW.author_source := 'self_declared';
-    END IF;
+    who := rcll._resolve_author(NEW.author);
+    NEW.author := who.author;
+    NEW.author_source := who.author_source;
     IF NEW.author IS NOT NULL THEN
         -- The tag is what survives consolidation rewrites; the tag roster is the author list.
         tag := 'author:' || NEW.author;
@@ -129,14 +128,13 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    agent text := rcll.current_agent();
+    who record;
 BEGIN
-    IF agent IS NOT NULL THEN
-        NEW.provenance := NEW.provenance || jsonb_build_object('who', agent, 'author_source', 'server');
-    ELSE
-        NEW.provenance := NEW.provenance || jsonb_build_object(
-            'author_source', CASE WHEN nullif(btrim(NEW.provenance ->> 'who'), '') IS NULL THEN 'none' ELSE 'self_declared' END);
-    END IF;
+    -- The server's identity replaces a caller's "who"; a self-declared one stays as written.
+    who := rcll._resolve_author(NEW.provenance ->> 'who');
+    NEW.provenance := NEW.provenance
+        || CASE WHEN who.author_source = 'server' THEN jsonb_build_object('who', who.author) ELSE '{}'::jsonb END
+        || jsonb_build_object('author_source', who.author_source);
     IF NOT NEW.provenance ? 'at' THEN
         NEW.provenance := NEW.provenance || jsonb_build_object('at', now());
     END IF;

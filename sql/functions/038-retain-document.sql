@@ -9,6 +9,16 @@ AS $$
 $$;
 COMMENT ON FUNCTION rcll._content_hash(text, text) IS 'Internal: the identity of a document within a bank (thread and content).';
 
+CREATE OR REPLACE FUNCTION rcll._document_units(document_id bigint)
+RETURNS bigint[]
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(array_agg(u.unit_id ORDER BY u.chunk_index, u.unit_id), '{}')
+    FROM rcll.memory_units u WHERE u.document_id = _document_units.document_id
+$$;
+COMMENT ON FUNCTION rcll._document_units(bigint) IS 'Internal: the units of a document in chunk (or fact) order - what a re-retain of the same content returns.';
+
 CREATE OR REPLACE FUNCTION rcll._check_document(bank_id integer, content text)
 RETURNS void
 LANGUAGE plpgsql STABLE

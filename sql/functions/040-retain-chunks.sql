@@ -40,8 +40,7 @@ BEGIN
     stored := rcll._store_document(b, content, source, thread, occurred_at, layer, metadata, via, author, 'chunks');
     doc := stored.document_id;
     IF NOT stored.created THEN
-        RETURN QUERY SELECT doc, array_agg(u.unit_id ORDER BY u.chunk_index, u.unit_id), false
-                     FROM rcll.memory_units u WHERE u.document_id = doc;
+        RETURN QUERY SELECT doc, rcll._document_units(doc), false;
         RETURN;
     END IF;
 

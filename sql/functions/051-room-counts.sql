@@ -3,7 +3,7 @@
 -- Registry counts: writers only ever append deltas (no shared row is locked, so concurrent writers
 -- neither serialise nor deadlock); rcll.fold_room_counts() folds them in with sorted upserts.
 
-CREATE OR REPLACE FUNCTION rcll._units_rooms_inserted()
+CREATE OR REPLACE FUNCTION rcll._units_room_counts()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
@@ -12,103 +12,78 @@ AS $$
 DECLARE
     unattributed bigint;
 BEGIN
-    -- One pass over the statement's rows serves the registry and the authorship warning: a second
-    -- statement trigger cost as much again per write.
-    WITH g AS MATERIALIZED (
-        SELECT n.bank_id, n.room, count(*) AS c, count(*) FILTER (WHERE n.author_source = 'none') AS none,
-               bool_and(coalesce(n.provenance ->> 'room_source', '') = 'classifier') AS by_classifier
-        FROM new_units n GROUP BY n.bank_id, n.room
-    ), q AS (
+    -- One function for every way units enter, leave or change rooms; each trigger below says
+    -- which (statement triggers with transition tables for inserts and deletes, a row trigger with
+    -- a column list for room changes, because a statement trigger with transition tables cannot
+    -- have one and would materialise every row of every UPDATE).
+    IF TG_OP = 'INSERT' THEN
+        -- One pass over the statement's rows serves the registry and the authorship warning: a
+        -- second statement trigger cost as much again per write.
+        WITH g AS MATERIALIZED (
+            SELECT n.bank_id, n.room, count(*) AS c, count(*) FILTER (WHERE n.author_source = 'none') AS none,
+                   bool_and(coalesce(n.provenance ->> 'room_source', '') = 'classifier') AS by_classifier
+            FROM new_units n GROUP BY n.bank_id, n.room
+        ), q AS (
+            INSERT INTO rcll.room_count_queue (bank_id, room, delta)
+            SELECT g.bank_id, g.room, g.c FROM g WHERE g.room IS NOT NULL
+        ), r AS (
+            -- A registry row for a room used for the first time. Existing rows are skipped without a
+            -- lock; new rooms are inserted in sorted order, so single-statement writers cannot deadlock.
+            INSERT INTO rcll.rooms (bank_id, name, created_by, first_used, last_used)
+            SELECT g.bank_id, g.room, CASE WHEN g.by_classifier THEN 'system' ELSE 'human' END, now(), now()
+            FROM g
+            WHERE g.room IS NOT NULL
+              AND NOT EXISTS (SELECT 1 FROM rcll.rooms x WHERE x.bank_id = g.bank_id AND x.name = g.room)
+            ORDER BY g.bank_id, g.room
+            ON CONFLICT (bank_id, name) DO NOTHING
+        )
+        SELECT sum(g.none) INTO unattributed FROM g;
+        IF unattributed > 0 THEN
+            -- Absent rather than wrong: never the connection's account, and said once per write.
+            RAISE WARNING 'author: no identity for this write; % unit(s) stored without an author', unattributed
+                USING HINT = 'Map the role in rcll.identities, have the RCLL server authenticate the caller, or declare one (author => ...).';
+        END IF;
+    ELSIF TG_OP = 'DELETE' THEN
         INSERT INTO rcll.room_count_queue (bank_id, room, delta)
-        SELECT g.bank_id, g.room, g.c FROM g WHERE g.room IS NOT NULL
-    ), r AS (
-        -- A registry row for a room used for the first time. Existing rows are skipped without a
-        -- lock; new rooms are inserted in sorted order, so single-statement writers cannot deadlock.
-        INSERT INTO rcll.rooms (bank_id, name, created_by, first_used, last_used)
-        SELECT g.bank_id, g.room, CASE WHEN g.by_classifier THEN 'system' ELSE 'human' END, now(), now()
-        FROM g
-        WHERE g.room IS NOT NULL
-          AND NOT EXISTS (SELECT 1 FROM rcll.rooms x WHERE x.bank_id = g.bank_id AND x.name = g.room)
-        ORDER BY g.bank_id, g.room
-        ON CONFLICT (bank_id, name) DO NOTHING
-    )
-    SELECT sum(g.none) INTO unattributed FROM g;
-    IF unattributed > 0 THEN
-        -- Absent rather than wrong: never the connection's account, and said once per write.
-        RAISE WARNING 'author: no identity for this write; % unit(s) stored without an author', unattributed
-            USING HINT = 'Map the role in rcll.identities, have the RCLL server authenticate the caller, or declare one (author => ...).';
+        SELECT o.bank_id, o.room, -count(*) FROM old_units o
+        WHERE o.room IS NOT NULL GROUP BY o.bank_id, o.room;
+    ELSIF TG_OP = 'UPDATE' THEN
+        INSERT INTO rcll.room_count_queue (bank_id, room, delta)
+        SELECT d.bank_id, d.room, d.delta
+        FROM (VALUES (OLD.bank_id, OLD.room, -1), (NEW.bank_id, NEW.room, 1)) AS d(bank_id, room, delta)
+        WHERE d.room IS NOT NULL;
+        IF NEW.room IS NOT NULL AND NOT EXISTS (SELECT 1 FROM rcll.rooms r
+                                                WHERE r.bank_id = NEW.bank_id AND r.name = NEW.room) THEN
+            INSERT INTO rcll.rooms (bank_id, name, created_by, first_used, last_used)
+            VALUES (NEW.bank_id, NEW.room, 'human', now(), now())
+            ON CONFLICT (bank_id, name) DO NOTHING;
+        END IF;
+    ELSE    -- TRUNCATE leaves every room empty
+        DELETE FROM rcll.room_count_queue;
+        UPDATE rcll.rooms SET fact_count = 0 WHERE fact_count <> 0;
     END IF;
     RETURN NULL;
 END
 $$;
-COMMENT ON FUNCTION rcll._units_rooms_inserted() IS 'Trigger (statement): appends one count delta per room written, registers rooms used for the first time (human when a caller named the room, system when the classifier did), and warns once when units were written without an author.';
+COMMENT ON FUNCTION rcll._units_room_counts() IS 'Trigger (units_room_counts_*): appends per-room count deltas as units are inserted (one per room written; also registers rooms used for the first time - human when a caller named the room, system when the classifier did - and warns once when units were written without an author), deleted (negative), or change room in a move or merge (row-level); TRUNCATE empties every room.';
 
-CREATE OR REPLACE TRIGGER units_rooms_inserted AFTER INSERT ON rcll.memory_units
+-- The trigger names are not those of 0.1.0 (units_rooms_inserted, ...): an upgrade drops those
+-- triggers, which held the four functions this one replaces, before it drops the functions.
+CREATE OR REPLACE TRIGGER units_room_counts_inserted AFTER INSERT ON rcll.memory_units
     REFERENCING NEW TABLE AS new_units
     FOR EACH STATEMENT WHEN (current_setting('row_security') <> 'off' OR NOT rcll._restoring('rcll.memory_units'))
-    EXECUTE FUNCTION rcll._units_rooms_inserted();
+    EXECUTE FUNCTION rcll._units_room_counts();
 
-CREATE OR REPLACE FUNCTION rcll._units_rooms_deleted()
-RETURNS trigger
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    INSERT INTO rcll.room_count_queue (bank_id, room, delta)
-    SELECT o.bank_id, o.room, -count(*) FROM old_units o
-    WHERE o.room IS NOT NULL GROUP BY o.bank_id, o.room;
-    RETURN NULL;
-END
-$$;
-COMMENT ON FUNCTION rcll._units_rooms_deleted() IS 'Trigger (statement): appends a negative count delta per room for deleted units.';
-
-CREATE OR REPLACE TRIGGER units_rooms_deleted AFTER DELETE ON rcll.memory_units
+CREATE OR REPLACE TRIGGER units_room_counts_deleted AFTER DELETE ON rcll.memory_units
     REFERENCING OLD TABLE AS old_units
-    FOR EACH STATEMENT EXECUTE FUNCTION rcll._units_rooms_deleted();
+    FOR EACH STATEMENT EXECUTE FUNCTION rcll._units_room_counts();
 
-CREATE OR REPLACE FUNCTION rcll._units_room_changed()
-RETURNS trigger
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    INSERT INTO rcll.room_count_queue (bank_id, room, delta)
-    SELECT d.bank_id, d.room, d.delta
-    FROM (VALUES (OLD.bank_id, OLD.room, -1), (NEW.bank_id, NEW.room, 1)) AS d(bank_id, room, delta)
-    WHERE d.room IS NOT NULL;
-    IF NEW.room IS NOT NULL AND NOT EXISTS (SELECT 1 FROM rcll.rooms r
-                                            WHERE r.bank_id = NEW.bank_id AND r.name = NEW.room) THEN
-        INSERT INTO rcll.rooms (bank_id, name, created_by, first_used, last_used)
-        VALUES (NEW.bank_id, NEW.room, 'human', now(), now())
-        ON CONFLICT (bank_id, name) DO NOTHING;
-    END IF;
-    RETURN NULL;
-END
-$$;
-COMMENT ON FUNCTION rcll._units_room_changed() IS 'Trigger: count deltas for a unit whose room changed (a move or merge). Row-level with a column list, because a statement trigger with transition tables cannot have one and would materialise every row of every UPDATE.';
-
-CREATE OR REPLACE TRIGGER units_room_changed AFTER UPDATE OF room, bank_id ON rcll.memory_units
+CREATE OR REPLACE TRIGGER units_room_counts_changed AFTER UPDATE OF room, bank_id ON rcll.memory_units
     FOR EACH ROW WHEN (OLD.room IS DISTINCT FROM NEW.room OR OLD.bank_id <> NEW.bank_id)
-    EXECUTE FUNCTION rcll._units_room_changed();
+    EXECUTE FUNCTION rcll._units_room_counts();
 
-CREATE OR REPLACE FUNCTION rcll._units_truncated()
-RETURNS trigger
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    DELETE FROM rcll.room_count_queue;
-    UPDATE rcll.rooms SET fact_count = 0 WHERE fact_count <> 0;
-    RETURN NULL;
-END
-$$;
-COMMENT ON FUNCTION rcll._units_truncated() IS 'Trigger: TRUNCATE of memory_units leaves every room empty.';
-
-CREATE OR REPLACE TRIGGER units_truncated AFTER TRUNCATE ON rcll.memory_units
-    FOR EACH STATEMENT EXECUTE FUNCTION rcll._units_truncated();
+CREATE OR REPLACE TRIGGER units_room_counts_truncated AFTER TRUNCATE ON rcll.memory_units
+    FOR EACH STATEMENT EXECUTE FUNCTION rcll._units_room_counts();
 
 CREATE OR REPLACE FUNCTION rcll.fold_room_counts()
 RETURNS bigint

@@ -25,14 +25,12 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     b   integer := rcll._bank_id(bank);
+    why text := rcll._audit_reason(reason, 'merge proposal',
+                                   'Say why the two rooms are one subject; a person reads it before approving.');
     src rcll.rooms;
     dst rcll.rooms;
     id  bigint;
 BEGIN
-    IF nullif(btrim(reason), '') IS NULL THEN
-        RAISE EXCEPTION 'reason: a merge proposal needs a reason' USING ERRCODE = '22023',
-            HINT = 'Say why the two rooms are one subject; a person reads it before approving.';
-    END IF;
     src := rcll._registry_room(b, from_room);
     dst := rcll._registry_room(b, into_room);
     IF src.name = dst.name THEN
@@ -48,12 +46,10 @@ BEGIN
     END IF;
     UPDATE rcll.rooms r SET status = 'provisional' WHERE r.bank_id = b AND r.name = src.name;
     INSERT INTO rcll.room_merge_proposals (bank_id, from_room, into_room, reason, proposed_by)
-    VALUES (b, src.name, dst.name, btrim(reason), rcll._actor())
+    VALUES (b, src.name, dst.name, why, rcll._actor())
     RETURNING proposal_id INTO id;
-    INSERT INTO rcll.audit_log (bank_id, actor, action, target, detail)
-    VALUES (b, rcll._actor(), 'room_merge_propose',
-            jsonb_build_object('from_room', src.name, 'into_room', dst.name),
-            jsonb_build_object('proposal_id', id, 'reason', btrim(reason)));
+    PERFORM rcll._audit(b, 'room_merge_propose', jsonb_build_object('from_room', src.name, 'into_room', dst.name),
+                        jsonb_build_object('proposal_id', id, 'reason', why));
     RETURN id;
 END
 $$;
@@ -114,10 +110,9 @@ BEGIN
     ON CONFLICT (bank_id, alias) DO UPDATE SET room = excluded.room, reason = 'merge';
     UPDATE rcll.room_merge_proposals mp SET status = 'approved', decided_by = rcll._actor(), decided_at = now()
     WHERE mp.proposal_id = p.proposal_id;
-    INSERT INTO rcll.audit_log (bank_id, actor, action, target, detail)
-    VALUES (b, rcll._actor(), 'room_merge_approve',
-            jsonb_build_object('from_room', p.from_room, 'into_room', dst, 'unit_ids', to_jsonb(ids)),
-            jsonb_build_object('proposal_id', p.proposal_id, 'reason', p.reason, 'proposed_by', p.proposed_by));
+    PERFORM rcll._audit(b, 'room_merge_approve',
+                        jsonb_build_object('from_room', p.from_room, 'into_room', dst, 'unit_ids', to_jsonb(ids)),
+                        jsonb_build_object('proposal_id', p.proposal_id, 'reason', p.reason, 'proposed_by', p.proposed_by));
     RETURN cardinality(ids);
 END
 $$;
@@ -136,10 +131,8 @@ BEGIN
     UPDATE rcll.rooms r SET status = 'live' WHERE r.bank_id = b AND r.name = p.from_room AND r.status = 'provisional';
     UPDATE rcll.room_merge_proposals mp SET status = 'rejected', decided_by = rcll._actor(), decided_at = now()
     WHERE mp.proposal_id = p.proposal_id;
-    INSERT INTO rcll.audit_log (bank_id, actor, action, target, detail)
-    VALUES (b, rcll._actor(), 'room_merge_reject',
-            jsonb_build_object('from_room', p.from_room, 'into_room', p.into_room),
-            jsonb_build_object('proposal_id', p.proposal_id, 'reason', reason));
+    PERFORM rcll._audit(b, 'room_merge_reject', jsonb_build_object('from_room', p.from_room, 'into_room', p.into_room),
+                        jsonb_build_object('proposal_id', p.proposal_id, 'reason', reason));
 END
 $$;
 COMMENT ON FUNCTION rcll.reject_room_merge(text, text, text) IS 'Reject the pending merge of from_room: nothing moves and the room is live again.';

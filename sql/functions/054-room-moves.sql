@@ -7,16 +7,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     b       integer := rcll._bank_id(bank);
+    why     text := rcll._audit_reason(reason, 'move',
+                                       'Say why the units belong in the other room; it is kept in rcll.audit_log.');
     dst     record;
     ids     bigint[];
     missing bigint[];
     prior   jsonb;
-    move_id bigint;
 BEGIN
-    IF nullif(btrim(reason), '') IS NULL THEN
-        RAISE EXCEPTION 'reason: a move needs a reason' USING ERRCODE = '22023',
-            HINT = 'Say why the units belong in the other room; it is kept in rcll.audit_log.';
-    END IF;
     dst := rcll._canonical_room(b, to_room);
     IF dst.room IS NULL THEN
         RAISE EXCEPTION 'to_room: a room name is required' USING ERRCODE = '22023',
@@ -38,12 +35,8 @@ BEGIN
     FROM rcll.memory_units u WHERE u.unit_id = ANY (ids);
     UPDATE rcll.memory_units u SET room = dst.room, updated_at = now()
     WHERE u.unit_id = ANY (ids) AND u.room IS DISTINCT FROM dst.room;
-    INSERT INTO rcll.audit_log (bank_id, actor, action, target, detail)
-    VALUES (b, rcll._actor(), 'room_move',
-            jsonb_build_object('unit_ids', to_jsonb(ids), 'to_room', dst.room),
-            jsonb_build_object('reason', btrim(reason), 'typed_room', to_room, 'resolved', dst.how, 'before', prior))
-    RETURNING audit_id INTO move_id;
-    RETURN move_id;
+    RETURN rcll._audit(b, 'room_move', jsonb_build_object('unit_ids', to_jsonb(ids), 'to_room', dst.room),
+                       jsonb_build_object('reason', why, 'typed_room', to_room, 'resolved', dst.how, 'before', prior));
 END
 $$;
 COMMENT ON FUNCTION rcll.move_units(text, bigint[], text, text) IS 'Move units into another room (its name canonicalised by spelling like a write), recording every unit''s previous room in rcll.audit_log. Returns the move id for rcll.undo_move.';
@@ -82,8 +75,7 @@ BEGIN
     FROM jsonb_to_recordset(m.detail -> 'before') AS f(unit_id bigint, room text)
     WHERE u.unit_id = f.unit_id AND u.bank_id = b AND u.room IS DISTINCT FROM f.room;
     GET DIAGNOSTICS n = ROW_COUNT;
-    INSERT INTO rcll.audit_log (bank_id, actor, action, target, detail)
-    VALUES (b, rcll._actor(), 'room_move_undo', m.target, jsonb_build_object('move_id', move_id, 'restored', n));
+    PERFORM rcll._audit(b, 'room_move_undo', m.target, jsonb_build_object('move_id', move_id, 'restored', n));
     RETURN n;
 END
 $$;

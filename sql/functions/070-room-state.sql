@@ -51,30 +51,29 @@ END
 $$;
 COMMENT ON FUNCTION rcll.put_state(text, text, text, jsonb, integer, text, text, text) IS 'Write a new version of a room''s keyed state if expected_version is the current version (0 or NULL when there is none); otherwise fail with SQLSTATE 40001 naming expected and current version. Every version is kept with its provenance (who, as the server resolved it; via; source; when). Returns the new version.';
 
-CREATE OR REPLACE FUNCTION rcll.get_state(bank text, room text, key text, at_version integer DEFAULT NULL)
-RETURNS TABLE (value jsonb, version integer, provenance jsonb, created_at timestamptz)
-LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-AS $$
-    -- Exact (room, key): an unknown key returns no row - never the nearest room's state, which
-    -- would be the wrong lens applied with full confidence.
-    SELECT s.value, s.version, s.provenance, s.created_at
-    FROM rcll.room_state s
-    WHERE s.bank_id = rcll._bank_id(get_state.bank) AND s.room = get_state.room AND s.key = get_state.key
-      AND (get_state.at_version IS NULL OR s.version = get_state.at_version)
-    ORDER BY s.version DESC
-    LIMIT 1
-$$;
-COMMENT ON FUNCTION rcll.get_state(text, text, text, integer) IS 'The current version (or at_version) of a room''s keyed state, by exact room and key; no row when the key is unknown.';
-
 CREATE OR REPLACE FUNCTION rcll.state_history(bank text, room text, key text)
 RETURNS TABLE (version integer, value jsonb, provenance jsonb, created_at timestamptz)
 LANGUAGE sql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
+    -- Exact (room, key): an unknown key has no versions - never the nearest room's state, which
+    -- would be the wrong lens applied with full confidence.
     SELECT s.version, s.value, s.provenance, s.created_at
     FROM rcll.room_state s
     WHERE s.bank_id = rcll._bank_id(state_history.bank) AND s.room = state_history.room AND s.key = state_history.key
     ORDER BY s.version DESC
 $$;
 COMMENT ON FUNCTION rcll.state_history(text, text, text) IS 'Every version of a room''s keyed state, newest first, each with its provenance.';
+
+CREATE OR REPLACE FUNCTION rcll.get_state(bank text, room text, key text, at_version integer DEFAULT NULL)
+RETURNS TABLE (value jsonb, version integer, provenance jsonb, created_at timestamptz)
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT h.value, h.version, h.provenance, h.created_at
+    FROM rcll.state_history(get_state.bank, get_state.room, get_state.key) h
+    WHERE get_state.at_version IS NULL OR h.version = get_state.at_version
+    ORDER BY h.version DESC
+    LIMIT 1
+$$;
+COMMENT ON FUNCTION rcll.get_state(text, text, text, integer) IS 'The current version (or at_version) of a room''s keyed state, by exact room and key; no row when the key is unknown.';

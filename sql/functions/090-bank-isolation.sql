@@ -54,7 +54,7 @@ AS $$
 $$;
 COMMENT ON FUNCTION rcll._bank_tables() IS 'Internal: the tables bank isolation covers (every rcll table with a bank_id column, bank_grants excepted).';
 
-CREATE OR REPLACE FUNCTION rcll.enable_bank_isolation()
+CREATE OR REPLACE FUNCTION rcll._bank_isolation(enable boolean)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -67,33 +67,34 @@ BEGIN
     -- administrator, and agents connect as their own roles.
     FOR t IN SELECT rcll._bank_tables() LOOP
         EXECUTE format('DROP POLICY IF EXISTS bank_isolation ON %s', t);
-        EXECUTE format('CREATE POLICY bank_isolation ON %s USING (bank_id = ANY ((SELECT rcll._visible_banks(current_user))::integer[])) '
-                       'WITH CHECK (bank_id = ANY ((SELECT rcll._visible_banks(current_user))::integer[]))', t);
-        EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', t);
+        IF enable THEN
+            EXECUTE format('CREATE POLICY bank_isolation ON %s USING (bank_id = ANY ((SELECT rcll._visible_banks(current_user))::integer[])) '
+                           'WITH CHECK (bank_id = ANY ((SELECT rcll._visible_banks(current_user))::integer[]))', t);
+        END IF;
+        EXECUTE format('ALTER TABLE %s %s ROW LEVEL SECURITY', t, CASE WHEN enable THEN 'ENABLE' ELSE 'DISABLE' END);
         n := n + 1;
     END LOOP;
-    INSERT INTO rcll.audit_log (bank_id, actor, action, target) VALUES (NULL, rcll._actor(), 'bank_isolation_enable', jsonb_build_object('tables', n));
+    PERFORM rcll._audit(NULL, CASE WHEN enable THEN 'bank_isolation_enable' ELSE 'bank_isolation_disable' END,
+                        jsonb_build_object('tables', n));
     RETURN n;
 END
+$$;
+COMMENT ON FUNCTION rcll._bank_isolation(boolean) IS 'Internal: switch row-level security with the bank_isolation policy on (enable) or off on every table rcll._bank_tables() lists, audited; returns the number of tables.';
+
+CREATE OR REPLACE FUNCTION rcll.enable_bank_isolation()
+RETURNS integer
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT rcll._bank_isolation(enable => true)
 $$;
 COMMENT ON FUNCTION rcll.enable_bank_isolation() IS 'Turn on bank isolation: row-level security on every rcll table with a bank_id, so a role sees and writes only the banks rcll.bank_grants gives it (superusers and the owner are exempt). Rooms stay a topic, not a permission. Returns the number of tables covered; re-run it after an upgrade adds tables.';
 
 CREATE OR REPLACE FUNCTION rcll.disable_bank_isolation()
 RETURNS integer
-LANGUAGE plpgsql VOLATILE
+LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    t regclass;
-    n integer := 0;
-BEGIN
-    FOR t IN SELECT rcll._bank_tables() LOOP
-        EXECUTE format('ALTER TABLE %s DISABLE ROW LEVEL SECURITY', t);
-        EXECUTE format('DROP POLICY IF EXISTS bank_isolation ON %s', t);
-        n := n + 1;
-    END LOOP;
-    INSERT INTO rcll.audit_log (bank_id, actor, action, target) VALUES (NULL, rcll._actor(), 'bank_isolation_disable', jsonb_build_object('tables', n));
-    RETURN n;
-END
+    SELECT rcll._bank_isolation(enable => false)
 $$;
 COMMENT ON FUNCTION rcll.disable_bank_isolation() IS 'Turn bank isolation off again: every role sees every bank (grants are kept).';

@@ -65,10 +65,7 @@ RETURNS TABLE (document_id bigint, unit_ids bigint[], extraction text)
 LANGUAGE sql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT d.document_id,
-           coalesce((SELECT array_agg(u.unit_id ORDER BY u.chunk_index, u.unit_id)
-                     FROM rcll.memory_units u WHERE u.document_id = d.document_id), '{}'),
-           d.extraction
+    SELECT d.document_id, rcll._document_units(d.document_id), d.extraction
     FROM rcll.documents d
     WHERE d.bank_id = rcll._bank_id(find_document.bank)
       AND d.content_hash = rcll._content_hash(find_document.content, find_document.thread)
@@ -153,8 +150,7 @@ BEGIN
     doc := stored.document_id;
     IF NOT stored.created THEN                  -- already retained: no duplicate facts
         PERFORM rcll._record_llm_calls(b, doc, llm_calls);
-        RETURN QUERY SELECT doc, coalesce(array_agg(u.unit_id ORDER BY u.chunk_index, u.unit_id), '{}'), false
-                     FROM rcll.memory_units u WHERE u.document_id = doc;
+        RETURN QUERY SELECT doc, rcll._document_units(doc), false;
         RETURN;
     END IF;
     prov := stored.provenance || jsonb_build_object('extraction', extraction);

@@ -138,11 +138,11 @@ BEGIN
     WHERE u.unit_id = ANY (sources);
     PERFORM rcll._link_units(b, ARRAY[obs]);
     PERFORM rcll._record_llm_calls(b, NULL, llm_calls);
-    INSERT INTO rcll.audit_log (bank_id, actor, action, target, detail)
-    VALUES (b, actor, 'consolidate', jsonb_build_object('observation', obs, 'sources', to_jsonb(sources)),
-            jsonb_build_object('method', method, 'room', r, 'room_by', room_by, 'hall', hall,
-                               'text', btrim(write_observation.text),
-                               'reverse', 'DELETE the observation and set the sources'' consolidation_state back to pending'));
+    PERFORM rcll._audit(b, 'consolidate', jsonb_build_object('observation', obs, 'sources', to_jsonb(sources)),
+                        jsonb_build_object('method', method, 'room', r, 'room_by', room_by, 'hall', hall,
+                                           'text', btrim(write_observation.text),
+                                           'reverse', 'DELETE the observation and set the sources'' consolidation_state back to pending'),
+                        actor => actor);
     RETURN obs;
 END
 $$;

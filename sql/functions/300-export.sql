@@ -40,20 +40,21 @@ AS $$
 $$;
 COMMENT ON FUNCTION rcll.export_tables() IS 'The tables a bank export carries, in export and import order, with each table''s canonical sort key, its identity column (NULL for natural keys) and the columns holding another table''s identity. Every rcll table with a bank_id column must be listed (a test checks).';
 
-CREATE OR REPLACE FUNCTION rcll._check_export_table(table_name text)
-RETURNS void
+CREATE OR REPLACE FUNCTION rcll._export_table(name text)
+RETURNS TABLE (table_position integer, table_name text, key_columns text[], id_column text, refs jsonb)
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM rcll.export_tables() t WHERE t.table_name = _check_export_table.table_name) THEN
-        RAISE EXCEPTION 'table_name: % is not an exported table', coalesce(quote_literal(table_name), 'NULL')
+    RETURN QUERY SELECT e.* FROM rcll.export_tables() e WHERE e.table_name = name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'table_name: % is not an exported table', coalesce(quote_literal(name), 'NULL')
             USING ERRCODE = '22023',
             HINT = 'Name one of SELECT table_name FROM rcll.export_tables().';
     END IF;
 END
 $$;
-COMMENT ON FUNCTION rcll._check_export_table(text) IS 'Internal: raises an error naming the fix unless table_name is listed in rcll.export_tables().';
+COMMENT ON FUNCTION rcll._export_table(text) IS 'Internal: the rcll.export_tables() row of one table (by name), or an error naming the fix when it is not exported.';
 
 CREATE OR REPLACE FUNCTION rcll._export_query(bank_id integer, table_name text)
 RETURNS text
@@ -64,8 +65,7 @@ DECLARE
     t record;
     ord text;
 BEGIN
-    PERFORM rcll._check_export_table(table_name);
-    SELECT e.* INTO t FROM rcll.export_tables() e WHERE e.table_name = _export_query.table_name;
+    SELECT e.* INTO t FROM rcll._export_table(table_name) e;
     -- Text keys sort byte-wise, whatever the database's collation.
     SELECT string_agg(format('x.%I%s', k, CASE WHEN a.atttypid IN ('text'::regtype, 'name'::regtype)
                                                THEN ' COLLATE "C"' ELSE '' END), ', ' ORDER BY i)
@@ -79,19 +79,6 @@ END
 $$;
 COMMENT ON FUNCTION rcll._export_query(integer, text) IS 'Internal: the canonical export query of one table of one bank (names from rcll.export_tables() only, quoted).';
 
-CREATE OR REPLACE FUNCTION rcll._export_settings()
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    -- Transaction-local: the rest of the exporting transaction prints values canonically.
-    PERFORM set_config('TimeZone', 'UTC', true), set_config('DateStyle', 'ISO, YMD', true),
-            set_config('IntervalStyle', 'postgres', true), set_config('extra_float_digits', '1', true),
-            set_config('bytea_output', 'hex', true);
-END
-$$;
-COMMENT ON FUNCTION rcll._export_settings() IS 'Internal: pins, for the current transaction, the settings that decide how values print (TimeZone UTC, DateStyle ISO, IntervalStyle postgres, extra_float_digits 1, bytea_output hex).';
 
 CREATE OR REPLACE FUNCTION rcll.export_rows(bank text, table_name text)
 RETURNS SETOF jsonb
@@ -112,6 +99,20 @@ END
 $$;
 COMMENT ON FUNCTION rcll.export_rows(text, text) IS 'Every row of one exported table (rcll.export_tables()) that belongs to the bank, one jsonb per row with every column (bank_id dropped except on the banks row), in the canonical order, values printed canonically (UTC, ISO dates, shortest exact floats, hex bytea).';
 
+CREATE OR REPLACE FUNCTION rcll._export_settings()
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- The print settings are written once, as rcll.export_rows' SET clauses (which hold them for
+    -- that call only); here the same settings are pinned transaction-locally, for the rest of the
+    -- exporting transaction.
+    SELECT count(set_config(split_part(c, '=', 1), substr(c, strpos(c, '=') + 1), true))   -- every one
+    FROM pg_proc p, unnest(p.proconfig) AS c
+    WHERE p.oid = 'rcll.export_rows(text, text)'::regprocedure AND c NOT LIKE 'search_path=%'
+$$;
+COMMENT ON FUNCTION rcll._export_settings() IS 'Internal: pins, for the current transaction, the settings that decide how values print - those rcll.export_rows sets for its own call (TimeZone UTC, DateStyle ISO, IntervalStyle postgres, extra_float_digits 1, bytea_output hex).';
+
 CREATE OR REPLACE FUNCTION rcll.export_cursor(bank text, table_name text, cursor_name text DEFAULT NULL)
 RETURNS refcursor
 LANGUAGE plpgsql VOLATILE
@@ -129,23 +130,28 @@ END
 $$;
 COMMENT ON FUNCTION rcll.export_cursor(text, text, text) IS 'Open a cursor over rcll.export_rows(bank, table_name) for streaming (FETCH FORWARD n FROM it) with bounded memory on server and client. Pins TimeZone UTC and the other print settings for the rest of the transaction. Use inside BEGIN ISOLATION LEVEL REPEATABLE READ ... COMMIT so every table comes from one snapshot.';
 
-CREATE OR REPLACE FUNCTION rcll.export_max_ids(bank text)
-RETURNS jsonb
+CREATE OR REPLACE FUNCTION rcll._max_id(table_name text, id_column text, bank_id integer DEFAULT NULL)
+RETURNS bigint
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    b   integer := rcll._bank_id(bank);
-    t   record;
-    m   bigint;
-    out jsonb := '{}';
+    m bigint;
 BEGIN
-    FOR t IN SELECT * FROM rcll.export_tables() e WHERE e.id_column IS NOT NULL ORDER BY e.table_position LOOP
-        EXECUTE format('SELECT max(x.%I)::bigint FROM rcll.%I x WHERE x.bank_id = $1', t.id_column, t.table_name)
-            INTO m USING b;
-        out := out || jsonb_build_object(t.table_name, coalesce(m, 0));
-    END LOOP;
-    RETURN out;
+    EXECUTE format('SELECT max(x.%I)::bigint FROM rcll.%I x WHERE $1 IS NULL OR x.bank_id = $1', id_column, table_name)
+        INTO m USING bank_id;
+    RETURN m;
 END
+$$;
+COMMENT ON FUNCTION rcll._max_id(text, text, integer) IS 'Internal: the largest identity (id_column) in an rcll table, of one bank or (bank_id NULL) of all; NULL when there is none. Names come from rcll.export_tables() only.';
+
+CREATE OR REPLACE FUNCTION rcll.export_max_ids(bank text)
+RETURNS jsonb
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(jsonb_object_agg(e.table_name, coalesce(rcll._max_id(e.table_name, e.id_column, b.id), 0)), '{}')
+    FROM (SELECT rcll._bank_id(export_max_ids.bank) AS id) b, rcll.export_tables() e
+    WHERE e.id_column IS NOT NULL
 $$;
 COMMENT ON FUNCTION rcll.export_max_ids(text) IS 'The largest identity per exported table of a bank, for the export manifest; rcll.import_begin() moves each sequence past it so renumbered rows never take an id a later row of the import keeps.';

@@ -45,34 +45,43 @@ END
 $$;
 COMMENT ON FUNCTION rcll._import_ref(text, jsonb) IS 'Internal: the id an exported identity of table_name has in this database (renumbered when another bank held it, else unchanged).';
 
-CREATE OR REPLACE FUNCTION rcll._import_triggers(table_name text, enable boolean, names text[] DEFAULT NULL)
-RETURNS text[]
+CREATE OR REPLACE FUNCTION rcll._import_execute(table_name text, stmt text, rows jsonb, bank_id integer)
+RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     rel regclass := format('rcll.%I', table_name)::regclass;
+    trg text[];
     t   text;
-    out text[] := '{}';
+    n   bigint;
 BEGIN
+    -- The rows are written exactly as exported: the write-path triggers are off for the statement.
     -- Only the triggers that are on now are switched off, and exactly those are switched back on:
-    -- a trigger an administrator disabled stays disabled.
-    IF NOT enable THEN
-        -- The copy into rcll.unit_lexicon stays on: it is not a write-path decision but the
-        -- lexical channel's view of the rows, and must hold every imported unit.
-        SELECT coalesce(array_agg(g.tgname::text ORDER BY g.tgname), '{}') INTO out
-        FROM pg_trigger g WHERE g.tgrelid = rel AND NOT g.tgisinternal AND g.tgenabled <> 'D'
-          AND g.tgname NOT IN ('units_lexicon_inserted', 'units_lexicon_changed');
-    ELSE
-        out := coalesce(names, '{}');
-    END IF;
-    FOREACH t IN ARRAY out LOOP
-        EXECUTE format('ALTER TABLE %s %s TRIGGER %I', rel, CASE WHEN enable THEN 'ENABLE' ELSE 'DISABLE' END, t);
+    -- a trigger an administrator disabled stays disabled. The copy into rcll.unit_lexicon stays
+    -- on: it is not a write-path decision but the lexical channel's view of the rows, and must
+    -- hold every imported unit.
+    SELECT coalesce(array_agg(g.tgname::text ORDER BY g.tgname), '{}') INTO trg
+    FROM pg_trigger g WHERE g.tgrelid = rel AND NOT g.tgisinternal AND g.tgenabled <> 'D'
+      AND g.tgname NOT IN ('units_lexicon_inserted', 'units_lexicon_changed');
+    FOREACH t IN ARRAY trg LOOP
+        EXECUTE format('ALTER TABLE %s DISABLE TRIGGER %I', rel, t);
     END LOOP;
-    RETURN out;
+    BEGIN
+        EXECUTE stmt USING rows, bank_id;
+        GET DIAGNOSTICS n = ROW_COUNT;
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'on_conflict: a % row of this import already exists (%)', table_name, SQLERRM
+            USING ERRCODE = '23505',
+            HINT = 'Import into an empty database, or choose on_conflict => ''skip'' (keep existing rows) or ''replace'' (overwrite them).';
+    END;
+    FOREACH t IN ARRAY trg LOOP
+        EXECUTE format('ALTER TABLE %s ENABLE TRIGGER %I', rel, t);
+    END LOOP;
+    RETURN n;
 END
 $$;
-COMMENT ON FUNCTION rcll._import_triggers(text, boolean, text[]) IS 'Internal: disable the enabled user triggers of an rcll table (returning their names), or enable the named ones again. Needs the table owner; transactional, so a failed import leaves them as they were.';
+COMMENT ON FUNCTION rcll._import_execute(text, text, jsonb, integer) IS 'Internal: run one statement of an import ($1 the rows, $2 the bank id) on an rcll table with its enabled user triggers switched off, and exactly those on again; a unique violation is reported as the import''s on_conflict error. Needs the table owner; transactional, so a failed import leaves the triggers as they were. Returns the rows written.';
 
 CREATE OR REPLACE FUNCTION rcll._import_sequence(table_name text, id_column text, at_least bigint)
 RETURNS void
@@ -85,7 +94,7 @@ DECLARE
     last bigint;
     called boolean;
 BEGIN
-    EXECUTE format('SELECT max(x.%I)::bigint FROM rcll.%I x', id_column, table_name) INTO top;
+    top := rcll._max_id(table_name, id_column);
     EXECUTE format('SELECT s.last_value, s.is_called FROM %s s', seq) INTO last, called;
     top := greatest(coalesce(top, 0), coalesce(at_least, 0), CASE WHEN called THEN last ELSE last - 1 END);
     IF top > 0 THEN
@@ -170,13 +179,12 @@ DECLARE
     fix    text;
     seq    text;
     stmt   text;
-    trg    text[];
     n      bigint := 0;
     k      text;
     v      text;
 BEGIN
     SELECT * INTO st FROM rcll._import_state();
-    PERFORM rcll._check_export_table(table_name);
+    SELECT e.* INTO t FROM rcll._export_table(table_name) e;
     IF table_name = 'banks' THEN
         RAISE EXCEPTION 'table_name: the banks row is imported by rcll.import_begin' USING ERRCODE = '22023';
     END IF;
@@ -192,7 +200,6 @@ BEGIN
     IF table_name = 'room_count_queue' AND NOT st.fresh THEN
         RETURN 0;
     END IF;
-    SELECT e.* INTO t FROM rcll.export_tables() e WHERE e.table_name = import_rows.table_name;
     rel := format('rcll.%I', t.table_name);
 
     SELECT string_agg(format('%I', a.attname), ', ' ORDER BY a.attnum),
@@ -266,16 +273,7 @@ BEGIN
         stmt := stmt || format(' ON CONFLICT (%s) DO UPDATE SET %s', pk, upd);
     END IF;
 
-    trg := rcll._import_triggers(t.table_name, false);
-    BEGIN
-        EXECUTE stmt USING rows;
-        GET DIAGNOSTICS n = ROW_COUNT;
-    EXCEPTION WHEN unique_violation THEN
-        RAISE EXCEPTION 'on_conflict: a % row of this import already exists (%)', t.table_name, SQLERRM
-            USING ERRCODE = '23505',
-            HINT = 'Import into an empty database, or choose on_conflict => ''skip'' (keep existing rows) or ''replace'' (overwrite them).';
-    END;
-    PERFORM rcll._import_triggers(t.table_name, true, trg);
+    n := rcll._import_execute(t.table_name, stmt, rows, st.bank_id);
     EXECUTE 'UPDATE pg_temp.rcll_import_state SET counts = counts || jsonb_build_object($1::text, coalesce((counts ->> $1)::bigint, 0) + $2)'
         USING t.table_name, n;
     RETURN n;
@@ -291,7 +289,6 @@ AS $$
 DECLARE
     st     record;
     t      record;
-    trg    text[];
     counts jsonb;
     missing bigint;
 BEGIN
@@ -304,11 +301,9 @@ BEGIN
         RAISE EXCEPTION 'memory_units: % unit(s) are superseded by units the import does not contain', missing
             USING ERRCODE = '23503', HINT = 'Import every table of the export (memory_units.jsonl in full).';
     END IF;
-    trg := rcll._import_triggers('memory_units', false);
-    EXECUTE 'UPDATE rcll.memory_units u SET superseded_by = (rcll._import_ref(''memory_units'', to_jsonb(p.superseded_by)) #>> ''{}'')::bigint '
-            'FROM pg_temp.rcll_import_pending p WHERE u.unit_id = p.unit_id AND u.bank_id = $1'
-        USING st.bank_id;
-    PERFORM rcll._import_triggers('memory_units', true, trg);
+    PERFORM rcll._import_execute('memory_units',
+        'UPDATE rcll.memory_units u SET superseded_by = (rcll._import_ref(''memory_units'', to_jsonb(p.superseded_by)) #>> ''{}'')::bigint '
+        'FROM pg_temp.rcll_import_pending p WHERE u.unit_id = p.unit_id AND u.bank_id = $2', NULL, st.bank_id);
 
     FOR t IN SELECT * FROM rcll.export_tables() e WHERE e.id_column IS NOT NULL LOOP
         PERFORM rcll._import_sequence(t.table_name, t.id_column, 0);
@@ -329,9 +324,8 @@ BEGIN
 
     EXECUTE 'SELECT counts FROM pg_temp.rcll_import_state' INTO counts;
     -- Audited database-wide (bank_id NULL): the bank's own rows stay exactly as exported.
-    INSERT INTO rcll.audit_log (bank_id, actor, action, target, detail)
-    VALUES (NULL, rcll._actor(), 'import', jsonb_build_object('bank', st.bank_name, 'bank_id', st.bank_id),
-            jsonb_build_object('on_conflict', st.on_conflict, 'fresh', st.fresh, 'rows', counts));
+    PERFORM rcll._audit(NULL, 'import', jsonb_build_object('bank', st.bank_name, 'bank_id', st.bank_id),
+                        jsonb_build_object('on_conflict', st.on_conflict, 'fresh', st.fresh, 'rows', counts));
     DROP TABLE IF EXISTS pg_temp.rcll_import_state, pg_temp.rcll_import_ids, pg_temp.rcll_import_pending;
     RETURN jsonb_build_object('bank', st.bank_name, 'bank_id', st.bank_id, 'fresh', st.fresh, 'rows', counts);
 END

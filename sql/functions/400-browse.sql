@@ -139,8 +139,7 @@ DECLARE
 BEGIN
     -- The person is the server's word, like rcll.agent: only a member of rcll_identity_server (the
     -- RCLL server, which authenticated them) may name one. Agents stay refused by approve itself.
-    IF who IS NOT NULL AND NOT (to_regrole('rcll_identity_server') IS NOT NULL
-                                AND pg_has_role(session_user, 'rcll_identity_server', 'MEMBER')) THEN
+    IF who IS NOT NULL AND NOT rcll._identity_server() THEN
         RAISE EXCEPTION 'person: only the RCLL server names the person deciding' USING ERRCODE = '42501',
             HINT = 'Decide as yourself: leave person NULL (the audit then names your role).';
     END IF;
@@ -153,15 +152,14 @@ BEGIN
     END IF;
     IF who IS NOT NULL THEN
         -- approve/reject audited the decision as the server's role; this row names who made it.
-        INSERT INTO rcll.audit_log (bank_id, actor, action, target, detail)
-        SELECT b, 'person:' || who, 'room_merge_decision',
-               jsonb_build_object('from_room', mp.from_room, 'into_room', mp.into_room),
-               jsonb_build_object('proposal_id', mp.proposal_id, 'decision', mp.status, 'reason', decide_room_merge.reason,
-                                  'units_moved', n)
-        FROM rcll.room_merge_proposals mp
-        WHERE mp.bank_id = b AND mp.from_room = btrim(decide_room_merge.from_room) AND mp.status <> 'pending'
-        ORDER BY mp.decided_at DESC, mp.proposal_id DESC
-        LIMIT 1;
+        PERFORM rcll._audit(b, 'room_merge_decision', jsonb_build_object('from_room', d.from_room, 'into_room', d.into_room),
+                            jsonb_build_object('proposal_id', d.proposal_id, 'decision', d.status,
+                                               'reason', decide_room_merge.reason, 'units_moved', n),
+                            actor => 'person:' || who)
+        FROM (SELECT mp.* FROM rcll.room_merge_proposals mp
+              WHERE mp.bank_id = b AND mp.from_room = btrim(decide_room_merge.from_room) AND mp.status <> 'pending'
+              ORDER BY mp.decided_at DESC, mp.proposal_id DESC
+              LIMIT 1) d;
     END IF;
     RETURN n;
 END
