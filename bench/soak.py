@@ -59,6 +59,10 @@ QUERIES = ("how do we deploy?", "what happened during the last incident?", "who 
 REQUEST_TIMEOUT = 30.0
 
 
+def load_average() -> str:
+    return " / ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind((HOST, 0))
@@ -169,9 +173,11 @@ class Stats:
     lock: threading.Lock = field(default_factory=threading.Lock)
     writes: list[tuple[float, float, str]] = field(default_factory=list)    # (end time, latency s, phase)
     recalls: list[tuple[float, float, str]] = field(default_factory=list)
-    depth: list[tuple[int, int, bool]] = field(default_factory=list)         # mixed-phase recalls
+    depth: list[tuple[int, int, bool, str]] = field(default_factory=list)    # recalls: depths, cut, phase
     phase_ms: list[dict[str, float]] = field(default_factory=list)           # their server-side timings
     status: dict[int, int] = field(default_factory=dict)
+    by_phase: dict[tuple[str, str, int], int] = field(default_factory=dict)  # (phase, verb, status) -> count
+    refused: list[tuple[str, str, float]] = field(default_factory=list)      # recall 503s: (phase, field, ms)
     unreachable: int = 0
     errors_500: list[str] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
@@ -179,9 +185,11 @@ class Stats:
     retried_acks: int = 0
     retried_existing: int = 0
 
-    def count(self, code: int) -> None:
+    def count(self, code: int, verb: str = "", phase: str = "") -> None:
         with self.lock:
             self.status[code] = self.status.get(code, 0) + 1
+            key = (phase, verb, code)
+            self.by_phase[key] = self.by_phase.get(key, 0) + 1
 
 
 class Load:
@@ -227,7 +235,7 @@ class Load:
                         self.stats.unreachable += 1
                     self._pause(None)
                     continue
-                self.stats.count(r.status_code)
+                self.stats.count(r.status_code, "retain", self.phase)
                 if r.status_code == 200:
                     body = r.json()
                     with self.stats.lock:
@@ -260,17 +268,19 @@ class Load:
                     self.stats.unreachable += 1
                 self._pause(None)
                 continue
-            self.stats.count(r.status_code)
+            self.stats.count(r.status_code, "recall", self.phase)
             if r.status_code == 200:
                 out = r.json()
+                latency = time.monotonic() - t
                 with self.stats.lock:
-                    self.stats.recalls.append((time.monotonic(), time.monotonic() - t, self.phase))
+                    self.stats.recalls.append((time.monotonic(), latency, self.phase))
+                    self.stats.depth.append((int(out.get("rerank_depth_reached", -1)),
+                                             int(out.get("context_depth_reached", -1)),
+                                             bool(out.get("deadline_cut", False)), self.phase))
                     if self.phase == "mixed":
-                        self.stats.depth.append((int(out.get("rerank_depth_reached", -1)),
-                                                 int(out.get("context_depth_reached", -1)),
-                                                 bool(out.get("deadline_cut", False))))
                         self.stats.phase_ms.append({**out.get("timings_ms", {}),
-                                                    "server": float(out.get("elapsed_ms", 0.0))})
+                                                    "server": float(out.get("elapsed_ms", 0.0)),
+                                                    "client": latency * 1000})
             elif r.status_code >= 500 and r.status_code != 503:
                 with self.stats.lock:
                     self.stats.errors_500.append(f"recall {r.status_code}: {r.text[:200]}")
@@ -278,6 +288,10 @@ class Load:
                 with self.stats.lock:
                     self.stats.rejected.append(f"recall {r.status_code}: {r.text[:200]}")
             else:
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    why = str(r.json()["field"])      # server: admission limit; deadline_ms: passed waiting
+                    with self.stats.lock:
+                        self.stats.refused.append((self.phase, why, (time.monotonic() - t) * 1000))
                 self._pause(r)
 
     def run(self, phase: str, writers: int, readers: int, seconds: float,
@@ -415,16 +429,41 @@ class Report:
         lines.append("responses: " + ", ".join(f"{k}: {v}" for k, v in sorted(s.status.items()))
                      + f"; unreachable (connection refused/reset): {s.unreachable}; "
                      f"writes retried then acknowledged: {s.retried_acks} ({s.retried_existing} found already stored)")
-        if s.depth:
-            cut = sum(1 for d in s.depth if d[2])
-            lines.append(f"mixed-phase recalls: rerank depth reached p50 {percentile([d[0] for d in s.depth], 50):.0f}"
-                         f" (min {min(d[0] for d in s.depth)}), context depth p50 "
-                         f"{percentile([d[1] for d in s.depth], 50):.0f}, cut by the deadline {cut}/{len(s.depth)}")
+        for phase in self.phases:
+            depth = [d for d in s.depth if d[3] == phase]
+            if depth:
+                cut = sum(1 for d in depth if d[2])
+                lines.append(f"{phase} recalls: rerank depth reached p50 {percentile([d[0] for d in depth], 50):.0f}"
+                             f" (min {min(d[0] for d in depth)}, max {max(d[0] for d in depth)}), context depth p50 "
+                             f"{percentile([d[1] for d in depth], 50):.0f}, cut by the deadline {cut}/{len(depth)}")
+        for phase in self.phases:
+            counts = {(verb, code): n for (p, verb, code), n in s.by_phase.items() if p == phase}
+            if counts:
+                lines.append(f"{phase}: " + ", ".join(f"{verb} {code}: {n}" for (verb, code), n in sorted(counts.items())))
+        for phase in self.phases:
+            refused = [(why, ms) for p, why, ms in s.refused if p == phase]
+            for why in sorted({w for w, _ in refused}):
+                ms = [m for w, m in refused if w == why]
+                lines.append(f"{phase}: recall 503 ({'deadline passed' if why == 'deadline_ms' else why}) x{len(ms)}, "
+                             f"answered in p50 / p95 {self._ptiles(ms).rsplit(' / ', 1)[0]} ms")
         if s.phase_ms:
-            keys = ("embed", "sql", "rerank", "cut", "server")
-            lines.append("mixed-phase recall, mean ms per phase (server side; embed includes the wait for a "
-                         "model slot, rerank stops at the deadline): " + ", ".join(
-                             f"{k} {sum(t.get(k, 0.0) for t in s.phase_ms) / len(s.phase_ms):.0f}" for k in keys))
+            lines.append("")
+            lines.append(f"mixed-phase recalls answered ({len(s.phase_ms)}), server-side ms per phase - queue: arrival "
+                         "to recall start (worker thread, admission); slot wait (inside embed and rerank) and "
+                         "connection wait (inside sql); server: arrival to response; client: the reader's latency")
+            lines.append("")
+            lines.append("| phase | mean | p50 | p95 | p99 | max |")
+            lines.append("|---|---|---|---|---|---|")
+            for k in ("queue", "embed", "slot_wait", "sql", "connection_wait", "rerank", "cut", "server", "client"):
+                xs = [t[k] for t in s.phase_ms if k in t]
+                if xs:
+                    lines.append(f"| {k} | {sum(xs) / len(xs):.0f} | {percentile(xs, 50):.0f} | {percentile(xs, 95):.0f} | "
+                                 f"{percentile(xs, 99):.0f} | {max(xs):.0f} |")
+            lines.append("")
+            for t in sorted(s.phase_ms, key=lambda t: -t.get("client", 0.0))[:3]:
+                lines.append("slowest mixed recalls, ms: " + ", ".join(
+                    f"{k} {t[k]:.0f}" for k in ("client", "server", "queue", "embed", "slot_wait", "sql",
+                                                "connection_wait", "rerank", "cut") if k in t))
         lines.append("recovery: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.recovery.items()))
         lines.extend(self.log)
         lines.append("")
@@ -461,14 +500,14 @@ def soak(writers: int, readers: int, seconds: float, *, deadline_ms: int | None 
     phases: dict[str, float] = {}
     recovery: dict[str, float] = {}
     marks: dict[str, float] = {}
-    log: list[str] = []
+    log: list[str] = [f"machine load average (1 / 5 / 15 min) before the soak: {load_average()} on {os.cpu_count()} cores"]
     try:
         out(f"soak: starting PostgreSQL and rcll serve on {server.base} (RCLL_HOME={home})")
         recovery["server first start"] = server.start()
         out(f"soak: {writers} writers, {readers} readers, {seconds:g} s per phase, deadline_ms {deadline_ms}")
-        phases["writers-alone"] = load.run("writers-alone", writers, 0, seconds)
-        phases["readers-alone"] = load.run("readers-alone", 0, readers, seconds)
-        phases["mixed"] = load.run("mixed", writers, readers, seconds)
+        for phase, w, r in (("writers-alone", writers, 0), ("readers-alone", 0, readers), ("mixed", writers, readers)):
+            phases[phase] = load.run(phase, w, r, seconds)
+            log.append(f"load average after {phase}: {load_average()}")
         if kills:
             def chaos() -> None:
                 lock = stats.lock

@@ -4,6 +4,7 @@ error - and it answers recall with the depths it read under its default deadline
 from __future__ import annotations
 
 import json
+import threading
 import time
 from typing import Any
 
@@ -52,6 +53,52 @@ def test_http_answers_503_with_retry_after_at_once_when_full(dsn: str, queue: Wo
             assert r.status_code == 503 and "retry-after" in r.headers
         r = client.post("/recall", json={"bank": "b", "query": "deploy", "deadline_ms": 1})
         assert r.status_code == 200 and r.json()["deadline_cut"] and r.json()["facts"]
+
+
+def test_http_recall_keeps_its_deadline_while_writes_hold_every_model_slot(dsn: str, queue: WorkQueue) -> None:
+    # Issue 13: with every model slot taken by writes, a recall used to wait for the query
+    # embedding without bound (13 s under the soak). Now it answers the fused order by its
+    # deadline; and when even the query embedding cannot start in time, 503 at once.
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT rcll.create_bank('b')")
+    release, lane = threading.Event(), threading.Event()
+
+    def bulk_write(first: bool) -> None:
+        with queue.slot(WRITE, first=first):
+            (lane if first else release).wait(10)
+
+    body = {"bank": "b", "query": "how do we deploy?", "deadline_ms": 300}
+    with TestClient(create_app(dsn, tokens=TokenMap())) as client:
+        assert client.post("/retain", json={"bank": "b", "content": "We deploy with Argo CD."}).status_code == 200
+        threads = [threading.Thread(target=bulk_write, args=(False,)) for _ in range(2)]
+        for t in threads:
+            t.start()
+        while queue.snapshot().active[WRITE] < 2:
+            time.sleep(0.002)
+        try:
+            started = time.perf_counter()
+            r = client.post("/recall", json=body)
+            took = time.perf_counter() - started
+            assert r.status_code == 200 and took < 1.0, (r.status_code, took, r.text)
+            assert r.json()["deadline_cut"] and r.json()["facts"] and r.json()["rerank_depth_reached"] == 0
+            threads.append(threading.Thread(target=bulk_write, args=(True,)))     # the express lane too
+            threads[-1].start()
+            while queue.snapshot().express < 1:
+                time.sleep(0.002)
+            started = time.perf_counter()
+            r = client.post("/recall", json=body)
+            took = time.perf_counter() - started
+        finally:
+            release.set()
+            lane.set()
+            for t in threads:
+                t.join()
+        assert r.status_code == 503 and 0.25 < took < 1.0, (r.status_code, took, r.text)
+        assert int(r.headers["retry-after"]) >= 1
+        assert r.json()["field"] == "deadline_ms" and "busy" in r.json()["error"]
+        body = client.post("/recall", json={"bank": "b", "query": "how do we deploy?", "deadline_ms": 60_000}).json()
+        assert body["facts"] and body["timings_ms"]["queue"] >= 0 and body["elapsed_ms"] >= body["timings_ms"]["embed"]
+    assert queue.snapshot().active == {READ: 0, WRITE: 0}
 
 
 def test_mcp_refuses_with_a_clear_error_when_full(dsn: str, queue: WorkQueue) -> None:

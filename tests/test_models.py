@@ -161,3 +161,34 @@ def test_import_loads_no_runtime() -> None:
     paths = [str(Path(models.__file__).parents[1]), *sys.path]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+def test_lists_tokenised_in_one_call_give_the_same_encodings_as_one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Servers set TOKENIZERS_PARALLELISM (rcll serve / rcll mcp): lists are then encoded with one
+    # encode_batch call, which drops the GIL once instead of once per text (issue 13).
+    texts = ["We deploy with Argo CD since March.", "short", "a longer passage " * 40]
+    emb, rr = get_embedder(), get_reranker()
+    monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+    one_by_one = (emb.count_tokens(texts), rr.pair_lengths("how do we deploy?", texts),
+                  rr.score("how do we deploy?", texts), emb.embed(texts))
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    batched = (emb.count_tokens(texts), rr.pair_lengths("how do we deploy?", texts),
+               rr.score("how do we deploy?", texts), emb.embed(texts))
+    assert batched[0] == one_by_one[0] and batched[1] == one_by_one[1]
+    assert np.array_equal(batched[2], one_by_one[2]) and np.array_equal(batched[3], one_by_one[3])
+
+
+def test_token_counts_are_kept_for_the_texts_counted_last(monkeypatch: pytest.MonkeyPatch) -> None:
+    emb = get_embedder()
+    texts = ["We deploy with Argo CD since March.", "short", "We deploy with Argo CD since March."]
+    first = emb.count_tokens(texts)
+    assert first == count_tokens(texts) and first[0] == first[2]
+    expected = first + count_tokens(["new text"])
+    calls: list[list[str]] = []
+    real = models._count
+    monkeypatch.setattr(models, "_count", lambda tok, xs: calls.append(list(xs)) or real(tok, xs))
+    assert emb.count_tokens(texts + ["new text"]) == expected
+    assert calls == [["new text"]]          # only what it had not counted yet
+    monkeypatch.setattr(models, "COUNT_CACHE", 2)
+    emb.count_tokens(["a", "b", "c"])
+    assert len(emb._counts) == 2 and "c" in emb._counts

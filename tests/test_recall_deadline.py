@@ -11,14 +11,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import psycopg
+import pytest
 
 from conftest import pg15_only
 from rcll import models
 from rcll.db import configure
-from rcll.deadline import Deadline, Depth, pair_cost, rerank_within
-from rcll.recall import Fact, recall
+from rcll.deadline import Deadline, DeadlinePassed, Depth, pair_cost, rerank_within
+from rcll.recall import Fact, recall, recall_with
 from rcll.retain import Document, retain_many
-from rcll.workqueue import WRITE, WorkQueue
+from rcll.workqueue import WRITE, Busy, WorkQueue
 
 BANK = "dl"
 TOPICS = ("deploys", "backups", "billing", "incidents", "hiring", "roadmap")
@@ -85,7 +86,7 @@ def facts(n: int) -> list[Fact]:
 
 
 def test_under_a_tight_deadline_the_reranker_reads_a_fused_prefix_in_batches() -> None:
-    pair_cost.seconds = 0.010
+    pair_cost.seconds = pair_cost.compute = 0.010
     scorer = SlowScores(per_pair=0.01)   # 80 ms a batch of 8: 40 pairs do not fit in 200 ms
     out, depth = rerank_within("q", facts(60), scorer, depth=40, context_depth=15, deadline=Deadline(200))
     assert depth.cut and 8 <= depth.rerank < 40 and depth.rerank % 8 == 0
@@ -126,6 +127,106 @@ def test_rerank_waits_for_a_model_slot_only_while_time_is_left() -> None:
     finally:
         release.set()
         t.join()
+
+
+class FixedEmbedder:
+    def embed_query(self, text: str) -> npt.NDArray[np.float32]:
+        return np.ones(384, dtype=np.float32)
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        return [len(t.split()) for t in texts]
+
+
+def test_the_deadline_counts_from_the_requests_arrival_not_from_the_start_of_recall() -> None:
+    # Issue 13: a request that waited 2 s for a worker thread has no time left for the rerank;
+    # it answers the fused order at once, and says how long it queued.
+    started = time.perf_counter() - 2.0
+    out = recall_with(lambda embedding, n: facts(60), "q", embedder=FixedEmbedder(), reranker=SlowScores(0.001),
+                      deadline_ms=1000, started=started, queue=WorkQueue(2))
+    assert out.deadline_cut and out.rerank_depth_reached == 0
+    assert [f.unit_id for f in out.ranked] == list(range(60))
+    assert out.timings.queue >= 2000 and time.perf_counter() - started < 2.5
+    assert out.timings.total == pytest.approx(out.timings.queue + out.timings.embed + out.timings.sql
+                                              + out.timings.rerank + out.timings.cut)
+
+
+def test_with_every_model_slot_taken_by_writes_a_recall_answers_the_fused_order_by_its_deadline() -> None:
+    # Issue 13: the query embedding waited for a slot without bound (13 s under the soak). It takes
+    # the express lane; the rerank batches wait only while they could still end in time.
+    q = WorkQueue(2)
+    release = threading.Event()
+    held = threading.Barrier(3)
+
+    def bulk_write() -> None:
+        with q.slot(WRITE):
+            held.wait()
+            release.wait(10)
+
+    writers = [threading.Thread(target=bulk_write) for _ in range(2)]
+    for t in writers:
+        t.start()
+    held.wait()
+    try:
+        started = time.perf_counter()
+        out = recall_with(lambda embedding, n: facts(60), "q", embedder=FixedEmbedder(), reranker=SlowScores(0),
+                          deadline_ms=300, started=started, queue=q)
+        took = time.perf_counter() - started
+    finally:
+        release.set()
+        for t in writers:
+            t.join()
+    assert out.deadline_cut and out.rerank_depth_reached == 0 and took < 0.45, took
+    assert [f.unit_id for f in out.ranked] == list(range(60))
+    assert out.timings.embed < 50 and out.timings.slot_wait > 200
+
+
+def test_no_model_slot_for_the_query_embedding_within_the_deadline_is_refused_at_once() -> None:
+    q = WorkQueue(1)
+    release = threading.Event()
+    held = threading.Barrier(3)
+
+    def bulk_write(first: bool) -> None:         # the slot, and the express lane
+        with q.slot(WRITE, first=first):
+            held.wait()
+            release.wait(10)
+
+    t = threading.Thread(target=bulk_write, args=(False,))
+    t.start()
+    while q.snapshot().active[WRITE] < 1:
+        time.sleep(0.002)
+    lane = threading.Thread(target=bulk_write, args=(True,))
+    lane.start()
+    held.wait()
+    try:
+        started = time.perf_counter()
+        with pytest.raises(DeadlinePassed) as refused:
+            recall_with(lambda embedding, n: facts(60), "q", embedder=FixedEmbedder(), reranker=SlowScores(0),
+                        deadline_ms=150, started=started, queue=q)
+        assert 0.14 < time.perf_counter() - started < 0.6
+        assert isinstance(refused.value, Busy) and refused.value.retry_after >= 1
+        assert refused.value.field == "deadline_ms" and "busy" in refused.value.message
+    finally:
+        release.set()
+        t.join()
+        lane.join()
+    assert q.snapshot().active == {"read": 0, "write": 0} and q.snapshot().waiting == {"read": 0, "write": 0}
+
+
+def test_a_cost_estimate_that_stops_reads_relaxes_as_it_ages_until_they_read_again() -> None:
+    pair_cost.seconds = pair_cost.compute = 10.0      # one slow spell: 80 s a batch, as far as it knows
+    pair_cost.at = time.monotonic()
+    try:
+        _, stopped = rerank_within("q", facts(60), SlowScores(0.0005), depth=40, context_depth=15,
+                                   deadline=Deadline(300))
+        pair_cost.at -= 20 * pair_cost.RELAX_S      # nothing measured it since
+        depths = []
+        for _ in range(10):
+            _, depth = rerank_within("q", facts(60), SlowScores(0.0005), depth=40, context_depth=15,
+                                     deadline=Deadline(300))
+            depths.append(depth.rerank)
+        assert stopped == Depth(0, 0, True) and depths[0] >= 8 and depths[-1] == 40, depths
+    finally:
+        pair_cost.seconds = pair_cost.compute = 0.010
 
 
 def test_the_reranker_batches_a_full_read_as_one_call_would() -> None:

@@ -160,23 +160,13 @@ def test_reads_and_writes_both_waiting_share_the_slots_in_turn() -> None:
 def test_a_query_embedding_goes_ahead_of_the_rerank_batches_waiting() -> None:
     q = WorkQueue(1)
     release = threading.Event()
-    held = threading.Event()
     order: list[str] = []
-
-    def hold(_: int) -> None:
-        with q.slot(READ):
-            held.set()
-            release.wait(10)
-
-    def batch(i: int) -> None:
-        with q.slot(READ):
-            order.append(f"batch {i}")
-
-    (holder,) = run_threads(1, hold)
-    held.wait()
-    batches = run_threads(3, batch)
+    lane = threading.Event()
+    holders = _hold_slots_and_lane(q, READ, release, lane)    # the slot, and the express lane
+    batches = run_threads(3, lambda i: _batch(q, order, i))
     while q.snapshot().waiting[READ] < 3:
         time.sleep(0.005)
+
     def query_embedding() -> None:
         with q.slot(READ, first=True):
             order.append("embed")
@@ -185,10 +175,105 @@ def test_a_query_embedding_goes_ahead_of_the_rerank_batches_waiting() -> None:
     embed.start()
     while q.snapshot().waiting[READ] < 4:
         time.sleep(0.005)
-    release.set()
-    for t in [holder, embed, *batches]:
+    release.set()                     # the slot comes free; the express lane stays taken
+    for t in [embed, *batches]:
+        t.join()
+    lane.set()
+    for t in holders:
         t.join()
     assert order[0] == "embed" and len(order) == 4
+
+
+def _hold_slots_and_lane(q: WorkQueue, kind: str, release: threading.Event,
+                         lane: threading.Event) -> list[threading.Thread]:
+    """Threads holding every slot (as `kind`) until `release`, then the express lane until `lane`."""
+    def hold(_: int, first: bool = False) -> None:
+        with q.slot(kind, first=first):  # type: ignore[arg-type]
+            (lane if first else release).wait(10)
+
+    holders = run_threads(q.slots, hold)
+    while sum(q.snapshot().active.values()) < q.slots:
+        time.sleep(0.002)
+    holders += run_threads(1, lambda i: hold(i, first=True))
+    while q.snapshot().express < 1:
+        time.sleep(0.002)
+    return holders
+
+
+def _batch(q: WorkQueue, order: list[str], i: int) -> None:
+    with q.slot(READ):
+        order.append(f"batch {i}")
+
+
+def test_a_query_embedding_goes_ahead_of_the_writes_waiting_even_when_it_is_their_turn() -> None:
+    q = WorkQueue(1)
+    release = threading.Event()
+    order: list[str] = []
+
+    def write(i: int) -> None:
+        with q.slot(WRITE):
+            order.append(f"write {i}")
+
+    # The slot (the last grant was a read: writes have the next turn), and the express lane.
+    lane = threading.Event()
+    holders = _hold_slots_and_lane(q, READ, release, lane)
+    writes = run_threads(3, write)
+    while q.snapshot().waiting[WRITE] < 3:
+        time.sleep(0.005)
+
+    def query_embedding() -> None:
+        with q.slot(READ, first=True):
+            order.append("embed")
+
+    embed = threading.Thread(target=query_embedding)
+    embed.start()
+    while q.snapshot().waiting[READ] < 1:
+        time.sleep(0.005)
+    release.set()                     # the slot comes free; the express lane stays taken
+    for t in [embed, *writes]:
+        t.join()
+    lane.set()
+    for t in holders:
+        t.join()
+    assert order[0] == "embed" and len(order) == 4, order
+
+
+def test_with_every_slot_taken_a_query_embedding_runs_at_once_in_the_express_lane() -> None:
+    q = WorkQueue(2)
+    release = threading.Event()
+    held = threading.Barrier(3)
+    probe = Probe()
+
+    def hold(_: int) -> None:
+        with q.slot(WRITE):
+            held.wait()
+            release.wait(10)
+
+    holders = run_threads(2, hold)
+    held.wait()
+    started = time.perf_counter()
+    with q.slot(READ, first=True):                       # no slot free: the express lane
+        waited = time.perf_counter() - started
+        assert q.snapshot().express == 1 and q.snapshot().active == {READ: 0, WRITE: 2}
+        with pytest.raises(TimeoutError), q.slot(READ, timeout=0.02, first=True):
+            pass                                         # the lane holds one embedding at a time
+    assert waited < 0.05
+    with pytest.raises(TimeoutError), q.slot(READ, timeout=0.02):
+        pass                                             # a batch never takes the lane
+
+    def embeddings(_: int) -> None:
+        for _ in range(5):
+            with q.slot(READ, first=True):
+                probe.batch(0.002)
+
+    for t in run_threads(6, embeddings):
+        t.join()
+    release.set()
+    for t in holders:
+        t.join()
+    assert probe.most == 1                               # slots + 1 model runs at most
+    snap = q.snapshot()
+    assert snap.express == 0 and snap.active == {READ: 0, WRITE: 0} and snap.waiting == {READ: 0, WRITE: 0}
 
 
 def test_a_slot_wait_past_its_timeout_raises_and_leaves_the_queue_clean() -> None:
@@ -212,6 +297,66 @@ def test_a_slot_wait_past_its_timeout_raises_and_leaves_the_queue_clean() -> Non
     t.join()
     with q.slot(READ, timeout=0):   # a free slot is granted even with no time to wait
         pass
+
+
+def test_a_timed_out_wait_removes_only_its_own_waiter_and_leaks_no_slot() -> None:
+    # Issue 13: waiters compared by value, so a rerank batch timing out removed another read's
+    # waiter queued before it (left waiting forever) and left its own to be granted a slot
+    # nobody released - after two such leaks no model work ran at all.
+    q = WorkQueue(1)
+    release, lane = threading.Event(), threading.Event()
+    granted = threading.Event()
+
+    def patient_batch(_: int) -> None:      # a batch of a recall without a deadline
+        with q.slot(READ):
+            granted.set()
+
+    holders = _hold_slots_and_lane(q, WRITE, release, lane)
+    (patient,) = run_threads(1, patient_batch)
+    while q.snapshot().waiting[READ] < 1:
+        time.sleep(0.001)
+    with pytest.raises(TimeoutError), q.slot(READ, timeout=0.02):
+        pass
+    assert q.snapshot().waiting == {READ: 1, WRITE: 0}
+    release.set()
+    assert granted.wait(2), "the patient waiter was removed by another thread's timeout"
+    patient.join()
+    lane.set()
+    for t in holders:
+        t.join()
+    assert q.snapshot().active == {READ: 0, WRITE: 0} and q.snapshot().express == 0
+
+
+def test_recalls_with_deadlines_keep_getting_slots_under_a_write_flood() -> None:
+    # Recalls as the server runs them: a query embedding (no timeout), then rerank batches that
+    # wait only while their deadline leaves time. Under a flood of writes every recall finishes
+    # and no slot is left held.
+    q = WorkQueue(2)
+    stop = threading.Event()
+    writers = _flood(q, WRITE, 12, stop, Probe())
+    done = [0] * 4
+
+    def recall(i: int) -> None:
+        for _ in range(5):
+            with q.slot(READ, first=True):
+                time.sleep(0.005)
+            deadline = time.monotonic() + 0.1
+            for _ in range(5):
+                try:
+                    with q.slot(READ, timeout=deadline - time.monotonic()):
+                        time.sleep(0.01)
+                except TimeoutError:
+                    break
+            done[i] += 1
+
+    readers = run_threads(4, recall)
+    for t in readers:
+        t.join(10)
+    stop.set()
+    for t in writers:
+        t.join()
+    assert done == [5, 5, 5, 5], done
+    assert q.snapshot().active == {READ: 0, WRITE: 0} and q.snapshot().waiting == {READ: 0, WRITE: 0}
 
 
 def test_without_an_installed_queue_model_slots_cost_nothing() -> None:

@@ -1,7 +1,7 @@
 """LoCoMo retrieval through RCLL: every channel alone, fused, fused + rerank at several depths.
 
     .venv/bin/python -m bench.locomo.run [--sample N] [--depths 20,50,100,300] [--context-depths 20]
-        [--split] [--dump-rankings FILE]
+        [--split] [--dump-rankings FILE] [--deadlines 150,300,500] [--conversations 0,1]
 
 Retains every LoCoMo turn in chunk mode - one bank per conversation, one document per session,
 one chunk per turn written "[<session date>] <speaker>: <text>", the session date as occurred_at
@@ -13,7 +13,15 @@ rank columns) and the fused one. The cross-encoder reads each (question, passage
 rerank configuration (depth, and how many of its top are read again with the chunk before them)
 is ranked by rcll.recall.rerank from those scores, and its latency is the measured time of the
 pairs it reads. Also reported: the share of evidence ranked in the top 10 that
-survives the 4,096-token cut at the default settings. LoCoMo: Maharana et al., ACL 2024,
+survives the 4,096-token cut at the default settings.
+
+--deadlines D1,D2,... also runs, per question and deadline, the whole recall a server runs
+(rcll.recall.recall_with at the default depths: query embedding, recall_candidates, the
+cross-encoder reading fused candidates while time is left, with no cache), plus once without a
+deadline, and prints beside the depth table the quality at each deadline, how deep the
+cross-encoder read, how often the deadline cut it, the measured latency, and how many questions
+got exactly the undeadlined ranking. These are wall-clock runs: on a loaded machine the deadline
+rows read less deep (report them with the load average); the depth table does not depend on time. LoCoMo: Maharana et al., ACL 2024,
 CC BY-NC 4.0 (see data/locomo/ATTRIBUTION.md).
 """
 
@@ -22,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import random
 import statistics
 import time
@@ -36,7 +45,14 @@ from bench.locomo.dataset import CATEGORY_NAMES, Conversation, load
 from bench.locomo.metrics import Aggregate
 from rcll import models
 from rcll.budget import DEFAULT_BUDGET, cut_to_budget
-from rcll.recall import DEFAULT_CONTEXT_DEPTH, DEFAULT_RERANK_DEPTH, candidates, rerank
+from rcll.recall import (
+    DEFAULT_CONTEXT_DEPTH,
+    DEFAULT_RERANK_DEPTH,
+    RecallResult,
+    candidates,
+    recall_with,
+    rerank,
+)
 
 CHANNELS = ("dense", "lexical", "graph", "temporal", "context")
 # Selection discipline (issue 14): choices are made on conversations 0-4 and reported on 5-9 and all ten.
@@ -133,6 +149,10 @@ def dedupe(ids: list[str]) -> list[str]:
     return [x for x in ids if not (x in seen or seen.add(x))]  # type: ignore[func-returns-value]
 
 
+def deadline_name(ms: int | None) -> str:
+    return "no deadline" if ms is None else f"deadline {ms} ms"
+
+
 def pct(xs: list[float], p: float) -> float:
     s = sorted(xs)
     return s[min(len(s) - 1, round(p * (len(s) - 1)))] if s else float("nan")
@@ -153,13 +173,25 @@ def main() -> int:
     ap.add_argument("--dump-rankings", metavar="FILE",
                     help="write, per question, the default configuration's final ranking (unit ids and their dia ids) "
                          "as JSON lines, for exact before/after comparisons of runs with the same arguments")
+    ap.add_argument("--deadlines", default="",
+                    help="also recall at these deadlines (ms, e.g. 150,300,500) through rcll.recall.recall_with at the "
+                         "default depths, and once without a deadline; printed beside the depth table")
+    ap.add_argument("--conversations", default="",
+                    help="only these conversations (e.g. 0,1): retain and ask only theirs, for a quick check")
     args = ap.parse_args()
     depths = sorted(int(d) for d in args.depths.split(","))
+    deadlines: list[int | None] = [int(d) for d in args.deadlines.split(",") if d.strip()]
+    if deadlines:
+        deadlines = [None, *deadlines]           # the undeadlined live recall: the reference
     context_depths = sorted({int(m) for m in args.context_depths.split(",")} | {0})
     configs = [(d, m) for d in depths for m in context_depths if m <= d]
     default = (DEFAULT_RERANK_DEPTH, DEFAULT_CONTEXT_DEPTH)
 
     convs, questions = load()
+    if args.conversations:
+        keep = {int(c) for c in args.conversations.split(",")}
+        convs = [c for c in convs if c.index in keep]
+        questions = [q for q in questions if q.conv in keep]
     if args.sample and args.sample < len(questions):
         rnd = random.Random(args.seed)
         by_cat: dict[int, list[Any]] = defaultdict(list)
@@ -189,6 +221,7 @@ def main() -> int:
         emb = models.get_embedder()
         rr = models.get_reranker()
         lat: dict[str, list[float]] = defaultdict(list)
+        reached: dict[int | None, list[tuple[int, int, bool, bool]]] = defaultdict(list)
         survive_num = survive_den = 0
         for n, q in enumerate(questions):
             bank = f"locomo{q.conv}"
@@ -227,6 +260,22 @@ def main() -> int:
                     top10 = [x for x in ids[:10] if x in q.evidence]
                     survive_den += len(top10)
                     survive_num += sum(1 for x in top10 if x in kept)
+            # The whole recall at each deadline (and without one), as a server runs it: no cache.
+            reference: list[int] | None = None
+            for ms in deadlines:
+                def fetch(embedding: Any, n: int, q: Any = q, bank: str = bank) -> list[Any]:
+                    return candidates(conn, q.question, bank, query_embedding=embedding,
+                                      reference_time=now[q.conv], limit=n)
+
+                t = time.perf_counter()
+                live: RecallResult = recall_with(fetch, q.question, embedder=emb, reranker=rr, deadline_ms=ms)
+                took = (time.perf_counter() - t) * 1000
+                live_ids = [f.unit_id for f in live.ranked]
+                reference = live_ids if ms is None else reference
+                lat[deadline_name(ms)].append(took)
+                reached[ms].append((live.rerank_depth_reached, live.context_depth_reached, live.deadline_cut,
+                                    live_ids == reference))
+                score(deadline_name(ms), q, dedupe([unit_dia[u] for u in live_ids]))
             if dump is not None:
                 ranked = rerank(q.question, pool, scorer, depth=default[0], context_depth=default[1])
                 dump.write(json.dumps({"conv": q.conv, "qid": q.qid, "category": q.category,
@@ -250,6 +299,22 @@ def main() -> int:
             cats = " | ".join(f"{t[str(k)]['ndcg@5']:.3f}" if str(k) in t else "-" for k in (1, 2, 3, 4))
             mark = " (default)" if name == config_name(*default) else ""
             print(f"| {name}{mark} | {a['ndcg@5']:.3f} | {a['r@5']:.3f} | {a['r@10']:.3f} | {a['mrr']:.3f} | {cats} |")
+        if deadlines:
+            print(f"\nthe same questions through the whole recall (rcll.recall.recall_with, {config_name(*default)}),"
+                  f" at each deadline; wall clock, machine load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores\n")
+            print("| recall | nDCG@5 | R@5 | R@10 | MRR | rerank depth p50 (min) | context depth p50 | cut by the deadline "
+                  "| latency p50 / p95 ms | ranking = no deadline |")
+            print("|---|---|---|---|---|---|---|---|---|---|")
+            for limit_ms in deadlines:
+                m_all = aggs[g][deadline_name(limit_ms)].table()["all"]
+                rows = [r for r, qq in zip(reached[limit_ms], questions, strict=True) if qq.conv in groups[g]]
+                ls = [x for x, qq in zip(lat[deadline_name(limit_ms)], questions, strict=True) if qq.conv in groups[g]]
+                first = sorted(r[0] for r in rows)
+                print(f"| {deadline_name(limit_ms)} | {m_all['ndcg@5']:.3f} | {m_all['r@5']:.3f} | {m_all['r@10']:.3f} | "
+                      f"{m_all['mrr']:.3f} | "
+                      f"{statistics.median(first):.0f} ({first[0]}) | {statistics.median(r[1] for r in rows):.0f} | "
+                      f"{sum(r[2] for r in rows)}/{len(rows)} | {statistics.median(ls):.0f} / {pct(ls, 0.95):.0f} | "
+                      f"{sum(r[3] for r in rows)}/{len(rows)} |")
     print(f"\nper category, default settings ({config_name(*default)}):")
     print(aggs[ALL][config_name(*default)].format())
     print("\nper category, lexical (BM25) alone:")

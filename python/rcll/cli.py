@@ -291,7 +291,14 @@ def _listen_check(args: argparse.Namespace, command: str) -> None:
               "reads, writes, exports and imports every bank", file=sys.stderr, flush=True)
 
 
+def _server_tokenizers() -> None:
+    """Servers run many request threads: tokenise lists in one call each (rcll.models._encode_all),
+    sequentially - no rayon threads beside the model slots."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
 def cmd_mcp(args: argparse.Namespace) -> int:
+    _server_tokenizers()
     if args.transport == "http":
         _listen_check(args, "mcp")   # before the database or the port
     from rcll import mcp_server  # deferred: the MCP SDK takes seconds to import, every other verb skips it
@@ -308,6 +315,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    _server_tokenizers()
     _listen_check(args, "serve")   # before the database, the models or the port
     from rcll import http  # deferred: FastAPI loads only for the server
 

@@ -12,6 +12,14 @@ the same as the undeadlined recall's: INT8 scores move with batch composition (r
 "a generous deadline changes nothing" must hold to the bit. When the remaining depth is not
 expected to fit the time left (a running per-pair cost, waits for a model slot included), it
 reads one batch of 8 fused candidates at a time instead and looks at the clock between batches.
+A batch starts when its run (the per-pair cost without the waits) fits the time left, and waits
+for a model slot only while it could still end by the deadline once granted. The estimates relax
+as their last measurement ages, so one slow spell does not stop every later read.
+
+A server's deadline counts from the request's arrival: the waits for a worker thread, an admission
+place, a model slot and a database connection spend it. When it passes before recall has anything
+to answer - no slot for the query embedding, no connection for the SQL phases - the request is
+refused at once (DeadlinePassed: HTTP 503 with Retry-After) rather than answered late.
 """
 
 from __future__ import annotations
@@ -27,12 +35,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from rcll.workqueue import READ, WorkQueue, model_slot
+from rcll.errors import RcllError
+from rcll.workqueue import READ, Busy, WorkQueue, model_slot
 
 if TYPE_CHECKING:
     from rcll.recall import Fact
 
-__all__ = ["BATCH", "SERVER_DEADLINE_MS", "Deadline", "Depth", "context_passage", "pair_cost", "rerank_within", "server_deadline_ms"]
+__all__ = ["BATCH", "SERVER_DEADLINE_MS", "Deadline", "DeadlinePassed", "Depth", "context_passage", "pair_cost",
+           "rerank_within", "server_deadline_ms"]
 
 BATCH = 8  # rcll.models.RERANK_BATCH: the reranker's batch, and the step of a deadlined read
 # The servers' (HTTP, MCP) default deadline. Unloaded on 2 cores a default recall (40 + 15 pairs)
@@ -65,32 +75,75 @@ class Deadline:
         return self.started + self.ms / 1000.0 - time.perf_counter()
 
 
+class DeadlinePassed(Busy):
+    """The deadline passed before recall had anything to answer (no model slot for the query
+    embedding, or no database connection, within the time left): refused at once - HTTP 503 with
+    Retry-After, as Busy - instead of an answer long after the deadline."""
+
+    def __init__(self, deadline_ms: float, waiting_for: str, retry_after: int = 1) -> None:
+        RcllError.__init__(self, "deadline_ms",
+                           f"busy: the {deadline_ms:g} ms deadline passed while waiting for {waiting_for}",
+                           f"retry after {retry_after} s (Retry-After), or allow a longer deadline_ms")
+        self.kind = READ
+        self.retry_after = retry_after
+
+
 @dataclass(frozen=True, slots=True)
 class Depth:
     """How far the rerank read: candidates read by the cross-encoder (first view), how many of its
-    top were read again with their context (second view), and whether the deadline stopped it."""
+    top were read again with their context (second view), and whether the deadline stopped it.
+    waited: seconds its batches spent waiting for a model slot (not part of equality)."""
 
     rerank: int = 0
     context: int = 0
     cut: bool = False
+    waited: float = field(default=0.0, compare=False)
 
 
 class _PairCost:
     """Running mean of wall seconds per scored pair, waits for a model slot included: under load it
-    rises, and reads fall back to one batch at a time."""
+    rises, and reads fall back to one batch at a time. `compute` is the same without the waits
+    (how long a batch runs once it has a slot).
+
+    An estimate that stops every read is never measured again, so one slow spell would stop the
+    rerank for good: what get() and computing() return relaxes back towards the initial cost as
+    the last measurement ages (half-way in RELAX_S seconds), and a later read measures afresh.
+    measured() is the estimate as last measured, unrelaxed: a read goes all in one go (the
+    bit-exact batching) only on that."""
+
+    RELAX_S = 20.0
 
     def __init__(self, seconds: float = 0.010) -> None:
         self._lock = threading.Lock()
+        self.initial = seconds
         self.seconds = seconds
+        self.compute = seconds
+        self.at = time.monotonic()
+
+    def _relaxed(self, value: float) -> float:
+        if value <= self.initial:
+            return value
+        kept: float = 0.5 ** ((time.monotonic() - self.at) / self.RELAX_S)
+        return self.initial + (value - self.initial) * kept
 
     def get(self) -> float:
         with self._lock:
+            return self._relaxed(self.seconds)
+
+    def computing(self) -> float:
+        with self._lock:
+            return self._relaxed(self.compute)
+
+    def measured(self) -> float:
+        with self._lock:
             return self.seconds
 
-    def observe(self, seconds: float, pairs: int) -> None:
+    def observe(self, seconds: float, pairs: int, compute: float | None = None) -> None:
         if pairs > 0:
             with self._lock:
-                self.seconds = 0.7 * self.seconds + 0.3 * (seconds / pairs)
+                self.seconds = 0.7 * self._relaxed(self.seconds) + 0.3 * (seconds / pairs)
+                self.compute = 0.7 * self._relaxed(self.compute) + 0.3 * ((seconds if compute is None else compute) / pairs)
+                self.at = time.monotonic()
 
 
 pair_cost = _PairCost()
@@ -102,18 +155,18 @@ def _lengths(reranker: Any, query: str, passages: list[str]) -> list[int]:
 
 
 def _read(query: str, passages: list[str], reranker: _Reranker, deadline: Deadline,
-          queue: WorkQueue | None) -> tuple[dict[int, float], bool]:
+          queue: WorkQueue | None, waited: list[float]) -> tuple[dict[int, float], bool]:
     """Scores of passages (by index), read in order while time is left; True when time ran out
-    before all were read."""
+    before all were read. Adds the seconds spent waiting for model slots to `waited`."""
     scores: dict[int, float] = {}
     i, n = 0, len(passages)
     while i < n:
         left, cost = deadline.left(), pair_cost.get()
-        if left <= 0 or (deadline.ms is not None and left < cost * min(BATCH, n - i)):
-            return scores, True          # the next batch would end past the deadline
+        if left <= 0 or (deadline.ms is not None and left < pair_cost.computing() * min(BATCH, n - i)):
+            return scores, True          # the next batch would end past the deadline even with a slot now
         # All the rest in one go (batched as one call would) when it should take at most half
-        # the time left; otherwise one batch of 8, then look at the clock again.
-        end = n if (n - i) * cost <= left / 2 else min(n, i + BATCH)
+        # the time left as last measured; otherwise one batch of 8, then look at the clock again.
+        end = n if (n - i) * max(cost, pair_cost.measured()) <= left / 2 else min(n, i + BATCH)
         window = list(range(i, end))
         lengths = _lengths(reranker, query, [passages[j] for j in window])
         # The batches a single reranker call would make: sorted by length (stable), 8 at a time.
@@ -121,14 +174,19 @@ def _read(query: str, passages: list[str], reranker: _Reranker, deadline: Deadli
         for b in range(0, len(order), BATCH):
             rows = order[b:b + BATCH]
             t = time.perf_counter()
+            # Wait for a slot only while the batch, once granted, can still end by the deadline.
+            wait = None if deadline.ms is None else max(deadline.left() - pair_cost.computing() * len(rows), 0.0)
             try:
-                with model_slot(READ, None if deadline.ms is None else max(deadline.left(), 0.0), queue):
+                with model_slot(READ, wait, queue):
+                    run = time.perf_counter()
+                    waited[0] += run - t
                     out = reranker.score(query, [passages[j] for j in rows])
             except TimeoutError:
+                waited[0] += time.perf_counter() - t
                 return scores, True
-            pair_cost.observe(time.perf_counter() - t, len(rows))
+            pair_cost.observe(time.perf_counter() - t, len(rows), time.perf_counter() - run)
             scores.update(zip(rows, (float(s) for s in out), strict=True))
-            if b + BATCH < len(order) and deadline.left() < pair_cost.get() * len(order[b + BATCH:b + 2 * BATCH]):
+            if b + BATCH < len(order) and deadline.left() < pair_cost.computing() * len(order[b + BATCH:b + 2 * BATCH]):
                 return scores, True
         i = end
     return scores, False
@@ -166,7 +224,8 @@ def rerank_within(
     depth = min(max(depth, 0), len(pool))
     if depth == 0:
         return list(pool), Depth()
-    first, cut = _read(query, [f.text for f in pool[:depth]], reranker, deadline, queue)
+    waited = [0.0]
+    first, cut = _read(query, [f.text for f in pool[:depth]], reranker, deadline, queue, waited)
     read = _prefix(first)
     head = sorted((replace(f, rerank_score=first[j]) for j, f in enumerate(pool[:read])),
                   key=lambda f: -(f.rerank_score or 0.0))
@@ -174,7 +233,7 @@ def rerank_within(
     done = 0
     if top and not cut:
         views = [(i, p) for i, p in enumerate(context_passage(f) for f in top) if p is not None]
-        second, cut = _read(query, [p for _, p in views], reranker, deadline, queue)
+        second, cut = _read(query, [p for _, p in views], reranker, deadline, queue, waited)
         n = _prefix(second)
         for k in range(n):
             i = views[k][0]
@@ -182,4 +241,4 @@ def rerank_within(
         # A fact without a preceding chunk has nothing to read again: it counts as read.
         done = len(top) if n == len(views) else views[n][0]
     twice = sorted(top[:done], key=lambda f: -(f.rerank_score or 0.0))
-    return twice + head[done:] + list(pool[read:]), Depth(read, done, cut)
+    return twice + head[done:] + list(pool[read:]), Depth(read, done, cut, waited[0])

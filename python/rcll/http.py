@@ -32,6 +32,20 @@ from rcll.sqlsource import extension_version
 from rcll.validate import MAX_BUDGET, MAX_QUERY
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
+ARRIVED = "rcll.arrived"   # the ASGI scope key holding a request's arrival (time.perf_counter())
+
+
+class _Arrival:
+    """Stamps each HTTP request with its arrival, before the body is read and before a sync
+    endpoint waits for a worker thread: recall's deadline counts from there (the waits included)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            scope[ARRIVED] = time.perf_counter()
+        await self.app(scope, receive, send)
 
 
 class ErrorBody(BaseModel):
@@ -91,9 +105,12 @@ class RecallRequest(BaseModel):
     time_to: datetime | None = None
     budget: int = Field(default=defaults.BUDGET, ge=1, le=MAX_BUDGET)
     deadline_ms: int = Field(default_factory=server_deadline_ms, ge=1, le=600_000,
-                             description="latency budget: the cross-encoder reads candidates in fused order while "
-                                         "time is left (default 1000, RCLL_DEADLINE_MS); the response says how deep "
-                                         "it read (rerank_depth_reached, context_depth_reached) and deadline_cut")
+                             description="latency budget from the request's arrival (waits for a thread, a model "
+                                         "slot and a connection count): the cross-encoder reads candidates in fused "
+                                         "order while time is left (default 1000, RCLL_DEADLINE_MS); the response says "
+                                         "how deep it read (rerank_depth_reached, context_depth_reached) and "
+                                         "deadline_cut. Passed before the query is embedded or the candidates fetched: "
+                                         "503 with Retry-After at once")
     explain: bool = Field(default=False, description="add each fact's final rank, what the budget cut, the budget "
                                                      "and the total time (rcll.http_console.explain)")
 
@@ -159,6 +176,7 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | 
 
     app.state.tokens = auth
     app.state.memory = svc
+    app.add_middleware(_Arrival)
 
     @app.exception_handler(RcllError)
     async def rcll_error(request: Request, exc: RcllError) -> JSONResponse:
@@ -207,8 +225,8 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | 
                                         via="http").as_dict()
 
     @app.post("/recall")
-    def recall_endpoint(req: RecallRequest, who: Who) -> dict[str, Any]:
-        started = time.perf_counter()
+    def recall_endpoint(req: RecallRequest, who: Who, request: Request) -> dict[str, Any]:
+        started = float(request.scope.get(ARRIVED) or time.perf_counter())
         filters = req.model_dump(exclude={"bank", "query", "budget", "explain", "deadline_ms"}, exclude_none=True)
         if not filters.get("mine"):
             filters.pop("mine", None)

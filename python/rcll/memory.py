@@ -22,9 +22,10 @@ No verb takes an author.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, suppress
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, ExitStack, contextmanager, suppress
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import TracebackType
@@ -33,14 +34,14 @@ from typing import IO, Any
 import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from rcll import cluster, defaults, install
 from rcll.auth import ANONYMOUS, Caller, act_as, can_write, identity_server_ok
 from rcll.consolidate import Observation, consolidate
-from rcll.db import configure, connect, resolve_dsn, retried_once
+from rcll.db import POOL_TIMEOUT, configure, connect, resolve_dsn, retried_once
 from rcll.db import pool as db_pool
-from rcll.deadline import server_deadline_ms
+from rcll.deadline import Deadline, DeadlinePassed, server_deadline_ms
 from rcll.document import Document, RetainResult
 from rcll.errors import RcllError, database_errors
 from rcll.export import ExportSummary, ImportSummary, export_bank, import_bank, import_stream, iter_export
@@ -90,6 +91,9 @@ __all__ = [
 DEFAULT_BANK = "default"
 MAX_DEPTH = 1000
 MAX_DEADLINE_MS = 600_000
+# A recall's wait for a pooled connection is bounded by its deadline's time left, but never below
+# this: a connection is usually free within a round trip, and a passed deadline still reads fused.
+MIN_CONNECTION_WAIT = 0.05
 Progress = Callable[[str, int], None]
 
 
@@ -267,12 +271,13 @@ class Memory:
         self.close()
 
     @contextmanager
-    def _tx(self, bank: str | None = None) -> Iterator[psycopg.Connection[Any]]:
+    def _tx(self, bank: str | None = None, *, timeout: float | None = None) -> Iterator[psycopg.Connection[Any]]:
         """One transaction on a pooled connection, acting as this Memory's agent. With `bank`, the
         bank is resolved first: a missing bank is then the same error on every verb, whatever plan
         the verb's SQL gets (a set-returning function over an empty table may never evaluate it),
-        and the same as a bank outside the caller's scope."""
-        with (self._connection() as conn, database_errors(read_only=self.read_only),
+        and the same as a bank outside the caller's scope. timeout: seconds to wait for a pooled
+        connection (default rcll.db.POOL_TIMEOUT), then psycopg_pool.PoolTimeout."""
+        with (self._connection(timeout) as conn, database_errors(read_only=self.read_only),
               conn.transaction()):
             act_as(conn, self.agent)
             if bank is not None:
@@ -293,10 +298,10 @@ class Memory:
                     act_as(conn, None, session=True)
                     conn.autocommit = False
 
-    def _connection(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+    def _connection(self, timeout: float | None = None) -> AbstractContextManager[psycopg.Connection[Any]]:
         if not self._shared.opened or self._shared.pool is None:
             raise RcllError("memory", "this Memory is closed", "open() it, or use it in a with block")
-        return self._shared.pool.connection()
+        return self._shared.pool.connection(timeout)
 
     def _bank(self, bank: str | None, verb: str = "read") -> str:
         """The bank a verb acts on, checked against this view's scope (rcll.auth.Caller.check): a
@@ -442,17 +447,35 @@ class Memory:
             raise RcllError("mine", "this server has no identity for you",
                             "authenticate (bearer token or --agent), or filter by authors")
 
+        # The deadline counts from `started` (a server passes the request's arrival): the waits for
+        # a worker thread, an admission place, a model slot and a connection all spend it.
+        deadline = Deadline(limit_ms, time.perf_counter() if started is None else started)
+        waited = [0.0]
+
         @retried_once
         def fetch(embedding: Any, n: int) -> list[Fact]:
             # The SQL phases in a transaction of their own (retried once if the connection broke);
-            # the models run outside it.
-            with self._tx() as conn:
+            # the models run outside it. The wait for a connection is bounded by the time left:
+            # without candidates there is nothing to answer, so past it the caller is refused at once.
+            t = time.perf_counter()
+            timeout = None if limit_ms is None else min(POOL_TIMEOUT, max(deadline.left(), MIN_CONNECTION_WAIT))
+            with ExitStack() as stack:
+                try:
+                    conn = stack.enter_context(self._tx(timeout=timeout))
+                except PoolTimeout as e:
+                    if timeout is not None and timeout < POOL_TIMEOUT:
+                        assert limit_ms is not None
+                        raise DeadlinePassed(limit_ms, "a database connection") from e
+                    raise
+                finally:
+                    waited[0] += time.perf_counter() - t
                 conn.execute("SELECT rcll._bank_id(%s)", (b,))     # an unknown bank is an error, not silence
                 return candidates(conn, q, b, query_embedding=embedding, limit=n, **filters)
 
         with admitted(READ):
-            return recall_with(fetch, q, budget=tokens, rerank_depth=depth, context_depth=second,
-                               deadline_ms=limit_ms, started=started)
+            result = recall_with(fetch, q, budget=tokens, rerank_depth=depth, context_depth=second,
+                                 deadline_ms=limit_ms, started=deadline.started)
+        return replace(result, timings=replace(result.timings, connection_wait=waited[0] * 1000.0))
 
     # -- rooms, tags, stats -------------------------------------------------------------------------
 

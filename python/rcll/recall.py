@@ -21,9 +21,9 @@ from psycopg.rows import dict_row
 
 from rcll import defaults, models
 from rcll.budget import cut_to_budget
-from rcll.deadline import Deadline, context_passage, rerank_within
+from rcll.deadline import Deadline, DeadlinePassed, context_passage, rerank_within
 from rcll.results import plain
-from rcll.workqueue import READ, WorkQueue, model_slot
+from rcll.workqueue import READ, WorkQueue, installed, model_slot
 
 __all__ = [
     "DEFAULT_BUDGET",
@@ -101,16 +101,22 @@ class Fact:
 
 @dataclass(frozen=True, slots=True)
 class Timings:
-    """Milliseconds per recall phase."""
+    """Milliseconds per recall phase. queue: from the request's arrival (`started`) to the start of
+    recall - a server's wait for a worker thread and an admission place - counted against the
+    deadline like every phase. The waits inside the phases, for a model slot (embed and rerank)
+    and for a database connection (sql), are shown apart as well; they are parts of those phases."""
 
     embed: float = 0.0
     sql: float = 0.0
     rerank: float = 0.0
     cut: float = 0.0
+    queue: float = 0.0
+    slot_wait: float = 0.0
+    connection_wait: float = 0.0
 
     @property
     def total(self) -> float:
-        return self.embed + self.sql + self.rerank + self.cut
+        return self.queue + self.embed + self.sql + self.rerank + self.cut
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,10 +244,12 @@ def recall(
     shorter one may fit). Returns the facts and per-phase timings.
 
     deadline_ms (None: no deadline, the depths asked for are read) is a latency budget counted
-    from `started` (a time.perf_counter() value; default: now): the embedding and the SQL phases
-    run, then the cross-encoder reads candidates in fused order while time is left
-    (rcll.deadline); the result says how deep it read. Model batches take slots of `queue`
-    (default: the process's installed rcll.workqueue, if any)."""
+    from `started` (a time.perf_counter() value; default: now - a server passes the request's
+    arrival, so waiting for a thread counts): the embedding and the SQL phases run, then the
+    cross-encoder reads candidates in fused order while time is left (rcll.deadline); the result
+    says how deep it read. Model batches take slots of `queue` (default: the process's installed
+    rcll.workqueue, if any); the query embedding waits for one only while time is left, else
+    DeadlinePassed (a Busy: HTTP 503 + Retry-After) is raised at once."""
     def fetch(embedding: npt.NDArray[np.float32] | None, n: int) -> list[Fact]:
         return candidates(conn, query, bank, query_embedding=embedding, limit=n, **filters)
 
@@ -268,12 +276,24 @@ def recall_with(
     """recall() with the SQL phases behind `fetch(query_embedding, limit)` - the candidates in
     fused order - so a server runs them in a short transaction of its own (and retries it) and
     holds no connection while the models work."""
-    deadline = Deadline(deadline_ms, time.perf_counter() if started is None else started)
     t = time.perf_counter()
+    deadline = Deadline(deadline_ms, t if started is None else started)
+    queue_ms = (t - deadline.started) * 1000.0
     emb = embedder or models.get_embedder()
+    slot_s = 0.0
     if query_embedding is None:
-        with model_slot(READ, queue=queue, first=True):
-            query_embedding = emb.embed_query(query)
+        # The query embedding waits for a slot only while time is left: without it there is
+        # nothing to answer, so past the deadline the caller is refused at once (DeadlinePassed).
+        try:
+            with model_slot(READ, None if deadline.ms is None else max(deadline.left(), 0.0), queue=queue,
+                            first=True):
+                slot_s = time.perf_counter() - t
+                query_embedding = emb.embed_query(query)
+        except TimeoutError as e:
+            assert deadline.ms is not None
+            q = queue or installed()
+            busy = q.retry_after(READ) if q is not None else 1
+            raise DeadlinePassed(deadline.ms, "a model slot for the query embedding", busy) from e
     embed_ms = _ms(t)
 
     t = time.perf_counter()
@@ -296,7 +316,8 @@ def recall_with(
 
     return RecallResult(
         facts=facts,
-        timings=Timings(embed=embed_ms, sql=sql_ms, rerank=rerank_ms, cut=cut_ms),
+        timings=Timings(embed=embed_ms, sql=sql_ms, rerank=rerank_ms, cut=cut_ms, queue=queue_ms,
+                        slot_wait=(slot_s + (depth.waited if depth else 0.0)) * 1000.0),
         candidates=len(pool),
         tokens=sum(f.tokens for f in facts),
         ranked=ranked,

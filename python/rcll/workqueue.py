@@ -12,7 +12,9 @@ chunks each). So model work goes through one WorkQueue per process:
   a waiting write is served within about one batch whatever the reads do;
 - fairness: when reads and writes both wait, slots go to them in turn, and while one kind waits the
   other never holds the last free slot - writes keep a slot against a flood of recalls, and reads
-  keep one against a bulk retain.
+  keep one against a bulk retain. A recall's query embedding (a few milliseconds, one per recall,
+  and the recall cannot start without it) takes the next free slot ahead of both queues, or, when
+  none is free, the express lane: one place beside the slots for such work only.
 
 Python callers get no queue unless one is installed (`install`), so the library keeps its
 behaviour; `rcll serve` and `rcll mcp` install one sized to the cores.
@@ -51,10 +53,17 @@ class Busy(RcllError):
         self.retry_after = retry_after
 
 
-@dataclass
+@dataclass(eq=False)
 class _Waiter:
+    """One thread waiting for a slot. Compared by identity: a waiter that gives up is removed from
+    its queue by `is`, never by value - with value equality every ungranted waiter of a kind is
+    "equal", so a timed-out rerank batch removed another thread's waiter (a query embedding, left
+    waiting forever) and left its own behind, to be granted a slot nobody would release."""
+
     kind: Kind
     granted: bool = False
+    first: bool = False
+    express: bool = False     # granted the express lane, not a slot
 
 
 @dataclass
@@ -68,6 +77,7 @@ class Snapshot:
     waiting: dict[Kind, int]
     grants: dict[Kind, int] = field(default_factory=dict)
     refused: dict[Kind, int] = field(default_factory=dict)
+    express: int = 0
 
 
 def _env_int(name: str) -> int | None:
@@ -96,6 +106,7 @@ class WorkQueue:
         self._grants: dict[Kind, int] = {READ: 0, WRITE: 0}
         self._refused: dict[Kind, int] = {READ: 0, WRITE: 0}
         self._last: Kind = READ   # so that writes go first when both kinds wait on a fresh queue
+        self._express = 0         # query embeddings running in the express lane (at most 1)
         self._batch_s = 0.05      # running mean of a slot's hold time, for Retry-After
 
     # -- admission ------------------------------------------------------------------------------
@@ -126,10 +137,12 @@ class WorkQueue:
     @contextmanager
     def slot(self, kind: Kind, timeout: float | None = None, *, first: bool = False) -> Iterator[None]:
         """Hold a model slot for one batch. Waits for it (at most `timeout` seconds, then
-        TimeoutError); waiting reads and writes are served in turn. first: ahead of the other
-        waiters of its kind (a recall's query embedding: tiny, and nothing else of that recall
-        can start without it)."""
-        waiter = _Waiter(kind)
+        TimeoutError); waiting reads and writes are served in turn. first: ahead of every other
+        waiter, of either kind, and when no slot is free it takes the express lane - one more
+        place beside the slots, for work this small only (a recall's query embedding: one short
+        text, a few milliseconds, and nothing else of that recall can start without it; it would
+        otherwise wait out a whole batch, ~1 s on a loaded machine)."""
+        waiter = _Waiter(kind, first=first)
         limit = None if timeout is None else time.monotonic() + max(timeout, 0.0)
         with self._cond:
             if first:
@@ -140,7 +153,7 @@ class WorkQueue:
             while not waiter.granted:
                 left = None if limit is None else limit - time.monotonic()
                 if left is not None and left <= 0:
-                    self._waiting[kind].remove(waiter)
+                    self._waiting[kind].remove(waiter)       # this waiter: _Waiter compares by identity
                     self._dispatch()
                     raise TimeoutError(f"no model slot within {timeout:.3f} s")
                 self._cond.wait(left)
@@ -150,8 +163,11 @@ class WorkQueue:
         finally:
             held = time.monotonic() - started
             with self._cond:
-                self._active[kind] -= 1
-                self._batch_s = 0.9 * self._batch_s + 0.1 * held
+                if waiter.express:
+                    self._express -= 1
+                else:
+                    self._active[kind] -= 1
+                    self._batch_s = 0.9 * self._batch_s + 0.1 * held
                 self._dispatch()
 
     def _dispatch(self) -> None:
@@ -167,11 +183,21 @@ class WorkQueue:
             self._grants[kind] += 1
             self._last = kind
             granted = True
+        for kind in _KINDS:            # no slot free: a query embedding takes the express lane
+            if self._express == 0 and self._waiting[kind] and self._waiting[kind][0].first:
+                waiter = self._waiting[kind].popleft()
+                waiter.granted = waiter.express = True
+                self._express += 1
+                self._grants[kind] += 1
+                granted = True
         if granted:
             self._cond.notify_all()
 
     def _next_kind(self) -> Kind | None:
         free = self.slots - self._active[READ] - self._active[WRITE]
+        for kind in _KINDS:
+            if self._waiting[kind] and self._waiting[kind][0].first:
+                return kind                                   # a query embedding: the next free slot
         ready = []
         for kind in _KINDS:
             if not self._waiting[kind]:
@@ -190,7 +216,8 @@ class WorkQueue:
     def snapshot(self) -> Snapshot:
         with self._cond:
             return Snapshot(self.slots, dict(self.limits), dict(self._admitted), dict(self._active),
-                            {k: len(v) for k, v in self._waiting.items()}, dict(self._grants), dict(self._refused))
+                            {k: len(v) for k, v in self._waiting.items()}, dict(self._grants), dict(self._refused),
+                            self._express)
 
 
 _installed: WorkQueue | None = None
