@@ -649,6 +649,7 @@ DECLARE
     doc bigint;
     stored record;
     n integer := coalesce(array_length(chunks, 1), 0);
+    ids bigint[];
 BEGIN
     PERFORM rcll._check_document(b, content);
     IF n = 0 THEN
@@ -669,7 +670,6 @@ BEGIN
         RETURN;
     END IF;
 
-    RETURN QUERY
     WITH ins AS (
         INSERT INTO rcll.memory_units AS u
             (bank_id, document_id, kind, text, embedding, hall, layer, room, author, author_source,
@@ -683,11 +683,15 @@ BEGIN
         LEFT JOIN unnest(embeddings) WITH ORDINALITY AS e(embedding, i) USING (i)
         RETURNING u.unit_id, u.chunk_index
     )
-    SELECT doc, array_agg(ins.unit_id ORDER BY ins.chunk_index), true FROM ins;
+    SELECT array_agg(ins.unit_id ORDER BY ins.chunk_index) INTO ids FROM ins;
+    -- Who said each chunk and which names it writes (sql/functions/205-keyless-entities.sql):
+    -- what the entity channel reads, with no model on the write path.
+    PERFORM rcll._link_written_keyless_entities(b, ids);
+    RETURN QUERY SELECT doc, ids, true;
 END
 $$;
 COMMENT ON FUNCTION rcll.retain_chunks(text, text, text[], vector[], text, timestamptz, text, text, text[], text, text, jsonb, text, text)
-    IS 'Chunk-mode retain: store a document and its chunks (with their embeddings) in one statement. Re-retaining the same content and thread into the same bank returns the existing units (created = false).';
+    IS 'Chunk-mode retain: store a document and its chunks (with their embeddings) in one statement. Each chunk is linked to its keyless entities (its speaker and the names it writes; rcll._link_written_keyless_entities). Re-retaining the same content and thread into the same bank returns the existing units (created = false).';
 
 
 -- functions 050-room-janitor.sql
@@ -1599,7 +1603,6 @@ CREATE OR REPLACE FUNCTION rcll.recall_defaults(
     OUT budget          integer,
     OUT rerank_depth    integer,
     OUT context_depth   integer,
-    OUT k               integer,
     OUT channel_limit   integer,
     OUT candidate_limit integer)
 RETURNS record
@@ -1610,12 +1613,11 @@ AS $$
     SELECT 4096,  -- tokens of fact text returned (hindsight's default, counted with cl100k)
            40,    -- fused candidates the cross-encoder reads
            15,    -- of those, how many it reads again with the chunk before them
-           60,    -- reciprocal rank fusion constant (Cormack et al.)
            300,   -- candidates each channel returns
            100    -- fused candidates recall_candidates returns
 $$;
 COMMENT ON FUNCTION rcll.recall_defaults()
-    IS 'Recall''s defaults, one row: budget (tokens), rerank_depth, context_depth, k (RRF constant), channel_limit (per channel), candidate_limit (fused candidates). Every recall function''s parameter defaults read them: SELECT * FROM rcll.recall_defaults().';
+    IS 'Recall''s defaults, one row: budget (tokens), rerank_depth, context_depth, channel_limit (per channel), candidate_limit (fused candidates). Every recall function''s parameter defaults read them: SELECT * FROM rcll.recall_defaults().';
 
 
 -- functions 105-recall-scope.sql
@@ -2052,6 +2054,241 @@ COMMENT ON FUNCTION rcll.channel_lexical(text, rcll.recall_scope, integer, doubl
     IS 'Lexical recall channel: Okapi BM25 (k1, b) of the query''s lexemes under the bank''s text search configuration, per-bank IDF, filtered before ranking by the scope (rcll.recall_scope). Candidates come from terms in at most prune_above of the units (NULL or 1: exact, all terms); all terms score. Reads plain tables only, so it runs on replicas. From psql: SELECT * FROM rcll.channel_lexical(''deploy'', rcll.recall_scope(''fleet'', rooms => ''{deployment}'')).';
 
 
+-- functions 125-channel-entity.sql
+-- Entity channel (who): the units linked to the entities a query names, ranked by what is asked about them.
+--
+-- "What did Caroline research?" names a person; half a conversation may be hers. The channel lists
+-- the units linked to a named entity (rcll.unit_entities: keyless speaker and name links written at
+-- retain, sql/functions/205-keyless-entities.sql, or the extractor's) and ranks them by cosine to the
+-- query *with the names removed* ("What did research?"): with the name gone, the similarity
+-- measures what is asked about the person, not that the person is named (bench/locomo/RESEARCH.md,
+-- third round: ranked by the whole query instead, R@40 0.873 vs 0.891 on conversations 0-4).
+
+CREATE OR REPLACE FUNCTION rcll._query_named_entities(query text, bank_id integer)
+RETURNS TABLE (entity_id bigint, name text, matched text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    -- PL/pgSQL only so that this file may precede 200-entities.sql (rcll._entity_key).
+    -- Word n-grams (1-3 words) of the query in which every word is written capitalised,
+    -- possessives dropped, matched exactly (by key) against the bank's entity spellings.
+    RETURN QUERY
+    WITH w AS (
+        SELECT array_remove(regexp_split_to_array(
+                   regexp_replace(coalesce(_query_named_entities.query, ''), '[''’]s\M', '', 'g'),
+                   '[^[:alnum:]_.''’-]+'), '') AS words
+    ), g AS (
+        SELECT DISTINCT array_to_string(w.words[i:i + len - 1], ' ') AS gram
+        FROM w, generate_series(1, coalesce(cardinality(w.words), 0)) AS i, generate_series(1, 3) AS len
+        WHERE i + len - 1 <= cardinality(w.words)
+          AND NOT EXISTS (SELECT 1 FROM unnest(w.words[i:i + len - 1]) x WHERE x !~ '^[[:upper:]]')
+    )
+    SELECT DISTINCT ON (a.entity_id) a.entity_id, e.name, rcll._entity_key(g.gram)
+    FROM g
+    JOIN rcll.entity_aliases a ON a.bank_id = _query_named_entities.bank_id AND a.alias = rcll._entity_key(g.gram)
+    JOIN rcll.entities e ON e.entity_id = a.entity_id
+    ORDER BY a.entity_id, length(g.gram) DESC;
+END
+$$;
+COMMENT ON FUNCTION rcll._query_named_entities(text, integer)
+    IS 'Internal: the bank''s entities a query names, written capitalised (every word of a one- to three-word n-gram starts with a capital; possessives dropped), matched exactly by spelling key against entity_aliases. The entity channel''s entities.';
+
+CREATE OR REPLACE FUNCTION rcll._query_without_entities(query text, bank_id integer)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    rest text := _query_without_entities.query;
+    m text;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM rcll._query_named_entities(_query_without_entities.query, _query_without_entities.bank_id)) THEN
+        RETURN NULL;
+    END IF;
+    FOR m IN SELECT q.matched FROM rcll._query_named_entities(_query_without_entities.query, _query_without_entities.bank_id) q
+             ORDER BY length(q.matched) DESC, q.matched LOOP
+        rest := regexp_replace(rest, '\m' || regexp_replace(m, '([.^$*+?()\[\]{}|\\-])', '\\\1', 'g')
+                                      || '(?:[''’]s)?\M', ' ', 'gi');
+    END LOOP;
+    rest := btrim(regexp_replace(rest, '\s+', ' ', 'g'));
+    -- Nothing left but punctuation: the whole query.
+    RETURN CASE WHEN rest ~ '[[:alnum:]]' THEN rest ELSE _query_without_entities.query END;
+END
+$$;
+COMMENT ON FUNCTION rcll._query_without_entities(text, integer)
+    IS 'Internal: rcll.query_without_entities for a resolved bank id.';
+
+CREATE OR REPLACE FUNCTION rcll.query_without_entities(query text, bank text)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT rcll._query_without_entities(query_without_entities.query, rcll._bank_id(query_without_entities.bank))
+$$;
+COMMENT ON FUNCTION rcll.query_without_entities(text, text)
+    IS 'The query with the entities it names (rcll._query_named_entities: capitalised, known in the bank; a trailing ''s too) removed - what the entity channel''s second query embedding embeds. NULL when the query names no known entity (the entity channel is then silent); the whole query when nothing else is left. The rcll client embeds it with the query (one batch) and passes it as recall_candidates'' entity_query_embedding. From psql: SELECT rcll.query_without_entities(''What did Caroline research?'', ''fleet'').';
+
+CREATE OR REPLACE FUNCTION rcll.channel_entity(
+    query           text,
+    scope           rcll.recall_scope,
+    query_embedding vector,
+    "limit"         integer DEFAULT (rcll.recall_defaults()).channel_limit)
+RETURNS TABLE (unit_id bigint, score double precision, rank integer)
+LANGUAGE plpgsql STABLE
+SET plan_cache_mode = force_custom_plan
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    q    public.vector := channel_entity.query_embedding;
+    lim  integer := greatest(coalesce(channel_entity."limit", (rcll.recall_defaults()).channel_limit), 0);
+    ents bigint[];
+BEGIN
+    IF q IS NULL OR lim = 0 THEN
+        RETURN;
+    END IF;
+    ents := ARRAY(SELECT e.entity_id FROM rcll._query_named_entities(channel_entity.query, (scope).bank_id) e);
+    IF cardinality(ents) = 0 THEN
+        RETURN;
+    END IF;
+    -- Every unit linked to a named entity, scanned exactly (MATERIALIZED: never the HNSW index,
+    -- which would filter after a fixed-size search); no weight per entity - the fusion's
+    -- standardisation already turns a hub's long flat list into a weak vote.
+    RETURN QUERY
+    WITH f AS MATERIALIZED (
+        SELECT u.unit_id, u.embedding FROM rcll.memory_units u
+        WHERE u.unit_id IN (SELECT ue.unit_id FROM rcll.unit_entities ue WHERE ue.entity_id = ANY (ents))
+          AND u.embedding IS NOT NULL
+          AND rcll._in_scope(u, scope))
+    SELECT d.unit_id, 1 - d.dist, (row_number() OVER (ORDER BY d.dist, d.unit_id))::integer
+    FROM (SELECT f.unit_id, f.embedding OPERATOR(public.<=>) q AS dist FROM f ORDER BY 2, 1 LIMIT lim) d
+    ORDER BY 3;
+END
+$$;
+COMMENT ON FUNCTION rcll.channel_entity(text, rcll.recall_scope, vector, integer)
+    IS 'Entity recall channel (who): the units linked (rcll.unit_entities) to an entity the query names, written capitalised (rcll._query_named_entities), ranked by cosine similarity to query_embedding - for recall, the embedding of the query with the names removed (rcll.query_without_entities) - score = 1 - cosine distance. Empty when the query names no known entity or no embedding is given. Filtered before ranking by the scope (rcll.recall_scope). From psql: SELECT * FROM rcll.channel_entity(''What did Caroline research?'', rcll.recall_scope(''fleet''), <embedding>).';
+
+
+-- functions 127-channel-session.sql
+-- Session channel (where): documents scored by BM25 over their whole text; their units inherit the score.
+--
+-- A conversation's session (a document) shares a question's vocabulary far more often than the one
+-- turn that answers it does: "When did Melanie run a charity race?" matches the session about the
+-- race although the answering turn says "last Saturday". The channel scores each document by Okapi
+-- BM25 over its text (tf summed over its units, length the sum of their lengths, IDF over the
+-- bank's documents), from the same candidate units the lexical channel reads, and lists the units
+-- of the best documents - inside a document by cosine to the query. On LoCoMo it is the first
+-- stage's largest single gain (bench/locomo/RESEARCH.md, third round: -0.033 / -0.036 R@40 without it).
+
+CREATE OR REPLACE FUNCTION rcll.channel_session(
+    query           text,
+    scope           rcll.recall_scope,
+    query_embedding vector DEFAULT NULL,
+    "limit"         integer DEFAULT (rcll.recall_defaults()).channel_limit,
+    prune_above     double precision DEFAULT 0.05,
+    k1              double precision DEFAULT 1.2,
+    b               double precision DEFAULT 0.75)
+RETURNS TABLE (unit_id bigint, score double precision, rank integer)
+LANGUAGE plpgsql STABLE
+SET plan_cache_mode = force_custom_plan
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    bk     integer := (scope).bank_id;
+    lim    integer := greatest(coalesce(channel_session."limit", (rcll.recall_defaults()).channel_limit), 0);
+    q      public.vector := channel_session.query_embedding;
+    cfg    regconfig;
+    terms  text[];
+    corpus record;
+    ndocs  double precision;
+    avgdl  double precision;
+    common text[];
+    common_df double precision[];
+    gen    text[];
+BEGIN
+    SELECT x.text_search_config INTO cfg FROM rcll.banks x WHERE x.bank_id = bk;
+    terms := ARRAY(SELECT DISTINCT t.lexeme FROM unnest(to_tsvector(cfg, coalesce(channel_session.query, ''))) t ORDER BY 1);
+    IF cardinality(terms) = 0 OR lim = 0 THEN
+        RETURN;
+    END IF;
+    -- Document statistics: N = the bank's documents, average length = the units' total length
+    -- over N (rcll._bm25_corpus's unit figures; documents are counted on their bank index).
+    corpus := rcll._bm25_corpus(bk);
+    ndocs := greatest((SELECT count(*) FROM rcll.documents d WHERE d.bank_id = bk), 1);
+    avgdl := greatest(corpus.avgdl * corpus.n / ndocs, 1);
+
+    -- Candidate terms exactly as rcll.channel_lexical chooses them: terms in more than
+    -- prune_above of the units (ANALYZE's lexeme statistics) generate no candidates but still
+    -- score, their document frequency estimated as at most every document.
+    SELECT array_agg(e.elem ORDER BY e.freq), array_agg(least(e.freq * corpus.n, ndocs) ORDER BY e.freq) INTO common, common_df
+    FROM pg_catalog.pg_stats s,
+         unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS e(elem, freq)
+    WHERE s.schemaname = 'rcll' AND s.tablename = 'unit_lexicon' AND s.attname = 'lexical'
+      AND e.elem = ANY (terms)
+      AND e.freq > coalesce(channel_session.prune_above, 1) AND e.freq * corpus.n > 1000;
+    gen := ARRAY(SELECT t FROM unnest(terms) t WHERE common IS NULL OR t <> ALL (common));
+    IF cardinality(gen) = 0 THEN
+        gen := common[1:1];
+    END IF;
+
+    RETURN QUERY
+    WITH cand AS MATERIALIZED (
+        SELECT u.unit_id, ts_filter(setweight(u.lexical, 'A', terms), '{a}') AS qlex, rcll._in_scope(u, scope) AS keep
+        FROM rcll.unit_lexicon u
+        WHERE u.bank_id = bk AND u.lexical @@ rcll._tsquery_any(gen)
+    ), hits AS MATERIALIZED (
+        SELECT m.document_id, c.keep, t.lexeme, coalesce(array_length(t.positions, 1), 1)::double precision AS tf
+        FROM cand c JOIN rcll.memory_units m ON m.unit_id = c.unit_id, unnest(c.qlex) t
+        WHERE m.document_id IS NOT NULL
+    ), df AS (
+        -- Document frequency over the bank's documents: counted for candidate-generating terms,
+        -- estimated for the pruned common ones.
+        SELECT h.lexeme, count(DISTINCT h.document_id)::double precision AS df FROM hits h
+        WHERE h.lexeme = ANY (gen) GROUP BY h.lexeme
+        UNION ALL
+        SELECT c.lexeme, c.df FROM unnest(common, common_df) c(lexeme, df) WHERE c.lexeme <> ALL (gen)
+    ), idf AS (
+        SELECT d.lexeme, ln(1 + (greatest(ndocs, (SELECT max(x.df) FROM df x)) - d.df + 0.5) / (d.df + 0.5)) AS idf
+        FROM df d
+    ), tf AS (
+        -- A document's text is what the recall may read of it: its units in scope.
+        SELECT h.document_id, h.lexeme, sum(h.tf) AS tf FROM hits h WHERE h.keep GROUP BY h.document_id, h.lexeme
+    ), dl AS (
+        SELECT m.document_id, sum(m.lexical_length)::double precision AS dl
+        FROM rcll.memory_units m
+        WHERE m.document_id IN (SELECT DISTINCT tf.document_id FROM tf)
+        GROUP BY m.document_id
+    ), docs AS (
+        SELECT t.document_id,
+               sum(i.idf * t.tf * (channel_session.k1 + 1)
+                   / (t.tf + channel_session.k1 * (1 - channel_session.b + channel_session.b * l.dl / avgdl))) AS s
+        FROM tf t JOIN idf i ON i.lexeme = t.lexeme JOIN dl l ON l.document_id = t.document_id
+        GROUP BY t.document_id
+        ORDER BY 2 DESC, 1
+        LIMIT lim                 -- every document holds at least one unit
+    ), units AS (
+        SELECT u.unit_id, d.s, d.document_id,
+               CASE WHEN q IS NULL OR u.embedding IS NULL THEN NULL
+                    ELSE u.embedding OPERATOR(public.<=>) q END AS dist, u.chunk_index
+        FROM docs d JOIN rcll.memory_units u ON u.document_id = d.document_id
+        WHERE rcll._in_scope(u, scope)
+    )
+    SELECT x.unit_id, x.s, x.rank FROM (
+        SELECT units.unit_id, units.s,
+               (row_number() OVER (ORDER BY units.s DESC, units.document_id, units.dist NULLS LAST,
+                                            units.chunk_index, units.unit_id))::integer AS rank
+        FROM units) x
+    WHERE x.rank <= lim
+    ORDER BY x.rank;
+END
+$$;
+COMMENT ON FUNCTION rcll.channel_session(text, rcll.recall_scope, vector, integer, double precision, double precision, double precision)
+    IS 'Session recall channel (where): documents scored by Okapi BM25 (k1, b) of the query over their whole text - tf summed over their units in scope, length the sum of their units'' lexical lengths, IDF over the bank''s documents - from the candidate units rcll.channel_lexical reads (same prune_above rule); each unit inherits its document''s score (score = the document''s BM25), listed best document first, inside a document by cosine to query_embedding (else in document order), at most "limit" units. Filtered before ranking by the scope (rcll.recall_scope). From psql: SELECT * FROM rcll.channel_session(''charity race'', rcll.recall_scope(''fleet'')).';
+
+
 -- functions 130-channel-graph.sql
 -- Graph channel: activation spread from the entities the query names, over unit_entities and links.
 
@@ -2150,6 +2387,19 @@ $$;
 COMMENT ON FUNCTION rcll.query_entities(text, text, real, integer)
     IS 'Entities a query names: exact matches of its word n-grams (up to three words) against entity names and aliases; when there are none, trigram matches of aliases to its one- and two-word n-grams with similarity >= min_similarity. The graph channel''s seeds.';
 
+CREATE OR REPLACE FUNCTION rcll._keyless_link(role text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+-- No SET clause: inlined into the graph channel's queries.
+AS $$
+    -- The roles chunk-mode retain gives its keyless links (sql/functions/205-keyless-entities.sql).
+    -- Those are the entity channel's: spreading activation from a speaker over every one of their
+    -- turns (a hub, half a conversation) adds only the newest of them - on LoCoMo the fused pool
+    -- with the graph walking them held R@50 0.907 / nDCG@5 0.546 against 0.909 / 0.550 without.
+    SELECT coalesce(role IN ('speaker', 'name'), false)
+$$;
+COMMENT ON FUNCTION rcll._keyless_link(text) IS 'Internal: whether a unit_entities role is a keyless link written by chunk-mode retain (speaker, name): read by the entity channel, not walked by the graph channel.';
+
 CREATE OR REPLACE FUNCTION rcll.channel_graph(
     query   text,
     scope   rcll.recall_scope,
@@ -2201,7 +2451,7 @@ BEGIN
                 CROSS JOIN LATERAL (
                     SELECT ue.unit_id FROM rcll.unit_entities ue
                     JOIN rcll.memory_units u ON u.unit_id = ue.unit_id
-                    WHERE ue.entity_id = e.entity_id
+                    WHERE ue.entity_id = e.entity_id AND NOT rcll._keyless_link(ue.role)
                       AND rcll._in_scope(u, scope)
                     ORDER BY ue.unit_id DESC LIMIT cap) s
                 UNION ALL
@@ -2236,7 +2486,7 @@ BEGIN
             SELECT ue.entity_id, sum(f.act) / sqrt(count(*)) AS act
             FROM unnest(units, uact) AS f(unit_id, act)
             JOIN rcll.unit_entities ue ON ue.unit_id = f.unit_id
-            WHERE ue.entity_id <> ALL (seen_ents)
+            WHERE ue.entity_id <> ALL (seen_ents) AND NOT rcll._keyless_link(ue.role)
             GROUP BY ue.entity_id
             ORDER BY act DESC, ue.entity_id
             LIMIT greatest(cap / 10, 8)) y;
@@ -2253,7 +2503,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION rcll.channel_graph(text, rcll.recall_scope, integer, integer, double precision, integer)
-    IS 'Graph recall channel: activation spread from the entities the query names (rcll.query_entities) to the units mentioning them, then over links and shared entities for `hops` hops, multiplied by decay per hop and capped at fanout per entity and per frontier. Filtered before ranking by the scope (rcll.recall_scope): activation never passes through units the recall may not read. Plain SQL: runs on hot standbys. From psql: SELECT * FROM rcll.channel_graph(''where did Caroline move?'', rcll.recall_scope(''fleet'')).';
+    IS 'Graph recall channel: activation spread from the entities the query names (rcll.query_entities) to the units mentioning them (the extractor''s links; keyless speaker/name links are the entity channel''s), then over links and shared entities for `hops` hops, multiplied by decay per hop and capped at fanout per entity and per frontier. Filtered before ranking by the scope (rcll.recall_scope): activation never passes through units the recall may not read. Plain SQL: runs on hot standbys. From psql: SELECT * FROM rcll.channel_graph(''where did Caroline move?'', rcll.recall_scope(''fleet'')).';
 
 
 -- functions 140-temporal-parse.sql
@@ -2525,37 +2775,37 @@ COMMENT ON FUNCTION rcll.channel_temporal(text, rcll.recall_scope, tstzrange, ti
 
 
 -- functions 150-recall-candidates.sql
--- Recall phases 2-3: the four channels (and dense's context variant), fused by reciprocal rank fusion in one statement.
+-- Recall phases 2-3: the channels, fused by a per-query z-score sum in one statement.
 
 CREATE OR REPLACE FUNCTION rcll.recall_candidates(
-    query                text,
-    scope                rcll.recall_scope,
-    query_embedding      vector DEFAULT NULL,
-    time_range           tstzrange DEFAULT NULL,
-    reference_time       timestamptz DEFAULT now(),
-    k                    integer DEFAULT (rcll.recall_defaults()).k,
-    channel_limit        integer DEFAULT (rcll.recall_defaults()).channel_limit,
-    dense_weight         double precision DEFAULT 1.0,
-    lexical_weight       double precision DEFAULT 1.0,
-    graph_weight         double precision DEFAULT 1.0,
-    temporal_weight      double precision DEFAULT 1.0,
-    context_weight       double precision DEFAULT 1.0,
-    "limit"              integer DEFAULT (rcll.recall_defaults()).candidate_limit)
+    query                  text,
+    scope                  rcll.recall_scope,
+    query_embedding        vector DEFAULT NULL,
+    entity_query_embedding vector DEFAULT NULL,
+    time_range             tstzrange DEFAULT NULL,
+    reference_time         timestamptz DEFAULT now(),
+    channel_limit          integer DEFAULT (rcll.recall_defaults()).channel_limit,
+    dense_weight           double precision DEFAULT 1.0,
+    lexical_weight         double precision DEFAULT 1.0,
+    graph_weight           double precision DEFAULT 1.0,
+    temporal_weight        double precision DEFAULT 1.0,
+    entity_weight          double precision DEFAULT 1.0,
+    session_weight         double precision DEFAULT 1.0,
+    context_weight         double precision DEFAULT 0.0,
+    "limit"                integer DEFAULT (rcll.recall_defaults()).candidate_limit)
 RETURNS TABLE (unit_id bigint, text text, room text, hall text, layer text, author text, thread text,
                tags text[], valid tstzrange, occurred_start timestamptz, mentioned_at timestamptz,
                document_id bigint, provenance jsonb, fused_score double precision,
                rank_dense integer, rank_lexical integer, rank_graph integer, rank_temporal integer,
-               rank_context integer, context text)
+               rank_context integer, rank_entity integer, rank_session integer, context text)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 -- SQL, not PL/pgSQL: the output columns (thread, text, ...) would be variables in PL/pgSQL. Each
 -- channel is PL/pgSQL with custom plans, so the scope's fields fold as constants where it matters.
 AS $$
-    -- RRF: each channel adds weight / (k + rank). k = 60 (Cormack et al.; what hindsight uses)
-    -- flattens the head so that agreement between channels beats one channel's first place.
     -- Channels run one after another inside this statement; a channel with weight 0 is not run.
     WITH d AS (
-        SELECT c.unit_id, c.rank FROM rcll.channel_dense(
+        SELECT c.unit_id, c.score, c.rank FROM rcll.channel_dense(
             query_embedding => recall_candidates.query_embedding, scope => recall_candidates.scope,
             "limit" => recall_candidates.channel_limit) c
         WHERE (recall_candidates.dense_weight > 0 OR recall_candidates.context_weight > 0)
@@ -2563,59 +2813,94 @@ AS $$
                 'recall: dense channel skipped: no query_embedding was passed',
                 'Pass query_embedding (the rcll Python client does), or let rcll.recall embed the query in the database (SELECT rcll.enable_in_database_models(...)).'))
     ), ctx AS (
-        -- Context: the top 100 dense hits and the chunk after each, scored with the chunk before
-        -- them (seeding it with all 300 hits adds 0.008 R@50 on LoCoMo for 3x its time).
-        SELECT c.unit_id, c.rank FROM rcll.channel_context(
+        -- Context (off by default since the session and entity channels: RESEARCH.md, third round):
+        -- the top 100 dense hits and the chunk after each, scored with the chunk before them.
+        SELECT c.unit_id, c.score, c.rank FROM rcll.channel_context(
             query_embedding => recall_candidates.query_embedding,
             seeds => (SELECT array_agg(d.unit_id) FROM d WHERE d.rank <= 100),
             scope => recall_candidates.scope, "limit" => recall_candidates.channel_limit) c
         WHERE recall_candidates.context_weight > 0
     ), l AS (
-        SELECT c.unit_id, c.rank FROM rcll.channel_lexical(
+        SELECT c.unit_id, c.score, c.rank FROM rcll.channel_lexical(
             query => recall_candidates.query, scope => recall_candidates.scope, "limit" => recall_candidates.channel_limit) c
         WHERE recall_candidates.lexical_weight > 0
     ), g AS (
-        SELECT c.unit_id, c.rank FROM rcll.channel_graph(
+        SELECT c.unit_id, c.score, c.rank FROM rcll.channel_graph(
             query => recall_candidates.query, scope => recall_candidates.scope, "limit" => recall_candidates.channel_limit) c
         WHERE recall_candidates.graph_weight > 0
     ), t AS (
-        SELECT c.unit_id, c.rank FROM rcll.channel_temporal(
+        SELECT c.unit_id, c.score, c.rank FROM rcll.channel_temporal(
             query => recall_candidates.query, scope => recall_candidates.scope,
             time_range => recall_candidates.time_range, reference_time => recall_candidates.reference_time,
             query_embedding => recall_candidates.query_embedding, "limit" => recall_candidates.channel_limit) c
         WHERE recall_candidates.temporal_weight > 0
+    ), e AS (
+        -- Without the embedding of the query minus its names, the query's own (psql: still works).
+        SELECT c.unit_id, c.score, c.rank FROM rcll.channel_entity(
+            query => recall_candidates.query, scope => recall_candidates.scope,
+            query_embedding => coalesce(recall_candidates.entity_query_embedding, recall_candidates.query_embedding),
+            "limit" => recall_candidates.channel_limit) c
+        WHERE recall_candidates.entity_weight > 0
+    ), s AS (
+        SELECT c.unit_id, c.score, c.rank FROM rcll.channel_session(
+            query => recall_candidates.query, scope => recall_candidates.scope,
+            query_embedding => recall_candidates.query_embedding, "limit" => recall_candidates.channel_limit) c
+        WHERE recall_candidates.session_weight > 0
+    ), hits AS (
+        SELECT d.unit_id, d.score, d.rank, 'd' AS ch, recall_candidates.dense_weight AS w FROM d
+        WHERE recall_candidates.dense_weight > 0
+        UNION ALL SELECT ctx.unit_id, ctx.score, ctx.rank, 'x', recall_candidates.context_weight FROM ctx
+        UNION ALL SELECT l.unit_id, l.score, l.rank, 'l', recall_candidates.lexical_weight FROM l
+        UNION ALL SELECT g.unit_id, g.score, g.rank, 'g', recall_candidates.graph_weight FROM g
+        UNION ALL SELECT t.unit_id, t.score, t.rank, 't', recall_candidates.temporal_weight FROM t
+        UNION ALL SELECT e.unit_id, e.score, e.rank, 'e', recall_candidates.entity_weight FROM e
+        UNION ALL SELECT s.unit_id, s.score, s.rank, 's', recall_candidates.session_weight FROM s
+    ), z AS (
+        -- Z-score sum (bench/locomo/RESEARCH.md, third round): each channel's scores standardised
+        -- over the list it returned for this query, z = (score - mean) / sd (population sd); a
+        -- unit a channel did not return counts that channel's lowest z; a channel with fewer than
+        -- two hits or flat scores says nothing about order and adds nothing. No k, no fitted
+        -- weight: the channel that is sure of something this time (its top far above its own
+        -- distribution) decides more, and a channel with nothing to say (no date, no name in the
+        -- query) is silent. The weights only scale a channel's z (default 1).
+        SELECT h.unit_id, h.rank, h.ch, h.w,
+               CASE WHEN count(*) OVER c >= 2 AND stddev_pop(h.score) OVER c > 1e-12 * greatest(abs(avg(h.score) OVER c), 1)
+                    THEN (h.score - avg(h.score) OVER c) / stddev_pop(h.score) OVER c END AS z
+        FROM hits h
+        WINDOW c AS (PARTITION BY h.ch)
+    ), zmin AS (
+        SELECT z.ch, z.w, min(z.z) AS zmin FROM z WHERE z.z IS NOT NULL GROUP BY z.ch, z.w
     ), fused AS (
-        SELECT x.unit_id,
-               sum(x.w / (recall_candidates.k + x.rank)) AS score,
-               min(x.rank) FILTER (WHERE x.ch = 'd') AS rd,
-               min(x.rank) FILTER (WHERE x.ch = 'l') AS rl,
-               min(x.rank) FILTER (WHERE x.ch = 'g') AS rg,
-               min(x.rank) FILTER (WHERE x.ch = 't') AS rt,
-               min(x.rank) FILTER (WHERE x.ch = 'x') AS rx
-        FROM (
-            SELECT d.unit_id, d.rank, 'd' AS ch, recall_candidates.dense_weight AS w FROM d
-            WHERE recall_candidates.dense_weight > 0
-            UNION ALL SELECT ctx.unit_id, ctx.rank, 'x', recall_candidates.context_weight FROM ctx
-            UNION ALL SELECT l.unit_id, l.rank, 'l', recall_candidates.lexical_weight FROM l
-            UNION ALL SELECT g.unit_id, g.rank, 'g', recall_candidates.graph_weight FROM g
-            UNION ALL SELECT t.unit_id, t.rank, 't', recall_candidates.temporal_weight FROM t
-        ) x
-        GROUP BY x.unit_id
-        ORDER BY score DESC, x.unit_id DESC
+        -- fused = sum over channels of w * z, a missing unit at the channel's lowest z: the sum of
+        -- every channel's w * zmin, plus w * (z - zmin) where the unit was found. A unit only a
+        -- silent channel found keeps the base (it follows every unit a speaking channel found).
+        SELECT z.unit_id,
+               (SELECT coalesce(sum(m.w * m.zmin), 0) FROM zmin m)
+                 + coalesce(sum(z.w * (z.z - m.zmin)) FILTER (WHERE z.z IS NOT NULL), 0) AS score,
+               min(z.rank) FILTER (WHERE z.ch = 'd') AS rd,
+               min(z.rank) FILTER (WHERE z.ch = 'l') AS rl,
+               min(z.rank) FILTER (WHERE z.ch = 'g') AS rg,
+               min(z.rank) FILTER (WHERE z.ch = 't') AS rt,
+               min(z.rank) FILTER (WHERE z.ch = 'x') AS rx,
+               min(z.rank) FILTER (WHERE z.ch = 'e') AS re,
+               min(z.rank) FILTER (WHERE z.ch = 's') AS rs
+        FROM z LEFT JOIN zmin m ON m.ch = z.ch
+        GROUP BY z.unit_id
+        ORDER BY score DESC, z.unit_id
         LIMIT greatest(coalesce(recall_candidates."limit", (rcll.recall_defaults()).candidate_limit), 0)
     )
     SELECT u.unit_id, u.text, u.room, u.hall, u.layer, u.author, u.thread, u.tags, u.valid, u.occurred_start,
-           u.mentioned_at, u.document_id, u.provenance, f.score, f.rd, f.rl, f.rg, f.rt, f.rx,
+           u.mentioned_at, u.document_id, u.provenance, f.score, f.rd, f.rl, f.rg, f.rt, f.rx, f.re, f.rs,
            -- the end of the chunk before: what this one answers or continues (16 words keep the
            -- cross-encoder's second view short; on LoCoMo the whole chunk scored no better)
            rcll._last_words(p.preceding_text, 16)
     FROM fused f JOIN rcll.memory_units u ON u.unit_id = f.unit_id
     LEFT JOIN rcll.preceding_units(
         unit_ids => (SELECT array_agg(fused.unit_id) FROM fused), scope => recall_candidates.scope) p ON p.unit_id = f.unit_id
-    ORDER BY f.score DESC, f.unit_id DESC
+    ORDER BY f.score DESC, f.unit_id
 $$;
-COMMENT ON FUNCTION rcll.recall_candidates(text, rcll.recall_scope, vector, tstzrange, timestamptz, integer, integer, double precision, double precision, double precision, double precision, double precision, integer)
-    IS 'Recall without the rerank: the dense, lexical, graph and temporal channels and the context channel (dense hits read with the chunk before them; each at most channel_limit units, all filtered before ranking) fused by reciprocal rank fusion, score = sum of weight / (k + rank). Each row: the unit, its axes, the fused score, its rank in each channel (NULL = not found there) and context, the last 16 words of the chunk before it in its document when that chunk passes the same scope (the reranker''s second view). What it may read is one value, scope (rcll.recall_scope: bank, rooms, authors, filters), built once by the caller and passed to every channel; k, channel_limit and the five weights tune the fusion. Without query_embedding the dense channel is skipped (NOTICE). From psql: SELECT * FROM rcll.recall_candidates(''deploy'', rcll.recall_scope(''fleet'', rooms => ''{deployment}'')).';
+COMMENT ON FUNCTION rcll.recall_candidates(text, rcll.recall_scope, vector, vector, tstzrange, timestamptz, integer, double precision, double precision, double precision, double precision, double precision, double precision, double precision, integer)
+    IS 'Recall without the rerank: the dense, lexical, graph, temporal, entity (who: units linked to an entity the query names, ranked by entity_query_embedding - the query without its names, rcll.query_without_entities - else query_embedding) and session (where: documents by BM25 over their whole text) channels, each at most channel_limit units, all filtered before ranking, fused by a per-query z-score sum: each channel''s scores standardised over its own list, a unit it did not return at its lowest z, a channel with fewer than two hits or flat scores silent; fused_score = sum of weight * z. The context channel (dense hits read with the chunk before them) runs only with context_weight > 0. Each row: the unit, its axes, the fused score, its rank in each channel (NULL = not found there) and context, the last 16 words of the chunk before it in its document when that chunk passes the same scope (the reranker''s second view). What it may read is one value, scope (rcll.recall_scope: bank, rooms, authors, filters), built once by the caller and passed to every channel; a weight of 0 skips a channel. Without query_embedding the dense channel is skipped (NOTICE). From psql: SELECT * FROM rcll.recall_candidates(''deploy'', rcll.recall_scope(''fleet'', rooms => ''{deployment}'')).';
 
 
 -- functions 160-recall.sql
@@ -2643,6 +2928,26 @@ END
 $$;
 COMMENT ON FUNCTION rcll._recall_embedding(text, vector)
     IS 'Internal: rcll.recall''s phase 1 - the query embedding to use: the one given, else (with in-database models) the query embedded here; without in-database models a NOTICE says what recall skips.';
+
+CREATE OR REPLACE FUNCTION rcll._recall_entity_embedding(query text, bank_id integer, entity_query_embedding vector)
+RETURNS vector
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    rest text;
+BEGIN
+    -- The entity channel's query: the one given, else (with in-database models) the query without
+    -- the entities it names embedded here, else NULL (recall_candidates then uses the query's).
+    IF _recall_entity_embedding.entity_query_embedding IS NOT NULL OR NOT rcll.in_database_models() THEN
+        RETURN _recall_entity_embedding.entity_query_embedding;
+    END IF;
+    rest := rcll._query_without_entities(_recall_entity_embedding.query, _recall_entity_embedding.bank_id);
+    RETURN CASE WHEN rest IS NULL THEN NULL ELSE rcll._model_embed_query(rest) END;
+END
+$$;
+COMMENT ON FUNCTION rcll._recall_entity_embedding(text, integer, vector)
+    IS 'Internal: rcll.recall''s second query embedding, for the entity channel: the one given, else with in-database models the embedding of rcll.query_without_entities (NULL when the query names no entity), else NULL.';
 
 CREATE OR REPLACE FUNCTION rcll._recall_rerank(
     query         text,
@@ -2748,12 +3053,13 @@ CREATE OR REPLACE FUNCTION rcll.recall(
     query_embedding vector DEFAULT NULL,
     time_range      tstzrange DEFAULT NULL,
     reference_time  timestamptz DEFAULT now(),
-    deadline_ms     integer DEFAULT NULL)
+    deadline_ms     integer DEFAULT NULL,
+    entity_query_embedding vector DEFAULT NULL)
 RETURNS TABLE (unit_id bigint, text text, room text, hall text, layer text, author text, thread text,
                tags text[], valid tstzrange, occurred_start timestamptz, mentioned_at timestamptz,
                document_id bigint, provenance jsonb, fused_score double precision, rerank_score real,
                rank_dense integer, rank_lexical integer, rank_graph integer, rank_temporal integer,
-               rank_context integer)
+               rank_context integer, rank_entity integer, rank_session integer)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -2764,13 +3070,15 @@ AS $$
         SELECT * FROM rcll.recall_candidates(
             query => recall.query, scope => recall.scope,
             query_embedding => rcll._recall_embedding(recall.query, recall.query_embedding),
+            entity_query_embedding => rcll._recall_entity_embedding(recall.query, (recall.scope).bank_id,
+                                                                    recall.entity_query_embedding),
             time_range => recall.time_range, reference_time => recall.reference_time,
             "limit" => greatest(greatest(coalesce(recall."limit", (rcll.recall_defaults()).candidate_limit), 0),
                                 greatest(coalesce(recall.rerank_depth, 0), 0))) WITH ORDINALITY AS c
     )
     SELECT c.unit_id, c.text, c.room, c.hall, c.layer, c.author, c.thread, c.tags, c.valid, c.occurred_start,
            c.mentioned_at, c.document_id, c.provenance, c.fused_score, r.rerank_score, c.rank_dense,
-           c.rank_lexical, c.rank_graph, c.rank_temporal, c.rank_context
+           c.rank_lexical, c.rank_graph, c.rank_temporal, c.rank_context, c.rank_entity, c.rank_session
     FROM rcll._recall_rerank(
         query => recall.query,
         texts => (SELECT array_agg(c.text ORDER BY c.ordinality) FROM c),
@@ -2780,8 +3088,8 @@ AS $$
     JOIN c ON c.ordinality = r.candidate
     ORDER BY r.ordinal
 $$;
-COMMENT ON FUNCTION rcll.recall(text, rcll.recall_scope, integer, integer, integer, integer, vector, tstzrange, timestamptz, integer)
-    IS 'Recall from SQL: rcll.recall_candidates over the scope (rcll.recall_scope: bank, rooms, authors, filters), then the cross-encoder rerank of the top rerank_depth candidates (the top context_depth of its order read again with the chunk before them, by the mean of both scores), then the cut to "limit" facts and budget tokens of fact text (skipping facts that do not fit). Fusion runs with rcll.recall_candidates'' defaults: tuning it (k, channel_limit, the channel weights) is rcll.recall_candidates'' job. With in-database models (rcll.enable_in_database_models) the query is embedded and reranked here; without them pass query_embedding, and the rerank is skipped (NOTICE). deadline_ms (default none) is a latency budget from the start of the statement: the cross-encoder reads candidates in fused order while time is left, the rest keep their fused order (rerank_score NULL), and a NOTICE says where the deadline cut it. Never writes. From psql: SELECT text FROM rcll.recall(''how do we deploy?'', rcll.recall_scope(''fleet'', rooms => ''{deployment}'')).';
+COMMENT ON FUNCTION rcll.recall(text, rcll.recall_scope, integer, integer, integer, integer, vector, tstzrange, timestamptz, integer, vector)
+    IS 'Recall from SQL: rcll.recall_candidates over the scope (rcll.recall_scope: bank, rooms, authors, filters), then the cross-encoder rerank of the top rerank_depth candidates (the top context_depth of its order read again with the chunk before them, by the mean of both scores), then the cut to "limit" facts and budget tokens of fact text (skipping facts that do not fit). Fusion runs with rcll.recall_candidates'' defaults: tuning it (channel_limit, the channel weights) is rcll.recall_candidates'' job. With in-database models (rcll.enable_in_database_models) the query (and, for the entity channel, the query without the entities it names) is embedded and reranked here; without them pass query_embedding (and entity_query_embedding, the embedding of rcll.query_without_entities; else the entity channel ranks by query_embedding), and the rerank is skipped (NOTICE). deadline_ms (default none) is a latency budget from the start of the statement: the cross-encoder reads candidates in fused order while time is left, the rest keep their fused order (rerank_score NULL), and a NOTICE says where the deadline cut it. Never writes. From psql: SELECT text FROM rcll.recall(''how do we deploy?'', rcll.recall_scope(''fleet'', rooms => ''{deployment}'')).';
 
 
 -- functions 170-in-database-models.sql
@@ -3061,6 +3369,140 @@ AS $$
     ORDER BY a.entity_id, length(a.alias) DESC
 $$;
 COMMENT ON FUNCTION rcll._known_entities(integer, text) IS 'Internal: entities of the bank one of whose known spellings occurs in the text as a whole word (the offline extractor''s known-entity lookup).';
+
+
+-- functions 205-keyless-entities.sql
+-- Keyless entities: who said a chunk and which names it writes, linked at retain with no model.
+--
+-- Chunk mode has no extractor, yet recall needs to know *who* a unit is about: on LoCoMo almost
+-- every question names a speaker (bench/locomo/RESEARCH.md, third round). A chunk is linked to
+-- (a) its speaker - a leading "Name:" of its text (after an optional "[date]"), else its author -
+-- and (b) every word it writes capitalised away from a sentence start (stop words and one-letter
+-- words excepted): names, places, titles. The links go into the same entities / entity_aliases /
+-- unit_entities tables the offline extractor writes, with role 'speaker' or 'name', and the
+-- entity channel (sql/functions/125-channel-entity.sql) reads them.
+
+CREATE OR REPLACE FUNCTION rcll._keyless_mentions(text text, author text, config regconfig DEFAULT 'english')
+RETURNS TABLE (name text, role text)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH p AS (
+        -- "[<date>] <Speaker>: <body>": the speaker is one to three capitalised words before a colon.
+        SELECT r.m[2] AS speaker,
+               CASE WHEN r.m IS NULL THEN coalesce(_keyless_mentions.text, '')
+                    ELSE substr(_keyless_mentions.text, length(r.m[1]) + 1) END AS body
+        FROM (SELECT regexp_match(coalesce(_keyless_mentions.text, ''),
+                  '^(\s*(?:\[[^]]*\]\s*)?([[:upper:]][[:alnum:]_.''-]*(?: [[:upper:]][[:alnum:]_.''-]*){0,2})\s*:)(?:\s|$)') AS m) r
+    ), tokens AS (
+        SELECT t.tok, t.i, lag(t.tok) OVER (ORDER BY t.i) AS prev
+        FROM p, regexp_split_to_table(btrim(p.body), '\s+') WITH ORDINALITY AS t(tok, i)
+    ), words AS (
+        -- A word is capitalised "away from a sentence start" when it is not the body's first
+        -- token, the token before it does not end a sentence (. ! ? :) and it opens no
+        -- parenthesis, quote or bracket. Possessives are cut at the apostrophe.
+        SELECT split_part((regexp_match(k.tok, '^[^[:alpha:]]*([[:alpha:]][[:alpha:]''’-]*)'))[1], '''', 1) AS w,
+               k.prev IS NULL OR k.prev ~ '[.!?:]["'')\]’”]*$' OR k.tok ~ '^[("\[/“‘]' AS starts
+        FROM tokens k
+    )
+    SELECT DISTINCT ON (lower(s.name)) s.name, s.role FROM (
+        SELECT coalesce(p.speaker, nullif(btrim(_keyless_mentions.author), '')) AS name, 'speaker' AS role, 0 AS o FROM p
+        UNION ALL
+        SELECT split_part(w.w, '’', 1), 'name', 1 FROM words w
+        WHERE w.w ~ '^[[:upper:]]' AND NOT w.starts AND length(split_part(w.w, '’', 1)) > 1
+          AND length(to_tsvector(_keyless_mentions.config, split_part(w.w, '’', 1))) > 0
+    ) s
+    WHERE s.name IS NOT NULL AND rcll._entity_key(s.name) IS NOT NULL
+    ORDER BY lower(s.name), s.o
+$$;
+COMMENT ON FUNCTION rcll._keyless_mentions(text, text, regconfig)
+    IS 'Internal: the keyless entities of a chunk - its speaker (a leading "Name:" after an optional "[date]", else the author; role speaker) and the words it writes capitalised away from a sentence start, stop words (under config) and one-letter words excepted (role name). One row per entity key.';
+
+CREATE OR REPLACE FUNCTION rcll._link_keyless_entities(bank_id integer, unit_ids bigint[])
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+-- Invoker, and not executable by PUBLIC (below): it writes any bank's entities. Agents reach it
+-- only through rcll._link_written_keyless_entities, for the units their own transaction wrote.
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    b      integer := _link_keyless_entities.bank_id;
+    cfg    regconfig;
+    m      record;
+    eid    bigint;
+    linked integer := 0;
+    touched bigint[] := '{}';
+    n      integer;
+BEGIN
+    SELECT x.text_search_config INTO cfg FROM rcll.banks x WHERE x.bank_id = b;
+    -- One lookup or insert per distinct spelling (exact key only: no trigram or embedding
+    -- resolution, which could merge two people whose names look alike).
+    FOR m IN
+        SELECT rcll._entity_key(k.name) AS key, min(k.name) AS name,
+               array_agg(k.unit_id) AS units, array_agg(k.role) AS roles
+        FROM (SELECT u.unit_id, x.name, x.role
+              FROM rcll.memory_units u, LATERAL rcll._keyless_mentions(u.text, u.author, cfg) x
+              WHERE u.unit_id = ANY (_link_keyless_entities.unit_ids) AND u.bank_id = b) k
+        GROUP BY 1
+    LOOP
+        SELECT a.entity_id INTO eid FROM rcll.entity_aliases a WHERE a.bank_id = b AND a.alias = m.key;
+        IF eid IS NULL THEN
+            INSERT INTO rcll.entities AS e (bank_id, name)
+            VALUES (b, btrim(m.name))
+            ON CONFLICT ON CONSTRAINT entities_bank_id_name_key DO UPDATE SET name = EXCLUDED.name
+            RETURNING e.entity_id INTO eid;
+            INSERT INTO rcll.entity_aliases AS a (bank_id, alias, entity_id, source)
+            VALUES (b, m.key, eid, 'extractor')
+            ON CONFLICT ON CONSTRAINT entity_aliases_pkey DO NOTHING;
+        END IF;
+        INSERT INTO rcll.unit_entities AS ue (unit_id, entity_id, bank_id, role)
+        SELECT x.unit_id, eid, b, x.role FROM unnest(m.units, m.roles) AS x(unit_id, role)
+        ON CONFLICT ON CONSTRAINT unit_entities_pkey DO NOTHING;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        linked := linked + n;
+        touched := touched || eid;
+    END LOOP;
+    UPDATE rcll.entities e
+    SET mention_count = (SELECT count(*) FROM rcll.unit_entities ue WHERE ue.entity_id = e.entity_id)
+    WHERE e.entity_id = ANY (touched);
+    RETURN linked;
+END
+$$;
+COMMENT ON FUNCTION rcll._link_keyless_entities(integer, bigint[])
+    IS 'Internal: link the given units of a bank to their keyless entities (rcll._keyless_mentions: speaker, capitalised names), creating entities and aliases by exact spelling key. Returns the number of new links. Not executable by PUBLIC: writers reach it through rcll._link_written_keyless_entities; the backfill rcll.link_keyless_entities is for the owner.';
+REVOKE EXECUTE ON FUNCTION rcll._link_keyless_entities(integer, bigint[]) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION rcll._link_written_keyless_entities(bank_id integer, unit_ids bigint[])
+RETURNS integer
+LANGUAGE sql VOLATILE
+-- Definer: agents' roles may insert units but not update entities; the links are the owner's
+-- bookkeeping, derived from the units' own text (as the lexical copy and room counts are). Only
+-- units this very transaction wrote (created_at = now(), the transaction's start) are linked, so
+-- a caller cannot reach another bank's units by passing their ids: under bank isolation it could
+-- not have written them.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT rcll._link_keyless_entities(_link_written_keyless_entities.bank_id, ARRAY(
+        SELECT u.unit_id FROM rcll.memory_units u
+        WHERE u.unit_id = ANY (_link_written_keyless_entities.unit_ids)
+          AND u.bank_id = _link_written_keyless_entities.bank_id
+          AND u.created_at = now()))
+$$;
+COMMENT ON FUNCTION rcll._link_written_keyless_entities(integer, bigint[])
+    IS 'Internal: rcll._link_keyless_entities for the units of a bank that the calling transaction wrote (created_at = now()); others are ignored. rcll.retain_chunks calls it for every chunk it writes.';
+
+CREATE OR REPLACE FUNCTION rcll.link_keyless_entities(bank text)
+RETURNS integer
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT rcll._link_keyless_entities(b.id, ARRAY(
+        SELECT u.unit_id FROM rcll.memory_units u WHERE u.bank_id = b.id AND u.kind = 'chunk' ORDER BY u.unit_id))
+    FROM (SELECT rcll._bank_id(link_keyless_entities.bank) AS id) b
+$$;
+COMMENT ON FUNCTION rcll.link_keyless_entities(text)
+    IS 'Backfill, for the schema owner: link every chunk of a bank to its keyless entities (speaker, capitalised names), as rcll.retain_chunks does for new chunks. Re-runnable (existing links are kept). Returns the number of new links. For a store written before the entity channel: SELECT rcll.link_keyless_entities(''fleet'').';
 
 
 -- functions 210-links.sql

@@ -365,7 +365,7 @@ def test_recall_shows_each_units_rank_in_every_channel_and_the_phase_timings(pag
     facts = {f["unit_id"]: f for f in api["facts"]}
     rows = page.find_elements(By.CSS_SELECTOR, "#recall-table tbody tr[data-unit-id]")
     assert sorted(int(r.get_attribute("data-unit-id")) for r in rows) == sorted(facts)
-    channels = ("dense", "lexical", "graph", "temporal", "context")
+    channels = ("dense", "lexical", "graph", "temporal", "entity", "session", "context")
     scores = []
     for row in rows:
         fact = facts[int(row.get_attribute("data-unit-id"))]

@@ -12,7 +12,7 @@ from rcll import defaults
 
 BANK = "d"
 SQL_NAMES = {"budget": defaults.BUDGET, "rerank_depth": defaults.RERANK_DEPTH,
-             "context_depth": defaults.CONTEXT_DEPTH, "k": defaults.RRF_K,
+             "context_depth": defaults.CONTEXT_DEPTH,
              "channel_limit": defaults.CHANNEL_LIMIT, "candidate_limit": defaults.CANDIDATE_LIMIT}
 
 
@@ -38,12 +38,14 @@ def test_recall_defaults_is_immutable(db: psycopg.Connection[Any]) -> None:
 @pytest.mark.parametrize(("function", "parameters"), [
     ("rcll.recall", {"limit": "candidate_limit", "rerank_depth": "rerank_depth", "context_depth": "context_depth",
                      "budget": "budget"}),
-    ("rcll.recall_candidates", {"k": "k", "channel_limit": "channel_limit", "limit": "candidate_limit"}),
+    ("rcll.recall_candidates", {"channel_limit": "channel_limit", "limit": "candidate_limit"}),
     ("rcll.channel_dense", {"limit": "channel_limit"}),
     ("rcll.channel_lexical", {"limit": "channel_limit"}),
     ("rcll.channel_graph", {"limit": "channel_limit"}),
     ("rcll.channel_temporal", {"limit": "channel_limit"}),
     ("rcll.channel_context", {"limit": "channel_limit"}),
+    ("rcll.channel_entity", {"limit": "channel_limit"}),
+    ("rcll.channel_session", {"limit": "channel_limit"}),
 ])
 def test_recall_parameters_default_to_rcll_recall_defaults(db: psycopg.Connection[Any], function: str,
                                                            parameters: dict[str, str]) -> None:
@@ -53,7 +55,8 @@ def test_recall_parameters_default_to_rcll_recall_defaults(db: psycopg.Connectio
 
 def test_recall_cuts_to_the_default_limits(db: psycopg.Connection[Any]) -> None:
     # More units than a channel returns, each a lexical match: the lexical channel stops at
-    # CHANNEL_LIMIT, fusion at CANDIDATE_LIMIT, and the best unit's fused score is 1 / (RRF_K + 1).
+    # CHANNEL_LIMIT, fusion at CANDIDATE_LIMIT. Every unit scores the same in every channel (one
+    # document, equal lengths), so no channel speaks: every fused score is 0, ties in unit order.
     db.execute("SELECT rcll.create_bank(%s)", (BANK,))
     n = defaults.CHANNEL_LIMIT + 50
     db.execute("SELECT * FROM rcll.retain_chunks(bank => %s, content => 'alpha notes', chunks => %s, embeddings => NULL)",
@@ -61,5 +64,5 @@ def test_recall_cuts_to_the_default_limits(db: psycopg.Connection[Any]) -> None:
     assert db.execute("SELECT count(*) FROM rcll.channel_lexical('alpha', rcll.recall_scope(%s))", (BANK,)).fetchone() == (defaults.CHANNEL_LIMIT,)
     rows = db.execute("SELECT fused_score FROM rcll.recall_candidates('alpha', rcll.recall_scope(%s))", (BANK,)).fetchall()
     assert len(rows) == defaults.CANDIDATE_LIMIT
-    assert rows[0][0] == pytest.approx(1 / (defaults.RRF_K + 1))
+    assert {r[0] for r in rows} == {0.0}
     assert db.execute("SELECT count(*) FROM rcll.recall('alpha', rcll.recall_scope(%s))", (BANK,)).fetchone() == (defaults.CANDIDATE_LIMIT,)

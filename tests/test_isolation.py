@@ -57,3 +57,25 @@ def test_isolation_is_off_unless_enabled(db: Db, agent_role: LoginRole) -> None:
     seed(db)
     with psycopg.connect(role_dsn, autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM rcll.memory_units").fetchone() == (2,)
+
+
+def test_keyless_entity_linking_reaches_only_the_callers_own_writes(db: Db, agent_role: LoginRole) -> None:
+    """retain_chunks links each chunk to its speaker and names through a definer function; an agent
+    calling it directly with another bank's unit ids links nothing there, and the worker underneath
+    is not executable by agents at all."""
+    role, role_dsn = agent_role
+    seed(db)
+    theirs = db.execute("SELECT bank_id FROM rcll.banks WHERE name = 'theirs'").fetchone()[0]  # type: ignore[index]
+    (their_ids,) = db.execute("SELECT unit_ids FROM rcll.retain_chunks('theirs', 'Dana: Kim runs Nightly.', "
+                              "ARRAY['Dana: Kim runs Nightly.'], NULL)").fetchone()  # type: ignore[misc]
+    db.execute("DELETE FROM rcll.unit_entities WHERE bank_id = %s", (theirs,))
+    db.execute("SELECT rcll.grant_bank(%s, 'mine')", (role,))
+    db.execute("SELECT rcll.enable_bank_isolation()")
+    with psycopg.connect(role_dsn, autocommit=True) as conn:
+        (mine_ids,) = conn.execute("SELECT unit_ids FROM rcll.retain_chunks('mine', 'Ann: I met Bo.', "
+                                   "ARRAY['Ann: I met Bo.'], NULL)").fetchone()  # type: ignore[misc]
+        assert conn.execute("SELECT rcll._link_written_keyless_entities(%s, %s)", (theirs, their_ids)).fetchone() == (0,)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT rcll._link_keyless_entities(%s, %s)", (theirs, their_ids))
+    assert db.execute("SELECT count(*) FROM rcll.unit_entities WHERE bank_id = %s", (theirs,)).fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM rcll.unit_entities WHERE unit_id = ANY(%s)", (mine_ids,)).fetchone() == (2,)

@@ -48,17 +48,23 @@ def test_room_alias_reads_the_canonical_room(db: psycopg.Connection[Any]) -> Non
     assert facts[0].unit_id == ids["rollback"]
 
 
-def test_fused_score_is_weighted_reciprocal_rank(db: psycopg.Connection[Any]) -> None:
+def test_fused_score_is_a_weighted_sum_of_channel_z_scores(db: psycopg.Connection[Any]) -> None:
     seed(db)
     q = "helm deploy kubernetes last week"
     qe = models.get_embedder().embed_query(q)
-    facts = candidates(db, q, "b", query_embedding=qe, reference_time="2024-05-15", k=60, lexical_weight=2.0)
-    assert facts
-    for f in facts:
-        expected = sum(w / (60 + r) for w, r in [(1.0, f.rank_dense), (2.0, f.rank_lexical),
-                                                  (1.0, f.rank_graph), (1.0, f.rank_temporal),
-                                                      (1.0, f.rank_context)] if r is not None)
-        assert f.fused_score == pytest.approx(expected)
+    one = {f.unit_id: f for f in candidates(db, q, "b", query_embedding=qe, reference_time="2024-05-15", limit=1000)}
+    two = {f.unit_id: f for f in candidates(db, q, "b", query_embedding=qe, reference_time="2024-05-15", limit=1000,
+                                            lexical_weight=2.0)}
+    # Doubling the lexical weight adds the lexical z-score once more: z = (score - mean) / sd over
+    # the channel's own list, a unit it did not return at its lowest z.
+    lex = dict(db.execute("SELECT unit_id, score FROM rcll.channel_lexical(%s, rcll.recall_scope('b'))", (q,)).fetchall())
+    mu = sum(lex.values()) / len(lex)
+    sd = (sum((x - mu) ** 2 for x in lex.values()) / len(lex)) ** 0.5
+    z = {u: (s - mu) / sd for u, s in lex.items()}
+    assert one.keys() == two.keys()
+    for u, f in one.items():
+        assert two[u].fused_score - f.fused_score == pytest.approx(z.get(u, min(z.values())))
+    facts = list(two.values())
     assert [f.fused_score for f in facts] == sorted((f.fused_score for f in facts), reverse=True)
     assert any(f.rank_dense and f.rank_lexical and f.rank_graph and f.rank_temporal for f in facts)
 

@@ -141,7 +141,7 @@ def test_the_deadline_counts_from_the_requests_arrival_not_from_the_start_of_rec
     # Issue 13: a request that waited 2 s for a worker thread has no time left for the rerank;
     # it answers the fused order at once, and says how long it queued.
     started = time.perf_counter() - 2.0
-    out = recall_with(lambda embedding, n: facts(60), "q", embedder=FixedEmbedder(), reranker=SlowScores(0.001),
+    out = recall_with(lambda embedding, n, entity_embedding: facts(60), "q", embedder=FixedEmbedder(), reranker=SlowScores(0.001),
                       deadline_ms=1000, started=started, queue=WorkQueue(2))
     assert out.deadline_cut and out.rerank_depth_reached == 0
     assert [f.unit_id for f in out.ranked] == list(range(60))
@@ -168,7 +168,7 @@ def test_with_every_model_slot_taken_by_writes_a_recall_answers_the_fused_order_
     held.wait()
     try:
         started = time.perf_counter()
-        out = recall_with(lambda embedding, n: facts(60), "q", embedder=FixedEmbedder(), reranker=SlowScores(0),
+        out = recall_with(lambda embedding, n, entity_embedding: facts(60), "q", embedder=FixedEmbedder(), reranker=SlowScores(0),
                           deadline_ms=300, started=started, queue=q)
         took = time.perf_counter() - started
     finally:
@@ -200,7 +200,7 @@ def test_no_model_slot_for_the_query_embedding_within_the_deadline_is_refused_at
     try:
         started = time.perf_counter()
         with pytest.raises(DeadlinePassed) as refused:
-            recall_with(lambda embedding, n: facts(60), "q", embedder=FixedEmbedder(), reranker=SlowScores(0),
+            recall_with(lambda embedding, n, entity_embedding: facts(60), "q", embedder=FixedEmbedder(), reranker=SlowScores(0),
                         deadline_ms=150, started=started, queue=q)
         assert 0.14 < time.perf_counter() - started < 0.6
         assert isinstance(refused.value, Busy) and refused.value.retry_after >= 1

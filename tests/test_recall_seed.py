@@ -63,19 +63,25 @@ def seed(conn: psycopg.Connection[Any]) -> dict[str, int]:
              "Berlin": ["berlin"]}
     ent: dict[str, int] = {}
     for name, aliases in graph.items():
-        r = conn.execute("""INSERT INTO rcll.entities (bank_id, name) VALUES (rcll._bank_id(%s), %s)
-                            RETURNING entity_id""", (BANK, name)).fetchone()
+        # Retain already linked each chunk to its author and the names it writes (keyless links):
+        # the extractor's entities below extend those.
+        r = conn.execute("SELECT entity_id FROM rcll.entity_aliases WHERE bank_id = rcll._bank_id(%s) AND alias = lower(%s)",
+                         (BANK, name)).fetchone()
+        if r is None:
+            r = conn.execute("""INSERT INTO rcll.entities (bank_id, name) VALUES (rcll._bank_id(%s), %s)
+                                RETURNING entity_id""", (BANK, name)).fetchone()
         assert r is not None
         ent[name] = int(r[0])
         for a in aliases:
-            conn.execute("INSERT INTO rcll.entity_aliases (bank_id, alias, entity_id) VALUES (rcll._bank_id(%s), %s, %s)",
-                         (BANK, a, ent[name]))
+            conn.execute("""INSERT INTO rcll.entity_aliases (bank_id, alias, entity_id) VALUES (rcll._bank_id(%s), %s, %s)
+                            ON CONFLICT DO NOTHING""", (BANK, a, ent[name]))
     mentions = {"helm": ["Helm", "Kubernetes"], "rollback": ["Helm"], "lunch": ["Carol"],
                 "berlin": ["Carol", "Berlin"]}
     for key, names in mentions.items():
         for n in names:
-            conn.execute("INSERT INTO rcll.unit_entities (unit_id, entity_id, bank_id) VALUES (%s, %s, rcll._bank_id(%s))",
-                         (ids[key], ent[n], BANK))
+            # The extractor's link (no role), where retain's keyless link named the same entity too.
+            conn.execute("""INSERT INTO rcll.unit_entities (unit_id, entity_id, bank_id) VALUES (%s, %s, rcll._bank_id(%s))
+                            ON CONFLICT (unit_id, entity_id) DO UPDATE SET role = NULL""", (ids[key], ent[n], BANK))
     for a, b, kind, w in [("berlin", "backups", "semantic", 0.8), ("pipeline", "helm", "causal", 1.0)]:
         conn.execute("""INSERT INTO rcll.links (bank_id, from_unit, to_unit, link_type, weight)
                         VALUES (rcll._bank_id(%s), %s, %s, %s, %s)""", (BANK, ids[a], ids[b], kind, w))

@@ -1,6 +1,8 @@
 """Upgrades happen in place: a 0.1.0 store with memories in it becomes the current version - by
 ALTER EXTENSION rcll UPDATE or by `rcll install` - with the catalog of a fresh install, every row
-kept, and the same recall."""
+kept, and the same recall as a store this version wrote (this release fuses differently and links
+chunks to their keyless entities at retain: an upgraded store recalls the same once
+rcll.link_keyless_entities has linked its old chunks)."""
 
 from __future__ import annotations
 
@@ -51,6 +53,13 @@ def _kept(before: dict[str, list[str]], after: dict[str, list[str]]) -> None:
             assert after.get(table) == rows, f"{table} changed in the upgrade"
 
 
+def _backfilled_recalls(conn: psycopg.Connection[tuple[object, ...]]) -> list[list[str]]:
+    """The recalls of an upgraded store once its old chunks have their keyless entity links."""
+    linked = conn.execute("SELECT sum(rcll.link_keyless_entities(name)) FROM rcll.banks").fetchone()
+    assert linked is not None and linked[0] > 0
+    return recalls(conn)
+
+
 def test_the_baseline_is_released_and_the_current_version_upgrades_from_it() -> None:
     assert BASELINE in released_versions()
     assert (extension_dir() / f"rcll--{BASELINE}--{extension_version()}.sql").exists()
@@ -70,12 +79,14 @@ def test_alter_extension_update_from_the_baseline_keeps_memories_and_recall(
         assert version == (extension_version(),)
         upgraded, upgraded_members = conn.execute(CATALOG).fetchall(), conn.execute(MEMBERS).fetchall()
         _kept(rows, snapshot(conn))
-        assert all(recalled) and recalls(conn) == recalled
+        upgraded_recall = _backfilled_recalls(conn)
         retain_after(conn)
     with psycopg.connect(leg.url(fresh), autocommit=True) as conn:
         install.install(conn, use_extension=True)
         assert conn.execute(CATALOG).fetchall() == upgraded
         assert conn.execute(MEMBERS).fetchall() == upgraded_members
+        fill(conn)
+        assert all(recalled) and recalls(conn) == upgraded_recall
 
 
 def test_rcll_install_upgrades_a_baseline_install_without_the_extension(
@@ -91,13 +102,15 @@ def test_rcll_install_upgrades_a_baseline_install_without_the_extension(
         assert "migration(s) applied" in done
         upgraded = conn.execute(CATALOG).fetchall()
         _kept(rows, snapshot(conn))
-        assert all(recalled) and recalls(conn) == recalled
+        upgraded_recall = _backfilled_recalls(conn)
         retain_after(conn)
         # Run again, it finds nothing to do.
         assert "0 migration(s) applied, 0 changed function(s) dropped" in install.install(conn)
     with psycopg.connect(leg.url(fresh), autocommit=True) as conn:
         install.install(conn)
         assert conn.execute(CATALOG).fetchall() == upgraded
+        fill(conn)
+        assert all(recalled) and recalls(conn) == upgraded_recall
 
 
 def test_the_update_script_drops_what_create_or_replace_cannot_change() -> None:

@@ -47,10 +47,14 @@ def score_one(ranked: Sequence[str], relevant: Iterable[str]) -> dict[str, float
         "r@5": recall_at_k(r, rel, 5),
         "r@10": recall_at_k(r, rel, 10),
         "mrr": mrr(r, rel),
+        # pool recall: how much of the evidence a first stage hands to the rerank
+        "r@40": recall_at_k(r, rel, 40),
+        "r@50": recall_at_k(r, rel, 50),
+        "r@100": recall_at_k(r, rel, 100),
     }
 
 
-METRICS = ("ndcg@5", "ndcg@10", "r@5", "r@10", "mrr")
+METRICS = ("ndcg@5", "ndcg@10", "r@5", "r@10", "mrr", "r@40", "r@50", "r@100")
 
 
 @dataclass

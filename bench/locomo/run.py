@@ -50,11 +50,14 @@ from rcll.recall import (
     DEFAULT_RERANK_DEPTH,
     RecallResult,
     candidates,
+    entity_query,
     recall_with,
     rerank,
 )
 
-CHANNELS = ("dense", "lexical", "graph", "temporal", "context")
+CHANNELS = ("dense", "lexical", "graph", "temporal", "entity", "session", "context")
+FUSED = "fused (z-sum), no rerank"
+NO_GRAPH = "fused (z-sum) without the graph channel, no rerank"
 # Selection discipline (issue 14): choices are made on conversations 0-4 and reported on 5-9 and all ten.
 HALVES = {"conversations 0-4 (choose)": range(0, 5), "conversations 5-9 (report)": range(5, 10)}
 ALL = "all ten conversations"
@@ -161,6 +164,12 @@ def pct(xs: list[float], p: float) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sample", type=int, default=0, help="questions to score (stratified by category); 0 = all")
+    ap.add_argument("--every", type=int, default=1,
+                    help="score every N-th question only (RESEARCH.md's fixed 1-in-3 sample: --every 3)")
+    ap.add_argument("--per-conversation", action="store_true",
+                    help="also print, per conversation, the fused pool against the best single channel (nDCG@5, R@50)")
+    ap.add_argument("--no-rerank", action="store_true",
+                    help="first stage only: the channels and the fused pool (pool recall R@40/50/100), no cross-encoder")
     ap.add_argument("--depths", default="20,50,100,300", help="cross-encoder depths (first view)")
     ap.add_argument("--context-depths", default=str(DEFAULT_CONTEXT_DEPTH),
                     help="for each depth, also read the top M again with the chunk before them (0 = one view only)")
@@ -200,10 +209,16 @@ def main() -> int:
         questions = []
         for _cat, qs in sorted(by_cat.items()):
             questions += rnd.sample(qs, max(1, round(args.sample * len(qs) / sum(map(len, by_cat.values())))))
+    if args.every > 1:
+        questions = questions[::args.every]
+    if args.no_rerank:
+        configs = []
     now = {c.index: max(t.date for t in c.turns) for c in convs}
 
     # Every figure is kept for all ten conversations and, with --split, for each half as well.
     groups = ({name: set(half) for name, half in HALVES.items()} if args.split else {}) | {ALL: set(now)}
+    per_conv = {f"conversation {i}": {i} for i in sorted(now)} if args.per_conversation else {}
+    groups |= per_conv
     aggs: dict[str, dict[str, Aggregate]] = {g: defaultdict(Aggregate) for g in groups}
 
     def score(name: str, q: Any, ranking: list[str]) -> None:
@@ -219,28 +234,40 @@ def main() -> int:
         print(f"retained {len(unit_dia):,} turns in {time.perf_counter() - t:.0f} s; scoring {len(questions)} questions",
               flush=True)
         emb = models.get_embedder()
-        rr = models.get_reranker()
+        rr = None if args.no_rerank else models.get_reranker()
         lat: dict[str, list[float]] = defaultdict(list)
         reached: dict[int | None, list[tuple[int, int, bool, bool]]] = defaultdict(list)
         survive_num = survive_den = 0
         for n, q in enumerate(questions):
             bank = f"locomo{q.conv}"
             t = time.perf_counter()
+            # the query, and the query without the names it gives (the entity channel's), as recall does
+            rest = entity_query(conn, q.question, bank)
             qe = emb.embed_query(q.question)
+            qe_entity = emb.embed_query(rest) if rest is not None and rest != q.question else None
             lat["embed"].append((time.perf_counter() - t) * 1000)
             t = time.perf_counter()
-            pool = candidates(conn, q.question, bank, query_embedding=qe, reference_time=now[q.conv],
-                              limit=max(depths + [100]))
+            pool = candidates(conn, q.question, bank, query_embedding=qe, entity_query_embedding=qe_entity,
+                              reference_time=now[q.conv], limit=max(depths + [100]))
             lat["sql"].append((time.perf_counter() - t) * 1000)
             # Every channel's own ranking, from its rank column (recall_candidates returns
-            # the union when the limit is above what the channels found).
-            full = candidates(conn, q.question, bank, query_embedding=qe, reference_time=now[q.conv], limit=1500)
+            # the union when the limit is above what the channels found); the context channel,
+            # out of the fusion by default, is run here to be reported alone.
+            full = candidates(conn, q.question, bank, query_embedding=qe, entity_query_embedding=qe_entity,
+                              reference_time=now[q.conv], limit=1500, context_weight=1.0)
+            no_graph = candidates(conn, q.question, bank, query_embedding=qe, entity_query_embedding=qe_entity,
+                                  reference_time=now[q.conv], limit=100, graph_weight=0.0)
+            score(NO_GRAPH, q, dedupe([unit_dia[f.unit_id] for f in no_graph]))
             for ch in CHANNELS:
                 ranked = sorted((f for f in full if getattr(f, f"rank_{ch}") is not None),
                                 key=lambda f, ch=ch: getattr(f, f"rank_{ch}"))
                 score(f"{ch} alone", q, dedupe([unit_dia[f.unit_id] for f in ranked]))
             fused_ids = [unit_dia[f.unit_id] for f in pool]
-            score("fused (RRF), no rerank", q, dedupe(fused_ids))
+            score(FUSED, q, dedupe(fused_ids))
+            if args.no_rerank:
+                if (n + 1) % 100 == 0:
+                    print(f"  {n + 1} questions", flush=True)
+                continue
             # The cross-encoder reads each (question, passage) once; every configuration is
             # then ranked by rcll.recall.rerank from the cached scores, and its latency is the
             # measured time of the pairs it reads.
@@ -263,12 +290,16 @@ def main() -> int:
             # The whole recall at each deadline (and without one), as a server runs it: no cache.
             reference: list[int] | None = None
             for ms in deadlines:
-                def fetch(embedding: Any, n: int, q: Any = q, bank: str = bank) -> list[Any]:
+                def fetch(embedding: Any, n: int, entity_embedding: Any, q: Any = q, bank: str = bank) -> list[Any]:
                     return candidates(conn, q.question, bank, query_embedding=embedding,
-                                      reference_time=now[q.conv], limit=n)
+                                      entity_query_embedding=entity_embedding, reference_time=now[q.conv], limit=n)
+
+                def rest_of_query(q: Any = q, bank: str = bank) -> str | None:
+                    return entity_query(conn, q.question, bank)
 
                 t = time.perf_counter()
-                live: RecallResult = recall_with(fetch, q.question, embedder=emb, reranker=rr, deadline_ms=ms)
+                live: RecallResult = recall_with(fetch, q.question, embedder=emb, reranker=rr, deadline_ms=ms,
+                                                 entity_text=rest_of_query)
                 took = (time.perf_counter() - t) * 1000
                 live_ids = [f.unit_id for f in live.ranked]
                 reference = live_ids if ms is None else reference
@@ -284,8 +315,21 @@ def main() -> int:
             if (n + 1) % 100 == 0:
                 print(f"  {n + 1} questions", flush=True)
 
-    order = [f"{ch} alone" for ch in CHANNELS] + ["fused (RRF), no rerank"] + [config_name(d, m) for d, m in configs]
-    for g in groups:                     # the halves first, all ten last
+    order = [f"{ch} alone" for ch in CHANNELS] + [FUSED, NO_GRAPH] + [config_name(d, m) for d, m in configs]
+    if per_conv:
+        print("\nfused pool against the best single channel, per conversation (no rerank)\n")
+        print("| conversation | fused nDCG@5 | best single nDCG@5 | fused R@50 | best single R@50 |")
+        print("|---|---|---|---|---|")
+        for g in per_conv:
+            t = {name: aggs[g][name].table().get("all") for name in [f"{ch} alone" for ch in CHANNELS] + [FUSED]}
+            if t[FUSED] is None:
+                continue
+            singles = {n: v for n, v in t.items() if n != FUSED and v is not None}
+            bn = max(singles, key=lambda n: singles[n]["ndcg@5"])
+            br = max(singles, key=lambda n: singles[n]["r@50"])
+            print(f"| {g} | {t[FUSED]['ndcg@5']:.3f} | {singles[bn]['ndcg@5']:.3f} ({bn}) | "
+                  f"{t[FUSED]['r@50']:.3f} | {singles[br]['r@50']:.3f} ({br}) |")
+    for g in [x for x in groups if x not in per_conv]:   # the halves first, all ten last
         asked = sum(1 for q in questions if q.conv in groups[g])
         if not asked:                    # a small --sample may leave a half without questions
             continue
@@ -315,6 +359,19 @@ def main() -> int:
                       f"{statistics.median(first):.0f} ({first[0]}) | {statistics.median(r[1] for r in rows):.0f} | "
                       f"{sum(r[2] for r in rows)}/{len(rows)} | {statistics.median(ls):.0f} / {pct(ls, 0.95):.0f} | "
                       f"{sum(r[3] for r in rows)}/{len(rows)} |")
+        print(f"\npool recall (evidence in the top k, before any rerank){where}\n")
+        print("| first stage | R@40 | R@50 | R@100 | R@50 " + " | R@50 ".join(CATEGORY_NAMES[k] for k in (1, 2, 3, 4)) + " |")
+        print("|---|---|---|---|" + "---|" * 4)
+        for name in [f"{ch} alone" for ch in CHANNELS] + [FUSED, NO_GRAPH]:
+            t = aggs[g][name].table()
+            a = t["all"]
+            cats = " | ".join(f"{t[str(k)]['r@50']:.3f}" if str(k) in t else "-" for k in (1, 2, 3, 4))
+            print(f"| {name} | {a['r@40']:.3f} | {a['r@50']:.3f} | {a['r@100']:.3f} | {cats} |")
+    if args.no_rerank:
+        print("\nlatency (ms)      p50      p95")
+        for k in ("embed", "sql"):
+            print(f"{k:<34} {statistics.median(lat[k]):8.1f} {pct(lat[k], 0.95):8.1f}")
+        return 0
     print(f"\nper category, default settings ({config_name(*default)}):")
     print(aggs[ALL][config_name(*default)].format())
     print("\nper category, lexical (BM25) alone:")

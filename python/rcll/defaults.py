@@ -10,6 +10,5 @@ from typing import Final
 BUDGET: Final = 4096          # tokens of fact text returned (hindsight's default, counted with cl100k)
 RERANK_DEPTH: Final = 40      # fused candidates the cross-encoder reads
 CONTEXT_DEPTH: Final = 15     # of those, how many it reads again with the chunk before them
-RRF_K: Final = 60             # reciprocal rank fusion constant (Cormack et al.)
 CHANNEL_LIMIT: Final = 300    # candidates each channel returns
 CANDIDATE_LIMIT: Final = 100  # fused candidates recall_candidates returns

@@ -45,7 +45,7 @@ from rcll.deadline import Deadline, DeadlinePassed, server_deadline_ms
 from rcll.document import Document, RetainResult
 from rcll.errors import RcllError, database_errors
 from rcll.export import ExportSummary, ImportSummary, export_bank, import_bank, import_stream, iter_export
-from rcll.recall import Fact, RecallResult, candidates, recall_with
+from rcll.recall import Fact, RecallResult, candidates, entity_query, recall_with
 from rcll.results import (
     Bank,
     FloorRoom,
@@ -453,7 +453,7 @@ class Memory:
         waited = [0.0]
 
         @retried_once
-        def fetch(embedding: Any, n: int) -> list[Fact]:
+        def fetch(embedding: Any, n: int, entity_embedding: Any) -> list[Fact]:
             # The SQL phases in a transaction of their own (retried once if the connection broke);
             # the models run outside it. The wait for a connection is bounded by the time left:
             # without candidates there is nothing to answer, so past it the caller is refused at once.
@@ -470,11 +470,18 @@ class Memory:
                 finally:
                     waited[0] += time.perf_counter() - t
                 conn.execute("SELECT rcll._bank_id(%s)", (b,))     # an unknown bank is an error, not silence
-                return candidates(conn, q, b, query_embedding=embedding, limit=n, **filters)
+                return candidates(conn, q, b, query_embedding=embedding, entity_query_embedding=entity_embedding,
+                                  limit=n, **filters)
+
+        @retried_once
+        def rest_of_query() -> str | None:
+            # The query without the entities it names, for the entity channel's second embedding.
+            with self._tx(b) as conn:
+                return entity_query(conn, q, b)
 
         with admitted(READ):
             result = recall_with(fetch, q, budget=tokens, rerank_depth=depth, context_depth=second,
-                                 deadline_ms=limit_ms, started=deadline.started)
+                                 deadline_ms=limit_ms, started=deadline.started, entity_text=rest_of_query)
         return replace(result, timings=replace(result.timings, connection_wait=waited[0] * 1000.0))
 
     # -- rooms, tags, stats -------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Recall from Python: embed the query, call rcll.recall_candidates, rerank, cut to the token budget.
 
-The SQL function does phases 2-3 (four channels and RRF); this module adds the two model phases
-around it - the query embedding and the cross-encoder - and the budget cut with the embedder's
+The SQL function does phases 2-3 (the channels and their z-score fusion); this module adds the two
+model phases around it - the query embeddings (the query, and the query without the entities it
+names for the entity channel) and the cross-encoder - and the budget cut with the embedder's
 tokenizer. It never builds SQL: one constant statement calls the named function with parameters.
 """
 
@@ -34,6 +35,7 @@ __all__ = [
     "Timings",
     "candidates",
     "context_passage",
+    "entity_query",
     "recall",
     "recall_with",
     "rerank",
@@ -56,12 +58,18 @@ SELECT * FROM rcll.recall_candidates(
         include_unattributed => %(include_unattributed)s, halls => %(halls)s, layers => %(layers)s,
         tags_any => %(tags_any)s, tags_all => %(tags_all)s, thread => %(thread)s,
         as_of => %(as_of)s::timestamptz),
-    query_embedding => %(query_embedding)s, time_range => %(time_range)s::tstzrange,
-    reference_time => %(reference_time)s::timestamptz, k => %(k)s, channel_limit => %(channel_limit)s,
+    query_embedding => %(query_embedding)s, entity_query_embedding => %(entity_query_embedding)s,
+    time_range => %(time_range)s::tstzrange,
+    reference_time => %(reference_time)s::timestamptz, channel_limit => %(channel_limit)s,
     dense_weight => %(dense_weight)s, lexical_weight => %(lexical_weight)s,
     graph_weight => %(graph_weight)s, temporal_weight => %(temporal_weight)s,
+    entity_weight => %(entity_weight)s, session_weight => %(session_weight)s,
     context_weight => %(context_weight)s, "limit" => %(limit)s)
 """
+
+_ENTITY_QUERY = "SELECT rcll.query_without_entities(query => %(query)s, bank => %(bank)s)"
+
+Fetch = Callable[[npt.NDArray[np.float32] | None, int, npt.NDArray[np.float32] | None], list["Fact"]]
 
 
 class _Embedder(Protocol):
@@ -94,6 +102,8 @@ class Fact:
     rank_graph: int | None
     rank_temporal: int | None
     rank_context: int | None = None
+    rank_entity: int | None = None
+    rank_session: int | None = None
     context: str | None = None  # the end (16 words) of the chunk before this one in its document, in scope
     rerank_score: float | None = None
     tokens: int = 0
@@ -160,6 +170,7 @@ def candidates(
     bank: str,
     *,
     query_embedding: npt.NDArray[np.float32] | None = None,
+    entity_query_embedding: npt.NDArray[np.float32] | None = None,
     rooms: Sequence[str] | None = None,
     authors: Sequence[str] | None = None,
     mine: bool = False,
@@ -172,31 +183,44 @@ def candidates(
     as_of: datetime | str | None = NOW,
     time_range: str | None = None,
     reference_time: datetime | str = NOW,
-    k: int = defaults.RRF_K,
     channel_limit: int = defaults.CHANNEL_LIMIT,
     dense_weight: float = 1.0,
     lexical_weight: float = 1.0,
     graph_weight: float = 1.0,
     temporal_weight: float = 1.0,
-    context_weight: float = 1.0,
+    entity_weight: float = 1.0,
+    session_weight: float = 1.0,
+    context_weight: float = 0.0,
     limit: int = defaults.CANDIDATE_LIMIT,
 ) -> list[Fact]:
     """Phases 2-3 only: rcll.recall_candidates with these filters, as Facts in fused order.
-    time_range is a tstzrange literal such as '[2024-05-01,2024-06-01)'."""
+    time_range is a tstzrange literal such as '[2024-05-01,2024-06-01)'. entity_query_embedding is
+    the embedding of rcll.query_without_entities (entity_query); without it the entity channel
+    ranks by query_embedding."""
     params: dict[str, Any] = {
         "query": query, "bank": bank,
         "query_embedding": None if query_embedding is None else np.asarray(query_embedding, dtype=np.float32),
+        "entity_query_embedding": (None if entity_query_embedding is None
+                                   else np.asarray(entity_query_embedding, dtype=np.float32)),
         "rooms": _list(rooms), "authors": _list(authors), "mine": mine,
         "include_unattributed": include_unattributed, "halls": _list(halls), "layers": _list(layers),
         "tags_any": _list(tags_any), "tags_all": _list(tags_all), "thread": thread,
         "as_of": as_of, "time_range": time_range, "reference_time": reference_time,
-        "k": k, "channel_limit": channel_limit, "dense_weight": dense_weight,
+        "channel_limit": channel_limit, "dense_weight": dense_weight,
         "lexical_weight": lexical_weight, "graph_weight": graph_weight,
-        "temporal_weight": temporal_weight, "context_weight": context_weight, "limit": limit,
+        "temporal_weight": temporal_weight, "entity_weight": entity_weight,
+        "session_weight": session_weight, "context_weight": context_weight, "limit": limit,
     }
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(_CANDIDATES, params).fetchall()
     return [Fact(**row) for row in rows]
+
+
+def entity_query(conn: psycopg.Connection[Any], query: str, bank: str) -> str | None:
+    """rcll.query_without_entities: the query without the known entities it names, written
+    capitalised (what the entity channel's second query embedding embeds); None when it names none."""
+    row = conn.execute(_ENTITY_QUERY, {"query": query, "bank": bank}).fetchone()
+    return None if row is None or row[0] is None else str(row[0])
 
 
 def _list(values: Sequence[str] | None) -> list[str] | None:
@@ -250,16 +274,19 @@ def recall(
     says how deep it read. Model batches take slots of `queue` (default: the process's installed
     rcll.workqueue, if any); the query embedding waits for one only while time is left, else
     DeadlinePassed (a Busy: HTTP 503 + Retry-After) is raised at once."""
-    def fetch(embedding: npt.NDArray[np.float32] | None, n: int) -> list[Fact]:
-        return candidates(conn, query, bank, query_embedding=embedding, limit=n, **filters)
+    def fetch(embedding: npt.NDArray[np.float32] | None, n: int,
+              entity_embedding: npt.NDArray[np.float32] | None) -> list[Fact]:
+        return candidates(conn, query, bank, query_embedding=embedding, entity_query_embedding=entity_embedding,
+                          limit=n, **filters)
 
     return recall_with(fetch, query, rerank_depth=rerank_depth, context_depth=context_depth, budget=budget,
                        limit=limit, embedder=embedder, reranker=reranker, query_embedding=query_embedding,
-                       deadline_ms=deadline_ms, started=started, queue=queue)
+                       deadline_ms=deadline_ms, started=started, queue=queue,
+                       entity_text=lambda: entity_query(conn, query, bank))
 
 
 def recall_with(
-    fetch: Callable[[npt.NDArray[np.float32] | None, int], list[Fact]],
+    fetch: Fetch,
     query: str,
     *,
     rerank_depth: int = defaults.RERANK_DEPTH,
@@ -272,23 +299,31 @@ def recall_with(
     deadline_ms: float | None = None,
     started: float | None = None,
     queue: WorkQueue | None = None,
+    entity_text: Callable[[], str | None] | None = None,
 ) -> RecallResult:
-    """recall() with the SQL phases behind `fetch(query_embedding, limit)` - the candidates in
-    fused order - so a server runs them in a short transaction of its own (and retries it) and
-    holds no connection while the models work."""
+    """recall() with the SQL phases behind `fetch(query_embedding, limit, entity_query_embedding)` -
+    the candidates in fused order - so a server runs them in a short transaction of its own (and
+    retries it) and holds no connection while the models work. `entity_text()` returns the query
+    without the entities it names (rcll.query_without_entities, None: it names none); when the
+    query is embedded here, that text is embedded with it for the entity channel."""
     t = time.perf_counter()
     deadline = Deadline(deadline_ms, t if started is None else started)
     queue_ms = (t - deadline.started) * 1000.0
     emb = embedder or models.get_embedder()
     slot_s = 0.0
+    entity_embedding = None
     if query_embedding is None:
+        rest = entity_text() if entity_text is not None else None
+        t_slot = time.perf_counter()
         # The query embedding waits for a slot only while time is left: without it there is
         # nothing to answer, so past the deadline the caller is refused at once (DeadlinePassed).
         try:
             with model_slot(READ, None if deadline.ms is None else max(deadline.left(), 0.0), queue=queue,
                             first=True):
-                slot_s = time.perf_counter() - t
+                slot_s = time.perf_counter() - t_slot
                 query_embedding = emb.embed_query(query)
+                if rest is not None and rest != query:
+                    entity_embedding = emb.embed_query(rest)
         except TimeoutError as e:
             assert deadline.ms is not None
             q = queue or installed()
@@ -297,7 +332,7 @@ def recall_with(
     embed_ms = _ms(t)
 
     t = time.perf_counter()
-    pool = fetch(query_embedding, max(limit, rerank_depth))
+    pool = fetch(query_embedding, max(limit, rerank_depth), entity_embedding)
     sql_ms = _ms(t)
 
     t = time.perf_counter()

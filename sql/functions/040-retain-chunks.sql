@@ -24,6 +24,7 @@ DECLARE
     doc bigint;
     stored record;
     n integer := coalesce(array_length(chunks, 1), 0);
+    ids bigint[];
 BEGIN
     PERFORM rcll._check_document(b, content);
     IF n = 0 THEN
@@ -44,7 +45,6 @@ BEGIN
         RETURN;
     END IF;
 
-    RETURN QUERY
     WITH ins AS (
         INSERT INTO rcll.memory_units AS u
             (bank_id, document_id, kind, text, embedding, hall, layer, room, author, author_source,
@@ -58,8 +58,12 @@ BEGIN
         LEFT JOIN unnest(embeddings) WITH ORDINALITY AS e(embedding, i) USING (i)
         RETURNING u.unit_id, u.chunk_index
     )
-    SELECT doc, array_agg(ins.unit_id ORDER BY ins.chunk_index), true FROM ins;
+    SELECT array_agg(ins.unit_id ORDER BY ins.chunk_index) INTO ids FROM ins;
+    -- Who said each chunk and which names it writes (sql/functions/205-keyless-entities.sql):
+    -- what the entity channel reads, with no model on the write path.
+    PERFORM rcll._link_written_keyless_entities(b, ids);
+    RETURN QUERY SELECT doc, ids, true;
 END
 $$;
 COMMENT ON FUNCTION rcll.retain_chunks(text, text, text[], vector[], text, timestamptz, text, text, text[], text, text, jsonb, text, text)
-    IS 'Chunk-mode retain: store a document and its chunks (with their embeddings) in one statement. Re-retaining the same content and thread into the same bank returns the existing units (created = false).';
+    IS 'Chunk-mode retain: store a document and its chunks (with their embeddings) in one statement. Each chunk is linked to its keyless entities (its speaker and the names it writes; rcll._link_written_keyless_entities). Re-retaining the same content and thread into the same bank returns the existing units (created = false).';

@@ -4,7 +4,6 @@ CREATE OR REPLACE FUNCTION rcll.recall_defaults(
     OUT budget          integer,
     OUT rerank_depth    integer,
     OUT context_depth   integer,
-    OUT k               integer,
     OUT channel_limit   integer,
     OUT candidate_limit integer)
 RETURNS record
@@ -15,9 +14,8 @@ AS $$
     SELECT 4096,  -- tokens of fact text returned (hindsight's default, counted with cl100k)
            40,    -- fused candidates the cross-encoder reads
            15,    -- of those, how many it reads again with the chunk before them
-           60,    -- reciprocal rank fusion constant (Cormack et al.)
            300,   -- candidates each channel returns
            100    -- fused candidates recall_candidates returns
 $$;
 COMMENT ON FUNCTION rcll.recall_defaults()
-    IS 'Recall''s defaults, one row: budget (tokens), rerank_depth, context_depth, k (RRF constant), channel_limit (per channel), candidate_limit (fused candidates). Every recall function''s parameter defaults read them: SELECT * FROM rcll.recall_defaults().';
+    IS 'Recall''s defaults, one row: budget (tokens), rerank_depth, context_depth, channel_limit (per channel), candidate_limit (fused candidates). Every recall function''s parameter defaults read them: SELECT * FROM rcll.recall_defaults().';

@@ -23,6 +23,26 @@ $$;
 COMMENT ON FUNCTION rcll._recall_embedding(text, vector)
     IS 'Internal: rcll.recall''s phase 1 - the query embedding to use: the one given, else (with in-database models) the query embedded here; without in-database models a NOTICE says what recall skips.';
 
+CREATE OR REPLACE FUNCTION rcll._recall_entity_embedding(query text, bank_id integer, entity_query_embedding vector)
+RETURNS vector
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    rest text;
+BEGIN
+    -- The entity channel's query: the one given, else (with in-database models) the query without
+    -- the entities it names embedded here, else NULL (recall_candidates then uses the query's).
+    IF _recall_entity_embedding.entity_query_embedding IS NOT NULL OR NOT rcll.in_database_models() THEN
+        RETURN _recall_entity_embedding.entity_query_embedding;
+    END IF;
+    rest := rcll._query_without_entities(_recall_entity_embedding.query, _recall_entity_embedding.bank_id);
+    RETURN CASE WHEN rest IS NULL THEN NULL ELSE rcll._model_embed_query(rest) END;
+END
+$$;
+COMMENT ON FUNCTION rcll._recall_entity_embedding(text, integer, vector)
+    IS 'Internal: rcll.recall''s second query embedding, for the entity channel: the one given, else with in-database models the embedding of rcll.query_without_entities (NULL when the query names no entity), else NULL.';
+
 CREATE OR REPLACE FUNCTION rcll._recall_rerank(
     query         text,
     texts         text[],
@@ -127,12 +147,13 @@ CREATE OR REPLACE FUNCTION rcll.recall(
     query_embedding vector DEFAULT NULL,
     time_range      tstzrange DEFAULT NULL,
     reference_time  timestamptz DEFAULT now(),
-    deadline_ms     integer DEFAULT NULL)
+    deadline_ms     integer DEFAULT NULL,
+    entity_query_embedding vector DEFAULT NULL)
 RETURNS TABLE (unit_id bigint, text text, room text, hall text, layer text, author text, thread text,
                tags text[], valid tstzrange, occurred_start timestamptz, mentioned_at timestamptz,
                document_id bigint, provenance jsonb, fused_score double precision, rerank_score real,
                rank_dense integer, rank_lexical integer, rank_graph integer, rank_temporal integer,
-               rank_context integer)
+               rank_context integer, rank_entity integer, rank_session integer)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -143,13 +164,15 @@ AS $$
         SELECT * FROM rcll.recall_candidates(
             query => recall.query, scope => recall.scope,
             query_embedding => rcll._recall_embedding(recall.query, recall.query_embedding),
+            entity_query_embedding => rcll._recall_entity_embedding(recall.query, (recall.scope).bank_id,
+                                                                    recall.entity_query_embedding),
             time_range => recall.time_range, reference_time => recall.reference_time,
             "limit" => greatest(greatest(coalesce(recall."limit", (rcll.recall_defaults()).candidate_limit), 0),
                                 greatest(coalesce(recall.rerank_depth, 0), 0))) WITH ORDINALITY AS c
     )
     SELECT c.unit_id, c.text, c.room, c.hall, c.layer, c.author, c.thread, c.tags, c.valid, c.occurred_start,
            c.mentioned_at, c.document_id, c.provenance, c.fused_score, r.rerank_score, c.rank_dense,
-           c.rank_lexical, c.rank_graph, c.rank_temporal, c.rank_context
+           c.rank_lexical, c.rank_graph, c.rank_temporal, c.rank_context, c.rank_entity, c.rank_session
     FROM rcll._recall_rerank(
         query => recall.query,
         texts => (SELECT array_agg(c.text ORDER BY c.ordinality) FROM c),
@@ -159,5 +182,5 @@ AS $$
     JOIN c ON c.ordinality = r.candidate
     ORDER BY r.ordinal
 $$;
-COMMENT ON FUNCTION rcll.recall(text, rcll.recall_scope, integer, integer, integer, integer, vector, tstzrange, timestamptz, integer)
-    IS 'Recall from SQL: rcll.recall_candidates over the scope (rcll.recall_scope: bank, rooms, authors, filters), then the cross-encoder rerank of the top rerank_depth candidates (the top context_depth of its order read again with the chunk before them, by the mean of both scores), then the cut to "limit" facts and budget tokens of fact text (skipping facts that do not fit). Fusion runs with rcll.recall_candidates'' defaults: tuning it (k, channel_limit, the channel weights) is rcll.recall_candidates'' job. With in-database models (rcll.enable_in_database_models) the query is embedded and reranked here; without them pass query_embedding, and the rerank is skipped (NOTICE). deadline_ms (default none) is a latency budget from the start of the statement: the cross-encoder reads candidates in fused order while time is left, the rest keep their fused order (rerank_score NULL), and a NOTICE says where the deadline cut it. Never writes. From psql: SELECT text FROM rcll.recall(''how do we deploy?'', rcll.recall_scope(''fleet'', rooms => ''{deployment}'')).';
+COMMENT ON FUNCTION rcll.recall(text, rcll.recall_scope, integer, integer, integer, integer, vector, tstzrange, timestamptz, integer, vector)
+    IS 'Recall from SQL: rcll.recall_candidates over the scope (rcll.recall_scope: bank, rooms, authors, filters), then the cross-encoder rerank of the top rerank_depth candidates (the top context_depth of its order read again with the chunk before them, by the mean of both scores), then the cut to "limit" facts and budget tokens of fact text (skipping facts that do not fit). Fusion runs with rcll.recall_candidates'' defaults: tuning it (channel_limit, the channel weights) is rcll.recall_candidates'' job. With in-database models (rcll.enable_in_database_models) the query (and, for the entity channel, the query without the entities it names) is embedded and reranked here; without them pass query_embedding (and entity_query_embedding, the embedding of rcll.query_without_entities; else the entity channel ranks by query_embedding), and the rerank is skipped (NOTICE). deadline_ms (default none) is a latency budget from the start of the statement: the cross-encoder reads candidates in fused order while time is left, the rest keep their fused order (rerank_score NULL), and a NOTICE says where the deadline cut it. Never writes. From psql: SELECT text FROM rcll.recall(''how do we deploy?'', rcll.recall_scope(''fleet'', rooms => ''{deployment}'')).';

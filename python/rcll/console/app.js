@@ -4,7 +4,7 @@
 const $ = (sel, root = document) => root.querySelector(sel);
 const TOKEN_KEY = "rcll.token";
 const PAGE = 50;
-const CHANNELS = ["dense", "lexical", "graph", "temporal", "context"];
+const CHANNELS = ["dense", "lexical", "graph", "temporal", "entity", "session", "context"];
 
 const state = { me: null, bank: null, view: null, plan: null, stats: null, unitsOffset: 0, unitsQuery: {} };
 
