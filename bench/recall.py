@@ -197,6 +197,8 @@ CHANNELS = {
     "lexical": "SELECT count(*) FROM rcll.channel_lexical(%(q)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s))",
     "graph": "SELECT count(*) FROM rcll.channel_graph(%(q)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s))",
     "temporal": "SELECT count(*) FROM rcll.channel_temporal(%(q)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s), reference_time => '2024-06-01', query_embedding => %(qe)s)",
+    "entity": "SELECT count(*) FROM rcll.channel_entity(%(q)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s), %(qe)s)",
+    "session": "SELECT count(*) FROM rcll.channel_session(%(q)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s), %(qe)s)",
     # as recall_candidates runs it: seeded with the dense channel's top 100
     "dense + context": "SELECT count(*) FROM rcll.channel_context(%(qe)s, ARRAY(SELECT unit_id FROM rcll.channel_dense(%(qe)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s)) WHERE rank <= 100), rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s))",
     "fused (6 channels, z-score sum)": "SELECT count(*) FROM rcll.recall_candidates(%(q)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s), query_embedding => %(qe)s, reference_time => '2024-06-01')",

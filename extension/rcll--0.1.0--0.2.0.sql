@@ -121,6 +121,29 @@ $$;
 
 INSERT INTO rcll.migrations (name, sha256) VALUES ('012-unit-lexicon.sql', '002e4dc666058d1114f7d1f1c2fd71aac5a7e905af0fd0d8785f7074663b99c4');
 
+-- migration 013-first-stage-indexes.sql
+-- Run-once: what the entity and session channels (sql/functions/125-, 127-) read, kept narrow.
+--
+-- The session channel scores documents by BM25 over their units: it needs each candidate's
+-- document and every touched document's length. Read from memory_units, that is one random visit
+-- of a 2.7 kB row per candidate (thousands per query at 100k units); unit_lexicon carries the
+-- document id beside the lexical length, and an index on it answers a document's length by an
+-- index-only scan.
+ALTER TABLE rcll.unit_lexicon ADD COLUMN document_id bigint;
+COMMENT ON COLUMN rcll.unit_lexicon.document_id IS 'The unit''s document (memory_units.document_id): the session channel groups BM25 hits by it.';
+UPDATE rcll.unit_lexicon l SET document_id = u.document_id
+FROM rcll.memory_units u WHERE u.unit_id = l.unit_id AND u.document_id IS NOT NULL;
+CREATE INDEX unit_lexicon_document ON rcll.unit_lexicon (document_id) INCLUDE (lexical_length);
+
+-- The graph channel walks the extractor's entity links and leaves the keyless speaker/name links
+-- (roles 'speaker', 'name') to the entity channel; without an index on the links it may walk, a
+-- hub entity's keyless links were read and discarded one by one (20x slower at 100k units). The
+-- predicate is rcll._keyless_link(role) negated, as the channel's queries inline it.
+CREATE INDEX unit_entities_walk ON rcll.unit_entities (entity_id, unit_id)
+    WHERE NOT coalesce(role IN ('speaker', 'name'), false);
+
+INSERT INTO rcll.migrations (name, sha256) VALUES ('013-first-stage-indexes.sql', '16d1ed5a3925d2f36e8dc001db2c4ca4169968b2e5dbd877e9951f550bbef8e2');
+
 -- triggers of 0.1.0 that are gone
 DROP TRIGGER units_room_changed ON rcll.memory_units;
 DROP TRIGGER units_rooms_deleted ON rcll.memory_units;
@@ -279,19 +302,19 @@ BEGIN
     IF TG_LEVEL = 'STATEMENT' THEN
         -- Inserted units: one set-based insert per statement (a retain, a COPY, an import batch),
         -- not one per row.
-        INSERT INTO rcll.unit_lexicon (unit_id, bank_id, lexical_length, layer, room, author, hall, thread, tags, valid, lexical)
-        SELECT n.unit_id, n.bank_id, n.lexical_length, n.layer, n.room, n.author, n.hall, n.thread, n.tags, n.valid, n.lexical
+        INSERT INTO rcll.unit_lexicon (unit_id, bank_id, lexical_length, layer, room, author, hall, thread, tags, valid, lexical, document_id)
+        SELECT n.unit_id, n.bank_id, n.lexical_length, n.layer, n.room, n.author, n.hall, n.thread, n.tags, n.valid, n.lexical, n.document_id
         FROM new_units n;
     ELSE
         -- A changed unit: its copy follows. The insert arm serves a unit written while the insert
         -- trigger was off (an import switches write triggers off): its copy appears at its first change.
-        INSERT INTO rcll.unit_lexicon (unit_id, bank_id, lexical_length, layer, room, author, hall, thread, tags, valid, lexical)
+        INSERT INTO rcll.unit_lexicon (unit_id, bank_id, lexical_length, layer, room, author, hall, thread, tags, valid, lexical, document_id)
         VALUES (NEW.unit_id, NEW.bank_id, NEW.lexical_length, NEW.layer, NEW.room, NEW.author, NEW.hall, NEW.thread,
-                NEW.tags, NEW.valid, NEW.lexical)
+                NEW.tags, NEW.valid, NEW.lexical, NEW.document_id)
         ON CONFLICT (unit_id) DO UPDATE
             SET bank_id = excluded.bank_id, lexical_length = excluded.lexical_length, layer = excluded.layer,
                 room = excluded.room, author = excluded.author, hall = excluded.hall, thread = excluded.thread,
-                tags = excluded.tags, valid = excluded.valid, lexical = excluded.lexical;
+                tags = excluded.tags, valid = excluded.valid, lexical = excluded.lexical, document_id = excluded.document_id;
     END IF;
     RETURN NULL;
 END
@@ -2236,13 +2259,13 @@ BEGIN
 
     RETURN QUERY
     WITH cand AS MATERIALIZED (
-        SELECT u.unit_id, ts_filter(setweight(u.lexical, 'A', terms), '{a}') AS qlex, rcll._in_scope(u, scope) AS keep
+        SELECT u.unit_id, u.document_id, ts_filter(setweight(u.lexical, 'A', terms), '{a}') AS qlex,
+               rcll._in_scope(u, scope) AS keep
         FROM rcll.unit_lexicon u
-        WHERE u.bank_id = bk AND u.lexical @@ rcll._tsquery_any(gen)
+        WHERE u.bank_id = bk AND u.lexical @@ rcll._tsquery_any(gen) AND u.document_id IS NOT NULL
     ), hits AS MATERIALIZED (
-        SELECT m.document_id, c.keep, t.lexeme, coalesce(array_length(t.positions, 1), 1)::double precision AS tf
-        FROM cand c JOIN rcll.memory_units m ON m.unit_id = c.unit_id, unnest(c.qlex) t
-        WHERE m.document_id IS NOT NULL
+        SELECT c.document_id, c.keep, t.lexeme, coalesce(array_length(t.positions, 1), 1)::double precision AS tf
+        FROM cand c, unnest(c.qlex) t
     ), df AS (
         -- Document frequency over the bank's documents: counted for candidate-generating terms,
         -- estimated for the pruned common ones.
@@ -2258,7 +2281,7 @@ BEGIN
         SELECT h.document_id, h.lexeme, sum(h.tf) AS tf FROM hits h WHERE h.keep GROUP BY h.document_id, h.lexeme
     ), dl AS (
         SELECT m.document_id, sum(m.lexical_length)::double precision AS dl
-        FROM rcll.memory_units m
+        FROM rcll.unit_lexicon m
         WHERE m.document_id IN (SELECT DISTINCT tf.document_id FROM tf)
         GROUP BY m.document_id
     ), docs AS (

@@ -12,19 +12,19 @@ BEGIN
     IF TG_LEVEL = 'STATEMENT' THEN
         -- Inserted units: one set-based insert per statement (a retain, a COPY, an import batch),
         -- not one per row.
-        INSERT INTO rcll.unit_lexicon (unit_id, bank_id, lexical_length, layer, room, author, hall, thread, tags, valid, lexical)
-        SELECT n.unit_id, n.bank_id, n.lexical_length, n.layer, n.room, n.author, n.hall, n.thread, n.tags, n.valid, n.lexical
+        INSERT INTO rcll.unit_lexicon (unit_id, bank_id, lexical_length, layer, room, author, hall, thread, tags, valid, lexical, document_id)
+        SELECT n.unit_id, n.bank_id, n.lexical_length, n.layer, n.room, n.author, n.hall, n.thread, n.tags, n.valid, n.lexical, n.document_id
         FROM new_units n;
     ELSE
         -- A changed unit: its copy follows. The insert arm serves a unit written while the insert
         -- trigger was off (an import switches write triggers off): its copy appears at its first change.
-        INSERT INTO rcll.unit_lexicon (unit_id, bank_id, lexical_length, layer, room, author, hall, thread, tags, valid, lexical)
+        INSERT INTO rcll.unit_lexicon (unit_id, bank_id, lexical_length, layer, room, author, hall, thread, tags, valid, lexical, document_id)
         VALUES (NEW.unit_id, NEW.bank_id, NEW.lexical_length, NEW.layer, NEW.room, NEW.author, NEW.hall, NEW.thread,
-                NEW.tags, NEW.valid, NEW.lexical)
+                NEW.tags, NEW.valid, NEW.lexical, NEW.document_id)
         ON CONFLICT (unit_id) DO UPDATE
             SET bank_id = excluded.bank_id, lexical_length = excluded.lexical_length, layer = excluded.layer,
                 room = excluded.room, author = excluded.author, hall = excluded.hall, thread = excluded.thread,
-                tags = excluded.tags, valid = excluded.valid, lexical = excluded.lexical;
+                tags = excluded.tags, valid = excluded.valid, lexical = excluded.lexical, document_id = excluded.document_id;
     END IF;
     RETURN NULL;
 END

@@ -62,13 +62,13 @@ BEGIN
 
     RETURN QUERY
     WITH cand AS MATERIALIZED (
-        SELECT u.unit_id, ts_filter(setweight(u.lexical, 'A', terms), '{a}') AS qlex, rcll._in_scope(u, scope) AS keep
+        SELECT u.unit_id, u.document_id, ts_filter(setweight(u.lexical, 'A', terms), '{a}') AS qlex,
+               rcll._in_scope(u, scope) AS keep
         FROM rcll.unit_lexicon u
-        WHERE u.bank_id = bk AND u.lexical @@ rcll._tsquery_any(gen)
+        WHERE u.bank_id = bk AND u.lexical @@ rcll._tsquery_any(gen) AND u.document_id IS NOT NULL
     ), hits AS MATERIALIZED (
-        SELECT m.document_id, c.keep, t.lexeme, coalesce(array_length(t.positions, 1), 1)::double precision AS tf
-        FROM cand c JOIN rcll.memory_units m ON m.unit_id = c.unit_id, unnest(c.qlex) t
-        WHERE m.document_id IS NOT NULL
+        SELECT c.document_id, c.keep, t.lexeme, coalesce(array_length(t.positions, 1), 1)::double precision AS tf
+        FROM cand c, unnest(c.qlex) t
     ), df AS (
         -- Document frequency over the bank's documents: counted for candidate-generating terms,
         -- estimated for the pruned common ones.
@@ -84,7 +84,7 @@ BEGIN
         SELECT h.document_id, h.lexeme, sum(h.tf) AS tf FROM hits h WHERE h.keep GROUP BY h.document_id, h.lexeme
     ), dl AS (
         SELECT m.document_id, sum(m.lexical_length)::double precision AS dl
-        FROM rcll.memory_units m
+        FROM rcll.unit_lexicon m
         WHERE m.document_id IN (SELECT DISTINCT tf.document_id FROM tf)
         GROUP BY m.document_id
     ), docs AS (
