@@ -157,6 +157,31 @@ def test_reads_and_writes_both_waiting_share_the_slots_in_turn() -> None:
     assert 0.4 <= share <= 0.6, done
 
 
+def test_reads_holding_slots_longer_do_not_get_more_of_the_cores() -> None:
+    """A rerank batch holds a slot far longer than a retain's embedding: with both kinds waiting,
+    slots go by time held lately, not by turns, so writes get about half the slot time."""
+    q = WorkQueue(2)
+    stop = threading.Event()
+    held = {READ: 0.0, WRITE: 0.0}
+    lock = threading.Lock()
+
+    def work(i: int) -> None:
+        kind, hold = (READ, 0.04) if i < 6 else (WRITE, 0.005)
+        while not stop.is_set():
+            with q.slot(kind):
+                time.sleep(hold)
+            with lock:
+                held[kind] += hold
+
+    threads = run_threads(12, work)
+    time.sleep(1.5)
+    stop.set()
+    for t in threads:
+        t.join()
+    share = held[WRITE] / (held[READ] + held[WRITE])
+    assert 0.35 <= share <= 0.65, held        # by turns it would be ~0.11
+
+
 def test_a_query_embedding_goes_ahead_of_the_rerank_batches_waiting() -> None:
     q = WorkQueue(1)
     release = threading.Event()

@@ -10,8 +10,10 @@ chunks each). So model work goes through one WorkQueue per process:
 - slots, per model batch: at most `slots` batches run at a time (the core count by default). A
   batch holds a slot for tens of milliseconds (a rerank batch of 8 pairs, one retain's chunks), so
   a waiting write is served within about one batch whatever the reads do;
-- fairness: when reads and writes both wait, slots go to them in turn, and while one kind waits the
-  other never holds the last free slot - writes keep a slot against a flood of recalls, and reads
+- fairness: when reads and writes both wait, the next slot goes to the kind that has held slots
+  for less time lately (hold times decay with a half-life of USAGE_HALF_LIFE_S; a rerank batch
+  holds a slot ten times longer than a retain's embedding, so turns by count would give reads most
+  of the cores), and while one kind waits the other never holds the last free slot - writes keep a slot against a flood of recalls, and reads
   keep one against a bulk retain. A recall's query embedding (a few milliseconds, one per recall,
   and the recall cannot start without it) takes the next free slot ahead of both queues, or, when
   none is free, the express lane: one place beside the slots for such work only.
@@ -35,6 +37,8 @@ from typing import Literal
 from rcll.errors import RcllError
 
 __all__ = ["READ", "WRITE", "Busy", "Kind", "WorkQueue", "admitted", "install", "installed", "model_slot"]
+
+USAGE_HALF_LIFE_S = 10.0   # how long a kind's past slot time counts against it (fairness)
 
 Kind = Literal["read", "write"]
 READ: Kind = "read"
@@ -108,6 +112,8 @@ class WorkQueue:
         self._last: Kind = READ   # so that writes go first when both kinds wait on a fresh queue
         self._express = 0         # query embeddings running in the express lane (at most 1)
         self._batch_s = 0.05      # running mean of a slot's hold time, for Retry-After
+        self._usage: dict[Kind, float] = {READ: 0.0, WRITE: 0.0}   # decayed slot-seconds held
+        self._usage_at = time.monotonic()
 
     # -- admission ------------------------------------------------------------------------------
 
@@ -168,7 +174,16 @@ class WorkQueue:
                 else:
                     self._active[kind] -= 1
                     self._batch_s = 0.9 * self._batch_s + 0.1 * held
+                    self._decay_usage()
+                    self._usage[kind] += held
                 self._dispatch()
+
+    def _decay_usage(self) -> None:
+        now = time.monotonic()
+        factor = 0.5 ** ((now - self._usage_at) / USAGE_HALF_LIFE_S)
+        self._usage_at = now
+        for kind in _KINDS:
+            self._usage[kind] *= factor
 
     def _dispatch(self) -> None:
         """Grant free slots to waiters (called with the lock held)."""
@@ -210,7 +225,10 @@ class WorkQueue:
         if not ready:
             return None
         if len(ready) == 2:
-            return WRITE if self._last == READ else READ      # in turn
+            # Both wait: the kind that held slots for less time lately; equal (a fresh queue): in turn.
+            if self._usage[READ] != self._usage[WRITE]:
+                return READ if self._usage[READ] < self._usage[WRITE] else WRITE
+            return WRITE if self._last == READ else READ
         return ready[0]
 
     def snapshot(self) -> Snapshot:
