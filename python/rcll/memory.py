@@ -452,16 +452,16 @@ class Memory:
         deadline = Deadline(limit_ms, time.perf_counter() if started is None else started)
         waited = [0.0]
 
-        @retried_once
-        def fetch(embedding: Any, n: int, entity_embedding: Any) -> list[Fact]:
-            # The SQL phases in a transaction of their own (retried once if the connection broke);
-            # the models run outside it. The wait for a connection is bounded by the time left:
-            # without candidates there is nothing to answer, so past it the caller is refused at once.
+        @contextmanager
+        def recall_tx() -> Iterator[psycopg.Connection[Any]]:
+            # A transaction for recall's SQL (the models run outside it). The wait for a connection
+            # is bounded by the time left: without candidates there is nothing to answer, so past
+            # it the caller is refused at once. An unknown bank is an error, not silence (_tx(b)).
             t = time.perf_counter()
             timeout = None if limit_ms is None else min(POOL_TIMEOUT, max(deadline.left(), MIN_CONNECTION_WAIT))
             with ExitStack() as stack:
                 try:
-                    conn = stack.enter_context(self._tx(timeout=timeout))
+                    conn = stack.enter_context(self._tx(b, timeout=timeout))
                 except PoolTimeout as e:
                     if timeout is not None and timeout < POOL_TIMEOUT:
                         assert limit_ms is not None
@@ -469,14 +469,19 @@ class Memory:
                     raise
                 finally:
                     waited[0] += time.perf_counter() - t
-                conn.execute("SELECT rcll._bank_id(%s)", (b,))     # an unknown bank is an error, not silence
+                yield conn
+
+        @retried_once
+        def fetch(embedding: Any, n: int, entity_embedding: Any) -> list[Fact]:
+            # The SQL phases in a transaction of their own, retried once if the connection broke.
+            with recall_tx() as conn:
                 return candidates(conn, q, b, query_embedding=embedding, entity_query_embedding=entity_embedding,
                                   limit=n, **filters)
 
         @retried_once
         def rest_of_query() -> str | None:
             # The query without the entities it names, for the entity channel's second embedding.
-            with self._tx(b) as conn:
+            with recall_tx() as conn:
                 return entity_query(conn, q, b)
 
         with admitted(READ):

@@ -26,7 +26,6 @@ DECLARE
     bk     integer := (scope).bank_id;
     lim    integer := greatest(coalesce(channel_session."limit", (rcll.recall_defaults()).channel_limit), 0);
     q      public.vector := channel_session.query_embedding;
-    cfg    regconfig;
     terms  text[];
     corpus record;
     ndocs  double precision;
@@ -35,8 +34,7 @@ DECLARE
     common_df double precision[];
     gen    text[];
 BEGIN
-    SELECT x.text_search_config INTO cfg FROM rcll.banks x WHERE x.bank_id = bk;
-    terms := ARRAY(SELECT DISTINCT t.lexeme FROM unnest(to_tsvector(cfg, coalesce(channel_session.query, ''))) t ORDER BY 1);
+    terms := rcll._query_lexemes(channel_session.query, bk);
     IF cardinality(terms) = 0 OR lim = 0 THEN
         RETURN;
     END IF;
@@ -46,19 +44,12 @@ BEGIN
     ndocs := greatest((SELECT count(*) FROM rcll.documents d WHERE d.bank_id = bk), 1);
     avgdl := greatest(corpus.avgdl * corpus.n / ndocs, 1);
 
-    -- Candidate terms exactly as rcll.channel_lexical chooses them: terms in more than
-    -- prune_above of the units (ANALYZE's lexeme statistics) generate no candidates but still
-    -- score, their document frequency estimated as at most every document.
-    SELECT array_agg(e.elem ORDER BY e.freq), array_agg(least(e.freq * corpus.n, ndocs) ORDER BY e.freq) INTO common, common_df
-    FROM pg_catalog.pg_stats s,
-         unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS e(elem, freq)
-    WHERE s.schemaname = 'rcll' AND s.tablename = 'unit_lexicon' AND s.attname = 'lexical'
-      AND e.elem = ANY (terms)
-      AND e.freq > coalesce(channel_session.prune_above, 1) AND e.freq * corpus.n > 1000;
-    gen := ARRAY(SELECT t FROM unnest(terms) t WHERE common IS NULL OR t <> ALL (common));
-    IF cardinality(gen) = 0 THEN
-        gen := common[1:1];
-    END IF;
+    -- Candidate terms exactly as rcll.channel_lexical chooses them (rcll._bm25_pruned_terms): a
+    -- pruned term still scores, its document frequency estimated as at most every document.
+    SELECT t.common, ARRAY(SELECT least(c.f * corpus.n, ndocs) FROM unnest(t.common_freq) WITH ORDINALITY AS c(f, i) ORDER BY c.i),
+           t.gen
+    INTO common, common_df, gen
+    FROM rcll._bm25_pruned_terms(terms, corpus.n, channel_session.prune_above) t;
 
     RETURN QUERY
     WITH cand AS MATERIALIZED (
