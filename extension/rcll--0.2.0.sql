@@ -3683,29 +3683,17 @@ if not passages:
     return []
 return [float(x) for x in m.get_reranker().score(query, list(passages))]
 $py$);
-    -- Recall's deadline (rcll._recall_rerank): read in order while the statement is younger than
-    -- deadline_ms; all the rest in one call (batched as without a deadline) when it should take at
-    -- most half the time left, else 8 at a time. The per-pair cost (waits included) is this
-    -- backend's running mean, kept in GD: under load it rises and the reads go 8 at a time.
+    -- Recall's deadline (rcll._recall_rerank): the client's reader (rcll.deadline.read_prefix),
+    -- so both legs batch and stop alike; its running cost per token lives in this backend.
     EXECUTE format($sql$
 CREATE OR REPLACE FUNCTION rcll._model_rerank_until(query text, passages text[], deadline_ms double precision,
                                                     started double precision) RETURNS real[]
 LANGUAGE plpython3u STABLE STRICT SET search_path = pg_catalog, pg_temp AS %L$sql$,
         prelude || $py$
 import time
-n, i, out = len(passages), 0, []
-cost = GD.get("rcll.rerank_pair_s", 0.010)
-while i < n:
-    left = started + deadline_ms / 1000.0 - time.time()
-    if left < cost * min(8, n - i):
-        break
-    w = n - i if (n - i) * cost <= left / 2 else min(8, n - i)
-    t = time.time()
-    out += [float(x) for x in m.get_reranker().score(query, list(passages[i:i + w]))]
-    cost = 0.7 * cost + 0.3 * (time.time() - t) / w
-    i += w
-GD["rcll.rerank_pair_s"] = cost
-return out
+from rcll.deadline import Deadline, read_prefix
+since = time.time() - started        # the statement's age: the deadline counts from its start
+return read_prefix(query, list(passages), m.get_reranker(), Deadline(deadline_ms, time.perf_counter() - since))
 $py$);
     EXECUTE format($sql$
 CREATE OR REPLACE FUNCTION rcll._model_count_tokens(texts text[]) RETURNS integer[]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -85,8 +86,16 @@ def facts(n: int) -> list[Fact]:
             for i in range(n)]
 
 
+@pytest.fixture(autouse=True)
+def fresh_pair_cost() -> Any:
+    """Each test starts from the initial cost estimate and leaves it there (it is process-wide)."""
+    pair_cost.seconds = pair_cost.compute = pair_cost.initial
+    yield
+    pair_cost.seconds = pair_cost.compute = pair_cost.initial
+
+
 def test_under_a_tight_deadline_the_reranker_reads_a_fused_prefix_in_batches() -> None:
-    pair_cost.seconds = pair_cost.compute = 0.010
+    pair_cost.seconds = pair_cost.compute = 0.010     # a stand-in's pair counts one token
     scorer = SlowScores(per_pair=0.01)   # 80 ms a batch of 8: 40 pairs do not fit in 200 ms
     out, depth = rerank_within("q", facts(60), scorer, depth=40, context_depth=15, deadline=Deadline(200))
     assert depth.cut and 8 <= depth.rerank < 40 and depth.rerank % 8 == 0
@@ -226,7 +235,51 @@ def test_a_cost_estimate_that_stops_reads_relaxes_as_it_ages_until_they_read_aga
             depths.append(depth.rerank)
         assert stopped == Depth(0, 0, True) and depths[0] >= 8 and depths[-1] == 40, depths
     finally:
-        pair_cost.seconds = pair_cost.compute = 0.010
+        pair_cost.seconds = pair_cost.compute = pair_cost.initial
+
+
+class TokenScores:
+    """A stand-in cross-encoder that costs what the real one does: `per_token` seconds for each of a
+    batch's rows times its longest pair (a passage's words). score = -its number (last word)."""
+
+    def __init__(self, per_token: float) -> None:
+        self.per_token = per_token
+        self.calls: list[list[str]] = []
+
+    def pair_lengths(self, query: str, passages: Sequence[str]) -> list[int]:
+        return [len(p.split()) for p in passages]
+
+    def score(self, query: str, passages: Sequence[str]) -> npt.NDArray[np.float32]:
+        self.calls.append(list(passages))
+        time.sleep(self.per_token * len(passages) * max(self.pair_lengths(query, passages)))
+        return np.array([-float(p.split()[-1]) for p in passages], dtype=np.float32)
+
+
+def test_long_context_pairs_do_not_make_a_generous_deadline_read_short_pairs_in_steps() -> None:
+    """The cost is per token: after the context view's long pairs were measured, 40 short pairs that
+    fit a 400 ms deadline four times over are read in one go, batched as one call would batch them
+    (per pair, the long pairs' cost said they would not fit, and the batches - so the INT8 scores - moved)."""
+    scorer = TokenScores(per_token=0.0002)
+    long_pool = [replace(f, text=" ".join(["word"] * 98 + [f"fact {f.unit_id}"])) for f in facts(15)]
+    rerank_within("q", long_pool, scorer, depth=15, context_depth=0, deadline=Deadline(600_000))
+    short_pool = [replace(f, text=" ".join(["w"] * (f.unit_id * 7 % 9) + [f"fact {f.unit_id}"])) for f in facts(60)]
+    scorer.calls.clear()
+    out, depth = rerank_within("q", short_pool, scorer, depth=40, context_depth=0, deadline=Deadline(400))
+    assert depth == Depth(40, 0, False)
+    lengths = scorer.pair_lengths("q", [f.text for f in short_pool[:40]])
+    order = sorted(range(40), key=lengths.__getitem__)
+    assert scorer.calls == [[short_pool[j].text for j in order[b:b + 8]] for b in range(0, 40, 8)]
+
+
+def test_a_reranker_that_cannot_count_its_tokens_leaves_the_cost_estimate_alone() -> None:
+    """A stand-in or a cache of scores (no pair_lengths) says nothing of the model's cost per token:
+    measured, a cache's microseconds or a stand-in's per-pair sleep made the next deadlined reads
+    of the real model stop at once (the LoCoMo benchmark reads through such a cache)."""
+    before = (pair_cost.seconds, pair_cost.compute)
+    rerank_within("q", facts(60), SlowScores(0.002), depth=40, context_depth=15, deadline=Deadline(600_000))
+    assert (pair_cost.seconds, pair_cost.compute) == before
+    rerank_within("q", facts(60), TokenScores(0.00001), depth=16, context_depth=0, deadline=Deadline(600_000))
+    assert pair_cost.seconds != before[0]
 
 
 def test_the_reranker_batches_a_full_read_as_one_call_would() -> None:

@@ -10,9 +10,9 @@ Without a deadline - or with one it can meet - the reads are batched exactly as 
 reranker call would batch them (sorted by length, 8 to a batch), so the scores and the rows are
 the same as the undeadlined recall's: INT8 scores move with batch composition (rcll.models), and
 "a generous deadline changes nothing" must hold to the bit. When the remaining depth is not
-expected to fit the time left (a running per-pair cost, waits for a model slot included), it
+expected to fit the time left (a running cost per token read, waits for a model slot included), it
 reads one batch of 8 fused candidates at a time instead and looks at the clock between batches.
-A batch starts when its run (the per-pair cost without the waits) fits the time left, and waits
+A batch starts when its run (that cost without the waits) fits the time left, and waits
 for a model slot only while it could still end by the deadline once granted. The estimates relax
 as their last measurement ages, so one slow spell does not stop every later read.
 
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from rcll.recall import Fact
 
 __all__ = ["BATCH", "SERVER_DEADLINE_MS", "Deadline", "DeadlinePassed", "Depth", "context_passage", "pair_cost",
-           "rerank_within", "server_deadline_ms"]
+           "read_prefix", "rerank_within", "server_deadline_ms"]
 
 BATCH = 8  # rcll.models.RERANK_BATCH: the reranker's batch, and the step of a deadlined read
 # The servers' (HTTP, MCP) default deadline. Unloaded on 2 cores a default recall (40 + 15 pairs)
@@ -101,9 +101,16 @@ class Depth:
 
 
 class _PairCost:
-    """Running mean of wall seconds per scored pair, waits for a model slot included: under load it
-    rises, and reads fall back to one batch at a time. `compute` is the same without the waits
-    (how long a batch runs once it has a slot).
+    """Running mean of wall seconds per token the cross-encoder reads - a batch costs its rows times
+    its longest pair, padding included - waits for a model slot included: under load it rises, and
+    reads fall back to one batch at a time. `compute` is the same without the waits (how long a
+    batch runs once it has a slot). Per token, not per pair: the context view's pairs are about
+    twice as long as the first view's, and a per-pair mean of both over-estimated the first view
+    by half again, so generous deadlines fell back to batches of 8 and their scores moved.
+    Only a reranker that counts its tokens (pair_lengths: the model) is measured; one that cannot
+    (a test's stand-in, the benchmark's cache of scores) counts one token a pair and leaves the
+    estimate alone - a cache answering in microseconds, or a stand-in timed per pair, said nothing
+    of the model's cost, and mixed into it they made the next deadlined reads stop at once.
 
     An estimate that stops every read is never measured again, so one slow spell would stop the
     rerank for good: what get() and computing() return relaxes back towards the initial cost as
@@ -113,7 +120,9 @@ class _PairCost:
 
     RELAX_S = 20.0
 
-    def __init__(self, seconds: float = 0.010) -> None:
+    # ms-marco-MiniLM-L-12 INT8 on one of these 2 cores: 110-145 us a token (batches of 8 pairs of
+    # 26-103 tokens, measured 2026-12-01), so 40 LoCoMo pairs of ~60 tokens are ~0.3 s.
+    def __init__(self, seconds: float = 0.000150) -> None:
         self._lock = threading.Lock()
         self.initial = seconds
         self.seconds = seconds
@@ -138,20 +147,32 @@ class _PairCost:
         with self._lock:
             return self.seconds
 
-    def observe(self, seconds: float, pairs: int, compute: float | None = None) -> None:
-        if pairs > 0:
+    def observe(self, seconds: float, tokens: int, compute: float | None = None) -> None:
+        if tokens > 0:
             with self._lock:
-                self.seconds = 0.7 * self._relaxed(self.seconds) + 0.3 * (seconds / pairs)
-                self.compute = 0.7 * self._relaxed(self.compute) + 0.3 * ((seconds if compute is None else compute) / pairs)
+                self.seconds = 0.7 * self._relaxed(self.seconds) + 0.3 * (seconds / tokens)
+                self.compute = 0.7 * self._relaxed(self.compute) + 0.3 * ((seconds if compute is None else compute) / tokens)
                 self.at = time.monotonic()
 
 
 pair_cost = _PairCost()
 
 
-def _lengths(reranker: Any, query: str, passages: list[str]) -> list[int]:
+def _lengths(reranker: Any, query: str, passages: list[str]) -> list[int] | None:
+    """Tokens per (query, passage) pair as the reranker cuts them; None when it cannot count them."""
     fn: Callable[[str, Sequence[str]], list[int]] | None = getattr(reranker, "pair_lengths", None)
-    return list(fn(query, passages)) if fn is not None else [0] * len(passages)
+    return list(fn(query, passages)) if fn is not None else None
+
+
+def _batches(window: range, lengths: list[int]) -> list[list[int]]:
+    """The batches one reranker call over `window` would make: sorted by length (stable), 8 at a time."""
+    order = sorted(window, key=lengths.__getitem__)
+    return [order[b:b + BATCH] for b in range(0, len(order), BATCH)]
+
+
+def _tokens(rows: list[int], lengths: list[int]) -> int:
+    """What a batch costs the cross-encoder: its rows times its longest pair (padding included)."""
+    return len(rows) * max(1, max(lengths[j] for j in rows))
 
 
 def _read(query: str, passages: list[str], reranker: _Reranker, deadline: Deadline,
@@ -160,22 +181,24 @@ def _read(query: str, passages: list[str], reranker: _Reranker, deadline: Deadli
     before all were read. Adds the seconds spent waiting for model slots to `waited`."""
     scores: dict[int, float] = {}
     i, n = 0, len(passages)
+    counted = _lengths(reranker, query, passages)
+    lengths = counted if counted is not None else [1] * n
     while i < n:
-        left, cost = deadline.left(), pair_cost.get()
-        if left <= 0 or (deadline.ms is not None and left < pair_cost.computing() * min(BATCH, n - i)):
+        left = deadline.left()
+        step = _batches(range(i, min(n, i + BATCH)), lengths)
+        if left <= 0 or (deadline.ms is not None and left < pair_cost.computing() * _tokens(step[0], lengths)):
             return scores, True          # the next batch would end past the deadline even with a slot now
         # All the rest in one go (batched as one call would) when it should take at most half
         # the time left as last measured; otherwise one batch of 8, then look at the clock again.
-        end = n if (n - i) * max(cost, pair_cost.measured()) <= left / 2 else min(n, i + BATCH)
-        window = list(range(i, end))
-        lengths = _lengths(reranker, query, [passages[j] for j in window])
-        # The batches a single reranker call would make: sorted by length (stable), 8 at a time.
-        order = [window[k] for k in sorted(range(len(window)), key=lengths.__getitem__)]
-        for b in range(0, len(order), BATCH):
-            rows = order[b:b + BATCH]
+        rest = _batches(range(i, n), lengths)
+        cost = max(pair_cost.get(), pair_cost.measured())
+        whole = sum(_tokens(rows, lengths) for rows in rest) * cost <= left / 2
+        batches, end = (rest, n) if whole else (step, min(n, i + BATCH))
+        for k, rows in enumerate(batches):
             t = time.perf_counter()
+            tokens = _tokens(rows, lengths)
             # Wait for a slot only while the batch, once granted, can still end by the deadline.
-            wait = None if deadline.ms is None else max(deadline.left() - pair_cost.computing() * len(rows), 0.0)
+            wait = None if deadline.ms is None else max(deadline.left() - pair_cost.computing() * tokens, 0.0)
             try:
                 with model_slot(READ, wait, queue):
                     run = time.perf_counter()
@@ -184,12 +207,21 @@ def _read(query: str, passages: list[str], reranker: _Reranker, deadline: Deadli
             except TimeoutError:
                 waited[0] += time.perf_counter() - t
                 return scores, True
-            pair_cost.observe(time.perf_counter() - t, len(rows), time.perf_counter() - run)
+            if counted is not None:
+                pair_cost.observe(time.perf_counter() - t, tokens, time.perf_counter() - run)
             scores.update(zip(rows, (float(s) for s in out), strict=True))
-            if b + BATCH < len(order) and deadline.left() < pair_cost.computing() * len(order[b + BATCH:b + 2 * BATCH]):
+            if k + 1 < len(batches) and deadline.left() < pair_cost.computing() * _tokens(batches[k + 1], lengths):
                 return scores, True
         i = end
     return scores, False
+
+
+def read_prefix(query: str, passages: Sequence[str], reranker: _Reranker, deadline: Deadline) -> list[float]:
+    """Scores of the longest prefix of passages read while time is left (all of them when the
+    deadline allows) - the in-database rerank (rcll._model_rerank_until) reads through this, so
+    both legs batch and stop alike."""
+    scores, _ = _read(query, list(passages), reranker, deadline, None, [0.0])
+    return [scores[j] for j in range(_prefix(scores))]
 
 
 def _prefix(scores: dict[int, float]) -> int:

@@ -10,11 +10,17 @@ chunks each). So model work goes through one WorkQueue per process:
 - slots, per model batch: at most `slots` batches run at a time (the core count by default). A
   batch holds a slot for tens of milliseconds (a rerank batch of 8 pairs, one retain's chunks), so
   a waiting write is served within about one batch whatever the reads do;
-- fairness: when reads and writes both wait, the next slot goes to the kind that has held slots
-  for less time lately (hold times decay with a half-life of USAGE_HALF_LIFE_S; a rerank batch
-  holds a slot ten times longer than a retain's embedding, so turns by count would give reads most
-  of the cores), and while one kind waits the other never holds the last free slot - writes keep a slot against a flood of recalls, and reads
-  keep one against a bulk retain. A recall's query embedding (a few milliseconds, one per recall,
+- fairness: when reads and writes both wait, the next slot goes to the kind that is furthest
+  below its share of the slot time held lately - writes' share WRITE_SHARE (0.6), reads' the rest
+  (hold times decay with a half-life of USAGE_HALF_LIFE_S; a rerank batch holds a slot ten times
+  longer than a retain's embedding, so turns by count would give reads most of the cores). Writes
+  get the larger share because a recall under its deadline degrades gracefully (it reranks fewer
+  candidates) while a write has nothing to drop, and a recall also spends CPU outside the slots
+  (its SQL phase in PostgreSQL): at an even share writers kept 42-52% of their alone rate in the
+  soak (bench.soak). A kind below its share takes the next free slot, so a write waits about one
+  batch behind a flood of recalls, and a read one batch behind a bulk retain. (The rule before -
+  while one kind waits the other never holds the last free slot - split 2 slots one a kind
+  whatever the shares.) A recall's query embedding (a few milliseconds, one per recall,
   and the recall cannot start without it) takes the next free slot ahead of both queues, or, when
   none is free, the express lane: one place beside the slots for such work only.
 
@@ -39,6 +45,7 @@ from rcll.errors import RcllError
 __all__ = ["READ", "WRITE", "Busy", "Kind", "WorkQueue", "admitted", "install", "installed", "model_slot"]
 
 USAGE_HALF_LIFE_S = 10.0   # how long a kind's past slot time counts against it (fairness)
+WRITE_SHARE = 0.6          # writes' share of contended slot time (RCLL_WRITE_SHARE overrides it)
 
 Kind = Literal["read", "write"]
 READ: Kind = "read"
@@ -93,16 +100,20 @@ class WorkQueue:
     """Admission limits per request and fair model slots per batch (see the module docstring).
 
     slots defaults to os.cpu_count(); read_limit to 4 x slots (recalls in progress), write_limit
-    to 8 x slots (retains in progress); RCLL_MODEL_SLOTS, RCLL_READ_LIMIT and RCLL_WRITE_LIMIT
-    override the defaults."""
+    to 8 x slots (retains in progress); write_share to WRITE_SHARE (writes' share of the slot time
+    when both kinds wait, 0.05-0.95); RCLL_MODEL_SLOTS, RCLL_READ_LIMIT, RCLL_WRITE_LIMIT and
+    RCLL_WRITE_SHARE override the defaults."""
 
     def __init__(self, slots: int | None = None, *, read_limit: int | None = None,
-                 write_limit: int | None = None) -> None:
+                 write_limit: int | None = None, write_share: float | None = None) -> None:
         self.slots = max(1, slots or _env_int("RCLL_MODEL_SLOTS") or os.cpu_count() or 1)
         self.limits: dict[Kind, int] = {
             READ: max(1, read_limit or _env_int("RCLL_READ_LIMIT") or 4 * self.slots),
             WRITE: max(1, write_limit or _env_int("RCLL_WRITE_LIMIT") or 8 * self.slots),
         }
+        raw_share = os.environ.get("RCLL_WRITE_SHARE", "").strip()
+        share = write_share if write_share is not None else float(raw_share) if raw_share else WRITE_SHARE
+        self.write_share = min(max(share, 0.05), 0.95)
         self._cond = threading.Condition()
         self._admitted: dict[Kind, int] = {READ: 0, WRITE: 0}
         self._active: dict[Kind, int] = {READ: 0, WRITE: 0}
@@ -174,8 +185,8 @@ class WorkQueue:
                 else:
                     self._active[kind] -= 1
                     self._batch_s = 0.9 * self._batch_s + 0.1 * held
-                    self._decay_usage()
-                    self._usage[kind] += held
+                self._decay_usage()
+                self._usage[kind] += held        # the express lane's time counts too: it is CPU
                 self._dispatch()
 
     def _decay_usage(self) -> None:
@@ -209,25 +220,19 @@ class WorkQueue:
             self._cond.notify_all()
 
     def _next_kind(self) -> Kind | None:
-        free = self.slots - self._active[READ] - self._active[WRITE]
         for kind in _KINDS:
             if self._waiting[kind] and self._waiting[kind][0].first:
                 return kind                                   # a query embedding: the next free slot
-        ready = []
-        for kind in _KINDS:
-            if not self._waiting[kind]:
-                continue
-            other = WRITE if kind == READ else READ
-            # While the other kind waits, never take the last free slot (one stays reserved for it).
-            if self._waiting[other] and self.slots > 1 and free <= 1 and self._active[other] == 0:
-                continue
-            ready.append(kind)
+        ready = [kind for kind in _KINDS if self._waiting[kind]]
         if not ready:
             return None
         if len(ready) == 2:
-            # Both wait: the kind that held slots for less time lately; equal (a fresh queue): in turn.
-            if self._usage[READ] != self._usage[WRITE]:
-                return READ if self._usage[READ] < self._usage[WRITE] else WRITE
+            # Both wait: the kind furthest below its share of the slot time held lately; equal (a
+            # fresh queue): in turn.
+            reads = self._usage[READ] / (1.0 - self.write_share)
+            writes = self._usage[WRITE] / self.write_share
+            if reads != writes:
+                return READ if reads < writes else WRITE
             return WRITE if self._last == READ else READ
         return ready[0]
 
