@@ -2026,6 +2026,141 @@ $$;
 COMMENT ON FUNCTION rcll._bm25_pruned_terms(text[], double precision, double precision)
     IS 'Internal: of a query''s terms, those too common to generate BM25 candidates (common, by rising frequency common_freq among n units, from ANALYZE''s statistics of unit_lexicon) and those that generate them (gen). Shared by the lexical and session channels.';
 
+CREATE OR REPLACE FUNCTION rcll._bm25_channels(
+    query           text,
+    scope           rcll.recall_scope,
+    query_embedding vector DEFAULT NULL,
+    "limit"         integer DEFAULT (rcll.recall_defaults()).channel_limit,
+    prune_above     double precision DEFAULT 0.05,
+    k1              double precision DEFAULT 1.2,
+    b               double precision DEFAULT 0.75,
+    lexical         boolean DEFAULT true,
+    session         boolean DEFAULT true)
+RETURNS TABLE (channel text, unit_id bigint, score double precision, rank integer)
+LANGUAGE plpgsql STABLE
+SET plan_cache_mode = force_custom_plan
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    bk     integer := (scope).bank_id;
+    lim    integer := greatest(coalesce(_bm25_channels."limit", (rcll.recall_defaults()).channel_limit), 0);
+    q      public.vector := _bm25_channels.query_embedding;
+    terms  text[];
+    corpus record;
+    ndocs  double precision := 1;
+    avgdl  double precision := 1;
+    common text[];
+    common_freq double precision[];
+    gen    text[];
+BEGIN
+    terms := rcll._query_lexemes(_bm25_channels.query, bk);
+    IF cardinality(terms) = 0 OR lim = 0 OR NOT (coalesce(_bm25_channels.lexical, false) OR coalesce(_bm25_channels.session, false)) THEN
+        RETURN;
+    END IF;
+    corpus := rcll._bm25_corpus(bk);
+    IF _bm25_channels.session THEN
+        -- Document statistics: N = the bank's documents, average length = the units' total
+        -- length over N (rcll._bm25_corpus's unit figures; documents are counted on their bank index).
+        ndocs := greatest((SELECT count(*) FROM rcll.documents d WHERE d.bank_id = bk), 1);
+        avgdl := greatest(corpus.avgdl * corpus.n / ndocs, 1);
+    END IF;
+    -- Candidates from the rarer terms only (rcll._bm25_pruned_terms); a pruned term still scores,
+    -- its df estimated from its frequency: times N units (lexical), at most every document (session).
+    SELECT t.common, t.common_freq, t.gen INTO common, common_freq, gen
+    FROM rcll._bm25_pruned_terms(terms, corpus.n, _bm25_channels.prune_above) t;
+
+    RETURN QUERY
+    WITH cand AS MATERIALIZED (
+        -- One scan for both channels. Only the query's lexemes, with their positions: marking
+        -- them with weight A and filtering on it is ~3x cheaper than unnesting the whole tsvector
+        -- of every candidate, and keeps the whole tsvector out of the materialised candidates.
+        -- (lexical carries no weights - the units_lexical trigger writes plain to_tsvector - so
+        -- nothing else is A.) Read from rcll.unit_lexicon, the narrow copy (453 bytes a unit
+        -- against 2.7 kB for a memory_units row with its inline embedding): the same rows and
+        -- scores, about half the pages touched (migration 012, docs/scaling.md).
+        SELECT u.unit_id, u.document_id, ts_filter(setweight(u.lexical, 'A', terms), '{a}') AS qlex,
+               u.lexical_length, rcll._in_scope(u, scope) AS keep
+        FROM rcll.unit_lexicon u
+        WHERE u.bank_id = bk AND u.lexical @@ rcll._tsquery_any(gen)
+    ), hits AS MATERIALIZED (
+        SELECT c.unit_id, c.document_id, c.keep, c.lexical_length AS dl, t.lexeme,
+               coalesce(array_length(t.positions, 1), 1)::double precision AS tf
+        FROM cand c, unnest(c.qlex) t
+    ),
+    -- Lexical: units scored by Okapi BM25 over their own text.
+    l_df AS (
+        -- Per-bank document frequency: counted (exact) for candidate-generating terms, estimated
+        -- from ANALYZE for the pruned common ones. The bank (not the filtered set) is the corpus.
+        SELECT h.lexeme, count(*)::double precision AS df FROM hits h WHERE h.lexeme = ANY (gen) GROUP BY h.lexeme
+        UNION ALL
+        SELECT c.lexeme, c.f * corpus.n FROM unnest(common, common_freq) c(lexeme, f) WHERE c.lexeme <> ALL (gen)
+    ), l_idf AS (
+        SELECT d.lexeme,
+               ln(1 + (greatest(corpus.n, (SELECT max(x.df) FROM l_df x)) - d.df + 0.5) / (d.df + 0.5)) AS idf
+        FROM l_df d
+    ), l_scored AS (
+        SELECT h.unit_id,
+               sum(i.idf * h.tf * (_bm25_channels.k1 + 1)
+                   / (h.tf + _bm25_channels.k1 * (1 - _bm25_channels.b + _bm25_channels.b * h.dl / corpus.avgdl))) AS s
+        FROM hits h JOIN l_idf i ON i.lexeme = h.lexeme
+        WHERE h.keep
+        GROUP BY h.unit_id
+    ),
+    -- Session: documents scored by BM25 over their units in scope; their units inherit the score.
+    s_hits AS (
+        SELECT h.* FROM hits h WHERE h.document_id IS NOT NULL
+    ), s_df AS (
+        -- Document frequency over the bank's documents: counted for candidate-generating terms,
+        -- estimated for the pruned common ones.
+        SELECT h.lexeme, count(DISTINCT h.document_id)::double precision AS df FROM s_hits h
+        WHERE h.lexeme = ANY (gen) GROUP BY h.lexeme
+        UNION ALL
+        SELECT c.lexeme, least(c.f * corpus.n, ndocs) FROM unnest(common, common_freq) c(lexeme, f) WHERE c.lexeme <> ALL (gen)
+    ), s_idf AS (
+        SELECT d.lexeme, ln(1 + (greatest(ndocs, (SELECT max(x.df) FROM s_df x)) - d.df + 0.5) / (d.df + 0.5)) AS idf
+        FROM s_df d
+    ), s_tf AS (
+        -- A document's text is what the recall may read of it: its units in scope.
+        SELECT h.document_id, h.lexeme, sum(h.tf) AS tf FROM s_hits h WHERE h.keep GROUP BY h.document_id, h.lexeme
+    ), s_dl AS (
+        SELECT m.document_id, sum(m.lexical_length)::double precision AS dl
+        FROM rcll.unit_lexicon m
+        WHERE m.document_id IN (SELECT DISTINCT t.document_id FROM s_tf t)
+        GROUP BY m.document_id
+    ), s_docs AS (
+        SELECT t.document_id,
+               sum(i.idf * t.tf * (_bm25_channels.k1 + 1)
+                   / (t.tf + _bm25_channels.k1 * (1 - _bm25_channels.b + _bm25_channels.b * l.dl / avgdl))) AS s
+        FROM s_tf t JOIN s_idf i ON i.lexeme = t.lexeme JOIN s_dl l ON l.document_id = t.document_id
+        GROUP BY t.document_id
+        ORDER BY 2 DESC, 1
+        LIMIT lim                 -- every document holds at least one unit
+    ), s_units AS (
+        SELECT u.unit_id, d.s, d.document_id,
+               CASE WHEN q IS NULL OR u.embedding IS NULL THEN NULL
+                    ELSE u.embedding OPERATOR(public.<=>) q END AS dist, u.chunk_index
+        FROM s_docs d JOIN rcll.memory_units u ON u.document_id = d.document_id
+        WHERE rcll._in_scope(u, scope)
+    )
+    (SELECT 'lexical'::text, x.unit_id, x.s, (row_number() OVER (ORDER BY x.s DESC, x.unit_id))::integer
+     FROM l_scored x
+     WHERE _bm25_channels.lexical
+     ORDER BY x.s DESC, x.unit_id
+     LIMIT lim)
+    UNION ALL
+    (SELECT 'session'::text, x.unit_id, x.s, x.rank FROM (
+        SELECT y.unit_id, y.s,
+               (row_number() OVER (ORDER BY y.s DESC, y.document_id, y.dist NULLS LAST,
+                                            y.chunk_index, y.unit_id))::integer AS rank
+        FROM s_units y) x
+     WHERE _bm25_channels.session AND x.rank <= lim
+     ORDER BY x.rank);
+END
+$$;
+COMMENT ON FUNCTION rcll._bm25_channels(text, rcll.recall_scope, vector, integer, double precision, double precision, double precision, boolean, boolean)
+    IS 'Internal: the lexical (units by Okapi BM25) and session (documents by BM25 over their units in scope, units inheriting the score) channels from one candidate scan of rcll.unit_lexicon - rcll.recall_candidates runs both in one call; rcll.channel_lexical and rcll.channel_session are each one of them. channel is ''lexical'' or ''session''; a false flag skips that channel.';
+
 CREATE OR REPLACE FUNCTION rcll.channel_lexical(
     query       text,
     scope       rcll.recall_scope,
@@ -2034,71 +2169,14 @@ CREATE OR REPLACE FUNCTION rcll.channel_lexical(
     k1          double precision DEFAULT 1.2,
     b           double precision DEFAULT 0.75)
 RETURNS TABLE (unit_id bigint, score double precision, rank integer)
-LANGUAGE plpgsql STABLE
-SET plan_cache_mode = force_custom_plan
+LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-#variable_conflict use_column
-DECLARE
-    bk     integer := (scope).bank_id;
-    lim    integer := greatest(coalesce(channel_lexical."limit", (rcll.recall_defaults()).channel_limit), 0);
-    terms  text[];
-    corpus record;
-    common text[];
-    common_df double precision[];
-    gen    text[];
-BEGIN
-    terms := rcll._query_lexemes(channel_lexical.query, bk);
-    IF cardinality(terms) = 0 OR lim = 0 THEN
-        RETURN;
-    END IF;
-    corpus := rcll._bm25_corpus(bk);
-    -- Candidates from the rarer terms only (rcll._bm25_pruned_terms); a pruned term's df is its
-    -- frequency times N.
-    SELECT t.common, ARRAY(SELECT c.f * corpus.n FROM unnest(t.common_freq) WITH ORDINALITY AS c(f, i) ORDER BY c.i), t.gen
-    INTO common, common_df, gen
-    FROM rcll._bm25_pruned_terms(terms, corpus.n, channel_lexical.prune_above) t;
-
-    RETURN QUERY
-    WITH cand AS MATERIALIZED (
-        -- Only the query's lexemes, with their positions: marking them with weight A and
-        -- filtering on it is ~3x cheaper than unnesting the whole tsvector of every candidate,
-        -- and keeps the whole tsvector out of the materialised candidates. (lexical carries no
-        -- weights - the units_lexical trigger writes plain to_tsvector - so nothing else is A.)
-        -- Read from rcll.unit_lexicon, the narrow copy (453 bytes a unit against 2.7 kB for a
-        -- memory_units row with its inline embedding): the same rows and scores, about half
-        -- the pages touched (migration 012, docs/scaling.md).
-        SELECT u.unit_id, ts_filter(setweight(u.lexical, 'A', terms), '{a}') AS qlex, u.lexical_length,
-               rcll._in_scope(u, scope) AS keep
-        FROM rcll.unit_lexicon u
-        WHERE u.bank_id = bk AND u.lexical @@ rcll._tsquery_any(gen)
-    ), hits AS MATERIALIZED (
-        SELECT c.unit_id, c.keep, c.lexical_length AS dl, t.lexeme,
-               coalesce(array_length(t.positions, 1), 1)::double precision AS tf
-        FROM cand c, unnest(c.qlex) t
-    ), df AS (
-        -- Per-bank document frequency: counted (exact) for candidate-generating terms, estimated
-        -- from ANALYZE for the pruned common ones. The bank (not the filtered set) is the corpus.
-        SELECT h.lexeme, count(*)::double precision AS df FROM hits h WHERE h.lexeme = ANY (gen) GROUP BY h.lexeme
-        UNION ALL
-        SELECT c.lexeme, c.df FROM unnest(common, common_df) c(lexeme, df) WHERE c.lexeme <> ALL (gen)
-    ), idf AS (
-        SELECT d.lexeme,
-               ln(1 + (greatest(corpus.n, (SELECT max(x.df) FROM df x)) - d.df + 0.5) / (d.df + 0.5)) AS idf
-        FROM df d
-    ), scored AS (
-        SELECT h.unit_id,
-               sum(i.idf * h.tf * (channel_lexical.k1 + 1)
-                   / (h.tf + channel_lexical.k1 * (1 - channel_lexical.b + channel_lexical.b * h.dl / corpus.avgdl))) AS s
-        FROM hits h JOIN idf i ON i.lexeme = h.lexeme
-        WHERE h.keep
-        GROUP BY h.unit_id
-    )
-    SELECT s.unit_id, s.s, (row_number() OVER (ORDER BY s.s DESC, s.unit_id))::integer
-    FROM scored s
-    ORDER BY s.s DESC, s.unit_id
-    LIMIT lim;
-END
+    SELECT c.unit_id, c.score, c.rank
+    FROM rcll._bm25_channels(channel_lexical.query, channel_lexical.scope, NULL, channel_lexical."limit",
+                             channel_lexical.prune_above, channel_lexical.k1, channel_lexical.b,
+                             lexical => true, session => false) c
+    ORDER BY c.rank
 $$;
 COMMENT ON FUNCTION rcll.channel_lexical(text, rcll.recall_scope, integer, double precision, double precision, double precision)
     IS 'Lexical recall channel: Okapi BM25 (k1, b) of the query''s lexemes under the bank''s text search configuration, per-bank IDF, filtered before ranking by the scope (rcll.recall_scope). Candidates come from terms in at most prune_above of the units (NULL or 1: exact, all terms); all terms score. Reads plain tables only, so it runs on replicas. From psql: SELECT * FROM rcll.channel_lexical(''deploy'', rcll.recall_scope(''fleet'', rooms => ''{deployment}'')).';
@@ -2241,90 +2319,15 @@ CREATE OR REPLACE FUNCTION rcll.channel_session(
     k1              double precision DEFAULT 1.2,
     b               double precision DEFAULT 0.75)
 RETURNS TABLE (unit_id bigint, score double precision, rank integer)
-LANGUAGE plpgsql STABLE
-SET plan_cache_mode = force_custom_plan
+LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-#variable_conflict use_column
-DECLARE
-    bk     integer := (scope).bank_id;
-    lim    integer := greatest(coalesce(channel_session."limit", (rcll.recall_defaults()).channel_limit), 0);
-    q      public.vector := channel_session.query_embedding;
-    terms  text[];
-    corpus record;
-    ndocs  double precision;
-    avgdl  double precision;
-    common text[];
-    common_df double precision[];
-    gen    text[];
-BEGIN
-    terms := rcll._query_lexemes(channel_session.query, bk);
-    IF cardinality(terms) = 0 OR lim = 0 THEN
-        RETURN;
-    END IF;
-    -- Document statistics: N = the bank's documents, average length = the units' total length
-    -- over N (rcll._bm25_corpus's unit figures; documents are counted on their bank index).
-    corpus := rcll._bm25_corpus(bk);
-    ndocs := greatest((SELECT count(*) FROM rcll.documents d WHERE d.bank_id = bk), 1);
-    avgdl := greatest(corpus.avgdl * corpus.n / ndocs, 1);
-
-    -- Candidate terms exactly as rcll.channel_lexical chooses them (rcll._bm25_pruned_terms): a
-    -- pruned term still scores, its document frequency estimated as at most every document.
-    SELECT t.common, ARRAY(SELECT least(c.f * corpus.n, ndocs) FROM unnest(t.common_freq) WITH ORDINALITY AS c(f, i) ORDER BY c.i),
-           t.gen
-    INTO common, common_df, gen
-    FROM rcll._bm25_pruned_terms(terms, corpus.n, channel_session.prune_above) t;
-
-    RETURN QUERY
-    WITH cand AS MATERIALIZED (
-        SELECT u.unit_id, u.document_id, ts_filter(setweight(u.lexical, 'A', terms), '{a}') AS qlex,
-               rcll._in_scope(u, scope) AS keep
-        FROM rcll.unit_lexicon u
-        WHERE u.bank_id = bk AND u.lexical @@ rcll._tsquery_any(gen) AND u.document_id IS NOT NULL
-    ), hits AS MATERIALIZED (
-        SELECT c.document_id, c.keep, t.lexeme, coalesce(array_length(t.positions, 1), 1)::double precision AS tf
-        FROM cand c, unnest(c.qlex) t
-    ), df AS (
-        -- Document frequency over the bank's documents: counted for candidate-generating terms,
-        -- estimated for the pruned common ones.
-        SELECT h.lexeme, count(DISTINCT h.document_id)::double precision AS df FROM hits h
-        WHERE h.lexeme = ANY (gen) GROUP BY h.lexeme
-        UNION ALL
-        SELECT c.lexeme, c.df FROM unnest(common, common_df) c(lexeme, df) WHERE c.lexeme <> ALL (gen)
-    ), idf AS (
-        SELECT d.lexeme, ln(1 + (greatest(ndocs, (SELECT max(x.df) FROM df x)) - d.df + 0.5) / (d.df + 0.5)) AS idf
-        FROM df d
-    ), tf AS (
-        -- A document's text is what the recall may read of it: its units in scope.
-        SELECT h.document_id, h.lexeme, sum(h.tf) AS tf FROM hits h WHERE h.keep GROUP BY h.document_id, h.lexeme
-    ), dl AS (
-        SELECT m.document_id, sum(m.lexical_length)::double precision AS dl
-        FROM rcll.unit_lexicon m
-        WHERE m.document_id IN (SELECT DISTINCT tf.document_id FROM tf)
-        GROUP BY m.document_id
-    ), docs AS (
-        SELECT t.document_id,
-               sum(i.idf * t.tf * (channel_session.k1 + 1)
-                   / (t.tf + channel_session.k1 * (1 - channel_session.b + channel_session.b * l.dl / avgdl))) AS s
-        FROM tf t JOIN idf i ON i.lexeme = t.lexeme JOIN dl l ON l.document_id = t.document_id
-        GROUP BY t.document_id
-        ORDER BY 2 DESC, 1
-        LIMIT lim                 -- every document holds at least one unit
-    ), units AS (
-        SELECT u.unit_id, d.s, d.document_id,
-               CASE WHEN q IS NULL OR u.embedding IS NULL THEN NULL
-                    ELSE u.embedding OPERATOR(public.<=>) q END AS dist, u.chunk_index
-        FROM docs d JOIN rcll.memory_units u ON u.document_id = d.document_id
-        WHERE rcll._in_scope(u, scope)
-    )
-    SELECT x.unit_id, x.s, x.rank FROM (
-        SELECT units.unit_id, units.s,
-               (row_number() OVER (ORDER BY units.s DESC, units.document_id, units.dist NULLS LAST,
-                                            units.chunk_index, units.unit_id))::integer AS rank
-        FROM units) x
-    WHERE x.rank <= lim
-    ORDER BY x.rank;
-END
+    -- Scored in rcll._bm25_channels (120-channel-lexical.sql), from the lexical channel's candidates.
+    SELECT c.unit_id, c.score, c.rank
+    FROM rcll._bm25_channels(channel_session.query, channel_session.scope, channel_session.query_embedding,
+                             channel_session."limit", channel_session.prune_above, channel_session.k1,
+                             channel_session.b, lexical => false, session => true) c
+    ORDER BY c.rank
 $$;
 COMMENT ON FUNCTION rcll.channel_session(text, rcll.recall_scope, vector, integer, double precision, double precision, double precision)
     IS 'Session recall channel (where): documents scored by Okapi BM25 (k1, b) of the query over their whole text - tf summed over their units in scope, length the sum of their units'' lexical lengths, IDF over the bank''s documents - from the candidate units rcll.channel_lexical reads (same prune_above rule); each unit inherits its document''s score (score = the document''s BM25), listed best document first, inside a document by cosine to query_embedding (else in document order), at most "limit" units. Filtered before ranking by the scope (rcll.recall_scope). From psql: SELECT * FROM rcll.channel_session(''charity race'', rcll.recall_scope(''fleet'')).';
@@ -2861,10 +2864,14 @@ AS $$
             seeds => (SELECT array_agg(d.unit_id) FROM d WHERE d.rank <= 100),
             scope => recall_candidates.scope, "limit" => recall_candidates.channel_limit) c
         WHERE recall_candidates.context_weight > 0
+    ), bm25 AS (
+        -- The lexical and session channels share one candidate scan (rcll._bm25_channels).
+        SELECT c.channel, c.unit_id, c.score, c.rank FROM rcll._bm25_channels(
+            query => recall_candidates.query, scope => recall_candidates.scope,
+            query_embedding => recall_candidates.query_embedding, "limit" => recall_candidates.channel_limit,
+            lexical => recall_candidates.lexical_weight > 0, session => recall_candidates.session_weight > 0) c
     ), l AS (
-        SELECT c.unit_id, c.score, c.rank FROM rcll.channel_lexical(
-            query => recall_candidates.query, scope => recall_candidates.scope, "limit" => recall_candidates.channel_limit) c
-        WHERE recall_candidates.lexical_weight > 0
+        SELECT bm25.unit_id, bm25.score, bm25.rank FROM bm25 WHERE bm25.channel = 'lexical'
     ), g AS (
         SELECT c.unit_id, c.score, c.rank FROM rcll.channel_graph(
             query => recall_candidates.query, scope => recall_candidates.scope, "limit" => recall_candidates.channel_limit) c
@@ -2883,10 +2890,7 @@ AS $$
             "limit" => recall_candidates.channel_limit) c
         WHERE recall_candidates.entity_weight > 0
     ), s AS (
-        SELECT c.unit_id, c.score, c.rank FROM rcll.channel_session(
-            query => recall_candidates.query, scope => recall_candidates.scope,
-            query_embedding => recall_candidates.query_embedding, "limit" => recall_candidates.channel_limit) c
-        WHERE recall_candidates.session_weight > 0
+        SELECT bm25.unit_id, bm25.score, bm25.rank FROM bm25 WHERE bm25.channel = 'session'
     ), hits AS (
         SELECT d.unit_id, d.score, d.rank, 'd' AS ch, recall_candidates.dense_weight AS w FROM d
         WHERE recall_candidates.dense_weight > 0

@@ -149,6 +149,30 @@ def test_session_channel_lists_the_best_documents_units_by_their_documents_bm25(
     assert channel(bank, "session", "submarine") == []
 
 
+def test_one_bm25_scan_serves_both_channels_exactly_as_each_alone(bank: psycopg.Connection[Any]) -> None:
+    """recall_candidates reads the lexical and session channels from one candidate scan
+    (rcll._bm25_channels); each public channel is one half of it, row for row and bit for bit."""
+    retain(bank, ["Melanie: I ran a charity race.", "Caroline: How was the race?", "Melanie: Tiring."],
+           [axis((0, 1)), axis((1, 1)), axis((2, 1))], author="mel", source="a")
+    retain(bank, ["Jon: I watched a race on TV.", "Gina: The charity gala was fun.", "Jon: Cool race."],
+           [axis((3, 1)), axis((4, 1)), axis((5, 1))], author="jon", source="b")
+    qe = vtext(axis((2, 1), (0, 0.5)))
+    for authors, limit in ((None, 300), (["mel"], 300), (None, 2)):
+        args = {"q": "charity race", "bank": BANK, "authors": authors, "qe": qe, "limit": limit}
+        both = bank.execute("""SELECT channel, unit_id, score, rank FROM rcll._bm25_channels(
+                                   %(q)s, rcll.recall_scope(%(bank)s, authors => %(authors)s), %(qe)s::vector,
+                                   %(limit)s) ORDER BY channel, rank""", args).fetchall()
+        alone = [("lexical", *r) for r in bank.execute(
+                     """SELECT unit_id, score, rank FROM rcll.channel_lexical(%(q)s,
+                            rcll.recall_scope(%(bank)s, authors => %(authors)s), %(limit)s)""", args).fetchall()]
+        alone += [("session", *r) for r in bank.execute(
+                      """SELECT unit_id, score, rank FROM rcll.channel_session(%(q)s,
+                             rcll.recall_scope(%(bank)s, authors => %(authors)s), %(qe)s::vector, %(limit)s)""",
+                      args).fetchall()]
+        assert both == alone and any(c == "lexical" for c, *_ in both) and any(c == "session" for c, *_ in both)
+        assert len([r for r in both if r[0] == "session"]) <= limit
+
+
 def test_fused_score_is_the_sum_of_each_channels_z_score(bank: psycopg.Connection[Any]) -> None:
     chunks = ["Caroline: I ran a charity race for the shelter.", "Melanie: A race? Which race?",
               "Caroline: The charity race downtown, with Melanie.", "Melanie: I painted a lake.",

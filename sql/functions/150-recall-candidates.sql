@@ -43,10 +43,14 @@ AS $$
             seeds => (SELECT array_agg(d.unit_id) FROM d WHERE d.rank <= 100),
             scope => recall_candidates.scope, "limit" => recall_candidates.channel_limit) c
         WHERE recall_candidates.context_weight > 0
+    ), bm25 AS (
+        -- The lexical and session channels share one candidate scan (rcll._bm25_channels).
+        SELECT c.channel, c.unit_id, c.score, c.rank FROM rcll._bm25_channels(
+            query => recall_candidates.query, scope => recall_candidates.scope,
+            query_embedding => recall_candidates.query_embedding, "limit" => recall_candidates.channel_limit,
+            lexical => recall_candidates.lexical_weight > 0, session => recall_candidates.session_weight > 0) c
     ), l AS (
-        SELECT c.unit_id, c.score, c.rank FROM rcll.channel_lexical(
-            query => recall_candidates.query, scope => recall_candidates.scope, "limit" => recall_candidates.channel_limit) c
-        WHERE recall_candidates.lexical_weight > 0
+        SELECT bm25.unit_id, bm25.score, bm25.rank FROM bm25 WHERE bm25.channel = 'lexical'
     ), g AS (
         SELECT c.unit_id, c.score, c.rank FROM rcll.channel_graph(
             query => recall_candidates.query, scope => recall_candidates.scope, "limit" => recall_candidates.channel_limit) c
@@ -65,10 +69,7 @@ AS $$
             "limit" => recall_candidates.channel_limit) c
         WHERE recall_candidates.entity_weight > 0
     ), s AS (
-        SELECT c.unit_id, c.score, c.rank FROM rcll.channel_session(
-            query => recall_candidates.query, scope => recall_candidates.scope,
-            query_embedding => recall_candidates.query_embedding, "limit" => recall_candidates.channel_limit) c
-        WHERE recall_candidates.session_weight > 0
+        SELECT bm25.unit_id, bm25.score, bm25.rank FROM bm25 WHERE bm25.channel = 'session'
     ), hits AS (
         SELECT d.unit_id, d.score, d.rank, 'd' AS ch, recall_candidates.dense_weight AS w FROM d
         WHERE recall_candidates.dense_weight > 0
