@@ -2458,7 +2458,8 @@ COMMENT ON FUNCTION rcll.channel_context(vector, bigint[], rcll.recall_scope, in
 
 
 -- functions 120-channel-lexical.sql
--- Lexical channel: Okapi BM25 over the units' tsvectors, with no statistics kept on the write path.
+-- Lexical channel: Okapi BM25 over the units' tsvectors, with no statistics kept on the write path - and the
+-- session channel's document BM25 (127) from the same candidate scan (rcll._bm25_channels).
 
 CREATE OR REPLACE FUNCTION rcll._tsquery_any(lexemes text[])
 RETURNS tsquery
@@ -2792,7 +2793,8 @@ COMMENT ON FUNCTION rcll.channel_entity(text, rcll.recall_scope, vector, integer
 -- turn that answers it does: "When did Melanie run a charity race?" matches the session about the
 -- race although the answering turn says "last Saturday". The channel scores each document by Okapi
 -- BM25 over its text (tf summed over its units, length the sum of their lengths, IDF over the
--- bank's documents), from the same candidate units the lexical channel reads, and lists the units
+-- bank's documents), from the same candidate units the lexical channel reads (one scan for both:
+-- rcll._bm25_channels, 120-channel-lexical.sql), and lists the units
 -- of the best documents - inside a document by cosine to the query. On LoCoMo it is the first
 -- stage's largest single gain (bench/locomo/RESEARCH.md, third round: -0.033 / -0.036 R@40 without it).
 
