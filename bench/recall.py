@@ -1,6 +1,7 @@
 """Recall latency on synthetic agent-fleet stores: p50/p95 per channel, fused, and per recall phase.
 
     .venv/bin/python -m bench.recall [--sizes 10000,100000] [--queries 60] [--configs DEPTH:CONTEXT_DEPTH,...]
+                                     [--deadlines 150,300,500]
     .venv/bin/python -m bench.recall --fleet 1000000 [--banks 400] [--per-case 12] [--partial]
 
 Builds a fresh embedded PG 18 cluster in /tmp, and for each size a store that looks like a fleet's:
@@ -281,6 +282,30 @@ def measure(conn: psycopg.Connection[Any], qs: list[dict[str, Any]],
     return rows
 
 
+def deadlines(conn: psycopg.Connection[Any], qs: list[dict[str, Any]], limits: list[int]) -> list[list[Any]]:
+    """Full recall at each deadline, the clock started before the query embedding (as a server's
+    starts at arrival): latency, how deep the cross-encoder read, how often the deadline cut it,
+    and how many answers were partly reranked (at least two candidates read, so the top can move)."""
+    emb = models.get_embedder()
+    models.get_reranker()
+    rows = []
+    for ms in limits:
+        lat, depth, cut, partly = [], [], 0, 0
+        for q in qs:
+            t = time.perf_counter()
+            emb.embed_query(q["text"])      # the bench's embeddings are synthetic; the time is real
+            r = recall(conn, q["text"], BANK, query_embedding=q["qe"], deadline_ms=ms, started=t,
+                       reference_time="2024-06-01", **q["filters"])
+            lat.append((time.perf_counter() - t) * 1000)
+            depth.append(r.rerank_depth_reached)
+            cut += r.deadline_cut
+            partly += r.rerank_depth_reached >= 2
+        rows.append([f"{ms} ms", statistics.median(lat), pct(lat, 0.95),
+                     f"{statistics.median(depth):.0f} ({min(depth)}-{max(depth)})", f"{cut}/{len(qs)}",
+                     f"{partly}/{len(qs)}"])
+    return rows
+
+
 ROUTE = "SELECT unit_id FROM rcll.channel_dense(%(qe)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s), exact_below => %(exact)s) ORDER BY rank"
 
 
@@ -313,6 +338,8 @@ def main() -> int:
     ap.add_argument("--configs", default=f"{DEFAULT_RERANK_DEPTH}:{DEFAULT_CONTEXT_DEPTH}",
                     help="rerank configurations to time, DEPTH:CONTEXT_DEPTH,... (default: the shipped one)")
     ap.add_argument("--port", type=int, default=55530)
+    ap.add_argument("--deadlines", default="",
+                    help="also time full recall at these deadlines (ms, e.g. 150,300,500): depth read, cuts")
     ap.add_argument("--keep", action="store_true", help="keep the cluster (in /tmp) for EXPLAIN")
     ap.add_argument("--fleet", type=int, default=0,
                     help="instead: a fleet store of this many units over --banks banks (bench/fleet.py), "
@@ -343,6 +370,11 @@ def main() -> int:
                 print("\ndense routing: exact scan vs HNSW iterative scan (300 results)")
                 print(table(["filter", "queries", "exact p50 ms", "HNSW p50 ms", "HNSW recall@10 vs exact"],
                             routing(conn, qs)), flush=True)
+                if args.deadlines:
+                    print("\nfull recall at a deadline (counted from before the query embedding)")
+                    print(table(["deadline", "latency p50 ms", "latency p95 ms", "rerank depth p50 (min-max)",
+                                 "cut by the deadline", "partly reranked (>= 2 read)"],
+                                deadlines(conn, qs, [int(x) for x in args.deadlines.split(",")])), flush=True)
     return 0
 
 

@@ -89,21 +89,43 @@ def facts(n: int) -> list[Fact]:
 @pytest.fixture(autouse=True)
 def fresh_pair_cost() -> Any:
     """Each test starts from the initial cost estimate and leaves it there (it is process-wide)."""
-    pair_cost.seconds = pair_cost.compute = pair_cost.initial
+    set_cost(pair_cost.initial)
     yield
-    pair_cost.seconds = pair_cost.compute = pair_cost.initial
+    set_cost(pair_cost.initial)
+
+
+def set_cost(seconds: float) -> None:
+    """The cost estimate as just measured (an estimate relaxes towards the initial one as it ages)."""
+    pair_cost.seconds = pair_cost.compute = seconds
+    pair_cost.at = time.monotonic()
 
 
 def test_under_a_tight_deadline_the_reranker_reads_a_fused_prefix_in_batches() -> None:
-    pair_cost.seconds = pair_cost.compute = 0.010     # a stand-in's pair counts one token
+    set_cost(0.010)                                   # a stand-in's pair counts one token
     scorer = SlowScores(per_pair=0.01)   # 80 ms a batch of 8: 40 pairs do not fit in 200 ms
     out, depth = rerank_within("q", facts(60), scorer, depth=40, context_depth=15, deadline=Deadline(200))
-    assert depth.cut and 8 <= depth.rerank < 40 and depth.rerank % 8 == 0
-    # Read in fused order, a batch of 8 at a time.
+    assert depth.cut and 8 <= depth.rerank < 40
+    # Read in fused order, a batch of 8 at a time (the last one cut to what still fits).
     assert scorer.calls[0] == [f"fact {i}" for i in range(8)]
+    assert all(len(c) == 8 for c in scorer.calls[:-1]) and [x for c in scorer.calls for x in c] == [
+        f"fact {i}" for i in range(depth.rerank)]
     read = out[: depth.rerank]
     assert all(f.rerank_score is not None for f in read)
     assert [f.unit_id for f in out[depth.rerank:]] == list(range(depth.rerank, 60))   # unread: fused order
+
+
+def test_a_deadline_too_short_for_a_batch_of_8_reads_the_top_candidates_that_fit() -> None:
+    """At 100k units the SQL phase takes most of a 150 ms deadline: what is left may not hold a
+    batch of 8, but a few of the best fused candidates reranked still reorder the top."""
+    set_cost(0.010)                                   # a stand-in's pair counts one token
+    scorer = SlowScores(per_pair=0.01)
+    out, depth = rerank_within("q", facts(60), scorer, depth=40, context_depth=15, deadline=Deadline(65))
+    assert depth.cut and 2 <= depth.rerank < 8, depth
+    assert scorer.calls == [[f"fact {i}" for i in range(depth.rerank)]]
+    # Too little for two pairs: nothing is read (one read pair would reorder nothing).
+    scorer = SlowScores(per_pair=0.01)
+    _, depth = rerank_within("q", facts(60), scorer, depth=40, context_depth=15, deadline=Deadline(15))
+    assert depth == Depth(0, 0, True) and scorer.calls == []
 
 
 def test_without_a_deadline_the_depths_are_the_asked_ones() -> None:

@@ -11,7 +11,9 @@ reranker call would batch them (sorted by length, 8 to a batch), so the scores a
 the same as the undeadlined recall's: INT8 scores move with batch composition (rcll.models), and
 "a generous deadline changes nothing" must hold to the bit. When the remaining depth is not
 expected to fit the time left (a running cost per token read, waits for a model slot included), it
-reads one batch of 8 fused candidates at a time instead and looks at the clock between batches.
+reads one batch of 8 fused candidates at a time instead and looks at the clock between batches;
+when not even 8 fit, it reads the longest fused prefix that does (two candidates at least, or one
+after others: fewer would reorder nothing), then stops.
 A batch starts when its run (that cost without the waits) fits the time left, and waits
 for a model slot only while it could still end by the deadline once granted. The estimates relax
 as their last measurement ages, so one slow spell does not stop every later read.
@@ -187,33 +189,53 @@ def _read(query: str, passages: list[str], reranker: _Reranker, deadline: Deadli
         left = deadline.left()
         step = _batches(range(i, min(n, i + BATCH)), lengths)
         if left <= 0 or (deadline.ms is not None and left < pair_cost.computing() * _tokens(step[0], lengths)):
-            return scores, True          # the next batch would end past the deadline even with a slot now
+            # The next batch of 8 would end past the deadline even with a slot now: read the
+            # longest fused prefix of it that still fits, if that reorders anything (two pairs,
+            # or one after others), then stop.
+            fits = [k for k in range(len(step[0]) - 1, 0, -1)
+                    if left >= pair_cost.computing() * _tokens(list(range(i, i + k)), lengths)]
+            if left <= 0 or not fits or fits[0] < (2 if i == 0 else 1):
+                return scores, True
+            _score_batches(query, passages, reranker, deadline, queue, waited, [list(range(i, i + fits[0]))],
+                           lengths, counted is not None, scores)
+            return scores, True
         # All the rest in one go (batched as one call would) when it should take at most half
         # the time left as last measured; otherwise one batch of 8, then look at the clock again.
         rest = _batches(range(i, n), lengths)
         cost = max(pair_cost.get(), pair_cost.measured())
         whole = sum(_tokens(rows, lengths) for rows in rest) * cost <= left / 2
         batches, end = (rest, n) if whole else (step, min(n, i + BATCH))
-        for k, rows in enumerate(batches):
-            t = time.perf_counter()
-            tokens = _tokens(rows, lengths)
-            # Wait for a slot only while the batch, once granted, can still end by the deadline.
-            wait = None if deadline.ms is None else max(deadline.left() - pair_cost.computing() * tokens, 0.0)
-            try:
-                with model_slot(READ, wait, queue):
-                    run = time.perf_counter()
-                    waited[0] += run - t
-                    out = reranker.score(query, [passages[j] for j in rows])
-            except TimeoutError:
-                waited[0] += time.perf_counter() - t
-                return scores, True
-            if counted is not None:
-                pair_cost.observe(time.perf_counter() - t, tokens, time.perf_counter() - run)
-            scores.update(zip(rows, (float(s) for s in out), strict=True))
-            if k + 1 < len(batches) and deadline.left() < pair_cost.computing() * _tokens(batches[k + 1], lengths):
-                return scores, True
+        if not _score_batches(query, passages, reranker, deadline, queue, waited, batches, lengths,
+                              counted is not None, scores):
+            return scores, True
         i = end
     return scores, False
+
+
+def _score_batches(query: str, passages: list[str], reranker: _Reranker, deadline: Deadline,
+                   queue: WorkQueue | None, waited: list[float], batches: list[list[int]], lengths: list[int],
+                   measure: bool, scores: dict[int, float]) -> bool:
+    """Score `batches` in turn into `scores`; False when the deadline stopped it (no slot in time,
+    or the next batch would end past it)."""
+    for k, rows in enumerate(batches):
+        t = time.perf_counter()
+        tokens = _tokens(rows, lengths)
+        # Wait for a slot only while the batch, once granted, can still end by the deadline.
+        wait = None if deadline.ms is None else max(deadline.left() - pair_cost.computing() * tokens, 0.0)
+        try:
+            with model_slot(READ, wait, queue):
+                run = time.perf_counter()
+                waited[0] += run - t
+                out = reranker.score(query, [passages[j] for j in rows])
+        except TimeoutError:
+            waited[0] += time.perf_counter() - t
+            return False
+        if measure:
+            pair_cost.observe(time.perf_counter() - t, tokens, time.perf_counter() - run)
+        scores.update(zip(rows, (float(s) for s in out), strict=True))
+        if k + 1 < len(batches) and deadline.left() < pair_cost.computing() * _tokens(batches[k + 1], lengths):
+            return False
+    return True
 
 
 def read_prefix(query: str, passages: Sequence[str], reranker: _Reranker, deadline: Deadline) -> list[float]:
