@@ -192,22 +192,33 @@ def test_a_query_embedding_goes_ahead_of_the_rerank_batches_waiting() -> None:
     batches = run_threads(3, lambda i: _batch(q, order, i))
     while q.snapshot().waiting[READ] < 3:
         time.sleep(0.005)
+    embed = _query_embedding(q, order)
+    while q.snapshot().waiting[READ] < 4:
+        time.sleep(0.005)
+    _release_all(release, lane, [embed, *batches], holders)
+    assert order[0] == "embed" and len(order) == 4
 
+
+def _query_embedding(q: WorkQueue, order: list[str]) -> threading.Thread:
+    """A started thread that takes a slot as a recall's query embedding (first) and records it."""
     def query_embedding() -> None:
         with q.slot(READ, first=True):
             order.append("embed")
 
     embed = threading.Thread(target=query_embedding)
     embed.start()
-    while q.snapshot().waiting[READ] < 4:
-        time.sleep(0.005)
-    release.set()                     # the slot comes free; the express lane stays taken
-    for t in [embed, *batches]:
+    return embed
+
+
+def _release_all(release: threading.Event, lane: threading.Event, waiting: list[threading.Thread],
+                 holders: list[threading.Thread]) -> None:
+    """Free the slots (the express lane stays taken) until the waiting threads are done, then the lane."""
+    release.set()
+    for t in waiting:
         t.join()
     lane.set()
     for t in holders:
         t.join()
-    assert order[0] == "embed" and len(order) == 4
 
 
 def _hold_slots_and_lane(q: WorkQueue, kind: str, release: threading.Event,
@@ -246,21 +257,10 @@ def test_a_query_embedding_goes_ahead_of_the_writes_waiting_even_when_it_is_thei
     writes = run_threads(3, write)
     while q.snapshot().waiting[WRITE] < 3:
         time.sleep(0.005)
-
-    def query_embedding() -> None:
-        with q.slot(READ, first=True):
-            order.append("embed")
-
-    embed = threading.Thread(target=query_embedding)
-    embed.start()
+    embed = _query_embedding(q, order)
     while q.snapshot().waiting[READ] < 1:
         time.sleep(0.005)
-    release.set()                     # the slot comes free; the express lane stays taken
-    for t in [embed, *writes]:
-        t.join()
-    lane.set()
-    for t in holders:
-        t.join()
+    _release_all(release, lane, [embed, *writes], holders)
     assert order[0] == "embed" and len(order) == 4, order
 
 
