@@ -51,9 +51,8 @@ def store(db: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
     return db
 
 
-def _ranking_plan(db: psycopg.Connection[Any], room: str) -> tuple[int, list[str], str]:
-    """(rows returned, scan nodes of the channel's ranking statement, that plan as JSON) for a dense
-    recall in room."""
+def _nested_plans(db: psycopg.Connection[Any], statement: str, params: tuple[Any, ...]) -> tuple[Any, list[dict[str, Any]]]:
+    """(the statement's one-row result, the plans of the statements it ran inside PL/pgSQL)."""
     plans: list[dict[str, Any]] = []
 
     def keep(d: psycopg.errors.Diagnostic) -> None:
@@ -66,13 +65,21 @@ def _ranking_plan(db: psycopg.Connection[Any], room: str) -> tuple[int, list[str
     db.execute("SET enable_bitmapscan = off")
     for setting in ("log_min_duration = 0", "log_nested_statements = on", "log_level = notice", "log_format = json"):
         db.execute(f"SET auto_explain.{setting}")
+    plans.clear()
+    row = db.execute(statement, params).fetchone()
+    db.execute("SET auto_explain.log_min_duration = -1")
+    db.remove_notice_handler(keep)
+    return row, plans
+
+
+def _ranking_plan(db: psycopg.Connection[Any], room: str) -> tuple[int, list[str], str]:
+    """(rows returned, scan nodes of the channel's ranking statement, that plan as JSON) for a dense
+    recall in room."""
     query = db.execute("SELECT embedding FROM rcll.memory_units WHERE room = 'big' ORDER BY unit_id LIMIT 1").fetchone()
     assert query is not None
-    plans.clear()
-    row = db.execute("""SELECT count(*) FROM rcll.channel_dense(%s, rcll.recall_scope(%s, rooms => ARRAY[%s]), "limit" => 10,
-                                                              exact_below => %s)""",
-                     (query[0], BANK, room, EXACT_BELOW)).fetchone()
-    db.execute("SET auto_explain.log_min_duration = -1")
+    row, plans = _nested_plans(db, """SELECT count(*) FROM rcll.channel_dense(%s, rcll.recall_scope(%s, rooms => ARRAY[%s]),
+                                                                          "limit" => 10, exact_below => %s)""",
+                               (query[0], BANK, room, EXACT_BELOW))
     ranking = [p for p in plans if "OPERATOR(public.<=>)" in p["Query Text"]]
     assert len(ranking) == 1, [p["Query Text"][:80] for p in plans]
     assert row is not None
@@ -93,3 +100,18 @@ def test_a_room_above_exact_below_is_searched_through_the_hnsw_index(store: psyc
     rows, scans, _ = _ranking_plan(store, "big")
     assert rows == 10
     assert scans == ["Index Scan using memory_units_embedding_hnsw on memory_units"]
+
+
+def test_the_temporal_channel_inlines_its_time_test(store: psycopg.Connection[Any]) -> None:
+    # rcll._in_time_range is inlined: the planner sees the unit's columns against the range's
+    # constants (which the time indexes can serve), not a function call per unit.
+    row, plans = _nested_plans(store, """SELECT count(*) FROM rcll.channel_temporal('what happened',
+                                             rcll.recall_scope(%s), time_range => tstzrange(now() - interval '1 day', now()),
+                                             "limit" => 10)""",
+                               (BANK,))
+    assert row is not None and row[0] == 10
+    ranking = [p for p in plans if "rcll._in_time_range" in p["Query Text"]]
+    assert len(ranking) == 1, [p["Query Text"][:80] for p in plans]
+    plan = json.dumps(ranking[0]["Plan"])
+    assert "COALESCE(occurred_start, mentioned_at, lower(valid)) >=" in plan
+    assert "_in_time_range" not in plan and "_in_scope" not in plan

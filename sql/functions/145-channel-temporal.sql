@@ -1,5 +1,24 @@
 -- Temporal channel: units whose time falls in the range the query names (or the caller passes).
 
+CREATE OR REPLACE FUNCTION rcll._in_time_range(
+    u rcll.memory_units, lo timestamptz, hi timestamptz, hi_mentioned timestamptz)
+RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE
+-- No SET clause: inlined into the channel's queries (as rcll._in_scope, 105-recall-scope.sql), whose
+-- custom plans then compare the unit's columns with the range's constants.
+AS $$
+    -- A unit's time is when it happened (occurred_start..occurred_end), else when it was said
+    -- (mentioned_at), else when it became valid. In range = starts in [lo, hi) - a unit known only
+    -- by when it was said, in [lo, hi_mentioned) - or, for an event with an end, spans into it.
+    SELECT (coalesce((u).occurred_start, (u).mentioned_at, lower((u).valid)) >= lo
+            AND coalesce((u).occurred_start, (u).mentioned_at, lower((u).valid)) < hi_mentioned
+            AND ((u).occurred_start IS NOT NULL OR (u).mentioned_at IS NULL OR (u).mentioned_at < hi_mentioned)
+            AND ((u).occurred_start IS NULL OR (u).occurred_start < hi))
+        OR ((u).occurred_end IS NOT NULL AND (u).occurred_start < lo AND (u).occurred_end >= lo)
+$$;
+COMMENT ON FUNCTION rcll._in_time_range(rcll.memory_units, timestamptz, timestamptz, timestamptz)
+    IS 'Internal: whether a unit''s time (occurred_start..occurred_end, else mentioned_at, else the start of validity) falls in [lo, hi) - up to hi_mentioned for a unit known only by when it was said. Inlined into rcll.channel_temporal''s queries.';
+
 CREATE OR REPLACE FUNCTION rcll.channel_temporal(
     query           text,
     scope           rcll.recall_scope,
@@ -41,9 +60,6 @@ BEGIN
     anchor := CASE WHEN lower(r) IS NOT NULL AND upper(r) IS NOT NULL THEN lower(r) + (upper(r) - lower(r)) / 2
                    ELSE coalesce(lower(r), upper(r), reference_time) END;
 
-    -- A unit's time is when it happened (occurred_start..occurred_end), else when it was said
-    -- (mentioned_at), else when it became valid. In range = starts in it (index
-    -- memory_units_bank_when) or, for an event with an end, spans into it.
     IF channel_temporal.query_embedding IS NOT NULL THEN
         -- Within the range, the query's meaning orders units: a dense search filtered by time.
         -- With the filter values as constants the planner picks, from the statistics of the
@@ -54,12 +70,8 @@ BEGIN
             SELECT u.unit_id, u.embedding OPERATOR(public.<=>) channel_temporal.query_embedding AS dist
             FROM rcll.memory_units u
             WHERE u.embedding IS NOT NULL
-          AND ((coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) >= lo
-                AND coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) < hi_mentioned
-                AND (u.occurred_start IS NOT NULL OR u.mentioned_at IS NULL OR u.mentioned_at < hi_mentioned)
-                AND (u.occurred_start IS NULL OR u.occurred_start < hi))
-               OR (u.occurred_end IS NOT NULL AND u.occurred_start < lo AND u.occurred_end >= lo))
-          AND rcll._in_scope(u, scope)
+              AND rcll._in_time_range(u, lo, hi, hi_mentioned)
+              AND rcll._in_scope(u, scope)
             ORDER BY u.embedding OPERATOR(public.<=>) channel_temporal.query_embedding
             LIMIT lim) d
         ORDER BY 3;
@@ -70,11 +82,7 @@ BEGIN
     WITH c AS MATERIALIZED (
         SELECT u.unit_id, coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) AS t
         FROM rcll.memory_units u
-        WHERE ((coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) >= lo
-                AND coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) < hi_mentioned
-                AND (u.occurred_start IS NOT NULL OR u.mentioned_at IS NULL OR u.mentioned_at < hi_mentioned)
-                AND (u.occurred_start IS NULL OR u.occurred_start < hi))
-               OR (u.occurred_end IS NOT NULL AND u.occurred_start < lo AND u.occurred_end >= lo))
+        WHERE rcll._in_time_range(u, lo, hi, hi_mentioned)
           AND rcll._in_scope(u, scope)
         LIMIT greatest(coalesce(channel_temporal.scan_limit, 5000), lim)
     ), s AS (
