@@ -115,3 +115,17 @@ def test_the_temporal_channel_inlines_its_time_test(store: psycopg.Connection[An
     plan = json.dumps(ranking[0]["Plan"])
     assert "COALESCE(occurred_start, mentioned_at, lower(valid)) >=" in plan
     assert "_in_time_range" not in plan and "_in_scope" not in plan
+
+
+def test_the_hnsw_route_widens_its_candidate_list_to_the_limit_for_that_call_only(store: psycopg.Connection[Any]) -> None:
+    # pgvector keeps ef_search candidates per pass: below the LIMIT, the iterative scan restarts
+    # from a worse frontier (at 100k units, recall@10 vs exact 0.52 -> 0.74 for limit 300).
+    assert [r[0] for r in store.execute("SELECT rcll._hnsw_ef_search(n) FROM unnest('{10,300,900}'::int[]) n")] == [100, 400, 1000]
+    store.execute("SET hnsw.ef_search = 40")
+    query = store.execute("SELECT embedding FROM rcll.memory_units WHERE room = 'big' ORDER BY unit_id LIMIT 1").fetchone()
+    assert query is not None
+    rows = store.execute("""SELECT count(*) FROM rcll.channel_dense(%s, rcll.recall_scope(%s, rooms => '{big}'),
+                                                                 "limit" => 300, exact_below => %s)""",
+                         (query[0], BANK, EXACT_BELOW)).fetchone()
+    assert rows is not None and rows[0] == 300
+    assert store.execute("SHOW hnsw.ef_search").fetchone() == ("40",)
