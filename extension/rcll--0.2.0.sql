@@ -2273,20 +2273,6 @@ COMMENT ON FUNCTION rcll.session_start(text, text[], text) IS 'The L0 rules and 
 -- functions 110-channel-dense.sql
 -- Dense channel: cosine similarity to the query embedding, filtered before ranking, routed by filtered-set size.
 
-CREATE OR REPLACE FUNCTION rcll._hnsw_ef_search("limit" integer)
-RETURNS integer
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-AS $$
-    -- The HNSW search's candidate list: at least the rows asked for (pgvector: ef_search below the
-    -- LIMIT cannot return that many in one pass; the iterative scan then restarts from a worse
-    -- frontier), a third more for rows the scope's filter drops, 100 at the least and pgvector's
-    -- maximum, 1000, at the most.
-    SELECT least(greatest("limit" + "limit" / 3, 100), 1000)
-$$;
-COMMENT ON FUNCTION rcll._hnsw_ef_search(integer)
-    IS 'Internal: hnsw.ef_search for a dense search of this many rows (the dense channel and the temporal channel''s dense path set it for their own statements).';
-
 CREATE OR REPLACE FUNCTION rcll.channel_dense(
     query_embedding vector,
     scope           rcll.recall_scope,
@@ -2300,8 +2286,10 @@ SET plan_cache_mode = force_custom_plan
 -- HNSW with a filter: keep scanning until enough rows pass it (never iterative_scan = off, which
 -- returns almost nothing for selective filters); relaxed order is re-sorted below.
 SET hnsw.iterative_scan = relaxed_order
--- The clause scopes the value the body sets from the limit (rcll._hnsw_ef_search) to this call.
-SET hnsw.ef_search = 100
+-- HNSW's candidate list: at least the rows asked for (pgvector: one pass returns at most
+-- ef_search rows; below the LIMIT the iterative scan restarts from a worse frontier), with a third
+-- more for rows the scope drops: 400 for the default channel_limit of 300 (a test keeps it above).
+SET hnsw.ef_search = 400
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
@@ -2362,7 +2350,6 @@ BEGIN
     ELSE
         -- Large filtered set: HNSW iterative scan, then re-sorted (relaxed_order may return rows
         -- slightly out of order).
-        PERFORM set_config('hnsw.ef_search', rcll._hnsw_ef_search(lim)::text, true);
         RETURN QUERY
         SELECT d.unit_id, 1 - d.dist, (row_number() OVER (ORDER BY d.dist, d.unit_id))::integer
         FROM (
@@ -3263,7 +3250,7 @@ RETURNS TABLE (unit_id bigint, score double precision, rank integer)
 LANGUAGE plpgsql STABLE
 SET plan_cache_mode = force_custom_plan
 SET hnsw.iterative_scan = relaxed_order
-SET hnsw.ef_search = 100      -- scopes the value set below (rcll._hnsw_ef_search)
+SET hnsw.ef_search = 400      -- as rcll.channel_dense (110): above the default channel_limit
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
@@ -3295,7 +3282,6 @@ BEGIN
         -- Within the range, the query's meaning orders units: a dense search filtered by time.
         -- With the filter values as constants the planner picks, from the statistics of the
         -- time index, an exact scan of a narrow range or an HNSW iterative scan of a wide one.
-        PERFORM set_config('hnsw.ef_search', rcll._hnsw_ef_search(lim)::text, true);
         RETURN QUERY
         SELECT d.unit_id, 1 - d.dist, (row_number() OVER (ORDER BY d.dist, d.unit_id DESC))::integer
         FROM (

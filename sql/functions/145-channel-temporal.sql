@@ -32,7 +32,7 @@ RETURNS TABLE (unit_id bigint, score double precision, rank integer)
 LANGUAGE plpgsql STABLE
 SET plan_cache_mode = force_custom_plan
 SET hnsw.iterative_scan = relaxed_order
-SET hnsw.ef_search = 100      -- scopes the value set below (rcll._hnsw_ef_search)
+SET hnsw.ef_search = 400      -- as rcll.channel_dense (110): above the default channel_limit
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
@@ -64,7 +64,6 @@ BEGIN
         -- Within the range, the query's meaning orders units: a dense search filtered by time.
         -- With the filter values as constants the planner picks, from the statistics of the
         -- time index, an exact scan of a narrow range or an HNSW iterative scan of a wide one.
-        PERFORM set_config('hnsw.ef_search', rcll._hnsw_ef_search(lim)::text, true);
         RETURN QUERY
         SELECT d.unit_id, 1 - d.dist, (row_number() OVER (ORDER BY d.dist, d.unit_id DESC))::integer
         FROM (
