@@ -17,7 +17,7 @@ import pytest
 from conftest import pg15_only
 from rcll import models
 from rcll.db import configure
-from rcll.deadline import Deadline, DeadlinePassed, Depth, pair_cost, rerank_within
+from rcll.deadline import Deadline, DeadlinePassed, Depth, call_tokens, pair_cost, rerank_within
 from rcll.recall import Fact, recall, recall_with
 from rcll.retain import Document, retain_many
 from rcll.workqueue import WRITE, Busy, WorkQueue
@@ -335,3 +335,10 @@ def test_in_database_recall_keeps_its_rows_under_a_generous_deadline_and_cuts_un
         cut = db.execute(sql, (q, BANK, 1)).fetchall()
         assert cut and all(score is None for _, score in cut)
         assert any("the deadline (1 ms) cut the rerank at depth 0" in n for n in notices), notices
+
+
+def test_a_call_costs_its_length_sorted_batches_rows_times_their_longest_pair() -> None:
+    assert call_tokens([]) == 0
+    assert call_tokens([10, 3, 5]) == 3 * 10                       # one batch, padded to its longest
+    # nine pairs: the eight shortest in one batch (padded to 8), the longest alone
+    assert call_tokens([9, 1, 2, 3, 4, 5, 6, 7, 8]) == 8 * 8 + 1 * 9

@@ -32,19 +32,19 @@ from bench.locomo.dataset import load
 from bench.locomo.metrics import Aggregate
 from bench.locomo.run import ALL, HALVES, dedupe, retain
 from rcll import models
-from rcll.deadline import context_passage
+from rcll.deadline import call_tokens, context_passage
 from rcll.recall import candidates, entity_query
 
 DEPTHS = (30, 40, 50, 60)
 TWICE = 20
-BATCH = models.RERANK_BATCH
 
 
-def _tokens(lengths: Sequence[int]) -> int:
-    """What one score() call over pairs of these lengths costs: sorted by length, batches of
-    BATCH, each its rows times its longest pair (padding included), as rcll.deadline counts."""
-    s = sorted(lengths)
-    return sum(len(s[i:i + BATCH]) * max(s[i:i + BATCH]) for i in range(0, len(s), BATCH))
+def twice_candidates(first: Sequence[float]) -> set[int]:
+    """Pool positions any policy here may read twice: the top TWICE by first view of each depth's prefix."""
+    out: set[int] = set()
+    for d in DEPTHS:
+        out.update(sorted(range(min(d, len(first))), key=lambda i: -first[i])[:TWICE])
+    return out
 
 
 def collect(args: argparse.Namespace) -> None:
@@ -66,11 +66,7 @@ def collect(args: argparse.Namespace) -> None:
             t = time.perf_counter()
             first = [float(x) for x in rr.score(q.question, texts)]
             first_ms = (time.perf_counter() - t) * 1000
-            twice: set[int] = set()
-            for d in DEPTHS:
-                order = sorted(range(min(d, len(head))), key=lambda i: -first[i])
-                twice.update(order[:TWICE])
-            ctx_idx = sorted(i for i in twice if context_passage(head[i]) is not None)
+            ctx_idx = sorted(i for i in twice_candidates(first) if context_passage(head[i]) is not None)
             ctx_texts = [context_passage(head[i]) or "" for i in ctx_idx]
             t = time.perf_counter()
             ctx = [float(x) for x in rr.score(q.question, ctx_texts)] if ctx_texts else []
@@ -82,7 +78,7 @@ def collect(args: argparse.Namespace) -> None:
                 "ctx": dict(zip(map(str, ctx_idx), ctx, strict=True)),
                 "ctx_len": dict(zip(map(str, ctx_idx), rr.pair_lengths(q.question, ctx_texts), strict=True)),
                 "ms": [first_ms, ctx_ms],
-                "tokens": [_tokens(rr.pair_lengths(q.question, texts)), _tokens(rr.pair_lengths(q.question, ctx_texts))],
+                "tokens": [call_tokens(rr.pair_lengths(q.question, texts)), call_tokens(rr.pair_lengths(q.question, ctx_texts))],
             }) + "\n")
             if (n + 1) % 100 == 0:
                 print(f"  {n + 1} questions", flush=True)
@@ -104,7 +100,7 @@ def ranked(rec: dict[str, Any], depth: int, twice: int, prior: float = 0.0) -> t
 
     head = sorted(range(depth), key=lambda i: -first[i])
     top = head[:twice]
-    missing = [i for i in top if context_passage_known(rec, i) is None]
+    missing = [i for i in top if str(i) not in rec["ctx"] and i not in rec["_no_ctx"]]
     if missing:
         raise SystemExit(f"question {rec['qid']}: no context score for pool position {missing[0]}; collect deeper")
     score = {i: (first[i] + rec["ctx"][str(i)]) / 2 if str(i) in rec["ctx"] else first[i] for i in top}
@@ -112,12 +108,7 @@ def ranked(rec: dict[str, Any], depth: int, twice: int, prior: float = 0.0) -> t
              + list(range(depth, len(pool))))
     lengths = [rec["first_len"][i] for i in range(depth)]
     ctx_lengths = [rec["ctx_len"][str(i)] for i in top if str(i) in rec["ctx_len"]]
-    return dedupe([pool[i] for i in order]), _tokens(lengths) + _tokens(ctx_lengths)
-
-
-def context_passage_known(rec: dict[str, Any], i: int) -> bool | None:
-    """Whether the collection decided for fact i (scored twice, or had no chunk before it)."""
-    return True if str(i) in rec["ctx"] or i in rec.get("_no_ctx", ()) else None
+    return dedupe([pool[i] for i in order]), call_tokens(lengths) + call_tokens(ctx_lengths)
 
 
 def margin(rec: dict[str, Any], depth: int) -> float:
@@ -130,11 +121,7 @@ def compare(args: argparse.Namespace) -> None:
         recs = [json.loads(line) for line in f]
     for rec in recs:
         # facts collected as "twice" candidates without a context score had no chunk before them
-        first = rec["first"]
-        cand: set[int] = set()
-        for d in DEPTHS:
-            cand.update(sorted(range(min(d, len(first))), key=lambda i: -first[i])[:TWICE])
-        rec["_no_ctx"] = {i for i in cand if str(i) not in rec["ctx"]}
+        rec["_no_ctx"] = {i for i in twice_candidates(rec["first"]) if str(i) not in rec["ctx"]}
     policies: dict[str, Policy] = {}
     for d in DEPTHS:
         for m in (0, 5, 10, 15, 20):

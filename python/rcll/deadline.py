@@ -43,7 +43,7 @@ from rcll.workqueue import READ, Busy, WorkQueue, model_slot
 if TYPE_CHECKING:
     from rcll.recall import Fact
 
-__all__ = ["BATCH", "SERVER_DEADLINE_MS", "Deadline", "DeadlinePassed", "Depth", "context_passage", "pair_cost",
+__all__ = ["BATCH", "SERVER_DEADLINE_MS", "Deadline", "DeadlinePassed", "Depth", "call_tokens", "context_passage", "pair_cost",
            "read_prefix", "rerank_within", "server_deadline_ms"]
 
 BATCH = 8  # rcll.models.RERANK_BATCH: the reranker's batch, and the step of a deadlined read
@@ -175,6 +175,13 @@ def _batches(window: range, lengths: list[int]) -> list[list[int]]:
 def _tokens(rows: list[int], lengths: list[int]) -> int:
     """What a batch costs the cross-encoder: its rows times its longest pair (padding included)."""
     return len(rows) * max(1, max(lengths[j] for j in rows))
+
+
+def call_tokens(lengths: Sequence[int]) -> int:
+    """What one reranker call over pairs of these token lengths costs, in the unit the running
+    cost is kept in: its batches' rows times their longest pair (bench/locomo/rerank_study.py)."""
+    counted = list(lengths)
+    return sum(_tokens(rows, counted) for rows in _batches(range(len(counted)), counted))
 
 
 def _read(query: str, passages: list[str], reranker: _Reranker, deadline: Deadline,
