@@ -660,7 +660,6 @@ INSERT INTO rcll.migrations (name, sha256) VALUES ('013-first-stage-indexes.sql'
 CREATE OR REPLACE FUNCTION rcll._bank_id(bank text)
 RETURNS integer
 LANGUAGE plpgsql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     id integer;
@@ -683,7 +682,6 @@ CREATE OR REPLACE FUNCTION rcll.create_bank(name text, description text DEFAULT 
                                             text_search_config regconfig DEFAULT 'english')
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     id integer;
@@ -709,7 +707,6 @@ COMMENT ON FUNCTION rcll.create_bank(text, text, regconfig) IS 'Create a bank (i
 CREATE OR REPLACE FUNCTION rcll.list_banks()
 RETURNS TABLE (name text, description text, unit_count bigint, document_count bigint, created_at timestamptz)
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT b.name, b.description,
            (SELECT count(*) FROM rcll.memory_units u WHERE u.bank_id = b.bank_id),
@@ -726,7 +723,6 @@ COMMENT ON FUNCTION rcll.list_banks() IS 'Every bank with its unit and document 
 CREATE OR REPLACE FUNCTION rcll._restoring(table_name regclass)
 RETURNS boolean
 LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- In an extension install, pg_dump's output runs CREATE EXTENSION (which creates the write
     -- triggers) before it loads the rows, so the triggers see every restored row. Re-resolving the
@@ -749,7 +745,6 @@ COMMENT ON FUNCTION rcll._restoring(regclass) IS 'Internal: true while a dump is
 CREATE OR REPLACE FUNCTION rcll._lexical_length(doc tsvector)
 RETURNS integer
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT coalesce(sum(coalesce(array_length(t.positions, 1), 1)), 0)::integer FROM unnest(doc) AS t
 $$;
@@ -758,7 +753,6 @@ COMMENT ON FUNCTION rcll._lexical_length(tsvector) IS 'Internal: number of token
 CREATE OR REPLACE FUNCTION rcll._units_lexical()
 RETURNS trigger
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     NEW.lexical := to_tsvector(
@@ -782,7 +776,6 @@ RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 -- Definer: agents' roles write memory_units; the copy is the owner's bookkeeping (as room counts).
 SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF TG_LEVEL = 'STATEMENT' THEN
@@ -831,7 +824,6 @@ CREATE OR REPLACE TRIGGER units_lexicon_changed
 CREATE OR REPLACE FUNCTION rcll._identity_server()
 RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- Checked by role existence first: pg_has_role fails for a role that does not exist.
     SELECT CASE WHEN to_regrole('rcll_identity_server') IS NULL THEN false
@@ -846,7 +838,6 @@ LANGUAGE plpgsql STABLE PARALLEL SAFE
 -- session_user (not current_user) is what it checks, and SECURITY DEFINER does not change it.
 -- PL/pgSQL rather than SQL: it runs once per written row, and PL/pgSQL keeps its plans.
 SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     agent   text;
@@ -872,7 +863,6 @@ COMMENT ON FUNCTION rcll.current_agent() IS 'The agent identity the server resol
 CREATE OR REPLACE FUNCTION rcll._carry_tags()
 RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- Consolidation rewrites facts into observations and must carry their author: and room tags
     -- across; only the trusted server may ask for that (SET LOCAL rcll.carry_tags = on).
@@ -882,7 +872,6 @@ COMMENT ON FUNCTION rcll._carry_tags() IS 'Internal: true when a member of rcll_
 
 CREATE OR REPLACE FUNCTION rcll._resolve_author(claimed text, OUT author text, OUT author_source text)
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     -- No warning here: the units_room_counts_inserted statement trigger (051-room-counts.sql) warns once per
@@ -903,7 +892,6 @@ COMMENT ON FUNCTION rcll._resolve_author(text) IS 'Internal: the author of a wri
 CREATE OR REPLACE FUNCTION rcll._units_author()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     who record;
@@ -953,7 +941,6 @@ CREATE OR REPLACE TRIGGER units_author BEFORE INSERT ON rcll.memory_units
 CREATE OR REPLACE FUNCTION rcll._documents_author()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     who record;
@@ -982,7 +969,6 @@ CREATE OR REPLACE TRIGGER documents_author BEFORE INSERT ON rcll.documents
 CREATE OR REPLACE FUNCTION rcll._actor()
 RETURNS text
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT coalesce(rcll.current_agent(), 'role:' || session_user)
 $$;
@@ -992,7 +978,6 @@ CREATE OR REPLACE FUNCTION rcll._audit(bank_id integer, action text, target json
                                        actor text DEFAULT NULL)
 RETURNS bigint
 LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
     INSERT INTO rcll.audit_log (bank_id, actor, action, target, detail)
     VALUES (_audit.bank_id, coalesce(_audit.actor, rcll._actor()), _audit.action, _audit.target, _audit.detail)
@@ -1003,7 +988,6 @@ COMMENT ON FUNCTION rcll._audit(integer, text, jsonb, jsonb, text) IS 'Internal:
 CREATE OR REPLACE FUNCTION rcll._audit_reason(reason text, action text, hint text)
 RETURNS text
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF nullif(btrim(reason), '') IS NULL THEN
@@ -1021,7 +1005,6 @@ COMMENT ON FUNCTION rcll._audit_reason(text, text, text) IS 'Internal: the reaso
 CREATE OR REPLACE FUNCTION rcll.login_agent(configured text DEFAULT NULL)
 RETURNS text
 LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- A role mapped in rcll.identities writes as its agent, whatever is configured (and an
     -- rcll.agent the identity server already set for this transaction stands). A role trusted to
@@ -1041,7 +1024,6 @@ COMMENT ON FUNCTION rcll.login_agent(text) IS 'The identity a client that is one
 CREATE OR REPLACE FUNCTION rcll._content_hash(content text, thread text)
 RETURNS bytea
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT sha256(convert_to(coalesce(thread, '') || E'\x1f' || content, 'UTF8'))
 $$;
@@ -1050,7 +1032,6 @@ COMMENT ON FUNCTION rcll._content_hash(text, text) IS 'Internal: the identity of
 CREATE OR REPLACE FUNCTION rcll._document_units(document_id bigint)
 RETURNS bigint[]
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT coalesce(array_agg(u.unit_id ORDER BY u.chunk_index, u.unit_id), '{}')
     FROM rcll.memory_units u WHERE u.document_id = _document_units.document_id
@@ -1060,7 +1041,6 @@ COMMENT ON FUNCTION rcll._document_units(bigint) IS 'Internal: the units of a do
 CREATE OR REPLACE FUNCTION rcll._check_document(bank_id integer, content text)
 RETURNS void
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     limit_bytes bigint := coalesce(
@@ -1098,7 +1078,6 @@ CREATE OR REPLACE FUNCTION rcll._store_document(
     OUT author_source text,
     OUT provenance    jsonb)
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     h bytea := rcll._content_hash(content, thread);
@@ -1151,7 +1130,6 @@ CREATE OR REPLACE FUNCTION rcll.retain_chunks(
     author      text DEFAULT NULL)
 RETURNS TABLE (document_id bigint, unit_ids bigint[], created boolean)
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     b integer := rcll._bank_id(bank);
@@ -1209,7 +1187,6 @@ COMMENT ON FUNCTION rcll.retain_chunks(text, text, text[], vector[], text, times
 CREATE OR REPLACE FUNCTION rcll._room_key(room text)
 RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- Spelling only: case, separators, a plural ending. Both sides of a comparison go through
     -- this, so "docs" and "doc" meet at "doc" however odd the stem looks.
@@ -1222,7 +1199,6 @@ COMMENT ON FUNCTION rcll._room_key(text) IS 'Internal: the spelling key of a roo
 CREATE OR REPLACE FUNCTION rcll._follow_merges(bank_id integer, room text)
 RETURNS text
 LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     cur  text := room;
@@ -1242,7 +1218,6 @@ COMMENT ON FUNCTION rcll._follow_merges(integer, text) IS 'Internal: the live ro
 
 CREATE OR REPLACE FUNCTION rcll._canonical_room(bank_id integer, typed text, OUT room text, OUT how text)
 LANGUAGE plpgsql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     t      text := nullif(btrim(typed), '');
@@ -1325,7 +1300,6 @@ RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 -- Definer: a writer needs INSERT on memory_units only; the registry and aliases are bookkeeping.
 SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     typed   text := nullif(btrim(NEW.room), '');
@@ -1409,7 +1383,6 @@ CREATE OR REPLACE FUNCTION rcll._units_room_counts()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     unattributed bigint;
@@ -1491,7 +1464,6 @@ CREATE OR REPLACE FUNCTION rcll.fold_room_counts()
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     n bigint;
@@ -1528,7 +1500,6 @@ COMMENT ON FUNCTION rcll.fold_room_counts() IS 'Fold the append-only room_count_
 CREATE OR REPLACE FUNCTION rcll._wildcard(pattern text)
 RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- * any run, ? one character; everything else literal (LIKE's own % _ \ are escaped).
     SELECT replace(replace(replace(replace(replace(pattern, '\', '\\'), '%', '\%'), '_', '\_'), '*', '%'), '?', '_')
@@ -1539,7 +1510,6 @@ CREATE OR REPLACE FUNCTION rcll.rooms(bank text, pattern text DEFAULT '*')
 RETURNS TABLE (name text, status text, merged_into text, proposed_into text, fact_count bigint,
                aliases text[], created_by text, first_used timestamptz, last_used timestamptz)
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     WITH b AS (SELECT rcll._bank_id(rooms.bank) AS id),
     pending AS (
@@ -1584,7 +1554,6 @@ COMMENT ON FUNCTION rcll.rooms(text, text) IS 'The room floor plan of a bank: ev
 CREATE OR REPLACE FUNCTION rcll._registry_room(bank_id integer, room text)
 RETURNS rcll.rooms
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     r rcll.rooms;
@@ -1602,7 +1571,6 @@ COMMENT ON FUNCTION rcll._registry_room(integer, text) IS 'Internal: a room''s r
 CREATE OR REPLACE FUNCTION rcll.propose_room_merge(bank text, from_room text, into_room text, reason text)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     b   integer := rcll._bank_id(bank);
@@ -1639,7 +1607,6 @@ COMMENT ON FUNCTION rcll.propose_room_merge(text, text, text, text) IS 'Propose 
 CREATE OR REPLACE FUNCTION rcll._pending_merge(bank_id integer, from_room text)
 RETURNS rcll.room_merge_proposals
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     p rcll.room_merge_proposals;
@@ -1659,7 +1626,6 @@ COMMENT ON FUNCTION rcll._pending_merge(integer, text) IS 'Internal: the pending
 CREATE OR REPLACE FUNCTION rcll.approve_room_merge(bank text, from_room text)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     b    integer := rcll._bank_id(bank);
@@ -1702,7 +1668,6 @@ COMMENT ON FUNCTION rcll.approve_room_merge(text, text) IS 'A person approves th
 CREATE OR REPLACE FUNCTION rcll.reject_room_merge(bank text, from_room text, reason text DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     b integer := rcll._bank_id(bank);
@@ -1725,7 +1690,6 @@ COMMENT ON FUNCTION rcll.reject_room_merge(text, text, text) IS 'Reject the pend
 CREATE OR REPLACE FUNCTION rcll.move_units(bank text, unit_ids bigint[], to_room text, reason text)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     b       integer := rcll._bank_id(bank);
@@ -1766,7 +1730,6 @@ COMMENT ON FUNCTION rcll.move_units(text, bigint[], text, text) IS 'Move units i
 CREATE OR REPLACE FUNCTION rcll.undo_move(bank text, move_id bigint)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     b     integer := rcll._bank_id(bank);
@@ -1810,7 +1773,6 @@ COMMENT ON FUNCTION rcll.undo_move(text, bigint) IS 'Undo a move: put every unit
 CREATE OR REPLACE FUNCTION rcll.classify_room(text text)
 RETURNS text
 LANGUAGE sql STABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- Regular expressions only: no model call, no embedding, microseconds per unit.
     SELECT r.room FROM rcll.room_rules r
@@ -1823,7 +1785,6 @@ COMMENT ON FUNCTION rcll.classify_room(text) IS 'The room the keyword classifier
 CREATE OR REPLACE FUNCTION rcll._classify_rooms_enabled(bank_id integer, kind text)
 RETURNS boolean
 LANGUAGE plpgsql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     setting text := lower(coalesce(current_setting('rcll.classify_rooms', true), ''));
@@ -1855,7 +1816,6 @@ COMMENT ON FUNCTION rcll._classify_rooms_enabled(integer, text) IS 'Internal: wh
 CREATE OR REPLACE FUNCTION rcll.tags(bank text, pattern text DEFAULT '*')
 RETURNS TABLE (tag text, unit_count bigint)
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- Counted from the units, not kept on the write path: a listing is rare, a write is not, and a
     -- count nobody maintains cannot drift.
@@ -1876,7 +1836,6 @@ CREATE OR REPLACE FUNCTION rcll.put_state(bank text, room text, key text, value 
                                           via text DEFAULT 'sql', source text DEFAULT NULL, author text DEFAULT NULL)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     b       integer := rcll._bank_id(bank);
@@ -1926,7 +1885,6 @@ COMMENT ON FUNCTION rcll.put_state(text, text, text, jsonb, integer, text, text,
 CREATE OR REPLACE FUNCTION rcll.state_history(bank text, room text, key text)
 RETURNS TABLE (version integer, value jsonb, provenance jsonb, created_at timestamptz)
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- Exact (room, key): an unknown key has no versions - never the nearest room's state, which
     -- would be the wrong lens applied with full confidence.
@@ -1940,7 +1898,6 @@ COMMENT ON FUNCTION rcll.state_history(text, text, text) IS 'Every version of a 
 CREATE OR REPLACE FUNCTION rcll.get_state(bank text, room text, key text, at_version integer DEFAULT NULL)
 RETURNS TABLE (value jsonb, version integer, provenance jsonb, created_at timestamptz)
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT h.value, h.version, h.provenance, h.created_at
     FROM rcll.state_history(get_state.bank, get_state.room, get_state.key) h
@@ -1960,7 +1917,6 @@ LANGUAGE sql STABLE STRICT PARALLEL SAFE
 -- Definer: policies call it for roles that cannot read rcll.bank_grants. The role is passed in
 -- (the policy passes current_user), because inside a definer current_user is the owner.
 SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT coalesce(array_agg(DISTINCT g.bank_id), '{}')
     FROM rcll.bank_grants g
@@ -1972,7 +1928,6 @@ COMMENT ON FUNCTION rcll._visible_banks(name) IS 'Internal: ids of the banks a r
 CREATE OR REPLACE FUNCTION rcll.grant_bank(role_name name, bank text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolname = grant_bank.role_name) THEN
@@ -1988,7 +1943,6 @@ COMMENT ON FUNCTION rcll.grant_bank(name, text) IS 'Let a role (and its members)
 CREATE OR REPLACE FUNCTION rcll.revoke_bank(role_name name, bank text)
 RETURNS void
 LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
     DELETE FROM rcll.bank_grants g WHERE g.role_name = revoke_bank.role_name AND g.bank_id = rcll._bank_id(revoke_bank.bank)
 $$;
@@ -1997,7 +1951,6 @@ COMMENT ON FUNCTION rcll.revoke_bank(name, text) IS 'Withdraw a role''s grant on
 CREATE OR REPLACE FUNCTION rcll._bank_tables()
 RETURNS SETOF regclass
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- Every rcll table with a bank_id column, found when called: tables added later are covered.
     -- The grants themselves are not isolated (a role must be able to use its grants).
@@ -2011,7 +1964,6 @@ COMMENT ON FUNCTION rcll._bank_tables() IS 'Internal: the tables bank isolation 
 CREATE OR REPLACE FUNCTION rcll._bank_isolation(enable boolean)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     t regclass;
@@ -2038,7 +1990,6 @@ COMMENT ON FUNCTION rcll._bank_isolation(boolean) IS 'Internal: switch row-level
 CREATE OR REPLACE FUNCTION rcll.enable_bank_isolation()
 RETURNS integer
 LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT rcll._bank_isolation(enable => true)
 $$;
@@ -2047,7 +1998,6 @@ COMMENT ON FUNCTION rcll.enable_bank_isolation() IS 'Turn on bank isolation: row
 CREATE OR REPLACE FUNCTION rcll.disable_bank_isolation()
 RETURNS integer
 LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT rcll._bank_isolation(enable => false)
 $$;
@@ -2060,7 +2010,6 @@ COMMENT ON FUNCTION rcll.disable_bank_isolation() IS 'Turn bank isolation off ag
 CREATE OR REPLACE FUNCTION rcll.refresh_bank_stats(bank text DEFAULT NULL)
 RETURNS TABLE (bank_name text, unit_count bigint, total_length bigint)
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -2088,7 +2037,6 @@ COMMENT ON FUNCTION rcll.refresh_bank_stats(text) IS 'Recount BM25 corpus statis
 
 CREATE OR REPLACE FUNCTION rcll._bm25_corpus(bank_id integer, OUT n double precision, OUT avgdl double precision)
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     SELECT s.unit_count, s.total_length::double precision / nullif(s.unit_count, 0) INTO n, avgdl
@@ -2116,7 +2064,6 @@ CREATE OR REPLACE FUNCTION rcll.recall_defaults(
     OUT candidate_limit integer)
 RETURNS record
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- Why these values: bench/locomo/RESEARCH.md and the README's depth table.
     SELECT 4096,  -- tokens of fact text returned (hindsight's default, counted with cl100k)
@@ -2136,7 +2083,6 @@ COMMENT ON FUNCTION rcll.recall_defaults()
 CREATE OR REPLACE FUNCTION rcll._recall_authors(authors text[], mine boolean)
 RETURNS text[]
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- mine narrows to the server-resolved agent (intersected with authors when both are given).
     -- With no resolved identity, mine matches nobody: ARRAY[NULL] equals no author.
@@ -2151,7 +2097,6 @@ COMMENT ON FUNCTION rcll._recall_authors(text[], boolean) IS 'Internal: the auth
 CREATE OR REPLACE FUNCTION rcll._notice(message text, hint text DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     -- Lets a LANGUAGE sql function tell the caller why it skipped something; writes nothing.
@@ -2164,7 +2109,6 @@ COMMENT ON FUNCTION rcll._notice(text, text) IS 'Internal: raise a NOTICE (with 
 CREATE OR REPLACE FUNCTION rcll._expand_rooms(bank_id integer, rooms text[])
 RETURNS text[]
 LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     names text[];
@@ -2205,7 +2149,6 @@ CREATE OR REPLACE FUNCTION rcll.recall_scope(
     as_of                timestamptz DEFAULT now())
 RETURNS rcll.recall_scope
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- The only place a recall resolves its bank, rooms and authors; every channel reads the result.
     SELECT ROW(b.id, rcll._expand_rooms(b.id, recall_scope.rooms),
@@ -2220,8 +2163,9 @@ COMMENT ON FUNCTION rcll.recall_scope(text, text[], text[], boolean, boolean, te
 CREATE OR REPLACE FUNCTION rcll._in_scope(u anyelement, scope rcll.recall_scope)
 RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE
--- No SET clause: that would stop the planner from inlining it into the caller's query (it reads no
--- table and calls no function; only built-in operators, which pg_catalog resolves first).
+-- No search_path (990-search-path.sql leaves it out): any SET clause would stop the planner from
+-- inlining it into the caller's query (it reads no table and calls no function; only built-in
+-- operators, which pg_catalog resolves first).
 AS $$
     -- u is a row of rcll.memory_units, or of rcll.unit_lexicon (BM25's narrow copy, which carries
     -- the same scope columns): polymorphic, so both read one predicate and it still inlines.
@@ -2251,7 +2195,6 @@ CREATE OR REPLACE FUNCTION rcll.session_start(bank text, rooms text[] DEFAULT NU
 RETURNS TABLE (unit_id bigint, room text, hall text, text text, author text, tags text[],
                provenance jsonb, created_at timestamptz)
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- Current as of now: valid now and not superseded. With rooms, the rooms named (through their
     -- aliases and merges) plus bank-wide rules that carry no room. Thread-scoped rules are only for
@@ -2290,7 +2233,6 @@ SET hnsw.iterative_scan = relaxed_order
 -- ef_search rows; below the LIMIT the iterative scan restarts from a worse frontier), with a third
 -- more for rows the scope drops: 400 for the default channel_limit of 300 (a test keeps it above).
 SET hnsw.ef_search = 400
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -2377,7 +2319,6 @@ COMMENT ON FUNCTION rcll.channel_dense(vector, rcll.recall_scope, integer, integ
 CREATE OR REPLACE FUNCTION rcll._last_words(t text, n integer)
 RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT array_to_string(w[greatest(cardinality(w) - n + 1, 1):], ' ')
     FROM regexp_split_to_array(btrim(t, E' \t\r\n'), '\s+') AS w
@@ -2387,7 +2328,6 @@ COMMENT ON FUNCTION rcll._last_words(text, integer) IS 'Internal: the last n whi
 CREATE OR REPLACE FUNCTION rcll.preceding_units(unit_ids bigint[], scope rcll.recall_scope)
 RETURNS TABLE (unit_id bigint, preceding_id bigint, preceding_text text)
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 BEGIN
@@ -2411,7 +2351,6 @@ CREATE OR REPLACE FUNCTION rcll.channel_context(
     "limit"         integer DEFAULT (rcll.recall_defaults()).channel_limit)
 RETURNS TABLE (unit_id bigint, score double precision, rank integer)
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -2467,7 +2406,6 @@ COMMENT ON FUNCTION rcll.channel_context(vector, bigint[], rcll.recall_scope, in
 CREATE OR REPLACE FUNCTION rcll._tsquery_any(lexemes text[])
 RETURNS tsquery
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- Quoted, so lexemes are taken verbatim (no second round of parsing or stemming).
     SELECT string_agg('''' || replace(replace(l, '\', '\\'), '''', '''''') || '''', ' | ')::tsquery
@@ -2478,7 +2416,6 @@ COMMENT ON FUNCTION rcll._tsquery_any(text[]) IS 'Internal: a tsquery matching a
 CREATE OR REPLACE FUNCTION rcll._query_lexemes(query text, bank_id integer)
 RETURNS text[]
 LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT ARRAY(SELECT DISTINCT t.lexeme
                  FROM rcll.banks x, unnest(to_tsvector(x.text_search_config, coalesce(_query_lexemes.query, ''))) t
@@ -2492,7 +2429,6 @@ CREATE OR REPLACE FUNCTION rcll._bm25_pruned_terms(
     terms text[], n double precision, prune_above double precision,
     OUT common text[], OUT common_freq double precision[], OUT gen text[])
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     -- Candidates come from the rarer query terms only: every unit containing one of them is read,
@@ -2529,7 +2465,6 @@ CREATE OR REPLACE FUNCTION rcll._bm25_channels(
 RETURNS TABLE (channel text, unit_id bigint, score double precision, rank integer)
 LANGUAGE plpgsql STABLE
 SET plan_cache_mode = force_custom_plan
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -2660,7 +2595,6 @@ CREATE OR REPLACE FUNCTION rcll.channel_lexical(
     b           double precision DEFAULT 0.75)
 RETURNS TABLE (unit_id bigint, score double precision, rank integer)
 LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT c.unit_id, c.score, c.rank
     FROM rcll._bm25_channels(channel_lexical.query, channel_lexical.scope, NULL, channel_lexical."limit",
@@ -2685,7 +2619,6 @@ COMMENT ON FUNCTION rcll.channel_lexical(text, rcll.recall_scope, integer, doubl
 CREATE OR REPLACE FUNCTION rcll._query_named_entities(query text, bank_id integer)
 RETURNS TABLE (entity_id bigint, name text, matched text)
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 BEGIN
@@ -2716,7 +2649,6 @@ COMMENT ON FUNCTION rcll._query_named_entities(text, integer)
 CREATE OR REPLACE FUNCTION rcll._query_without_entities(query text, bank_id integer)
 RETURNS text
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     rest text := _query_without_entities.query;
@@ -2741,7 +2673,6 @@ COMMENT ON FUNCTION rcll._query_without_entities(text, integer)
 CREATE OR REPLACE FUNCTION rcll.query_without_entities(query text, bank text)
 RETURNS text
 LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT rcll._query_without_entities(query_without_entities.query, rcll._bank_id(query_without_entities.bank))
 $$;
@@ -2756,7 +2687,6 @@ CREATE OR REPLACE FUNCTION rcll.channel_entity(
 RETURNS TABLE (unit_id bigint, score double precision, rank integer)
 LANGUAGE plpgsql STABLE
 SET plan_cache_mode = force_custom_plan
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -2811,7 +2741,6 @@ CREATE OR REPLACE FUNCTION rcll.channel_session(
     b               double precision DEFAULT 0.75)
 RETURNS TABLE (unit_id bigint, score double precision, rank integer)
 LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- Scored in rcll._bm25_channels (120-channel-lexical.sql), from the lexical channel's candidates.
     SELECT c.unit_id, c.score, c.rank
@@ -2830,7 +2759,6 @@ COMMENT ON FUNCTION rcll.channel_session(text, rcll.recall_scope, vector, intege
 CREATE OR REPLACE FUNCTION rcll._query_ngrams(query text, max_words integer DEFAULT 3)
 RETURNS text[]
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- Lower-cased word n-grams (1..max_words) of the query, possessives dropped: the spellings an
     -- entity alias can match exactly.
@@ -2852,7 +2780,6 @@ CREATE OR REPLACE FUNCTION rcll._query_entities(
 RETURNS TABLE (entity_id bigint, name text, matched text, similarity real)
 LANGUAGE plpgsql STABLE
 SET plan_cache_mode = force_custom_plan
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -2914,7 +2841,6 @@ CREATE OR REPLACE FUNCTION rcll.query_entities(
     max_entities   integer DEFAULT 16)
 RETURNS TABLE (entity_id bigint, name text, matched text, similarity real)
 LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT * FROM rcll._query_entities(query_entities.query, rcll._bank_id(query_entities.bank),
                                        query_entities.min_similarity, query_entities.max_entities)
@@ -2925,7 +2851,7 @@ COMMENT ON FUNCTION rcll.query_entities(text, text, real, integer)
 CREATE OR REPLACE FUNCTION rcll._keyless_link(role text)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
--- No SET clause: inlined into the graph channel's queries.
+-- No search_path (990-search-path.sql leaves it out): inlined into the graph channel's queries.
 AS $$
     -- The roles chunk-mode retain gives its keyless links (sql/functions/205-keyless-entities.sql).
     -- Those are the entity channel's: spreading activation from a speaker over every one of their
@@ -2945,7 +2871,6 @@ CREATE OR REPLACE FUNCTION rcll.channel_graph(
 RETURNS TABLE (unit_id bigint, score double precision, rank integer)
 LANGUAGE plpgsql STABLE
 SET plan_cache_mode = force_custom_plan
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -3047,7 +2972,6 @@ COMMENT ON FUNCTION rcll.channel_graph(text, rcll.recall_scope, integer, integer
 CREATE OR REPLACE FUNCTION rcll._number_word(word text)
 RETURNS integer
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT CASE
         WHEN word ~ '^\d+$' THEN least(word::bigint, 100000)::integer
@@ -3061,7 +2985,6 @@ COMMENT ON FUNCTION rcll._number_word(text) IS 'Internal: a count written as dig
 CREATE OR REPLACE FUNCTION rcll._month_number(name text)
 RETURNS integer
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT array_position(ARRAY['jan', 'feb', 'mar', 'apr', 'may', 'jun', 'jul', 'aug', 'sep', 'oct', 'nov', 'dec'],
                           left(lower(name), 3))
@@ -3071,7 +2994,6 @@ COMMENT ON FUNCTION rcll._month_number(text) IS 'Internal: 1-12 for an English m
 CREATE OR REPLACE FUNCTION rcll.parse_time_range(query text, reference_time timestamptz DEFAULT now())
 RETURNS tstzrange
 LANGUAGE plpgsql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     q     text := ' ' || regexp_replace(lower(coalesce(query, '')), '\s+', ' ', 'g') || ' ';
@@ -3222,8 +3144,9 @@ CREATE OR REPLACE FUNCTION rcll._in_time_range(
     u rcll.memory_units, lo timestamptz, hi timestamptz, hi_mentioned timestamptz)
 RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE
--- No SET clause: inlined into the channel's queries (as rcll._in_scope, 105-recall-scope.sql), whose
--- custom plans then compare the unit's columns with the range's constants.
+-- No search_path (990-search-path.sql leaves it out): inlined into the channel's queries (as
+-- rcll._in_scope, 105-recall-scope.sql), whose custom plans then compare the unit's columns with the
+-- range's constants.
 AS $$
     -- A unit's time is when it happened (occurred_start..occurred_end), else when it was said
     -- (mentioned_at), else when it became valid. In range = starts in [lo, hi) - a unit known only
@@ -3251,7 +3174,6 @@ LANGUAGE plpgsql STABLE
 SET plan_cache_mode = force_custom_plan
 SET hnsw.iterative_scan = relaxed_order
 SET hnsw.ef_search = 400      -- as rcll.channel_dense (110): above the default channel_limit
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -3342,7 +3264,6 @@ RETURNS TABLE (unit_id bigint, text text, room text, hall text, layer text, auth
                rank_dense integer, rank_lexical integer, rank_graph integer, rank_temporal integer,
                rank_context integer, rank_entity integer, rank_session integer, context text)
 LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
 -- SQL, not PL/pgSQL: the output columns (thread, text, ...) would be variables in PL/pgSQL. Each
 -- channel is PL/pgSQL with custom plans, so the scope's fields fold as constants where it matters.
 AS $$
@@ -3453,7 +3374,6 @@ COMMENT ON FUNCTION rcll.recall_candidates(text, rcll.recall_scope, vector, vect
 CREATE OR REPLACE FUNCTION rcll._recall_embedding(query text, query_embedding vector)
 RETURNS vector
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     -- Phase 1: embed the query here when the models live in the database.
@@ -3476,7 +3396,6 @@ COMMENT ON FUNCTION rcll._recall_embedding(text, vector)
 CREATE OR REPLACE FUNCTION rcll._recall_entity_embedding(query text, bank_id integer, entity_query_embedding vector)
 RETURNS vector
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     rest text;
@@ -3504,7 +3423,6 @@ CREATE OR REPLACE FUNCTION rcll._recall_rerank(
     deadline_ms   integer DEFAULT NULL)
 RETURNS TABLE (candidate integer, rerank_score real, tokens integer, ordinal integer)
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -3605,7 +3523,6 @@ RETURNS TABLE (unit_id bigint, text text, room text, hall text, layer text, auth
                rank_dense integer, rank_lexical integer, rank_graph integer, rank_temporal integer,
                rank_context integer, rank_entity integer, rank_session integer)
 LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- SQL, not PL/pgSQL: the output column thread would shadow the scope's rows in PL/pgSQL. Phase 1
     -- (rcll._recall_embedding), phases 2-3 (rcll.recall_candidates: enough candidates for the
@@ -3642,7 +3559,6 @@ COMMENT ON FUNCTION rcll.recall(text, rcll.recall_scope, integer, integer, integ
 CREATE OR REPLACE FUNCTION rcll.in_database_models()
 RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT to_regprocedure('rcll._model_embed_query(text)') IS NOT NULL
        AND to_regprocedure('rcll._model_rerank(text,text[])') IS NOT NULL
@@ -3653,7 +3569,6 @@ COMMENT ON FUNCTION rcll.in_database_models() IS 'Whether rcll.enable_in_databas
 CREATE OR REPLACE FUNCTION rcll.enable_in_database_models(python_path text[] DEFAULT NULL)
 RETURNS text
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     paths text[] := coalesce(python_path,
@@ -3732,7 +3647,6 @@ COMMENT ON FUNCTION rcll.enable_in_database_models(text[]) IS 'Let rcll.recall r
 CREATE OR REPLACE FUNCTION rcll.disable_in_database_models()
 RETURNS text
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     DROP FUNCTION IF EXISTS rcll._model_embed_query(text);
@@ -3747,7 +3661,6 @@ COMMENT ON FUNCTION rcll.disable_in_database_models() IS 'Drop the in-database m
 CREATE OR REPLACE FUNCTION rcll._approx_tokens(texts text[])
 RETURNS integer[]
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- Without the tokenizer: about one token per four characters of English (rounded up).
     SELECT coalesce(array_agg(greatest(1, ceil(char_length(coalesce(t, '')) / 4.0))::integer ORDER BY i), '{}')
@@ -3764,7 +3677,6 @@ COMMENT ON FUNCTION rcll._approx_tokens(text[]) IS 'Internal: token counts estim
 CREATE OR REPLACE FUNCTION rcll._entity_key(name text)
 RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- lower-cased, whitespace folded, leading "@" and surrounding punctuation dropped:
     -- "  Argo  CD." and "argo cd" are one key; "@alice" and "Alice" are one key.
@@ -3776,7 +3688,6 @@ COMMENT ON FUNCTION rcll._entity_key(text) IS 'Internal: the lookup key of an en
 CREATE OR REPLACE FUNCTION rcll._types_compatible(a text, b text)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT a IS NULL OR b IS NULL OR lower(a) = lower(b)
 $$;
@@ -3793,7 +3704,6 @@ CREATE OR REPLACE FUNCTION rcll._resolve_entity(
     OUT entity_id bigint,
     OUT matched_by text)
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     b integer := _resolve_entity.bank_id;
@@ -3875,7 +3785,6 @@ CREATE OR REPLACE FUNCTION rcll.resolve_entity(bank text, name text, entity_type
                                                embedding vector DEFAULT NULL, aliases text[] DEFAULT '{}')
 RETURNS TABLE (entity_id bigint, canonical_name text, matched_by text)
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     r record;
@@ -3890,7 +3799,6 @@ COMMENT ON FUNCTION rcll.resolve_entity(text, text, text, vector, text[])
 CREATE OR REPLACE FUNCTION rcll._known_entities(bank_id integer, text text)
 RETURNS TABLE (entity_id bigint, alias text)
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- known spellings of at least 3 characters that occur in the text as whole words
     SELECT DISTINCT ON (a.entity_id) a.entity_id, a.alias
@@ -3917,7 +3825,6 @@ COMMENT ON FUNCTION rcll._known_entities(integer, text) IS 'Internal: entities o
 CREATE OR REPLACE FUNCTION rcll._keyless_mentions(text text, author text, config regconfig DEFAULT 'english')
 RETURNS TABLE (name text, role text)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     WITH p AS (
         -- "[<date>] <Speaker>: <body>": the speaker is one to three capitalised words before a colon.
@@ -3955,7 +3862,6 @@ RETURNS integer
 LANGUAGE plpgsql VOLATILE
 -- Invoker, and not executable by PUBLIC (below): it writes any bank's entities. Agents reach it
 -- only through rcll._link_written_keyless_entities, for the units their own transaction wrote.
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     b      integer := _link_keyless_entities.bank_id;
@@ -4013,7 +3919,6 @@ LANGUAGE sql VOLATILE
 -- a caller cannot reach another bank's units by passing their ids: under bank isolation it could
 -- not have written them.
 SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT rcll._link_keyless_entities(_link_written_keyless_entities.bank_id, ARRAY(
         SELECT u.unit_id FROM rcll.memory_units u
@@ -4027,7 +3932,6 @@ COMMENT ON FUNCTION rcll._link_written_keyless_entities(integer, bigint[])
 CREATE OR REPLACE FUNCTION rcll.link_keyless_entities(bank text)
 RETURNS integer
 LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT rcll._link_keyless_entities(b.id, ARRAY(
         SELECT u.unit_id FROM rcll.memory_units u WHERE u.bank_id = b.id AND u.kind = 'chunk' ORDER BY u.unit_id))
@@ -4051,7 +3955,6 @@ CREATE OR REPLACE FUNCTION rcll._link_units(
     temporal_window interval DEFAULT '7 days')
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     b integer := _link_units.bank_id;
@@ -4150,7 +4053,6 @@ CREATE OR REPLACE FUNCTION rcll.supersede(old_unit bigint, new_unit bigint, at t
                                           reason jsonb DEFAULT '{}')
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     o rcll.memory_units%ROWTYPE;
@@ -4199,7 +4101,6 @@ COMMENT ON FUNCTION rcll.supersede(bigint, bigint, timestamptz, jsonb)
 CREATE OR REPLACE FUNCTION rcll._fact_time(fact jsonb, key text, i integer)
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF fact ->> key IS NULL OR btrim(fact ->> key) = '' THEN
@@ -4216,7 +4117,6 @@ COMMENT ON FUNCTION rcll._fact_time(jsonb, text, integer) IS 'Internal: a timest
 CREATE OR REPLACE FUNCTION rcll._layer_for(hall text, layer text DEFAULT NULL)
 RETURNS text
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT coalesce(layer, (SELECT r.layer FROM rcll.layer_rules r WHERE r.hall = _layer_for.hall), 'L2')
 $$;
@@ -4225,7 +4125,6 @@ COMMENT ON FUNCTION rcll._layer_for(text, text) IS 'Internal: the layer a unit l
 CREATE OR REPLACE FUNCTION rcll._record_llm_calls(bank_id integer, document_id bigint, calls jsonb)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     n integer;
@@ -4248,7 +4147,6 @@ COMMENT ON FUNCTION rcll._record_llm_calls(integer, bigint, jsonb) IS 'Internal:
 CREATE OR REPLACE FUNCTION rcll.record_llm_calls(bank text, calls jsonb, document_id bigint DEFAULT NULL)
 RETURNS integer
 LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT rcll._record_llm_calls(rcll._bank_id(bank), document_id, calls)
 $$;
@@ -4257,7 +4155,6 @@ COMMENT ON FUNCTION rcll.record_llm_calls(text, jsonb, bigint) IS 'Append LLM ca
 CREATE OR REPLACE FUNCTION rcll.find_document(bank text, content text, thread text DEFAULT NULL)
 RETURNS TABLE (document_id bigint, unit_ids bigint[], extraction text)
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT d.document_id, rcll._document_units(d.document_id), d.extraction
     FROM rcll.documents d
@@ -4289,7 +4186,6 @@ CREATE OR REPLACE FUNCTION rcll.retain_facts(
     supersede_threshold double precision DEFAULT 0.80)
 RETURNS TABLE (document_id bigint, unit_ids bigint[], created boolean)
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     b integer := rcll._bank_id(bank);
@@ -4472,7 +4368,6 @@ CREATE OR REPLACE FUNCTION rcll.retain_extraction_failed(
     author      text DEFAULT NULL)
 RETURNS TABLE (document_id bigint, unit_ids bigint[], created boolean)
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     r record;
@@ -4503,7 +4398,6 @@ CREATE OR REPLACE FUNCTION rcll.stats(bank text)
 RETURNS TABLE (section text, name text, value bigint, read_tokens bigint,
                write_input_tokens bigint, write_output_tokens bigint)
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     WITH b AS (SELECT rcll._bank_id(bank) AS id),
     ledger AS (
@@ -4559,7 +4453,6 @@ CREATE OR REPLACE FUNCTION rcll.consolidation_groups(
     max_groups integer DEFAULT 100)
 RETURNS TABLE (entity_id bigint, entity_name text, bucket_start timestamptz, unit_ids bigint[], texts text[])
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     WITH b AS (SELECT rcll._bank_id(bank) AS id),
     pending AS (
@@ -4618,7 +4511,6 @@ CREATE OR REPLACE FUNCTION rcll.write_observation(
     metadata  jsonb DEFAULT '{}')
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     b integer := rcll._bank_id(bank);
@@ -4713,7 +4605,6 @@ CREATE OR REPLACE FUNCTION rcll.export_tables()
 RETURNS TABLE (table_position integer, table_name text, key_columns text[], id_column text,
                refs jsonb)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- Import order too: a table comes after every table it references. refs maps a column to the
     -- table whose identity it holds (import remaps it when that identity had to be renumbered).
@@ -4746,7 +4637,6 @@ COMMENT ON FUNCTION rcll.export_tables() IS 'The tables a bank export carries, i
 CREATE OR REPLACE FUNCTION rcll._export_table(name text)
 RETURNS TABLE (table_position integer, table_name text, key_columns text[], id_column text, refs jsonb)
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RETURN QUERY SELECT e.* FROM rcll.export_tables() e WHERE e.table_name = name;
@@ -4762,7 +4652,6 @@ COMMENT ON FUNCTION rcll._export_table(text) IS 'Internal: the rcll.export_table
 CREATE OR REPLACE FUNCTION rcll._export_query(bank_id integer, table_name text)
 RETURNS text
 LANGUAGE plpgsql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     t record;
@@ -4786,7 +4675,6 @@ COMMENT ON FUNCTION rcll._export_query(integer, text) IS 'Internal: the canonica
 CREATE OR REPLACE FUNCTION rcll.export_rows(bank text, table_name text)
 RETURNS SETOF jsonb
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 SET TimeZone = 'UTC'
 SET DateStyle = 'ISO, YMD'
 SET IntervalStyle = 'postgres'
@@ -4805,7 +4693,6 @@ COMMENT ON FUNCTION rcll.export_rows(text, text) IS 'Every row of one exported t
 CREATE OR REPLACE FUNCTION rcll._export_settings()
 RETURNS void
 LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- The print settings are written once, as rcll.export_rows' SET clauses (which hold them for
     -- that call only); here the same settings are pinned transaction-locally, for the rest of the
@@ -4819,7 +4706,6 @@ COMMENT ON FUNCTION rcll._export_settings() IS 'Internal: pins, for the current 
 CREATE OR REPLACE FUNCTION rcll.export_cursor(bank text, table_name text, cursor_name text DEFAULT NULL)
 RETURNS refcursor
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     c refcursor := coalesce(cursor_name, 'rcll_export_' || table_name);
@@ -4836,7 +4722,6 @@ COMMENT ON FUNCTION rcll.export_cursor(text, text, text) IS 'Open a cursor over 
 CREATE OR REPLACE FUNCTION rcll._max_id(table_name text, id_column text, bank_id integer DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     m bigint;
@@ -4851,7 +4736,6 @@ COMMENT ON FUNCTION rcll._max_id(text, text, integer) IS 'Internal: the largest 
 CREATE OR REPLACE FUNCTION rcll.export_max_ids(bank text)
 RETURNS jsonb
 LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT coalesce(jsonb_object_agg(e.table_name, coalesce(rcll._max_id(e.table_name, e.id_column, b.id), 0)), '{}')
     FROM (SELECT rcll._bank_id(export_max_ids.bank) AS id) b, rcll.export_tables() e
@@ -4878,7 +4762,6 @@ COMMENT ON FUNCTION rcll.export_max_ids(text) IS 'The largest identity per expor
 CREATE OR REPLACE FUNCTION rcll._import_state()
 RETURNS TABLE (bank_id integer, bank_name text, fresh boolean, on_conflict text)
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF to_regclass('pg_temp.rcll_import_state') IS NULL THEN
@@ -4893,7 +4776,6 @@ COMMENT ON FUNCTION rcll._import_state() IS 'Internal: the import in progress in
 CREATE OR REPLACE FUNCTION rcll._import_ref(table_name text, old jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     n bigint;
@@ -4911,7 +4793,6 @@ COMMENT ON FUNCTION rcll._import_ref(text, jsonb) IS 'Internal: the id an export
 CREATE OR REPLACE FUNCTION rcll._import_execute(table_name text, stmt text, rows jsonb, bank_id integer)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     rel regclass := format('rcll.%I', table_name)::regclass;
@@ -4949,7 +4830,6 @@ COMMENT ON FUNCTION rcll._import_execute(text, text, jsonb, integer) IS 'Interna
 CREATE OR REPLACE FUNCTION rcll._import_sequence(table_name text, id_column text, at_least bigint)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     seq  text := pg_get_serial_sequence(format('rcll.%I', table_name), id_column);
@@ -4970,7 +4850,6 @@ COMMENT ON FUNCTION rcll._import_sequence(text, text, bigint) IS 'Internal: move
 CREATE OR REPLACE FUNCTION rcll.import_begin(bank_row jsonb, on_conflict text DEFAULT 'error', max_ids jsonb DEFAULT '{}')
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     bname  text := bank_row ->> 'name';
@@ -5030,7 +4909,6 @@ COMMENT ON FUNCTION rcll.import_begin(jsonb, text, jsonb) IS 'Start importing on
 CREATE OR REPLACE FUNCTION rcll.import_rows(table_name text, rows jsonb)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     st     record;
@@ -5147,7 +5025,6 @@ COMMENT ON FUNCTION rcll.import_rows(text, jsonb) IS 'Import a batch of exported
 CREATE OR REPLACE FUNCTION rcll.import_finish()
 RETURNS jsonb
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     st     record;
@@ -5204,7 +5081,6 @@ RETURNS TABLE (name text, status text, merged_into text, proposed_into text, fac
                created_by text, first_used timestamptz, last_used timestamptz,
                halls jsonb, layers jsonb, authors jsonb)
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT rcll._bank_id(floor_plan.bank);           -- an unknown bank is an error, rows or not
     -- One pass over the bank's units (grouping sets) gives every room's halls, layers and writers;
@@ -5256,7 +5132,6 @@ RETURNS TABLE (unit_id bigint, kind text, text text, room text, hall text, layer
                mentioned_at timestamptz, created_at timestamptz, superseded_by bigint, document_id bigint,
                total bigint)
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- An unknown bank is an error, not an empty page: checked by a statement of its own, which
     -- runs even when no row would ever reach the bank test below.
@@ -5290,7 +5165,6 @@ RETURNS TABLE (proposal_id bigint, from_room text, into_room text, reason text, 
                proposed_by text, proposed_at timestamptz, decided_by text, decided_at timestamptz,
                from_units bigint, into_units bigint)
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT rcll._bank_id(merge_proposals.bank);      -- an unknown bank is an error, rows or not
     -- What a person decides on: the pending proposals first (oldest first), each with the number
@@ -5313,7 +5187,6 @@ COMMENT ON FUNCTION rcll.merge_proposals(text, boolean) IS 'Room merge proposals
 CREATE OR REPLACE FUNCTION rcll.state_keys(bank text, rooms text[] DEFAULT NULL)
 RETURNS TABLE (room text, key text, version integer, value jsonb, provenance jsonb, created_at timestamptz)
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT rcll._bank_id(state_keys.bank);           -- an unknown bank is an error, rows or not
     -- Exact room strings, like rcll.get_state: state is keyed, never resolved by spelling.
@@ -5329,7 +5202,6 @@ CREATE OR REPLACE FUNCTION rcll.decide_room_merge(bank text, from_room text, app
                                                   person text DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     b   integer := rcll._bank_id(bank);
@@ -5364,4 +5236,34 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION rcll.decide_room_merge(text, text, boolean, text, text) IS 'A person decides a pending room merge: approve (rcll.approve_room_merge; refused for agents) or reject (rcll.reject_room_merge with reason). person names who decided, for the audit log (a room_merge_decision row with actor person:<name>); only the RCLL server (a member of rcll_identity_server) may pass it. Returns the number of units moved (0 for a rejection).';
+
+
+-- functions 990-search-path.sql
+-- The search_path every rcll function runs with, declared once for the whole schema instead of in
+-- each header: `pg_catalog, pg_temp`, so that no caller's search_path can put an object of theirs in
+-- front of a name a function means (every name inside a function is schema-qualified, and pgvector
+-- and pg_trgm objects are written as public.*). This file runs last, after every CREATE OR REPLACE
+-- (which resets a function's settings), on CREATE EXTENSION, extension updates and `rcll install`
+-- alike, so a new function cannot be left without it (tests/test_schema.py checks every one).
+--
+-- The exceptions are the SQL helpers written to be inlined into their callers' queries: any SET
+-- clause stops the planner from inlining a function. They read no table and call only built-in
+-- operators (tests/test_channel_plans.py checks that they are inlined).
+DO $$
+DECLARE
+    routine regprocedure;
+BEGIN
+    FOR routine IN
+        SELECT p.oid::regprocedure
+        FROM pg_catalog.pg_proc p
+        WHERE p.pronamespace = 'rcll'::regnamespace
+          AND p.prokind IN ('f', 'p')
+          AND p.proname NOT IN ('_in_scope', '_in_time_range', '_keyless_link')
+          AND NOT EXISTS (SELECT FROM pg_catalog.unnest(p.proconfig) setting
+                          WHERE setting LIKE 'search\_path=%')
+    LOOP
+        EXECUTE pg_catalog.format('ALTER ROUTINE %s SET search_path = pg_catalog, pg_temp', routine);
+    END LOOP;
+END
+$$;
 

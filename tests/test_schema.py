@@ -33,6 +33,19 @@ def test_every_public_function_has_a_comment(db: psycopg.Connection[Any]) -> Non
     assert missing == []
 
 
+def test_every_function_runs_with_a_pinned_search_path_but_the_inlined_helpers(db: psycopg.Connection[Any]) -> None:
+    # sql/functions/990-search-path.sql sets it once for the schema; a SET clause on the inlined
+    # helpers would stop the planner from inlining them (tests/test_channel_plans.py).
+    rows = db.execute("""
+        SELECT p.proname, p.oid::regprocedure::text,
+               coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false)
+        FROM pg_proc p WHERE p.pronamespace = 'rcll'::regnamespace ORDER BY 2""").fetchall()
+    inlined = {"_in_scope", "_in_time_range", "_keyless_link"}
+    assert len(rows) > 100
+    assert [sig for name, sig, pinned in rows if not pinned and name not in inlined] == []
+    assert sorted(name for name, _, pinned in rows if not pinned) == sorted(inlined)
+
+
 def test_extension_script_is_up_to_date() -> None:
     import sys
 

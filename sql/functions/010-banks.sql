@@ -3,7 +3,6 @@
 CREATE OR REPLACE FUNCTION rcll._bank_id(bank text)
 RETURNS integer
 LANGUAGE plpgsql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     id integer;
@@ -26,7 +25,6 @@ CREATE OR REPLACE FUNCTION rcll.create_bank(name text, description text DEFAULT 
                                             text_search_config regconfig DEFAULT 'english')
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     id integer;
@@ -52,7 +50,6 @@ COMMENT ON FUNCTION rcll.create_bank(text, text, regconfig) IS 'Create a bank (i
 CREATE OR REPLACE FUNCTION rcll.list_banks()
 RETURNS TABLE (name text, description text, unit_count bigint, document_count bigint, created_at timestamptz)
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT b.name, b.description,
            (SELECT count(*) FROM rcll.memory_units u WHERE u.bank_id = b.bank_id),

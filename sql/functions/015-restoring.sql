@@ -3,7 +3,6 @@
 CREATE OR REPLACE FUNCTION rcll._restoring(table_name regclass)
 RETURNS boolean
 LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- In an extension install, pg_dump's output runs CREATE EXTENSION (which creates the write
     -- triggers) before it loads the rows, so the triggers see every restored row. Re-resolving the

@@ -4,7 +4,6 @@
 CREATE OR REPLACE FUNCTION rcll._lexical_length(doc tsvector)
 RETURNS integer
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT coalesce(sum(coalesce(array_length(t.positions, 1), 1)), 0)::integer FROM unnest(doc) AS t
 $$;
@@ -13,7 +12,6 @@ COMMENT ON FUNCTION rcll._lexical_length(tsvector) IS 'Internal: number of token
 CREATE OR REPLACE FUNCTION rcll._units_lexical()
 RETURNS trigger
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     NEW.lexical := to_tsvector(

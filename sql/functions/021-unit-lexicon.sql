@@ -6,7 +6,6 @@ RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 -- Definer: agents' roles write memory_units; the copy is the owner's bookkeeping (as room counts).
 SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF TG_LEVEL = 'STATEMENT' THEN

@@ -3,7 +3,6 @@
 CREATE OR REPLACE FUNCTION rcll._identity_server()
 RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- Checked by role existence first: pg_has_role fails for a role that does not exist.
     SELECT CASE WHEN to_regrole('rcll_identity_server') IS NULL THEN false
@@ -18,7 +17,6 @@ LANGUAGE plpgsql STABLE PARALLEL SAFE
 -- session_user (not current_user) is what it checks, and SECURITY DEFINER does not change it.
 -- PL/pgSQL rather than SQL: it runs once per written row, and PL/pgSQL keeps its plans.
 SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     agent   text;
@@ -44,7 +42,6 @@ COMMENT ON FUNCTION rcll.current_agent() IS 'The agent identity the server resol
 CREATE OR REPLACE FUNCTION rcll._carry_tags()
 RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- Consolidation rewrites facts into observations and must carry their author: and room tags
     -- across; only the trusted server may ask for that (SET LOCAL rcll.carry_tags = on).
@@ -54,7 +51,6 @@ COMMENT ON FUNCTION rcll._carry_tags() IS 'Internal: true when a member of rcll_
 
 CREATE OR REPLACE FUNCTION rcll._resolve_author(claimed text, OUT author text, OUT author_source text)
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     -- No warning here: the units_room_counts_inserted statement trigger (051-room-counts.sql) warns once per
@@ -75,7 +71,6 @@ COMMENT ON FUNCTION rcll._resolve_author(text) IS 'Internal: the author of a wri
 CREATE OR REPLACE FUNCTION rcll._units_author()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     who record;
@@ -125,7 +120,6 @@ CREATE OR REPLACE TRIGGER units_author BEFORE INSERT ON rcll.memory_units
 CREATE OR REPLACE FUNCTION rcll._documents_author()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     who record;

@@ -3,7 +3,6 @@
 CREATE OR REPLACE FUNCTION rcll._actor()
 RETURNS text
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT coalesce(rcll.current_agent(), 'role:' || session_user)
 $$;
@@ -13,7 +12,6 @@ CREATE OR REPLACE FUNCTION rcll._audit(bank_id integer, action text, target json
                                        actor text DEFAULT NULL)
 RETURNS bigint
 LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
     INSERT INTO rcll.audit_log (bank_id, actor, action, target, detail)
     VALUES (_audit.bank_id, coalesce(_audit.actor, rcll._actor()), _audit.action, _audit.target, _audit.detail)
@@ -24,7 +22,6 @@ COMMENT ON FUNCTION rcll._audit(integer, text, jsonb, jsonb, text) IS 'Internal:
 CREATE OR REPLACE FUNCTION rcll._audit_reason(reason text, action text, hint text)
 RETURNS text
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF nullif(btrim(reason), '') IS NULL THEN

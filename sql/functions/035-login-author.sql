@@ -3,7 +3,6 @@
 CREATE OR REPLACE FUNCTION rcll.login_agent(configured text DEFAULT NULL)
 RETURNS text
 LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- A role mapped in rcll.identities writes as its agent, whatever is configured (and an
     -- rcll.agent the identity server already set for this transaction stands). A role trusted to

@@ -3,7 +3,6 @@
 CREATE OR REPLACE FUNCTION rcll._content_hash(content text, thread text)
 RETURNS bytea
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT sha256(convert_to(coalesce(thread, '') || E'\x1f' || content, 'UTF8'))
 $$;
@@ -12,7 +11,6 @@ COMMENT ON FUNCTION rcll._content_hash(text, text) IS 'Internal: the identity of
 CREATE OR REPLACE FUNCTION rcll._document_units(document_id bigint)
 RETURNS bigint[]
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT coalesce(array_agg(u.unit_id ORDER BY u.chunk_index, u.unit_id), '{}')
     FROM rcll.memory_units u WHERE u.document_id = _document_units.document_id
@@ -22,7 +20,6 @@ COMMENT ON FUNCTION rcll._document_units(bigint) IS 'Internal: the units of a do
 CREATE OR REPLACE FUNCTION rcll._check_document(bank_id integer, content text)
 RETURNS void
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     limit_bytes bigint := coalesce(
@@ -60,7 +57,6 @@ CREATE OR REPLACE FUNCTION rcll._store_document(
     OUT author_source text,
     OUT provenance    jsonb)
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     h bytea := rcll._content_hash(content, thread);

@@ -17,7 +17,6 @@ CREATE OR REPLACE FUNCTION rcll.retain_chunks(
     author      text DEFAULT NULL)
 RETURNS TABLE (document_id bigint, unit_ids bigint[], created boolean)
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     b integer := rcll._bank_id(bank);

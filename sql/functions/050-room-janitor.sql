@@ -3,7 +3,6 @@
 CREATE OR REPLACE FUNCTION rcll._room_key(room text)
 RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- Spelling only: case, separators, a plural ending. Both sides of a comparison go through
     -- this, so "docs" and "doc" meet at "doc" however odd the stem looks.
@@ -16,7 +15,6 @@ COMMENT ON FUNCTION rcll._room_key(text) IS 'Internal: the spelling key of a roo
 CREATE OR REPLACE FUNCTION rcll._follow_merges(bank_id integer, room text)
 RETURNS text
 LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     cur  text := room;
@@ -36,7 +34,6 @@ COMMENT ON FUNCTION rcll._follow_merges(integer, text) IS 'Internal: the live ro
 
 CREATE OR REPLACE FUNCTION rcll._canonical_room(bank_id integer, typed text, OUT room text, OUT how text)
 LANGUAGE plpgsql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     t      text := nullif(btrim(typed), '');
@@ -119,7 +116,6 @@ RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 -- Definer: a writer needs INSERT on memory_units only; the registry and aliases are bookkeeping.
 SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     typed   text := nullif(btrim(NEW.room), '');

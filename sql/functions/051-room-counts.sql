@@ -7,7 +7,6 @@ CREATE OR REPLACE FUNCTION rcll._units_room_counts()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     unattributed bigint;
@@ -89,7 +88,6 @@ CREATE OR REPLACE FUNCTION rcll.fold_room_counts()
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     n bigint;

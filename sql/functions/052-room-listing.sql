@@ -3,7 +3,6 @@
 CREATE OR REPLACE FUNCTION rcll._wildcard(pattern text)
 RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- * any run, ? one character; everything else literal (LIKE's own % _ \ are escaped).
     SELECT replace(replace(replace(replace(replace(pattern, '\', '\\'), '%', '\%'), '_', '\_'), '*', '%'), '?', '_')
@@ -14,7 +13,6 @@ CREATE OR REPLACE FUNCTION rcll.rooms(bank text, pattern text DEFAULT '*')
 RETURNS TABLE (name text, status text, merged_into text, proposed_into text, fact_count bigint,
                aliases text[], created_by text, first_used timestamptz, last_used timestamptz)
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     WITH b AS (SELECT rcll._bank_id(rooms.bank) AS id),
     pending AS (

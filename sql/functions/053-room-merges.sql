@@ -3,7 +3,6 @@
 CREATE OR REPLACE FUNCTION rcll._registry_room(bank_id integer, room text)
 RETURNS rcll.rooms
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     r rcll.rooms;
@@ -21,7 +20,6 @@ COMMENT ON FUNCTION rcll._registry_room(integer, text) IS 'Internal: a room''s r
 CREATE OR REPLACE FUNCTION rcll.propose_room_merge(bank text, from_room text, into_room text, reason text)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     b   integer := rcll._bank_id(bank);
@@ -58,7 +56,6 @@ COMMENT ON FUNCTION rcll.propose_room_merge(text, text, text, text) IS 'Propose 
 CREATE OR REPLACE FUNCTION rcll._pending_merge(bank_id integer, from_room text)
 RETURNS rcll.room_merge_proposals
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     p rcll.room_merge_proposals;
@@ -78,7 +75,6 @@ COMMENT ON FUNCTION rcll._pending_merge(integer, text) IS 'Internal: the pending
 CREATE OR REPLACE FUNCTION rcll.approve_room_merge(bank text, from_room text)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     b    integer := rcll._bank_id(bank);
@@ -121,7 +117,6 @@ COMMENT ON FUNCTION rcll.approve_room_merge(text, text) IS 'A person approves th
 CREATE OR REPLACE FUNCTION rcll.reject_room_merge(bank text, from_room text, reason text DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     b integer := rcll._bank_id(bank);

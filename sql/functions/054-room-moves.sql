@@ -3,7 +3,6 @@
 CREATE OR REPLACE FUNCTION rcll.move_units(bank text, unit_ids bigint[], to_room text, reason text)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     b       integer := rcll._bank_id(bank);
@@ -44,7 +43,6 @@ COMMENT ON FUNCTION rcll.move_units(text, bigint[], text, text) IS 'Move units i
 CREATE OR REPLACE FUNCTION rcll.undo_move(bank text, move_id bigint)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     b     integer := rcll._bank_id(bank);

@@ -3,7 +3,6 @@
 CREATE OR REPLACE FUNCTION rcll.classify_room(text text)
 RETURNS text
 LANGUAGE sql STABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- Regular expressions only: no model call, no embedding, microseconds per unit.
     SELECT r.room FROM rcll.room_rules r
@@ -16,7 +15,6 @@ COMMENT ON FUNCTION rcll.classify_room(text) IS 'The room the keyword classifier
 CREATE OR REPLACE FUNCTION rcll._classify_rooms_enabled(bank_id integer, kind text)
 RETURNS boolean
 LANGUAGE plpgsql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     setting text := lower(coalesce(current_setting('rcll.classify_rooms', true), ''));

@@ -3,7 +3,6 @@
 CREATE OR REPLACE FUNCTION rcll.tags(bank text, pattern text DEFAULT '*')
 RETURNS TABLE (tag text, unit_count bigint)
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- Counted from the units, not kept on the write path: a listing is rare, a write is not, and a
     -- count nobody maintains cannot drift.

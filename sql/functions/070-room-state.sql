@@ -4,7 +4,6 @@ CREATE OR REPLACE FUNCTION rcll.put_state(bank text, room text, key text, value 
                                           via text DEFAULT 'sql', source text DEFAULT NULL, author text DEFAULT NULL)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     b       integer := rcll._bank_id(bank);
@@ -54,7 +53,6 @@ COMMENT ON FUNCTION rcll.put_state(text, text, text, jsonb, integer, text, text,
 CREATE OR REPLACE FUNCTION rcll.state_history(bank text, room text, key text)
 RETURNS TABLE (version integer, value jsonb, provenance jsonb, created_at timestamptz)
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- Exact (room, key): an unknown key has no versions - never the nearest room's state, which
     -- would be the wrong lens applied with full confidence.
@@ -68,7 +66,6 @@ COMMENT ON FUNCTION rcll.state_history(text, text, text) IS 'Every version of a 
 CREATE OR REPLACE FUNCTION rcll.get_state(bank text, room text, key text, at_version integer DEFAULT NULL)
 RETURNS TABLE (value jsonb, version integer, provenance jsonb, created_at timestamptz)
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT h.value, h.version, h.provenance, h.created_at
     FROM rcll.state_history(get_state.bank, get_state.room, get_state.key) h

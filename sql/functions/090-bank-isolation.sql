@@ -6,7 +6,6 @@ LANGUAGE sql STABLE STRICT PARALLEL SAFE
 -- Definer: policies call it for roles that cannot read rcll.bank_grants. The role is passed in
 -- (the policy passes current_user), because inside a definer current_user is the owner.
 SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT coalesce(array_agg(DISTINCT g.bank_id), '{}')
     FROM rcll.bank_grants g
@@ -18,7 +17,6 @@ COMMENT ON FUNCTION rcll._visible_banks(name) IS 'Internal: ids of the banks a r
 CREATE OR REPLACE FUNCTION rcll.grant_bank(role_name name, bank text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolname = grant_bank.role_name) THEN
@@ -34,7 +32,6 @@ COMMENT ON FUNCTION rcll.grant_bank(name, text) IS 'Let a role (and its members)
 CREATE OR REPLACE FUNCTION rcll.revoke_bank(role_name name, bank text)
 RETURNS void
 LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
     DELETE FROM rcll.bank_grants g WHERE g.role_name = revoke_bank.role_name AND g.bank_id = rcll._bank_id(revoke_bank.bank)
 $$;
@@ -43,7 +40,6 @@ COMMENT ON FUNCTION rcll.revoke_bank(name, text) IS 'Withdraw a role''s grant on
 CREATE OR REPLACE FUNCTION rcll._bank_tables()
 RETURNS SETOF regclass
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- Every rcll table with a bank_id column, found when called: tables added later are covered.
     -- The grants themselves are not isolated (a role must be able to use its grants).
@@ -57,7 +53,6 @@ COMMENT ON FUNCTION rcll._bank_tables() IS 'Internal: the tables bank isolation 
 CREATE OR REPLACE FUNCTION rcll._bank_isolation(enable boolean)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     t regclass;
@@ -84,7 +79,6 @@ COMMENT ON FUNCTION rcll._bank_isolation(boolean) IS 'Internal: switch row-level
 CREATE OR REPLACE FUNCTION rcll.enable_bank_isolation()
 RETURNS integer
 LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT rcll._bank_isolation(enable => true)
 $$;
@@ -93,7 +87,6 @@ COMMENT ON FUNCTION rcll.enable_bank_isolation() IS 'Turn on bank isolation: row
 CREATE OR REPLACE FUNCTION rcll.disable_bank_isolation()
 RETURNS integer
 LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT rcll._bank_isolation(enable => false)
 $$;

@@ -3,7 +3,6 @@
 CREATE OR REPLACE FUNCTION rcll.refresh_bank_stats(bank text DEFAULT NULL)
 RETURNS TABLE (bank_name text, unit_count bigint, total_length bigint)
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -31,7 +30,6 @@ COMMENT ON FUNCTION rcll.refresh_bank_stats(text) IS 'Recount BM25 corpus statis
 
 CREATE OR REPLACE FUNCTION rcll._bm25_corpus(bank_id integer, OUT n double precision, OUT avgdl double precision)
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     SELECT s.unit_count, s.total_length::double precision / nullif(s.unit_count, 0) INTO n, avgdl

@@ -8,7 +8,6 @@ CREATE OR REPLACE FUNCTION rcll.recall_defaults(
     OUT candidate_limit integer)
 RETURNS record
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- Why these values: bench/locomo/RESEARCH.md and the README's depth table.
     SELECT 4096,  -- tokens of fact text returned (hindsight's default, counted with cl100k)

@@ -4,7 +4,6 @@
 CREATE OR REPLACE FUNCTION rcll._recall_authors(authors text[], mine boolean)
 RETURNS text[]
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- mine narrows to the server-resolved agent (intersected with authors when both are given).
     -- With no resolved identity, mine matches nobody: ARRAY[NULL] equals no author.
@@ -19,7 +18,6 @@ COMMENT ON FUNCTION rcll._recall_authors(text[], boolean) IS 'Internal: the auth
 CREATE OR REPLACE FUNCTION rcll._notice(message text, hint text DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     -- Lets a LANGUAGE sql function tell the caller why it skipped something; writes nothing.
@@ -32,7 +30,6 @@ COMMENT ON FUNCTION rcll._notice(text, text) IS 'Internal: raise a NOTICE (with 
 CREATE OR REPLACE FUNCTION rcll._expand_rooms(bank_id integer, rooms text[])
 RETURNS text[]
 LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     names text[];
@@ -73,7 +70,6 @@ CREATE OR REPLACE FUNCTION rcll.recall_scope(
     as_of                timestamptz DEFAULT now())
 RETURNS rcll.recall_scope
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- The only place a recall resolves its bank, rooms and authors; every channel reads the result.
     SELECT ROW(b.id, rcll._expand_rooms(b.id, recall_scope.rooms),
@@ -88,8 +84,9 @@ COMMENT ON FUNCTION rcll.recall_scope(text, text[], text[], boolean, boolean, te
 CREATE OR REPLACE FUNCTION rcll._in_scope(u anyelement, scope rcll.recall_scope)
 RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE
--- No SET clause: that would stop the planner from inlining it into the caller's query (it reads no
--- table and calls no function; only built-in operators, which pg_catalog resolves first).
+-- No search_path (990-search-path.sql leaves it out): any SET clause would stop the planner from
+-- inlining it into the caller's query (it reads no table and calls no function; only built-in
+-- operators, which pg_catalog resolves first).
 AS $$
     -- u is a row of rcll.memory_units, or of rcll.unit_lexicon (BM25's narrow copy, which carries
     -- the same scope columns): polymorphic, so both read one predicate and it still inlines.

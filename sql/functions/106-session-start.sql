@@ -4,7 +4,6 @@ CREATE OR REPLACE FUNCTION rcll.session_start(bank text, rooms text[] DEFAULT NU
 RETURNS TABLE (unit_id bigint, room text, hall text, text text, author text, tags text[],
                provenance jsonb, created_at timestamptz)
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- Current as of now: valid now and not superseded. With rooms, the rooms named (through their
     -- aliases and merges) plus bank-wide rules that carry no room. Thread-scoped rules are only for

@@ -17,7 +17,6 @@ SET hnsw.iterative_scan = relaxed_order
 -- ef_search rows; below the LIMIT the iterative scan restarts from a worse frontier), with a third
 -- more for rows the scope drops: 400 for the default channel_limit of 300 (a test keeps it above).
 SET hnsw.ef_search = 400
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE

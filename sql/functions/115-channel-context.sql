@@ -9,7 +9,6 @@
 CREATE OR REPLACE FUNCTION rcll._last_words(t text, n integer)
 RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT array_to_string(w[greatest(cardinality(w) - n + 1, 1):], ' ')
     FROM regexp_split_to_array(btrim(t, E' \t\r\n'), '\s+') AS w
@@ -19,7 +18,6 @@ COMMENT ON FUNCTION rcll._last_words(text, integer) IS 'Internal: the last n whi
 CREATE OR REPLACE FUNCTION rcll.preceding_units(unit_ids bigint[], scope rcll.recall_scope)
 RETURNS TABLE (unit_id bigint, preceding_id bigint, preceding_text text)
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 BEGIN
@@ -43,7 +41,6 @@ CREATE OR REPLACE FUNCTION rcll.channel_context(
     "limit"         integer DEFAULT (rcll.recall_defaults()).channel_limit)
 RETURNS TABLE (unit_id bigint, score double precision, rank integer)
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE

@@ -4,7 +4,6 @@
 CREATE OR REPLACE FUNCTION rcll._tsquery_any(lexemes text[])
 RETURNS tsquery
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- Quoted, so lexemes are taken verbatim (no second round of parsing or stemming).
     SELECT string_agg('''' || replace(replace(l, '\', '\\'), '''', '''''') || '''', ' | ')::tsquery
@@ -15,7 +14,6 @@ COMMENT ON FUNCTION rcll._tsquery_any(text[]) IS 'Internal: a tsquery matching a
 CREATE OR REPLACE FUNCTION rcll._query_lexemes(query text, bank_id integer)
 RETURNS text[]
 LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT ARRAY(SELECT DISTINCT t.lexeme
                  FROM rcll.banks x, unnest(to_tsvector(x.text_search_config, coalesce(_query_lexemes.query, ''))) t
@@ -29,7 +27,6 @@ CREATE OR REPLACE FUNCTION rcll._bm25_pruned_terms(
     terms text[], n double precision, prune_above double precision,
     OUT common text[], OUT common_freq double precision[], OUT gen text[])
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     -- Candidates come from the rarer query terms only: every unit containing one of them is read,
@@ -66,7 +63,6 @@ CREATE OR REPLACE FUNCTION rcll._bm25_channels(
 RETURNS TABLE (channel text, unit_id bigint, score double precision, rank integer)
 LANGUAGE plpgsql STABLE
 SET plan_cache_mode = force_custom_plan
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -197,7 +193,6 @@ CREATE OR REPLACE FUNCTION rcll.channel_lexical(
     b           double precision DEFAULT 0.75)
 RETURNS TABLE (unit_id bigint, score double precision, rank integer)
 LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT c.unit_id, c.score, c.rank
     FROM rcll._bm25_channels(channel_lexical.query, channel_lexical.scope, NULL, channel_lexical."limit",

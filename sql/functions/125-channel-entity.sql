@@ -10,7 +10,6 @@
 CREATE OR REPLACE FUNCTION rcll._query_named_entities(query text, bank_id integer)
 RETURNS TABLE (entity_id bigint, name text, matched text)
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 BEGIN
@@ -41,7 +40,6 @@ COMMENT ON FUNCTION rcll._query_named_entities(text, integer)
 CREATE OR REPLACE FUNCTION rcll._query_without_entities(query text, bank_id integer)
 RETURNS text
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     rest text := _query_without_entities.query;
@@ -66,7 +64,6 @@ COMMENT ON FUNCTION rcll._query_without_entities(text, integer)
 CREATE OR REPLACE FUNCTION rcll.query_without_entities(query text, bank text)
 RETURNS text
 LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT rcll._query_without_entities(query_without_entities.query, rcll._bank_id(query_without_entities.bank))
 $$;
@@ -81,7 +78,6 @@ CREATE OR REPLACE FUNCTION rcll.channel_entity(
 RETURNS TABLE (unit_id bigint, score double precision, rank integer)
 LANGUAGE plpgsql STABLE
 SET plan_cache_mode = force_custom_plan
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE

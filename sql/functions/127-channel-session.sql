@@ -19,7 +19,6 @@ CREATE OR REPLACE FUNCTION rcll.channel_session(
     b               double precision DEFAULT 0.75)
 RETURNS TABLE (unit_id bigint, score double precision, rank integer)
 LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- Scored in rcll._bm25_channels (120-channel-lexical.sql), from the lexical channel's candidates.
     SELECT c.unit_id, c.score, c.rank

@@ -3,7 +3,6 @@
 CREATE OR REPLACE FUNCTION rcll._query_ngrams(query text, max_words integer DEFAULT 3)
 RETURNS text[]
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- Lower-cased word n-grams (1..max_words) of the query, possessives dropped: the spellings an
     -- entity alias can match exactly.
@@ -25,7 +24,6 @@ CREATE OR REPLACE FUNCTION rcll._query_entities(
 RETURNS TABLE (entity_id bigint, name text, matched text, similarity real)
 LANGUAGE plpgsql STABLE
 SET plan_cache_mode = force_custom_plan
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -87,7 +85,6 @@ CREATE OR REPLACE FUNCTION rcll.query_entities(
     max_entities   integer DEFAULT 16)
 RETURNS TABLE (entity_id bigint, name text, matched text, similarity real)
 LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT * FROM rcll._query_entities(query_entities.query, rcll._bank_id(query_entities.bank),
                                        query_entities.min_similarity, query_entities.max_entities)
@@ -98,7 +95,7 @@ COMMENT ON FUNCTION rcll.query_entities(text, text, real, integer)
 CREATE OR REPLACE FUNCTION rcll._keyless_link(role text)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
--- No SET clause: inlined into the graph channel's queries.
+-- No search_path (990-search-path.sql leaves it out): inlined into the graph channel's queries.
 AS $$
     -- The roles chunk-mode retain gives its keyless links (sql/functions/205-keyless-entities.sql).
     -- Those are the entity channel's: spreading activation from a speaker over every one of their
@@ -118,7 +115,6 @@ CREATE OR REPLACE FUNCTION rcll.channel_graph(
 RETURNS TABLE (unit_id bigint, score double precision, rank integer)
 LANGUAGE plpgsql STABLE
 SET plan_cache_mode = force_custom_plan
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE

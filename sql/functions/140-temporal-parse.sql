@@ -3,7 +3,6 @@
 CREATE OR REPLACE FUNCTION rcll._number_word(word text)
 RETURNS integer
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT CASE
         WHEN word ~ '^\d+$' THEN least(word::bigint, 100000)::integer
@@ -17,7 +16,6 @@ COMMENT ON FUNCTION rcll._number_word(text) IS 'Internal: a count written as dig
 CREATE OR REPLACE FUNCTION rcll._month_number(name text)
 RETURNS integer
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT array_position(ARRAY['jan', 'feb', 'mar', 'apr', 'may', 'jun', 'jul', 'aug', 'sep', 'oct', 'nov', 'dec'],
                           left(lower(name), 3))
@@ -27,7 +25,6 @@ COMMENT ON FUNCTION rcll._month_number(text) IS 'Internal: 1-12 for an English m
 CREATE OR REPLACE FUNCTION rcll.parse_time_range(query text, reference_time timestamptz DEFAULT now())
 RETURNS tstzrange
 LANGUAGE plpgsql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     q     text := ' ' || regexp_replace(lower(coalesce(query, '')), '\s+', ' ', 'g') || ' ';

@@ -4,8 +4,9 @@ CREATE OR REPLACE FUNCTION rcll._in_time_range(
     u rcll.memory_units, lo timestamptz, hi timestamptz, hi_mentioned timestamptz)
 RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE
--- No SET clause: inlined into the channel's queries (as rcll._in_scope, 105-recall-scope.sql), whose
--- custom plans then compare the unit's columns with the range's constants.
+-- No search_path (990-search-path.sql leaves it out): inlined into the channel's queries (as
+-- rcll._in_scope, 105-recall-scope.sql), whose custom plans then compare the unit's columns with the
+-- range's constants.
 AS $$
     -- A unit's time is when it happened (occurred_start..occurred_end), else when it was said
     -- (mentioned_at), else when it became valid. In range = starts in [lo, hi) - a unit known only
@@ -33,7 +34,6 @@ LANGUAGE plpgsql STABLE
 SET plan_cache_mode = force_custom_plan
 SET hnsw.iterative_scan = relaxed_order
 SET hnsw.ef_search = 400      -- as rcll.channel_dense (110): above the default channel_limit
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE

@@ -22,7 +22,6 @@ RETURNS TABLE (unit_id bigint, text text, room text, hall text, layer text, auth
                rank_dense integer, rank_lexical integer, rank_graph integer, rank_temporal integer,
                rank_context integer, rank_entity integer, rank_session integer, context text)
 LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
 -- SQL, not PL/pgSQL: the output columns (thread, text, ...) would be variables in PL/pgSQL. Each
 -- channel is PL/pgSQL with custom plans, so the scope's fields fold as constants where it matters.
 AS $$

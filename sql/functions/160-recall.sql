@@ -3,7 +3,6 @@
 CREATE OR REPLACE FUNCTION rcll._recall_embedding(query text, query_embedding vector)
 RETURNS vector
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     -- Phase 1: embed the query here when the models live in the database.
@@ -26,7 +25,6 @@ COMMENT ON FUNCTION rcll._recall_embedding(text, vector)
 CREATE OR REPLACE FUNCTION rcll._recall_entity_embedding(query text, bank_id integer, entity_query_embedding vector)
 RETURNS vector
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     rest text;
@@ -54,7 +52,6 @@ CREATE OR REPLACE FUNCTION rcll._recall_rerank(
     deadline_ms   integer DEFAULT NULL)
 RETURNS TABLE (candidate integer, rerank_score real, tokens integer, ordinal integer)
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -155,7 +152,6 @@ RETURNS TABLE (unit_id bigint, text text, room text, hall text, layer text, auth
                rank_dense integer, rank_lexical integer, rank_graph integer, rank_temporal integer,
                rank_context integer, rank_entity integer, rank_session integer)
 LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- SQL, not PL/pgSQL: the output column thread would shadow the scope's rows in PL/pgSQL. Phase 1
     -- (rcll._recall_embedding), phases 2-3 (rcll.recall_candidates: enough candidates for the

@@ -3,7 +3,6 @@
 CREATE OR REPLACE FUNCTION rcll.in_database_models()
 RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT to_regprocedure('rcll._model_embed_query(text)') IS NOT NULL
        AND to_regprocedure('rcll._model_rerank(text,text[])') IS NOT NULL
@@ -14,7 +13,6 @@ COMMENT ON FUNCTION rcll.in_database_models() IS 'Whether rcll.enable_in_databas
 CREATE OR REPLACE FUNCTION rcll.enable_in_database_models(python_path text[] DEFAULT NULL)
 RETURNS text
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     paths text[] := coalesce(python_path,
@@ -93,7 +91,6 @@ COMMENT ON FUNCTION rcll.enable_in_database_models(text[]) IS 'Let rcll.recall r
 CREATE OR REPLACE FUNCTION rcll.disable_in_database_models()
 RETURNS text
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     DROP FUNCTION IF EXISTS rcll._model_embed_query(text);
@@ -108,7 +105,6 @@ COMMENT ON FUNCTION rcll.disable_in_database_models() IS 'Drop the in-database m
 CREATE OR REPLACE FUNCTION rcll._approx_tokens(texts text[])
 RETURNS integer[]
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- Without the tokenizer: about one token per four characters of English (rounded up).
     SELECT coalesce(array_agg(greatest(1, ceil(char_length(coalesce(t, '')) / 4.0))::integer ORDER BY i), '{}')

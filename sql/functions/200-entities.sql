@@ -5,7 +5,6 @@
 CREATE OR REPLACE FUNCTION rcll._entity_key(name text)
 RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- lower-cased, whitespace folded, leading "@" and surrounding punctuation dropped:
     -- "  Argo  CD." and "argo cd" are one key; "@alice" and "Alice" are one key.
@@ -17,7 +16,6 @@ COMMENT ON FUNCTION rcll._entity_key(text) IS 'Internal: the lookup key of an en
 CREATE OR REPLACE FUNCTION rcll._types_compatible(a text, b text)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT a IS NULL OR b IS NULL OR lower(a) = lower(b)
 $$;
@@ -34,7 +32,6 @@ CREATE OR REPLACE FUNCTION rcll._resolve_entity(
     OUT entity_id bigint,
     OUT matched_by text)
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     b integer := _resolve_entity.bank_id;
@@ -116,7 +113,6 @@ CREATE OR REPLACE FUNCTION rcll.resolve_entity(bank text, name text, entity_type
                                                embedding vector DEFAULT NULL, aliases text[] DEFAULT '{}')
 RETURNS TABLE (entity_id bigint, canonical_name text, matched_by text)
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     r record;
@@ -131,7 +127,6 @@ COMMENT ON FUNCTION rcll.resolve_entity(text, text, text, vector, text[])
 CREATE OR REPLACE FUNCTION rcll._known_entities(bank_id integer, text text)
 RETURNS TABLE (entity_id bigint, alias text)
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- known spellings of at least 3 characters that occur in the text as whole words
     SELECT DISTINCT ON (a.entity_id) a.entity_id, a.alias

@@ -11,7 +11,6 @@
 CREATE OR REPLACE FUNCTION rcll._keyless_mentions(text text, author text, config regconfig DEFAULT 'english')
 RETURNS TABLE (name text, role text)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     WITH p AS (
         -- "[<date>] <Speaker>: <body>": the speaker is one to three capitalised words before a colon.
@@ -49,7 +48,6 @@ RETURNS integer
 LANGUAGE plpgsql VOLATILE
 -- Invoker, and not executable by PUBLIC (below): it writes any bank's entities. Agents reach it
 -- only through rcll._link_written_keyless_entities, for the units their own transaction wrote.
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     b      integer := _link_keyless_entities.bank_id;
@@ -107,7 +105,6 @@ LANGUAGE sql VOLATILE
 -- a caller cannot reach another bank's units by passing their ids: under bank isolation it could
 -- not have written them.
 SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT rcll._link_keyless_entities(_link_written_keyless_entities.bank_id, ARRAY(
         SELECT u.unit_id FROM rcll.memory_units u
@@ -121,7 +118,6 @@ COMMENT ON FUNCTION rcll._link_written_keyless_entities(integer, bigint[])
 CREATE OR REPLACE FUNCTION rcll.link_keyless_entities(bank text)
 RETURNS integer
 LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT rcll._link_keyless_entities(b.id, ARRAY(
         SELECT u.unit_id FROM rcll.memory_units u WHERE u.bank_id = b.id AND u.kind = 'chunk' ORDER BY u.unit_id))

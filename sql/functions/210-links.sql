@@ -11,7 +11,6 @@ CREATE OR REPLACE FUNCTION rcll._link_units(
     temporal_window interval DEFAULT '7 days')
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     b integer := _link_units.bank_id;
@@ -110,7 +109,6 @@ CREATE OR REPLACE FUNCTION rcll.supersede(old_unit bigint, new_unit bigint, at t
                                           reason jsonb DEFAULT '{}')
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     o rcll.memory_units%ROWTYPE;

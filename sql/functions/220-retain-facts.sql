@@ -5,7 +5,6 @@
 CREATE OR REPLACE FUNCTION rcll._fact_time(fact jsonb, key text, i integer)
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF fact ->> key IS NULL OR btrim(fact ->> key) = '' THEN
@@ -22,7 +21,6 @@ COMMENT ON FUNCTION rcll._fact_time(jsonb, text, integer) IS 'Internal: a timest
 CREATE OR REPLACE FUNCTION rcll._layer_for(hall text, layer text DEFAULT NULL)
 RETURNS text
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT coalesce(layer, (SELECT r.layer FROM rcll.layer_rules r WHERE r.hall = _layer_for.hall), 'L2')
 $$;
@@ -31,7 +29,6 @@ COMMENT ON FUNCTION rcll._layer_for(text, text) IS 'Internal: the layer a unit l
 CREATE OR REPLACE FUNCTION rcll._record_llm_calls(bank_id integer, document_id bigint, calls jsonb)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     n integer;
@@ -54,7 +51,6 @@ COMMENT ON FUNCTION rcll._record_llm_calls(integer, bigint, jsonb) IS 'Internal:
 CREATE OR REPLACE FUNCTION rcll.record_llm_calls(bank text, calls jsonb, document_id bigint DEFAULT NULL)
 RETURNS integer
 LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT rcll._record_llm_calls(rcll._bank_id(bank), document_id, calls)
 $$;
@@ -63,7 +59,6 @@ COMMENT ON FUNCTION rcll.record_llm_calls(text, jsonb, bigint) IS 'Append LLM ca
 CREATE OR REPLACE FUNCTION rcll.find_document(bank text, content text, thread text DEFAULT NULL)
 RETURNS TABLE (document_id bigint, unit_ids bigint[], extraction text)
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT d.document_id, rcll._document_units(d.document_id), d.extraction
     FROM rcll.documents d
@@ -95,7 +90,6 @@ CREATE OR REPLACE FUNCTION rcll.retain_facts(
     supersede_threshold double precision DEFAULT 0.80)
 RETURNS TABLE (document_id bigint, unit_ids bigint[], created boolean)
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     b integer := rcll._bank_id(bank);
@@ -278,7 +272,6 @@ CREATE OR REPLACE FUNCTION rcll.retain_extraction_failed(
     author      text DEFAULT NULL)
 RETURNS TABLE (document_id bigint, unit_ids bigint[], created boolean)
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     r record;

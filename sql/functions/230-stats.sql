@@ -5,7 +5,6 @@ CREATE OR REPLACE FUNCTION rcll.stats(bank text)
 RETURNS TABLE (section text, name text, value bigint, read_tokens bigint,
                write_input_tokens bigint, write_output_tokens bigint)
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     WITH b AS (SELECT rcll._bank_id(bank) AS id),
     ledger AS (

@@ -9,7 +9,6 @@ CREATE OR REPLACE FUNCTION rcll.consolidation_groups(
     max_groups integer DEFAULT 100)
 RETURNS TABLE (entity_id bigint, entity_name text, bucket_start timestamptz, unit_ids bigint[], texts text[])
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     WITH b AS (SELECT rcll._bank_id(bank) AS id),
     pending AS (
@@ -68,7 +67,6 @@ CREATE OR REPLACE FUNCTION rcll.write_observation(
     metadata  jsonb DEFAULT '{}')
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     b integer := rcll._bank_id(bank);

@@ -10,7 +10,6 @@ CREATE OR REPLACE FUNCTION rcll.export_tables()
 RETURNS TABLE (table_position integer, table_name text, key_columns text[], id_column text,
                refs jsonb)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- Import order too: a table comes after every table it references. refs maps a column to the
     -- table whose identity it holds (import remaps it when that identity had to be renumbered).
@@ -43,7 +42,6 @@ COMMENT ON FUNCTION rcll.export_tables() IS 'The tables a bank export carries, i
 CREATE OR REPLACE FUNCTION rcll._export_table(name text)
 RETURNS TABLE (table_position integer, table_name text, key_columns text[], id_column text, refs jsonb)
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RETURN QUERY SELECT e.* FROM rcll.export_tables() e WHERE e.table_name = name;
@@ -59,7 +57,6 @@ COMMENT ON FUNCTION rcll._export_table(text) IS 'Internal: the rcll.export_table
 CREATE OR REPLACE FUNCTION rcll._export_query(bank_id integer, table_name text)
 RETURNS text
 LANGUAGE plpgsql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     t record;
@@ -83,7 +80,6 @@ COMMENT ON FUNCTION rcll._export_query(integer, text) IS 'Internal: the canonica
 CREATE OR REPLACE FUNCTION rcll.export_rows(bank text, table_name text)
 RETURNS SETOF jsonb
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 SET TimeZone = 'UTC'
 SET DateStyle = 'ISO, YMD'
 SET IntervalStyle = 'postgres'
@@ -102,7 +98,6 @@ COMMENT ON FUNCTION rcll.export_rows(text, text) IS 'Every row of one exported t
 CREATE OR REPLACE FUNCTION rcll._export_settings()
 RETURNS void
 LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- The print settings are written once, as rcll.export_rows' SET clauses (which hold them for
     -- that call only); here the same settings are pinned transaction-locally, for the rest of the
@@ -116,7 +111,6 @@ COMMENT ON FUNCTION rcll._export_settings() IS 'Internal: pins, for the current 
 CREATE OR REPLACE FUNCTION rcll.export_cursor(bank text, table_name text, cursor_name text DEFAULT NULL)
 RETURNS refcursor
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     c refcursor := coalesce(cursor_name, 'rcll_export_' || table_name);
@@ -133,7 +127,6 @@ COMMENT ON FUNCTION rcll.export_cursor(text, text, text) IS 'Open a cursor over 
 CREATE OR REPLACE FUNCTION rcll._max_id(table_name text, id_column text, bank_id integer DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     m bigint;
@@ -148,7 +141,6 @@ COMMENT ON FUNCTION rcll._max_id(text, text, integer) IS 'Internal: the largest 
 CREATE OR REPLACE FUNCTION rcll.export_max_ids(bank text)
 RETURNS jsonb
 LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT coalesce(jsonb_object_agg(e.table_name, coalesce(rcll._max_id(e.table_name, e.id_column, b.id), 0)), '{}')
     FROM (SELECT rcll._bank_id(export_max_ids.bank) AS id) b, rcll.export_tables() e

@@ -15,7 +15,6 @@
 CREATE OR REPLACE FUNCTION rcll._import_state()
 RETURNS TABLE (bank_id integer, bank_name text, fresh boolean, on_conflict text)
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF to_regclass('pg_temp.rcll_import_state') IS NULL THEN
@@ -30,7 +29,6 @@ COMMENT ON FUNCTION rcll._import_state() IS 'Internal: the import in progress in
 CREATE OR REPLACE FUNCTION rcll._import_ref(table_name text, old jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     n bigint;
@@ -48,7 +46,6 @@ COMMENT ON FUNCTION rcll._import_ref(text, jsonb) IS 'Internal: the id an export
 CREATE OR REPLACE FUNCTION rcll._import_execute(table_name text, stmt text, rows jsonb, bank_id integer)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     rel regclass := format('rcll.%I', table_name)::regclass;
@@ -86,7 +83,6 @@ COMMENT ON FUNCTION rcll._import_execute(text, text, jsonb, integer) IS 'Interna
 CREATE OR REPLACE FUNCTION rcll._import_sequence(table_name text, id_column text, at_least bigint)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     seq  text := pg_get_serial_sequence(format('rcll.%I', table_name), id_column);
@@ -107,7 +103,6 @@ COMMENT ON FUNCTION rcll._import_sequence(text, text, bigint) IS 'Internal: move
 CREATE OR REPLACE FUNCTION rcll.import_begin(bank_row jsonb, on_conflict text DEFAULT 'error', max_ids jsonb DEFAULT '{}')
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     bname  text := bank_row ->> 'name';
@@ -167,7 +162,6 @@ COMMENT ON FUNCTION rcll.import_begin(jsonb, text, jsonb) IS 'Start importing on
 CREATE OR REPLACE FUNCTION rcll.import_rows(table_name text, rows jsonb)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     st     record;
@@ -284,7 +278,6 @@ COMMENT ON FUNCTION rcll.import_rows(text, jsonb) IS 'Import a batch of exported
 CREATE OR REPLACE FUNCTION rcll.import_finish()
 RETURNS jsonb
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     st     record;

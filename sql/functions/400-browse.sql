@@ -5,7 +5,6 @@ RETURNS TABLE (name text, status text, merged_into text, proposed_into text, fac
                created_by text, first_used timestamptz, last_used timestamptz,
                halls jsonb, layers jsonb, authors jsonb)
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT rcll._bank_id(floor_plan.bank);           -- an unknown bank is an error, rows or not
     -- One pass over the bank's units (grouping sets) gives every room's halls, layers and writers;
@@ -57,7 +56,6 @@ RETURNS TABLE (unit_id bigint, kind text, text text, room text, hall text, layer
                mentioned_at timestamptz, created_at timestamptz, superseded_by bigint, document_id bigint,
                total bigint)
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     -- An unknown bank is an error, not an empty page: checked by a statement of its own, which
     -- runs even when no row would ever reach the bank test below.
@@ -91,7 +89,6 @@ RETURNS TABLE (proposal_id bigint, from_room text, into_room text, reason text, 
                proposed_by text, proposed_at timestamptz, decided_by text, decided_at timestamptz,
                from_units bigint, into_units bigint)
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT rcll._bank_id(merge_proposals.bank);      -- an unknown bank is an error, rows or not
     -- What a person decides on: the pending proposals first (oldest first), each with the number
@@ -114,7 +111,6 @@ COMMENT ON FUNCTION rcll.merge_proposals(text, boolean) IS 'Room merge proposals
 CREATE OR REPLACE FUNCTION rcll.state_keys(bank text, rooms text[] DEFAULT NULL)
 RETURNS TABLE (room text, key text, version integer, value jsonb, provenance jsonb, created_at timestamptz)
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT rcll._bank_id(state_keys.bank);           -- an unknown bank is an error, rows or not
     -- Exact room strings, like rcll.get_state: state is keyed, never resolved by spelling.
@@ -130,7 +126,6 @@ CREATE OR REPLACE FUNCTION rcll.decide_room_merge(bank text, from_room text, app
                                                   person text DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     b   integer := rcll._bank_id(bank);

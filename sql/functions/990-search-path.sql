@@ -1,0 +1,27 @@
+-- The search_path every rcll function runs with, declared once for the whole schema instead of in
+-- each header: `pg_catalog, pg_temp`, so that no caller's search_path can put an object of theirs in
+-- front of a name a function means (every name inside a function is schema-qualified, and pgvector
+-- and pg_trgm objects are written as public.*). This file runs last, after every CREATE OR REPLACE
+-- (which resets a function's settings), on CREATE EXTENSION, extension updates and `rcll install`
+-- alike, so a new function cannot be left without it (tests/test_schema.py checks every one).
+--
+-- The exceptions are the SQL helpers written to be inlined into their callers' queries: any SET
+-- clause stops the planner from inlining a function. They read no table and call only built-in
+-- operators (tests/test_channel_plans.py checks that they are inlined).
+DO $$
+DECLARE
+    routine regprocedure;
+BEGIN
+    FOR routine IN
+        SELECT p.oid::regprocedure
+        FROM pg_catalog.pg_proc p
+        WHERE p.pronamespace = 'rcll'::regnamespace
+          AND p.prokind IN ('f', 'p')
+          AND p.proname NOT IN ('_in_scope', '_in_time_range', '_keyless_link')
+          AND NOT EXISTS (SELECT FROM pg_catalog.unnest(p.proconfig) setting
+                          WHERE setting LIKE 'search\_path=%')
+    LOOP
+        EXECUTE pg_catalog.format('ALTER ROUTINE %s SET search_path = pg_catalog, pg_temp', routine);
+    END LOOP;
+END
+$$;
