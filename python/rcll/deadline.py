@@ -32,16 +32,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from rcll.errors import RcllError
+from rcll.results import Fact
 from rcll.workqueue import READ, Busy, WorkQueue, model_slot
-
-if TYPE_CHECKING:
-    from rcll.recall import Fact
 
 __all__ = ["BATCH", "SERVER_DEADLINE_MS", "Deadline", "DeadlinePassed", "Depth", "call_tokens", "context_passage", "pair_cost",
            "read_prefix", "rerank_within", "server_deadline_ms"]

@@ -1,7 +1,8 @@
 """What the verbs return: typed rows (dataclasses), each able to render itself as JSON-ready data.
 
-recall's result types (Fact, Timings, RecallResult) live beside recall in rcll.recall; retain's
-(RetainResult) beside Document in rcll.document; export's and import's in rcll.export.
+recall's (Fact, Timings, RecallResult) are here too, so that rcll.recall and rcll.deadline (which
+ranks Facts) both import them from below; rcll.recall hands them on. retain's (RetainResult) live
+beside Document in rcll.document; export's and import's in rcll.export.
 """
 
 from __future__ import annotations
@@ -231,3 +232,82 @@ class StateKey(Renders):
     value: Any
     provenance: dict[str, Any]
     created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    unit_id: int
+    text: str
+    room: str | None
+    hall: str | None
+    layer: str | None
+    author: str | None
+    thread: str | None
+    tags: list[str]
+    valid: Any
+    occurred_start: datetime | None
+    mentioned_at: datetime | None
+    document_id: int | None
+    provenance: dict[str, Any]
+    fused_score: float
+    rank_dense: int | None
+    rank_lexical: int | None
+    rank_graph: int | None
+    rank_temporal: int | None
+    rank_context: int | None = None
+    rank_entity: int | None = None
+    rank_session: int | None = None
+    context: str | None = None  # the end (16 words) of the chunk before this one in its document, in scope
+    rerank_score: float | None = None
+    tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Timings:
+    """Milliseconds per recall phase. queue: from the request's arrival (`started`) to the start of
+    recall - a server's wait for a worker thread and an admission place - counted against the
+    deadline like every phase. The waits inside the phases, for a model slot (embed and rerank)
+    and for a database connection (sql), are shown apart as well; they are parts of those phases."""
+
+    embed: float = 0.0
+    sql: float = 0.0
+    rerank: float = 0.0
+    cut: float = 0.0
+    queue: float = 0.0
+    slot_wait: float = 0.0
+    connection_wait: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.queue + self.embed + self.sql + self.rerank + self.cut
+
+
+@dataclass(frozen=True, slots=True)
+class RecallResult:
+    """The facts that fit the budget, in rank order, with the per-phase timings."""
+
+    facts: list[Fact]
+    timings: Timings
+    candidates: int = 0
+    tokens: int = 0
+    ranked: list[Fact] = field(default_factory=list)  # every candidate, reranked, before the cut
+    # How deep the cross-encoder read (first view, then the context view), the deadline it had
+    # (None: none) and whether that deadline stopped it short of the depths asked for.
+    rerank_depth_reached: int = 0
+    context_depth_reached: int = 0
+    deadline_ms: float | None = None
+    deadline_cut: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready data: facts, candidates, tokens, timings_ms, the depths reached and the
+        deadline (what HTTP, MCP and `--json` return). A fact's context (the chunk before it, which
+        the reranker read) stays out: the token budget counts fact text only, and that chunk is
+        returned on its own when it is relevant."""
+        facts = [{k: v for k, v in plain(f).items() if k != "context"} for f in self.facts]
+        return {"facts": facts, "candidates": self.candidates, "tokens": self.tokens,
+                "timings_ms": plain(self.timings), "rerank_depth_reached": self.rerank_depth_reached,
+                "context_depth_reached": self.context_depth_reached, "deadline_ms": self.deadline_ms,
+                "deadline_cut": self.deadline_cut}
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict())
