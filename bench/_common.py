@@ -73,3 +73,14 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
     def line(r: list[str]) -> str:
         return "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"
     return "\n".join([line(cells[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, cells[1:])])
+
+
+def cpu_ns(pid: int) -> int:
+    """Nanoseconds a process has spent on a CPU (/proc/<pid>/schedstat): unlike wall time, this
+    does not grow when other work on the machine competes for the cores."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, round(p * (len(xs) - 1)))]

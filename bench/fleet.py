@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from bench._common import table
+from bench._common import cpu_ns, pct, table
+from bench.locomo.dataset import vocabulary
 
 DIM = 384
 TOPIC_POOL = 1000
@@ -62,7 +63,6 @@ def _texts(rng: np.random.Generator, words: list[str], freq: np.ndarray, topic_w
 
 def build(conn: psycopg.Connection[Any], n: int, banks: int = 400, seed: int = 11) -> dict[str, Any]:
     """Write the fleet into conn's database; returns what the queries and the report need."""
-    from bench.recall import vocabulary
 
     rng = np.random.default_rng(seed)
     words, freq = vocabulary()
@@ -269,7 +269,6 @@ DENSE = ("SELECT unit_id FROM rcll.channel_dense(%(qe)s, rcll.recall_scope(%(ban
 def measure_case(conn: psycopg.Connection[Any], bank: str, qs: list[dict[str, Any]], emb: Any,
                  rerank: bool) -> dict[str, Any]:
     """Per-phase wall times of full recall, and the dense channel's recall@10 against exact search."""
-    from bench.recall import cpu_ns, pct
     from rcll.defaults import CONTEXT_DEPTH, RERANK_DEPTH
     from rcll.recall import candidates, recall
     backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
@@ -302,6 +301,48 @@ def measure_case(conn: psycopg.Connection[Any], bank: str, qs: list[dict[str, An
     out: dict[str, Any] = {k: (statistics.median(v), pct(v, 0.95)) for k, v in phases.items() if v}
     out["recall@10"] = statistics.mean(overlap) if overlap else float("nan")
     return out
+
+
+def ef_sweep(conn: psycopg.Connection[Any], d: dict[str, Any], picks: dict[str, int], efs: list[int],
+             count: int) -> list[list[Any]]:
+    """The dense channel's recall@10 against exact search and its latency, at each hnsw.ef_search,
+    for the cases that take the HNSW route: the same `count` queries per case at every value. The
+    value is set on rcll.channel_dense itself (ALTER FUNCTION, this throwaway store only), so what is
+    measured is the shipped function; the shipped value is restored afterwards."""
+    sig = "rcll.channel_dense(public.vector, rcll.recall_scope, integer, integer)"
+    shipped = conn.execute("SELECT split_part(c, '=', 2) FROM pg_proc p, unnest(p.proconfig) c "
+                           "WHERE p.oid = %s::regprocedure AND c LIKE 'hnsw.ef_search=%%'", (sig,)).fetchone()[0]  # type: ignore[index]
+    cases = []
+    for label, b in picks.items():
+        if d["sizes"][b] < 3000:                       # the exact route: recall 1.0 at any ef_search
+            continue
+        for kind in ("none", "big room", "tiny room", "author"):
+            qs = queries(d, b, kind, count)
+            ps = [{"qe": q["qe"], "bank": d["names"][b], "rooms": q["filters"].get("rooms"),
+                   "authors": q["filters"].get("authors")} for q in qs]
+            exact = [[r[0] for r in conn.execute(DENSE, {**p, "exact": 10**9})] for p in ps]
+            in_scope = conn.execute(
+                "SELECT count(*) FROM rcll.memory_units u WHERE u.embedding IS NOT NULL AND rcll._in_scope(u, "
+                "rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s))", ps[0]).fetchone()[0]  # type: ignore[index]
+            cases.append((f"{label} ({d['sizes'][b]:,})", kind, in_scope, ps, exact))
+    rows: list[list[Any]] = []
+    try:
+        for ef in efs:
+            conn.execute(f"ALTER FUNCTION {sig} SET hnsw.ef_search = {int(ef)}")
+            for name, kind, in_scope, ps, exact in cases:
+                rec, ms = [], []
+                for p, ex in zip(ps, exact):
+                    conn.execute(DENSE, {**p, "exact": 3000})          # warm: the timed run reads cached pages
+                    t = time.perf_counter()
+                    got = [r[0] for r in conn.execute(DENSE, {**p, "exact": 3000})]
+                    ms.append((time.perf_counter() - t) * 1000)
+                    if ex:
+                        rec.append(len(set(got) & set(ex)) / len(ex))
+                rows.append([ef, name, kind, in_scope, statistics.mean(rec), min(rec), statistics.median(ms), pct(ms, 0.95)])
+                print(f"  ef_search {ef}, {name} {kind}: recall@10 {rows[-1][4]:.3f}, p50 {rows[-1][6]:.1f} ms", flush=True)
+    finally:
+        conn.execute(f"ALTER FUNCTION {sig} SET hnsw.ef_search = {int(shipped)}")
+    return rows
 
 
 def sizes_on_disk(conn: psycopg.Connection[Any], n: int) -> list[list[Any]]:
@@ -362,7 +403,7 @@ def pick_banks(d: dict[str, Any]) -> dict[str, int]:
 
 
 def run(conn: psycopg.Connection[Any], n: int, banks: int, per_case: int, rerank: bool,
-        partial: bool) -> None:
+        partial: bool, efs: list[int] | None = None, ef_queries: int = 20) -> None:
     t = time.perf_counter()
     d = build(conn, n, banks)
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
@@ -394,6 +435,13 @@ def run(conn: psycopg.Connection[Any], n: int, banks: int, per_case: int, rerank
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())})")
     print(table(["bank (units)", "filter", "SQL p50/p95 ms", "SQL backend CPU p50/p95 ms", "rerank p50/p95 ms",
                  "total p50/p95 ms", "dense recall@10 vs exact"], rows), flush=True)
+    if efs:
+        rows = ef_sweep(conn, d, picks, efs, ef_queries)
+        print(f"\ndense channel at each hnsw.ef_search, the HNSW-route cases ({ef_queries} queries each, "
+              f"the same at every value; latency of a warm second run; load average "
+              f"{' '.join(f'{x:.1f}' for x in os.getloadavg())})")
+        print(table(["ef_search", "bank (units)", "filter", "units in scope (first query)", "recall@10 vs exact (mean)",
+                     "worst query", "dense p50 ms", "dense p95 ms"], rows), flush=True)
     rate = write_rate(conn, d["names"][0], 300)
     print(f"\nwrite rate (retain_chunks, one unit per transaction, given embeddings) into the biggest bank: {rate:.0f} units/s")
 

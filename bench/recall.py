@@ -24,14 +24,14 @@ import re
 import statistics
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import psycopg
 
-from bench._common import connect, create_database, embedded_cluster, table
-from bench.locomo.dataset import DEFAULT_PATH as LOCOMO
+from bench import fleet
+from bench._common import connect, cpu_ns, create_database, embedded_cluster, pct, table
+from bench.locomo.dataset import vocabulary
 from rcll import models
 from rcll.recall import DEFAULT_CONTEXT_DEPTH, DEFAULT_RERANK_DEPTH, recall
 
@@ -40,20 +40,6 @@ DIM = 384
 BANK = "bench"
 HNSW = "CREATE INDEX memory_units_embedding_hnsw ON rcll.memory_units USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"
 GIN = "CREATE INDEX unit_lexicon_lexical_gin ON rcll.unit_lexicon USING gin (lexical)"
-
-
-def vocabulary() -> tuple[list[str], np.ndarray]:
-    """LoCoMo's words with their frequencies (a real Zipf distribution of English chat)."""
-    counts: Counter[str] = Counter()
-    data = json.loads(LOCOMO.read_text())
-    for sample in data:
-        for turns in sample["conversation"].values():
-            if isinstance(turns, list):
-                for t in turns:
-                    counts.update(re.findall(r"[a-z']+", str(t.get("text", "")).lower()))
-    words = [w for w, _ in counts.most_common() if len(w) > 1]
-    freq = np.array([counts[w] for w in words], dtype=np.float64)
-    return words, freq / freq.sum()
 
 
 def zipf_weights(n: int, a: float, rng: np.random.Generator) -> np.ndarray:
@@ -207,17 +193,6 @@ CHANNELS = {
 CHANNELS["dense"] = CHANNELS["dense"].replace(", reference_time => '2024-06-01'", "")
 
 
-def cpu_ns(pid: int) -> int:
-    """Nanoseconds a process has spent on a CPU (/proc/<pid>/schedstat): unlike wall time, this
-    does not grow when other work on the machine competes for the cores."""
-    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
-
-
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, round(p * (len(xs) - 1)))]
-
-
 def _measure_recall(conn: psycopg.Connection[Any], qs: list[dict[str, Any]], backend: int, emb: Any,
                     rerank_depth: int, context_depth: int) -> list[list[Any]]:
     """Full recall per phase, one rerank configuration."""
@@ -348,13 +323,17 @@ def main() -> int:
     ap.add_argument("--per-case", type=int, default=12, help="fleet: queries per bank and filter")
     ap.add_argument("--no-rerank", action="store_true", help="fleet: time the SQL phase only (no models)")
     ap.add_argument("--partial", action="store_true", help="fleet: also try a partial HNSW index for the mid-size bank")
+    ap.add_argument("--ef-search", default="",
+                    help="fleet: also measure the dense channel's recall@10 vs exact and latency at these "
+                         "hnsw.ef_search values (e.g. 400,800), on the cases that take the HNSW route")
+    ap.add_argument("--ef-queries", type=int, default=20, help="fleet: queries per case for --ef-search")
     args = ap.parse_args()
 
     if args.fleet:
-        from bench import fleet
         with embedded_cluster(args.port, prefix="rcllf-", keep=args.keep) as pg, \
                 connect(create_database(pg, "fleet"), autocommit=True) as conn:
-            fleet.run(conn, args.fleet, args.banks, args.per_case, not args.no_rerank, args.partial)
+            fleet.run(conn, args.fleet, args.banks, args.per_case, not args.no_rerank, args.partial,
+                      [int(x) for x in args.ef_search.split(",") if x.strip()], args.ef_queries)
         return 0
     with embedded_cluster(args.port, prefix="rcllr-", keep=args.keep) as pg:
         for n in (int(s) for s in args.sizes.split(",")):

@@ -15,9 +15,12 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+
+import numpy as np
 
 # The data set lives in shared/ beside the repository (not vendored: CC BY-NC 4.0); RCLL_LOCOMO overrides.
 DEFAULT_PATH = Path(os.environ.get("RCLL_LOCOMO")
@@ -140,10 +143,23 @@ def load(path: Path | str = DEFAULT_PATH) -> tuple[list[Conversation], list[Ques
 
 
 if __name__ == "__main__":
-    from collections import Counter
 
     convs, qs = load()
     print(f"{len(convs)} conversations, {sum(len(c.turns) for c in convs)} turns, "
           f"{len({(t.conv, t.session) for c in convs for t in c.turns})} sessions")
     print(f"{len(qs)} scored questions", dict(sorted(Counter(q.category for q in qs).items())))
     assert len(qs) == EXPECTED_QUESTIONS, len(qs)
+
+
+def vocabulary() -> tuple[list[str], np.ndarray]:
+    """LoCoMo's words with their frequencies (a real Zipf distribution of English chat)."""
+    counts: Counter[str] = Counter()
+    data = json.loads(DEFAULT_PATH.read_text())
+    for sample in data:
+        for turns in sample["conversation"].values():
+            if isinstance(turns, list):
+                for t in turns:
+                    counts.update(re.findall(r"[a-z']+", str(t.get("text", "")).lower()))
+    words = [w for w, _ in counts.most_common() if len(w) > 1]
+    freq = np.array([counts[w] for w in words], dtype=np.float64)
+    return words, freq / freq.sum()

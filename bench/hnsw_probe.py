@@ -1,0 +1,106 @@
+"""The dense channel's recall@10 against exact search on a kept store, at several hnsw.ef_search
+values, before and after rebuilding the HNSW index with other build parameters - the same queries
+throughout, so the comparison is a ratio taken in one run:
+
+    .venv/bin/python -m bench.recall --fleet 1000000 --no-rerank --keep     # prints the store's URL
+    .venv/bin/python -m bench.hnsw_probe --dsn '<URL with dbname=fleet>' --banks fleet-000,fleet-013 \\
+        --ef-search 400,800 --rebuild 'm = 16, ef_construction = 128'
+
+Queries are units of the bank (drawn with a fixed seed) plus Gaussian noise of the fleet
+generator's spread, so each sits among its topic's near-equidistant units, as the fleet bench's
+queries do. The value of ef_search is set on rcll.channel_dense itself (ALTER FUNCTION, on this
+throwaway store) and restored afterwards; `--rebuild` drops and rebuilds the store's HNSW index
+and leaves it rebuilt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+import psycopg
+from pgvector.psycopg import register_vector
+
+from bench._common import pct, table
+
+SIG = "rcll.channel_dense(public.vector, rcll.recall_scope, integer, integer)"
+DENSE = ("SELECT unit_id FROM rcll.channel_dense(%(qe)s, rcll.recall_scope(%(bank)s), exact_below => %(exact)s) "
+         "ORDER BY rank LIMIT 10")
+INDEX = "memory_units_embedding_hnsw"
+
+
+def probe_queries(conn: psycopg.Connection[Any], bank: str, count: int, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    rows = conn.execute("SELECT u.embedding FROM rcll.memory_units u JOIN rcll.banks b USING (bank_id) "
+                        "WHERE b.name = %s AND u.embedding IS NOT NULL ORDER BY u.unit_id", (bank,)).fetchall()
+    picks = rng.choice(len(rows), size=count, replace=False)
+    out = []
+    for i in picks:
+        v = np.asarray(rows[int(i)][0], dtype=np.float32) + rng.normal(scale=0.05, size=384).astype(np.float32)
+        out.append(v / np.linalg.norm(v))
+    return out
+
+
+def sweep(conn: psycopg.Connection[Any], cases: dict[str, tuple[list[np.ndarray], list[list[int]]]],
+          efs: list[int], label: str) -> list[list[Any]]:
+    rows: list[list[Any]] = []
+    for ef in efs:
+        conn.execute(f"ALTER FUNCTION {SIG} SET hnsw.ef_search = {int(ef)}")
+        for bank, (qs, exact) in cases.items():
+            rec, ms = [], []
+            for q, ex in zip(qs, exact):
+                conn.execute(DENSE, {"qe": q, "bank": bank, "exact": 3000})
+                t = time.perf_counter()
+                got = [r[0] for r in conn.execute(DENSE, {"qe": q, "bank": bank, "exact": 3000})]
+                ms.append((time.perf_counter() - t) * 1000)
+                rec.append(len(set(got) & set(ex)) / len(ex))
+            rows.append([label, ef, bank, statistics.mean(rec), min(rec), statistics.median(ms), pct(ms, 0.95)])
+            print(f"  {label}, ef_search {ef}, {bank}: recall@10 {rows[-1][3]:.3f}, p50 {rows[-1][5]:.1f} ms", flush=True)
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dsn", required=True, help="the kept store (bench.recall --keep prints its URL)")
+    ap.add_argument("--banks", default="fleet-000", help="banks to query, unfiltered")
+    ap.add_argument("--queries", type=int, default=40)
+    ap.add_argument("--seed", type=int, default=3)
+    ap.add_argument("--ef-search", default="400,800")
+    ap.add_argument("--rebuild", default="", help="HNSW build parameters to rebuild with, e.g. 'm = 16, ef_construction = 128'")
+    args = ap.parse_args()
+    efs = [int(x) for x in args.ef_search.split(",")]
+    with psycopg.connect(args.dsn, autocommit=True) as conn:
+        register_vector(conn)
+        shipped = conn.execute("SELECT split_part(c, '=', 2) FROM pg_proc p, unnest(p.proconfig) c "
+                               "WHERE p.oid = %s::regprocedure AND c LIKE 'hnsw.ef_search=%%'", (SIG,)).fetchone()[0]  # type: ignore[index]
+        cases: dict[str, tuple[list[np.ndarray], list[list[int]]]] = {}
+        for bank in args.banks.split(","):
+            qs = probe_queries(conn, bank, args.queries, args.seed)
+            exact = [[r[0] for r in conn.execute(DENSE, {"qe": q, "bank": bank, "exact": 10**9})] for q in qs]
+            cases[bank] = (qs, exact)
+        built = conn.execute("SELECT pg_get_indexdef(%s::regclass)", (f"rcll.{INDEX}",)).fetchone()[0]  # type: ignore[index]
+        rows = []
+        try:
+            rows += sweep(conn, cases, efs, "as built")
+            if args.rebuild:
+                conn.execute("SET maintenance_work_mem = '3GB'")
+                conn.execute("SET max_parallel_maintenance_workers = 1")
+                t = time.perf_counter()
+                conn.execute(f"DROP INDEX rcll.{INDEX}")
+                conn.execute(f"CREATE INDEX {INDEX} ON rcll.memory_units USING hnsw (embedding vector_cosine_ops) "
+                             f"WITH ({args.rebuild})")
+                print(f"rebuilt with ({args.rebuild}) in {time.perf_counter() - t:.0f} s "
+                      f"(was: {built})", flush=True)
+                rows += sweep(conn, cases, efs, f"rebuilt ({args.rebuild})")
+        finally:
+            conn.execute(f"ALTER FUNCTION {SIG} SET hnsw.ef_search = {int(shipped)}")
+    print(f"\ndense recall@10 vs exact, {args.queries} queries a bank (unfiltered), the same queries in every row")
+    print(table(["index", "ef_search", "bank", "recall@10 (mean)", "worst query", "p50 ms", "p95 ms"], rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
