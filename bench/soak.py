@@ -38,11 +38,10 @@ from typing import Any
 import httpx
 import psycopg
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "python"))
+from rcll import cluster
+from rcll.chunking import chunk_text
 
-from rcll import cluster  # noqa: E402
-from rcll.chunking import chunk_text  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 HOST = "127.0.0.1"   # loopback only: the soak server is anonymous
 BANK = "default"
