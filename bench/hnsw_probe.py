@@ -34,12 +34,12 @@ INDEX = "memory_units_embedding_hnsw"
 
 def probe_queries(conn: psycopg.Connection[Any], bank: str, count: int, seed: int) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
-    rows = conn.execute("SELECT u.embedding FROM rcll.memory_units u JOIN rcll.banks b USING (bank_id) "
-                        "WHERE b.name = %s AND u.embedding IS NOT NULL ORDER BY u.unit_id", (bank,)).fetchall()
-    picks = rng.choice(len(rows), size=count, replace=False)
+    ids = [r[0] for r in conn.execute("SELECT u.unit_id FROM rcll.memory_units u JOIN rcll.banks b USING (bank_id) "
+                                      "WHERE b.name = %s AND u.embedding IS NOT NULL ORDER BY u.unit_id", (bank,))]
     out = []
-    for i in picks:
-        v = np.asarray(rows[int(i)][0], dtype=np.float32) + rng.normal(scale=0.05, size=384).astype(np.float32)
+    for i in rng.choice(len(ids), size=count, replace=False):
+        e = conn.execute("SELECT embedding FROM rcll.memory_units WHERE unit_id = %s", (ids[int(i)],)).fetchone()[0]  # type: ignore[index]
+        v = e.to_numpy().astype(np.float32) + rng.normal(scale=0.05, size=384).astype(np.float32)
         out.append(v / np.linalg.norm(v))
     return out
 
