@@ -17,6 +17,8 @@ import json
 import os
 import statistics
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -303,15 +305,48 @@ def measure_case(conn: psycopg.Connection[Any], bank: str, qs: list[dict[str, An
     return out
 
 
+DENSE_SIGNATURE = "rcll.channel_dense(public.vector, rcll.recall_scope, integer, integer)"
+
+
+@contextmanager
+def dense_ef_search(conn: psycopg.Connection[Any]) -> Iterator[Callable[[int], None]]:
+    """A setter of hnsw.ef_search on rcll.channel_dense itself (ALTER FUNCTION: throwaway stores
+    only), so what is measured is the shipped function; the shipped value is restored on exit."""
+    shipped = conn.execute("SELECT split_part(c, '=', 2) FROM pg_proc p, unnest(p.proconfig) c "
+                           "WHERE p.oid = %s::regprocedure AND c LIKE 'hnsw.ef_search=%%'",
+                           (DENSE_SIGNATURE,)).fetchone()[0]  # type: ignore[index]
+
+    def set_ef(ef: int) -> None:
+        conn.execute(f"ALTER FUNCTION {DENSE_SIGNATURE} SET hnsw.ef_search = {int(ef)}")
+    try:
+        yield set_ef
+    finally:
+        set_ef(int(shipped))
+
+
+def exact_top10(conn: psycopg.Connection[Any], ps: list[dict[str, Any]]) -> list[list[int]]:
+    """The dense channel's top 10 by exact search, per query (DENSE parameters)."""
+    return [[r[0] for r in conn.execute(DENSE, {**p, "exact": 10**9})] for p in ps]
+
+
+def dense_recall(conn: psycopg.Connection[Any], ps: list[dict[str, Any]], exact: list[list[int]]) -> list[float]:
+    """The routed dense channel over these queries: recall@10 against `exact` (mean, worst query)
+    and the latency of a warm second run (p50, p95 ms)."""
+    rec, ms = [], []
+    for p, ex in zip(ps, exact):
+        conn.execute(DENSE, {**p, "exact": 3000})          # warm: the timed run reads cached pages
+        t = time.perf_counter()
+        got = [r[0] for r in conn.execute(DENSE, {**p, "exact": 3000})]
+        ms.append((time.perf_counter() - t) * 1000)
+        if ex:
+            rec.append(len(set(got) & set(ex)) / len(ex))
+    return [statistics.mean(rec), min(rec), statistics.median(ms), pct(ms, 0.95)]
+
+
 def ef_sweep(conn: psycopg.Connection[Any], d: dict[str, Any], picks: dict[str, int], efs: list[int],
              count: int) -> list[list[Any]]:
     """The dense channel's recall@10 against exact search and its latency, at each hnsw.ef_search,
-    for the cases that take the HNSW route: the same `count` queries per case at every value. The
-    value is set on rcll.channel_dense itself (ALTER FUNCTION, this throwaway store only), so what is
-    measured is the shipped function; the shipped value is restored afterwards."""
-    sig = "rcll.channel_dense(public.vector, rcll.recall_scope, integer, integer)"
-    shipped = conn.execute("SELECT split_part(c, '=', 2) FROM pg_proc p, unnest(p.proconfig) c "
-                           "WHERE p.oid = %s::regprocedure AND c LIKE 'hnsw.ef_search=%%'", (sig,)).fetchone()[0]  # type: ignore[index]
+    for the cases that take the HNSW route: the same `count` queries per case at every value."""
     cases = []
     for label, b in picks.items():
         if d["sizes"][b] < 3000:                       # the exact route: recall 1.0 at any ef_search
@@ -320,28 +355,17 @@ def ef_sweep(conn: psycopg.Connection[Any], d: dict[str, Any], picks: dict[str, 
             qs = queries(d, b, kind, count)
             ps = [{"qe": q["qe"], "bank": d["names"][b], "rooms": q["filters"].get("rooms"),
                    "authors": q["filters"].get("authors")} for q in qs]
-            exact = [[r[0] for r in conn.execute(DENSE, {**p, "exact": 10**9})] for p in ps]
             in_scope = conn.execute(
                 "SELECT count(*) FROM rcll.memory_units u WHERE u.embedding IS NOT NULL AND rcll._in_scope(u, "
                 "rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s))", ps[0]).fetchone()[0]  # type: ignore[index]
-            cases.append((f"{label} ({d['sizes'][b]:,})", kind, in_scope, ps, exact))
+            cases.append((f"{label} ({d['sizes'][b]:,})", kind, in_scope, ps, exact_top10(conn, ps)))
     rows: list[list[Any]] = []
-    try:
+    with dense_ef_search(conn) as set_ef:
         for ef in efs:
-            conn.execute(f"ALTER FUNCTION {sig} SET hnsw.ef_search = {int(ef)}")
+            set_ef(ef)
             for name, kind, in_scope, ps, exact in cases:
-                rec, ms = [], []
-                for p, ex in zip(ps, exact):
-                    conn.execute(DENSE, {**p, "exact": 3000})          # warm: the timed run reads cached pages
-                    t = time.perf_counter()
-                    got = [r[0] for r in conn.execute(DENSE, {**p, "exact": 3000})]
-                    ms.append((time.perf_counter() - t) * 1000)
-                    if ex:
-                        rec.append(len(set(got) & set(ex)) / len(ex))
-                rows.append([ef, name, kind, in_scope, statistics.mean(rec), min(rec), statistics.median(ms), pct(ms, 0.95)])
+                rows.append([ef, name, kind, in_scope, *dense_recall(conn, ps, exact)])
                 print(f"  ef_search {ef}, {name} {kind}: recall@10 {rows[-1][4]:.3f}, p50 {rows[-1][6]:.1f} ms", flush=True)
-    finally:
-        conn.execute(f"ALTER FUNCTION {sig} SET hnsw.ef_search = {int(shipped)}")
     return rows
 
 

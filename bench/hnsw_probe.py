@@ -16,19 +16,17 @@ and leaves it rebuilt.
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import psycopg
 from pgvector.psycopg import register_vector
 
-from bench._common import pct, table
+from bench._common import table
+from bench.fleet import dense_ef_search, dense_recall, exact_top10
 
-SIG = "rcll.channel_dense(public.vector, rcll.recall_scope, integer, integer)"
-DENSE = ("SELECT unit_id FROM rcll.channel_dense(%(qe)s, rcll.recall_scope(%(bank)s), exact_below => %(exact)s) "
-         "ORDER BY rank LIMIT 10")
 INDEX = "memory_units_embedding_hnsw"
 
 
@@ -44,20 +42,13 @@ def probe_queries(conn: psycopg.Connection[Any], bank: str, count: int, seed: in
     return out
 
 
-def sweep(conn: psycopg.Connection[Any], cases: dict[str, tuple[list[np.ndarray], list[list[int]]]],
-          efs: list[int], label: str) -> list[list[Any]]:
+def sweep(conn: psycopg.Connection[Any], set_ef: Callable[[int], None],
+          cases: dict[str, tuple[list[dict[str, Any]], list[list[int]]]], efs: list[int], label: str) -> list[list[Any]]:
     rows: list[list[Any]] = []
     for ef in efs:
-        conn.execute(f"ALTER FUNCTION {SIG} SET hnsw.ef_search = {int(ef)}")
-        for bank, (qs, exact) in cases.items():
-            rec, ms = [], []
-            for q, ex in zip(qs, exact):
-                conn.execute(DENSE, {"qe": q, "bank": bank, "exact": 3000})
-                t = time.perf_counter()
-                got = [r[0] for r in conn.execute(DENSE, {"qe": q, "bank": bank, "exact": 3000})]
-                ms.append((time.perf_counter() - t) * 1000)
-                rec.append(len(set(got) & set(ex)) / len(ex))
-            rows.append([label, ef, bank, statistics.mean(rec), min(rec), statistics.median(ms), pct(ms, 0.95)])
+        set_ef(ef)
+        for bank, (ps, exact) in cases.items():
+            rows.append([label, ef, bank, *dense_recall(conn, ps, exact)])
             print(f"  {label}, ef_search {ef}, {bank}: recall@10 {rows[-1][3]:.3f}, p50 {rows[-1][5]:.1f} ms", flush=True)
     return rows
 
@@ -72,31 +63,25 @@ def main() -> int:
     ap.add_argument("--rebuild", default="", help="HNSW build parameters to rebuild with, e.g. 'm = 16, ef_construction = 128'")
     args = ap.parse_args()
     efs = [int(x) for x in args.ef_search.split(",")]
-    with psycopg.connect(args.dsn, autocommit=True) as conn:
+    with psycopg.connect(args.dsn, autocommit=True) as conn, dense_ef_search(conn) as set_ef:
         register_vector(conn)
-        shipped = conn.execute("SELECT split_part(c, '=', 2) FROM pg_proc p, unnest(p.proconfig) c "
-                               "WHERE p.oid = %s::regprocedure AND c LIKE 'hnsw.ef_search=%%'", (SIG,)).fetchone()[0]  # type: ignore[index]
-        cases: dict[str, tuple[list[np.ndarray], list[list[int]]]] = {}
+        cases: dict[str, tuple[list[dict[str, Any]], list[list[int]]]] = {}
         for bank in args.banks.split(","):
-            qs = probe_queries(conn, bank, args.queries, args.seed)
-            exact = [[r[0] for r in conn.execute(DENSE, {"qe": q, "bank": bank, "exact": 10**9})] for q in qs]
-            cases[bank] = (qs, exact)
+            ps = [{"qe": q, "bank": bank, "rooms": None, "authors": None}
+                  for q in probe_queries(conn, bank, args.queries, args.seed)]
+            cases[bank] = (ps, exact_top10(conn, ps))
         built = conn.execute("SELECT pg_get_indexdef(%s::regclass)", (f"rcll.{INDEX}",)).fetchone()[0]  # type: ignore[index]
-        rows = []
-        try:
-            rows += sweep(conn, cases, efs, "as built")
-            if args.rebuild:
-                conn.execute("SET maintenance_work_mem = '3GB'")
-                conn.execute("SET max_parallel_maintenance_workers = 1")
-                t = time.perf_counter()
-                conn.execute(f"DROP INDEX rcll.{INDEX}")
-                conn.execute(f"CREATE INDEX {INDEX} ON rcll.memory_units USING hnsw (embedding vector_cosine_ops) "
-                             f"WITH ({args.rebuild})")
-                print(f"rebuilt with ({args.rebuild}) in {time.perf_counter() - t:.0f} s "
-                      f"(was: {built})", flush=True)
-                rows += sweep(conn, cases, efs, f"rebuilt ({args.rebuild})")
-        finally:
-            conn.execute(f"ALTER FUNCTION {SIG} SET hnsw.ef_search = {int(shipped)}")
+        rows = sweep(conn, set_ef, cases, efs, "as built")
+        if args.rebuild:
+            conn.execute("SET maintenance_work_mem = '3GB'")
+            conn.execute("SET max_parallel_maintenance_workers = 1")
+            t = time.perf_counter()
+            conn.execute(f"DROP INDEX rcll.{INDEX}")
+            conn.execute(f"CREATE INDEX {INDEX} ON rcll.memory_units USING hnsw (embedding vector_cosine_ops) "
+                         f"WITH ({args.rebuild})")
+            print(f"rebuilt with ({args.rebuild}) in {time.perf_counter() - t:.0f} s "
+                  f"(was: {built})", flush=True)
+            rows += sweep(conn, set_ef, cases, efs, f"rebuilt ({args.rebuild})")
     print(f"\ndense recall@10 vs exact, {args.queries} queries a bank (unfiltered), the same queries in every row")
     print(table(["index", "ef_search", "bank", "recall@10 (mean)", "worst query", "p50 ms", "p95 ms"], rows))
     return 0
