@@ -5248,7 +5248,8 @@ COMMENT ON FUNCTION rcll.decide_room_merge(text, text, boolean, text, text) IS '
 --
 -- The exceptions are the SQL helpers written to be inlined into their callers' queries: any SET
 -- clause stops the planner from inlining a function. They read no table and call only built-in
--- operators (tests/test_channel_plans.py checks that they are inlined).
+-- operators (tests/test_channel_plans.py checks that the plans hold _in_scope's and _in_time_range's
+-- columns, not a call).
 DO $$
 DECLARE
     routine regprocedure;
