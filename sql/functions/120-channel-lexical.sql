@@ -133,11 +133,16 @@ BEGIN
     -- Session: documents scored by BM25 over their units in scope; their units inherit the score.
     s_hits AS (
         SELECT h.* FROM hits h WHERE h.document_id IS NOT NULL
+    ), s_dt AS MATERIALIZED (
+        -- Per document and lexeme, one hash aggregate for both uses: whether the document holds it
+        -- (document frequency, over the bank) and its tf over the units in scope (the text scored).
+        SELECT h.document_id, h.lexeme, sum(h.tf) FILTER (WHERE h.keep) AS tf, bool_or(h.keep) AS kept
+        FROM s_hits h GROUP BY h.document_id, h.lexeme
     ), s_df AS (
         -- Document frequency over the bank's documents: counted for candidate-generating terms,
         -- estimated for the pruned common ones.
-        SELECT h.lexeme, count(DISTINCT h.document_id)::double precision AS df FROM s_hits h
-        WHERE h.lexeme = ANY (gen) GROUP BY h.lexeme
+        SELECT t.lexeme, count(*)::double precision AS df FROM s_dt t
+        WHERE t.lexeme = ANY (gen) GROUP BY t.lexeme
         UNION ALL
         SELECT c.lexeme, least(c.f * corpus.n, ndocs) FROM unnest(common, common_freq) c(lexeme, f) WHERE c.lexeme <> ALL (gen)
     ), s_idf AS (
@@ -145,7 +150,7 @@ BEGIN
         FROM s_df d
     ), s_tf AS (
         -- A document's text is what the recall may read of it: its units in scope.
-        SELECT h.document_id, h.lexeme, sum(h.tf) AS tf FROM s_hits h WHERE h.keep GROUP BY h.document_id, h.lexeme
+        SELECT t.document_id, t.lexeme, t.tf FROM s_dt t WHERE t.kept
     ), s_dl AS (
         SELECT m.document_id, sum(m.lexical_length)::double precision AS dl
         FROM rcll.unit_lexicon m
@@ -166,19 +171,19 @@ BEGIN
         FROM s_docs d JOIN rcll.memory_units u ON u.document_id = d.document_id
         WHERE rcll._in_scope(u, scope)
     )
+    -- Both lists are cut with ORDER BY ... LIMIT and numbered after: a top-N sort of the scored
+    -- units, and the session's units read document by document only until the limit is reached
+    -- (not every unit of every listed document).
     (SELECT 'lexical'::text, x.unit_id, x.s, (row_number() OVER (ORDER BY x.s DESC, x.unit_id))::integer
-     FROM l_scored x
-     WHERE _bm25_channels.lexical
-     ORDER BY x.s DESC, x.unit_id
-     LIMIT lim)
+     FROM (SELECT y.unit_id, y.s FROM l_scored y WHERE _bm25_channels.lexical
+           ORDER BY y.s DESC, y.unit_id LIMIT lim) x
+     ORDER BY x.s DESC, x.unit_id)
     UNION ALL
-    (SELECT 'session'::text, x.unit_id, x.s, x.rank FROM (
-        SELECT y.unit_id, y.s,
-               (row_number() OVER (ORDER BY y.s DESC, y.document_id, y.dist NULLS LAST,
-                                            y.chunk_index, y.unit_id))::integer AS rank
-        FROM s_units y) x
-     WHERE _bm25_channels.session AND x.rank <= lim
-     ORDER BY x.rank);
+    (SELECT 'session'::text, x.unit_id, x.s,
+            (row_number() OVER (ORDER BY x.s DESC, x.document_id, x.dist NULLS LAST, x.chunk_index, x.unit_id))::integer
+     FROM (SELECT y.unit_id, y.s, y.document_id, y.dist, y.chunk_index FROM s_units y WHERE _bm25_channels.session
+           ORDER BY y.s DESC, y.document_id, y.dist NULLS LAST, y.chunk_index, y.unit_id LIMIT lim) x
+     ORDER BY x.s DESC, x.document_id, x.dist NULLS LAST, x.chunk_index, x.unit_id);
 END
 $$;
 COMMENT ON FUNCTION rcll._bm25_channels(text, rcll.recall_scope, vector, integer, double precision, double precision, double precision, boolean, boolean)
