@@ -27,7 +27,6 @@ DEBIAN_PG15_BIN = Path("/usr/lib/postgresql/15/bin")
 BASE_SETTINGS: dict[str, str] = {
     "listen_addresses": "''",
     "jit": "off",
-    "shared_buffers": "256MB",
     "maintenance_work_mem": "512MB",
     "max_parallel_maintenance_workers": "0",
     "max_connections": "100",
@@ -35,6 +34,35 @@ BASE_SETTINGS: dict[str, str] = {
     "max_wal_senders": "4",
     "hot_standby": "on",
 }
+
+
+MIB = 1024 * 1024
+# shared_buffers: an eighth of the memory the server may use, between these bounds. At 100k units a
+# bank's hot pages (units, the narrow lexical table, the HNSW index) are ~0.7 GB, and with 256 MB the
+# SQL phase of a recall read 15-30 ms of them back from the OS page cache on every new query; at 1M
+# units the HNSW graph alone is 2 GB and every insert walked it through the page cache (docs/scaling.md).
+SHARED_BUFFERS_MIN_MB = 256
+SHARED_BUFFERS_MAX_MB = 4096
+
+
+def memory_bytes() -> int:
+    """The memory this machine gives a server: physical memory, or the cgroup's limit when lower."""
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+    except OSError:
+        return int(total)
+    return int(min(total, int(limit))) if limit.isdigit() else int(total)
+
+
+def shared_buffers() -> str:
+    """The shared_buffers an RCLL cluster starts with: RCLL_SHARED_BUFFERS when set (any PostgreSQL
+    memory value, e.g. 1GB), else an eighth of memory_bytes(), at least 256MB and at most 4GB."""
+    override = os.environ.get("RCLL_SHARED_BUFFERS", "").strip()
+    if override:
+        return override
+    mb = memory_bytes() // 8 // MIB
+    return f"{max(SHARED_BUFFERS_MIN_MB, min(SHARED_BUFFERS_MAX_MB, mb))}MB"
 
 
 class ClusterError(RuntimeError):
@@ -141,7 +169,7 @@ class Cluster:
         if self.running():
             return
         self._prepare_dirs()
-        opts = {**BASE_SETTINGS, **self.settings, "port": str(self.port),
+        opts = {**BASE_SETTINGS, "shared_buffers": shared_buffers(), **self.settings, "port": str(self.port),
                 "unix_socket_directories": f"'{self.socket_dir}'"}
         o = " ".join(f"-c {k}={v}" for k, v in opts.items())
         self._run("pg_ctl", "-D", str(self.datadir), "-l", str(self.log), "-o", o, "-w", "-t", "60", "start")
