@@ -39,6 +39,7 @@ from rcll.recall import DEFAULT_CONTEXT_DEPTH, DEFAULT_RERANK_DEPTH, candidates,
 TOPICS = 200
 DIM = 384
 BANK = "bench"
+PRUNE = 0.05  # the BM25 channels' default prune_above
 HNSW = "CREATE INDEX memory_units_embedding_hnsw ON rcll.memory_units USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"
 GIN = "CREATE INDEX unit_lexicon_lexical_gin ON rcll.unit_lexicon USING gin (lexical)"
 
@@ -289,6 +290,39 @@ def deadlines(conn: psycopg.Connection[Any], qs: list[dict[str, Any]], limits: l
     return rows
 
 
+PRUNED = {
+    "lexical": "SELECT unit_id FROM rcll.channel_lexical(%(q)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s), prune_above => %(prune)s) ORDER BY rank",
+    "session": "SELECT unit_id FROM rcll.channel_session(%(q)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s), %(qe)s, prune_above => %(prune)s) ORDER BY rank",
+}
+
+
+def pruning(conn: psycopg.Connection[Any], qs: list[dict[str, Any]], prune: float = 0.05) -> list[list[Any]]:
+    """The BM25 channels with their candidate pruning (terms in more than `prune` of the units
+    generate no candidates; the shipped 0.05) against exact BM25 (prune_above NULL): latency, and
+    the pruned top 10's overlap with the exact top 10, per channel and kind of filter."""
+    rows = []
+    for channel, sql in PRUNED.items():
+        for kind in ("tiny room", "author", "big room", "none", "all"):
+            sel = [q for q in qs if kind in ("all", q["kind"])]
+            ms: dict[str, list[float]] = {"exact": [], "pruned": []}
+            overlap = []
+            for q in sel:
+                p = {"q": q["text"], "qe": q["qe"], "bank": BANK, "rooms": q["filters"].get("rooms"),
+                     "authors": q["filters"].get("authors")}
+                res = {}
+                for name, value in (("exact", None), ("pruned", prune)):
+                    conn.execute(sql, {**p, "prune": value}).fetchall()
+                    t = time.perf_counter()
+                    res[name] = [r[0] for r in conn.execute(sql, {**p, "prune": value}).fetchall()]
+                    ms[name].append((time.perf_counter() - t) * 1000)
+                top = set(res["exact"][:10])
+                if top:
+                    overlap.append(len(top & set(res["pruned"][:10])) / len(top))
+            rows.append([channel, kind, len(sel), statistics.median(ms["exact"]), statistics.median(ms["pruned"]),
+                         statistics.mean(overlap) if overlap else ""])
+    return rows
+
+
 ROUTE = "SELECT unit_id FROM rcll.channel_dense(%(qe)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s), exact_below => %(exact)s) ORDER BY rank"
 
 
@@ -357,6 +391,9 @@ def main() -> int:
                 print("\ndense routing: exact scan vs HNSW iterative scan (300 results)")
                 print(table(["filter", "queries", "exact p50 ms", "HNSW p50 ms", "HNSW recall@10 vs exact"],
                             routing(conn, qs)), flush=True)
+                print(f"\nBM25 candidate pruning (prune_above {PRUNE}, shipped) vs exact BM25 (prune_above NULL)")
+                print(table(["channel", "filter", "queries", "exact p50 ms", "pruned p50 ms", "top-10 overlap with exact"],
+                            pruning(conn, qs, PRUNE)), flush=True)
                 if args.deadlines:
                     print("\nfull recall at a deadline (counted from before the query embedding)")
                     print(table(["deadline", "latency p50 ms", "latency p95 ms", "rerank depth p50 (min-max)",
