@@ -90,6 +90,34 @@ def test_lexical_pruned_candidates_agree_with_exact_scoring(db: psycopg.Connecti
         assert pruned == exact                     # small bank: always exact
 
 
+def test_bm25_in_a_small_scope_of_a_big_bank_reads_every_matching_unit(db: psycopg.Connection[Any]) -> None:
+    # A bank big enough for pruning: "deploy" is in every unit, so it generates no candidates;
+    # "zebra" is rare and lies outside the tiny room. Pruned by bank-wide frequency alone, the
+    # tiny room's units (which match only "deploy") were never candidates: both channels came back
+    # empty there while exact BM25 lists the room's every unit.
+    db.execute("SELECT rcll.create_bank('big')")
+    db.execute("""SELECT rcll.retain_chunks(bank => 'big', content => 'bulk', room => 'main', embeddings => NULL,
+                  chunks => ARRAY(SELECT 'deploy step' || i FROM generate_series(1, 21000) i))""")
+    db.execute("""SELECT rcll.retain_chunks(bank => 'big', content => 'zebras', room => 'main', embeddings => NULL,
+                  chunks => ARRAY(SELECT 'zebra deploy ' || i FROM generate_series(1, 10) i))""")
+    db.execute("""SELECT rcll.retain_chunks(bank => 'big', content => 'tiny', room => 'tiny', embeddings => NULL,
+                  chunks => ARRAY(SELECT 'deploy notes deploy ' || i FROM generate_series(1, 30) i))""")
+    db.execute("ANALYZE rcll.unit_lexicon")
+    tiny = {r[0] for r in db.execute("SELECT unit_id FROM rcll.memory_units WHERE room = 'tiny'")}
+    for channel in ("lexical", "session"):
+        got = {}
+        for name, prune in (("pruned", 0.05), ("exact", None)):
+            got[name] = [r[0] for r in db.execute(
+                "SELECT unit_id FROM rcll._bm25_channels('zebra deploy', rcll.recall_scope('big', rooms => '{tiny}'), "
+                "prune_above => %s, lexical => %s, session => %s) ORDER BY rank",
+                (prune, channel == "lexical", channel == "session"))]
+        assert set(got["exact"]) == tiny, channel
+        assert got["pruned"] == got["exact"], channel
+    # The whole bank still prunes: "deploy" generates no candidates there, the zebras come first.
+    top = [r[0] for r in db.execute("SELECT unit_id FROM rcll.channel_lexical('zebra deploy', rcll.recall_scope('big')) ORDER BY rank")]
+    assert len(top) == 10
+
+
 def test_lexical_needs_no_refreshed_stats(db: psycopg.Connection[Any]) -> None:
     ids = seed(db)
     db.execute("UPDATE rcll.bank_stats SET unit_count = 0, total_length = 0")
