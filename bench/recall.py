@@ -296,9 +296,9 @@ PRUNED = {
 }
 
 
-def pruning(conn: psycopg.Connection[Any], qs: list[dict[str, Any]], prune: float = 0.05) -> list[list[Any]]:
+def pruning(conn: psycopg.Connection[Any], qs: list[dict[str, Any]], prune: float) -> list[list[Any]]:
     """The BM25 channels with their candidate pruning (terms in more than `prune` of the units
-    generate no candidates; the shipped 0.05) against exact BM25 (prune_above NULL): latency, and
+    generate no candidates; PRUNE is the shipped value) against exact BM25 (prune_above NULL): latency, and
     the pruned top 10's overlap with the exact top 10, per channel and kind of filter."""
     rows = []
     for channel, sql in PRUNED.items():

@@ -1,12 +1,11 @@
 """The SQL phase of this tree against an earlier commit's, side by side on one store.
 
     .venv/bin/python -m bench.recall_ab --ref HEAD~1 [--size 100000] [--queries 60]
-        [--files 120-channel-lexical.sql,150-recall-candidates.sql] [--dsn URL]
+        [--files 120-channel-lexical.sql,150-recall-candidates.sql]
 
-Builds the synthetic store of `bench.recall` (or uses --dsn, a database that store was built in,
-e.g. one kept with `bench.recall --keep`), then installs the functions that `--files` (under
-sql/functions/) define at `--ref` beside today's, each renamed with an `_old` suffix (calls between
-them renamed too), so `rcll.recall_candidates_old` is the old first stage reading the same tables.
+Builds the synthetic store of `bench.recall` (and draws its queries), then installs the functions
+that `--files` (under sql/functions/) define at `--ref` beside today's, each renamed with an `_old`
+suffix (calls between them renamed too), so `rcll.recall_candidates_old` is the old first stage reading the same tables.
 Each query runs on both, warm, the order alternating query by query, so the machine's drift
 falls on both alike. Prints p50 / p95 per side, the median of the per-query time ratios, and how
 many queries return the same units in the same order with the same scores (to 1e-9).
@@ -74,46 +73,19 @@ def main() -> int:
     ap.add_argument("--files", default="120-channel-lexical.sql,150-recall-candidates.sql")
     ap.add_argument("--size", type=int, default=100000)
     ap.add_argument("--queries", type=int, default=60)
-    ap.add_argument("--dsn", default="", help="a database bench.recall built (its bank 'bench')")
     ap.add_argument("--port", type=int, default=55531)
     args = ap.parse_args()
     old = old_functions(args.ref, [f for f in args.files.split(",") if f.strip()])
     search_path = (ROOT / FUNCTIONS / "990-search-path.sql").read_text()
 
-    def run(dsn: str, build: bool) -> None:
-        with connect(dsn, autocommit=True) as conn:
-            d = bench_recall.build(conn, args.size) if build else None
-            conn.execute(old)
-            conn.execute(search_path)
-            qs = bench_recall.queries(d, args.queries) if d is not None else stored_queries(conn, args.queries)
-            print(table(["SQL phase (recall_candidates), ms", "p50", "p95"], compare(conn, qs)), flush=True)
-
-    if args.dsn:
-        run(args.dsn, build=False)
-        return 0
-    with embedded_cluster(args.port, prefix="rcllab-") as pg:
-        run(create_database(pg, f"ab_{args.size}"), build=True)
+    with embedded_cluster(args.port, prefix="rcllab-") as pg, \
+            connect(create_database(pg, f"ab_{args.size}"), autocommit=True) as conn:
+        d = bench_recall.build(conn, args.size)
+        conn.execute(old)
+        conn.execute(search_path)
+        qs = bench_recall.queries(d, args.queries)
+        print(table(["SQL phase (recall_candidates), ms", "p50", "p95"], compare(conn, qs)), flush=True)
     return 0
-
-
-def stored_queries(conn: psycopg.Connection[Any], count: int) -> list[dict[str, Any]]:
-    """bench.recall's query mix drawn from a store it built earlier (its generator's state is gone):
-    five words of a unit, a third naming one of its entities, a third a time; the unit's vector."""
-    rows = conn.execute(
-        "SELECT u.text, u.embedding, (SELECT min(e.name) FROM rcll.unit_entities ue JOIN rcll.entities e "
-        "USING (entity_id) WHERE ue.unit_id = u.unit_id) FROM rcll.memory_units u ORDER BY u.unit_id % 9973, "
-        "u.unit_id LIMIT %s", (count,)).fetchall()
-    times = ["last week", "in March 2024", "yesterday", "2 months ago", "before January 2024", "last year"]
-    out = []
-    for k, (text, emb, entity) in enumerate(rows):
-        words = [w for w in re.findall(r"[a-z']+", text.lower()) if len(w) > 3][:5] or ["status"]
-        q = " ".join(words) + (f" about {entity}" if k % 3 == 0 and entity else "")
-        q += f" {times[k % len(times)]}" if k % 3 == 1 else ""
-        kind = ["none", "none", "big room", "tiny room", "author"][k % 5]
-        f = ({"rooms": ["engineering"]} if kind == "big room" else {"rooms": [f"room-{k % 200}"]}
-             if kind == "tiny room" else {"authors": [f"agent-{k % 10}"]} if kind == "author" else {})
-        out.append({"text": q, "qe": emb, "filters": f, "kind": kind})
-    return out
 
 
 if __name__ == "__main__":
