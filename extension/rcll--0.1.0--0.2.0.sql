@@ -2008,7 +2008,11 @@ BEGIN
         avgdl := greatest(corpus.avgdl * corpus.n / ndocs, 1);
     END IF;
     -- Candidates from the rarer terms only (rcll._bm25_pruned_terms); a pruned term still scores,
-    -- its df estimated from its frequency: times N units (lexical), at most every document (session).
+    -- its df estimated from its frequency f among the N units: f x N units (lexical); for the
+    -- session channel the documents holding it, were its units spread at random over documents of
+    -- the average size m = N / ndocs: ndocs x (1 - (1 - f)^m). (f x N, capped at every document,
+    -- overstated a term in 5% of the units of 10-unit documents by a quarter; bench.recall at 100k,
+    -- the session channel's top-10 overlap with exact BM25: 0.919 before, 0.930 with this alone.)
     SELECT t.common, t.common_freq, t.gen INTO common, common_freq, gen
     FROM rcll._bm25_pruned_terms(terms, corpus.n, _bm25_channels.prune_above) t;
     -- Pruning decides by a term's frequency in the whole bank, so a unit that matches only pruned
@@ -2081,11 +2085,13 @@ BEGIN
         FROM s_hits h GROUP BY h.document_id, h.lexeme
     ), s_df AS (
         -- Document frequency over the bank's documents: counted for candidate-generating terms,
-        -- estimated for the pruned common ones.
+        -- estimated for the pruned common ones (above).
         SELECT t.lexeme, count(*)::double precision AS df FROM s_dt t
         WHERE t.lexeme = ANY (gen) GROUP BY t.lexeme
         UNION ALL
-        SELECT c.lexeme, least(c.f * corpus.n, ndocs) FROM unnest(common, common_freq) c(lexeme, f) WHERE c.lexeme <> ALL (gen)
+        -- ndocs x (1 - (1 - f)^m), written with exp and ln so that a huge m cannot underflow
+        SELECT c.lexeme, ndocs * (1 - exp(greatest(corpus.n / ndocs * ln(greatest(1 - c.f, 1e-12)), -700)))
+        FROM unnest(common, common_freq) c(lexeme, f) WHERE c.lexeme <> ALL (gen)
     ), s_idf AS (
         SELECT d.lexeme, ln(1 + (greatest(ndocs, (SELECT max(x.df) FROM s_df x)) - d.df + 0.5) / (d.df + 0.5)) AS idf
         FROM s_df d
@@ -2097,14 +2103,37 @@ BEGIN
         FROM rcll.unit_lexicon m
         WHERE m.document_id IN (SELECT DISTINCT t.document_id FROM s_tf t)
         GROUP BY m.document_id
+    ), s_first AS MATERIALIZED (
+        -- The documents scored from their candidate units: exact when no term was pruned. A
+        -- pruned term's tf then counts only the units that also hold a rarer term, so these are
+        -- lower bounds, and the best `lim` of them are scored again below over all their units.
+        SELECT t.document_id
+        FROM s_tf t JOIN s_idf i ON i.lexeme = t.lexeme JOIN s_dl l ON l.document_id = t.document_id
+        GROUP BY t.document_id
+        ORDER BY sum(i.idf * t.tf * (_bm25_channels.k1 + 1)
+                     / (t.tf + _bm25_channels.k1 * (1 - _bm25_channels.b + _bm25_channels.b * l.dl / avgdl))) DESC,
+                 t.document_id
+        LIMIT lim                 -- every document holds at least one unit
+    ), s_tf_all AS (
+        -- Their pruned terms' tf from the units that were not candidates (in scope, as above).
+        SELECT x.document_id, x.lexeme, sum(x.tf) AS tf
+        FROM (SELECT t.document_id, t.lexeme, t.tf FROM s_tf t WHERE t.document_id IN (SELECT f.document_id FROM s_first f)
+              UNION ALL
+              SELECT u.document_id, t.lexeme, coalesce(array_length(t.positions, 1), 1)::double precision
+              FROM rcll.unit_lexicon u, unnest(ts_filter(setweight(u.lexical, 'A', common), '{a}')) t
+              WHERE common IS NOT NULL
+                AND u.document_id IN (SELECT f.document_id FROM s_first f)
+                AND u.lexical @@ rcll._tsquery_any(common) AND NOT u.lexical @@ rcll._tsquery_any(gen)
+                AND (scoped IS NULL OR u.unit_id <> ALL (scoped))
+                AND rcll._in_scope(u, scope)) x
+        GROUP BY x.document_id, x.lexeme
     ), s_docs AS (
         SELECT t.document_id,
                sum(i.idf * t.tf * (_bm25_channels.k1 + 1)
                    / (t.tf + _bm25_channels.k1 * (1 - _bm25_channels.b + _bm25_channels.b * l.dl / avgdl))) AS s
-        FROM s_tf t JOIN s_idf i ON i.lexeme = t.lexeme JOIN s_dl l ON l.document_id = t.document_id
+        FROM s_tf_all t JOIN s_idf i ON i.lexeme = t.lexeme JOIN s_dl l ON l.document_id = t.document_id
         GROUP BY t.document_id
         ORDER BY 2 DESC, 1
-        LIMIT lim                 -- every document holds at least one unit
     ), s_units AS (
         SELECT u.unit_id, d.s, d.document_id,
                CASE WHEN q IS NULL OR u.embedding IS NULL THEN NULL

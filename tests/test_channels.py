@@ -90,7 +90,7 @@ def test_lexical_pruned_candidates_agree_with_exact_scoring(db: psycopg.Connecti
         assert pruned == exact                     # small bank: always exact
 
 
-def test_bm25_in_a_small_scope_of_a_big_bank_reads_every_matching_unit(db: psycopg.Connection[Any]) -> None:
+def test_bm25_in_a_big_bank_prunes_without_losing_small_scopes_or_documents(db: psycopg.Connection[Any]) -> None:
     # A bank big enough for pruning: "deploy" is in every unit, so it generates no candidates;
     # "zebra" is rare and lies outside the tiny room. Pruned by bank-wide frequency alone, the
     # tiny room's units (which match only "deploy") were never candidates: both channels came back
@@ -102,6 +102,12 @@ def test_bm25_in_a_small_scope_of_a_big_bank_reads_every_matching_unit(db: psyco
                   chunks => ARRAY(SELECT 'zebra deploy ' || i FROM generate_series(1, 10) i))""")
     db.execute("""SELECT rcll.retain_chunks(bank => 'big', content => 'tiny', room => 'tiny', embeddings => NULL,
                   chunks => ARRAY(SELECT 'deploy notes deploy ' || i FROM generate_series(1, 30) i))""")
+    # Two documents for the session channel (below): "many" holds the rare "okapi" in one unit and
+    # the pruned "deploy" ten times in five others; "once" holds "okapi deploy" in one unit.
+    db.execute("""SELECT rcll.retain_chunks(bank => 'big', content => 'many', room => 'main', embeddings => NULL,
+                  chunks => ARRAY['okapi'] || ARRAY(SELECT 'deploy deploy ' || i FROM generate_series(1, 5) i))""")
+    db.execute("""SELECT rcll.retain_chunks(bank => 'big', content => 'once', room => 'main', embeddings => NULL,
+                  chunks => ARRAY['okapi deploy'] || ARRAY(SELECT 'filler ' || i FROM generate_series(1, 5) i))""")
     db.execute("ANALYZE rcll.unit_lexicon")
     tiny = {r[0] for r in db.execute("SELECT unit_id FROM rcll.memory_units WHERE room = 'tiny'")}
     for channel in ("lexical", "session"):
@@ -116,6 +122,16 @@ def test_bm25_in_a_small_scope_of_a_big_bank_reads_every_matching_unit(db: psyco
     # The whole bank still prunes: "deploy" generates no candidates there, the zebras come first.
     top = [r[0] for r in db.execute("SELECT unit_id FROM rcll.channel_lexical('zebra deploy', rcll.recall_scope('big')) ORDER BY rank")]
     assert len(top) == 10
+    # The session channel scores a document over all its units in scope, so a pruned term counts
+    # in the units that hold no rarer term too: exact BM25 puts "many" (deploy x10) above "once"
+    # (deploy x1). Counted over the candidate units alone (those holding "okapi"), "once" came first.
+    many = db.execute("SELECT document_id FROM rcll.memory_units WHERE text = 'okapi'").fetchone()
+    for prune in (None, 0.05):
+        first = db.execute(
+            "SELECT u.document_id FROM rcll._bm25_channels('okapi deploy', rcll.recall_scope('big'), prune_above => %s, "
+            "lexical => false, session => true) c JOIN rcll.memory_units u USING (unit_id) ORDER BY c.rank LIMIT 1",
+            (prune,)).fetchone()
+        assert first == many, prune
 
 
 def test_lexical_needs_no_refreshed_stats(db: psycopg.Connection[Any]) -> None:
