@@ -304,6 +304,8 @@ def pruning(conn: psycopg.Connection[Any], qs: list[dict[str, Any]], prune: floa
     for channel, sql in PRUNED.items():
         for kind in ("tiny room", "author", "big room", "none", "all"):
             sel = [q for q in qs if kind in ("all", q["kind"])]
+            if not sel:      # --queries below 5 draws no query of some kinds
+                continue
             ms: dict[str, list[float]] = {"exact": [], "pruned": []}
             overlap = []
             for q in sel:
