@@ -117,6 +117,19 @@ def test_the_temporal_channel_inlines_its_time_test(store: psycopg.Connection[An
     assert "_in_time_range" not in plan and "_in_scope" not in plan
 
 
+def test_the_bm25_channels_inline_the_okapi_term(store: psycopg.Connection[Any]) -> None:
+    # rcll._bm25_term is the Okapi formula written once for the lexical and session channels; the
+    # planner inlines it, so the plan holds its arithmetic (with k1 + 1 folded), not a call.
+    row, plans = _nested_plans(store, "SELECT count(*) FROM rcll._bm25_channels('big unit', rcll.recall_scope(%s))",
+                               (BANK,))
+    assert row is not None and row[0] > 0
+    scoring = [p for p in plans if "rcll._bm25_term" in p["Query Text"]]
+    assert len(scoring) == 1, [p["Query Text"][:80] for p in plans]
+    plan = json.dumps(scoring[0]["Plan"])
+    assert "_bm25_term" not in plan and "_in_scope" not in plan
+    assert "'2.2'::double precision" in plan     # idf * tf * (k1 + 1) with the default k1 = 1.2
+
+
 def test_the_hnsw_searches_keep_a_candidate_list_longer_than_the_default_limit(db: psycopg.Connection[Any]) -> None:
     # pgvector keeps ef_search candidates per pass: below the LIMIT, the iterative scan restarts
     # from a worse frontier (at 100k units, recall@10 vs exact in a big room 0.84 at 100, 0.975 at 400).

@@ -11,6 +11,19 @@ AS $$
 $$;
 COMMENT ON FUNCTION rcll._tsquery_any(text[]) IS 'Internal: a tsquery matching any of the given lexemes, each taken verbatim.';
 
+CREATE OR REPLACE FUNCTION rcll._bm25_term(
+    idf double precision, tf double precision, dl double precision, avgdl double precision,
+    k1 double precision, b double precision)
+RETURNS double precision
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+-- No search_path (990-search-path.sql leaves it out): inlined into the BM25 query, where it is the
+-- expression itself, not a call per term.
+AS $$
+    SELECT idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))
+$$;
+COMMENT ON FUNCTION rcll._bm25_term(double precision, double precision, double precision, double precision, double precision, double precision)
+    IS 'Internal: one term''s Okapi BM25 weight: idf x tf x (k1 + 1) / (tf + k1 x (1 - b + b x dl / avgdl)). Inlined into rcll._bm25_channels.';
+
 CREATE OR REPLACE FUNCTION rcll._query_lexemes(query text, bank_id integer)
 RETURNS text[]
 LANGUAGE sql STABLE
@@ -153,8 +166,7 @@ BEGIN
         FROM l_df d
     ), l_scored AS (
         SELECT h.unit_id,
-               sum(i.idf * h.tf * (_bm25_channels.k1 + 1)
-                   / (h.tf + _bm25_channels.k1 * (1 - _bm25_channels.b + _bm25_channels.b * h.dl / corpus.avgdl))) AS s
+               sum(rcll._bm25_term(i.idf, h.tf, h.dl, corpus.avgdl, _bm25_channels.k1, _bm25_channels.b)) AS s
         FROM hits h JOIN l_idf i ON i.lexeme = h.lexeme
         WHERE h.keep
         GROUP BY h.unit_id
@@ -194,8 +206,7 @@ BEGIN
         SELECT t.document_id
         FROM s_tf t JOIN s_idf i ON i.lexeme = t.lexeme JOIN s_dl l ON l.document_id = t.document_id
         GROUP BY t.document_id
-        ORDER BY sum(i.idf * t.tf * (_bm25_channels.k1 + 1)
-                     / (t.tf + _bm25_channels.k1 * (1 - _bm25_channels.b + _bm25_channels.b * l.dl / avgdl))) DESC,
+        ORDER BY sum(rcll._bm25_term(i.idf, t.tf, l.dl, avgdl, _bm25_channels.k1, _bm25_channels.b)) DESC,
                  t.document_id
         LIMIT lim                 -- every document holds at least one unit
     ), s_tf_all AS (
@@ -213,8 +224,7 @@ BEGIN
         GROUP BY x.document_id, x.lexeme
     ), s_docs AS (
         SELECT t.document_id,
-               sum(i.idf * t.tf * (_bm25_channels.k1 + 1)
-                   / (t.tf + _bm25_channels.k1 * (1 - _bm25_channels.b + _bm25_channels.b * l.dl / avgdl))) AS s
+               sum(rcll._bm25_term(i.idf, t.tf, l.dl, avgdl, _bm25_channels.k1, _bm25_channels.b)) AS s
         FROM s_tf_all t JOIN s_idf i ON i.lexeme = t.lexeme JOIN s_dl l ON l.document_id = t.document_id
         GROUP BY t.document_id
         ORDER BY 2 DESC, 1
