@@ -25,7 +25,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort  # type: ignore[import-untyped,unused-ignore]
 
 from bench._common import table
 from bench.locomo.dataset import Turn, load
@@ -57,13 +56,8 @@ def workload(questions: int, seed: int = 3) -> list[tuple[str, list[str], list[s
 
 
 def session(threads: int, spinning: bool) -> Any:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
-    return ort.InferenceSession(str(models.find_model_dir("reranker_en") / "model.onnx"), options,
-                                providers=["CPUExecutionProvider"])
+    """A cross-encoder session as rcll.models builds it, with this many threads and spinning."""
+    return models._session(models.find_model_dir("reranker_en"), threads, spinning=spinning)
 
 
 def with_session(s: Any) -> Score:

@@ -90,15 +90,16 @@ def _threads() -> int:
     return int(os.environ.get("RCLL_MODEL_THREADS", DEFAULT_THREADS))
 
 
-def _session(model_dir: Path, threads: int | None) -> Any:
+def _session(model_dir: Path, threads: int | None, spinning: bool = False) -> Any:
     import onnxruntime as ort  # type: ignore[import-untyped,unused-ignore]
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads or _threads()
     options.inter_op_num_threads = 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    # Idle spinning would burn the cores that PostgreSQL needs between calls.
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    # Idle spinning would burn the cores that PostgreSQL needs between calls (it bought the
+    # cross-encoder 4-6% of wall time for 3-4% more CPU: `python -m bench.rerank_speed`).
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
     return ort.InferenceSession(str(model_dir / "model.onnx"), options, providers=["CPUExecutionProvider"])
 
 
