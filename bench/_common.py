@@ -81,6 +81,13 @@ def cpu_ns(pid: int) -> int:
     return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
 
 
+def query_params(q: dict[str, Any], bank: str) -> dict[str, Any]:
+    """A drawn query (text, embedding, filters) as the named parameters the benches' SQL uses:
+    q, qe, bank, rooms, authors (a statement takes the ones it names)."""
+    return {"q": q["text"], "qe": q["qe"], "bank": bank, "rooms": q["filters"].get("rooms"),
+            "authors": q["filters"].get("authors")}
+
+
 def pct(xs: list[float], p: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, round(p * (len(xs) - 1)))]

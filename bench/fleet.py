@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from bench._common import cpu_ns, pct, table
+from bench._common import cpu_ns, pct, query_params, table
 from bench.locomo.dataset import vocabulary
 
 DIM = 384
@@ -277,7 +277,7 @@ def measure_case(conn: psycopg.Connection[Any], bank: str, qs: list[dict[str, An
     phases: dict[str, list[float]] = {"embed": [], "sql": [], "rerank": [], "cut": [], "total": [], "sql cpu": []}
     overlap: list[float] = []
     for q in qs:
-        p = {"qe": q["qe"], "bank": bank, "rooms": q["filters"].get("rooms"), "authors": q["filters"].get("authors")}
+        p = query_params(q, bank)
         routed = [r[0] for r in conn.execute(DENSE, {**p, "exact": 3000})]
         exact = [r[0] for r in conn.execute(DENSE, {**p, "exact": 10**9})]
         if exact:
@@ -353,8 +353,7 @@ def ef_sweep(conn: psycopg.Connection[Any], d: dict[str, Any], picks: dict[str, 
             continue
         for kind in ("none", "big room", "tiny room", "author"):
             qs = queries(d, b, kind, count)
-            ps = [{"qe": q["qe"], "bank": d["names"][b], "rooms": q["filters"].get("rooms"),
-                   "authors": q["filters"].get("authors")} for q in qs]
+            ps = [query_params(q, d["names"][b]) for q in qs]
             in_scope = conn.execute(
                 "SELECT count(*) FROM rcll.memory_units u WHERE u.embedding IS NOT NULL AND rcll._in_scope(u, "
                 "rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s))", ps[0]).fetchone()[0]  # type: ignore[index]

@@ -30,7 +30,7 @@ import numpy as np
 import psycopg
 
 from bench import fleet
-from bench._common import connect, cpu_ns, create_database, embedded_cluster, pct, table
+from bench._common import connect, cpu_ns, create_database, embedded_cluster, pct, query_params, table
 from bench.locomo.dataset import vocabulary
 from rcll import models
 from rcll.defaults import CANDIDATE_LIMIT
@@ -247,8 +247,7 @@ def measure(conn: psycopg.Connection[Any], qs: list[dict[str, Any]],
         cpu: list[float] = []
         by_kind: dict[str, list[float]] = {}
         for q in qs:
-            p = {"q": q["text"], "qe": q["qe"], "bank": BANK, "rooms": q["filters"].get("rooms"),
-                 "authors": q["filters"].get("authors")}
+            p = query_params(q, BANK)
             conn.execute(sql, p).fetchone()          # warm
             c0 = cpu_ns(backend)
             t = time.perf_counter()
@@ -309,8 +308,7 @@ def pruning(conn: psycopg.Connection[Any], qs: list[dict[str, Any]], prune: floa
             ms: dict[str, list[float]] = {"exact": [], "pruned": []}
             overlap = []
             for q in sel:
-                p = {"q": q["text"], "qe": q["qe"], "bank": BANK, "rooms": q["filters"].get("rooms"),
-                     "authors": q["filters"].get("authors")}
+                p = query_params(q, BANK)
                 res = {}
                 for name, value in (("exact", None), ("pruned", prune)):
                     conn.execute(sql, {**p, "prune": value}).fetchall()
@@ -336,7 +334,7 @@ def routing(conn: psycopg.Connection[Any], qs: list[dict[str, Any]]) -> list[lis
         sel = [q for q in qs if q["kind"] == kind]
         ex_ms, hn_ms, rec = [], [], []
         for q in sel:
-            p = {"qe": q["qe"], "bank": BANK, "rooms": q["filters"].get("rooms"), "authors": q["filters"].get("authors")}
+            p = query_params(q, BANK)
             res = {}
             for name, exact in (("exact", 10**9), ("hnsw", 0)):
                 conn.execute(ROUTE, {**p, "exact": exact}).fetchall()

@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 
 from bench import recall as bench_recall
-from bench._common import connect, create_database, embedded_cluster, pct, table
+from bench._common import connect, create_database, embedded_cluster, pct, query_params, table
 
 ROOT = Path(__file__).resolve().parent.parent
 FUNCTIONS = "sql/functions"
@@ -48,8 +48,7 @@ def compare(conn: psycopg.Connection[Any], qs: list[dict[str, Any]]) -> list[lis
     times: dict[str, list[float]] = {k: [] for k in sides}
     same = 0
     for i, q in enumerate(qs):
-        p = {"q": q["text"], "qe": q["qe"], "bank": bench_recall.BANK, "rooms": q["filters"].get("rooms"),
-             "authors": q["filters"].get("authors")}
+        p = query_params(q, bench_recall.BANK)
         order = list(sides) if i % 2 == 0 else list(sides)[::-1]
         for side in order:
             conn.execute(CALL.format(fn=sides[side]), p).fetchall()             # warm
