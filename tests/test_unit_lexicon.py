@@ -1,6 +1,7 @@
 """rcll.unit_lexicon, the narrow table the lexical channel reads instead of the wide unit rows: it
 holds exactly what memory_units holds for every unit, through writes, moves, merges,
-supersession, edits, deletes and imports, so BM25 ranks exactly as it did over memory_units."""
+supersession, edits, deletes and imports, so BM25 ranks exactly as it did over memory_units; and
+rcll.document_lexicon holds every document's length, the sum of its units' lengths there."""
 
 from __future__ import annotations
 
@@ -21,10 +22,21 @@ DRIFT = """SELECT count(*) FROM rcll.memory_units u FULL JOIN rcll.unit_lexicon 
                  (x.bank_id, x.lexical_length, x.layer, x.room, x.author, x.hall, x.thread, x.tags, x.valid, x.lexical)"""
 
 
+# Documents whose stored BM25 length is not the sum of their units' lengths (or is missing).
+DOCUMENT_DRIFT = """SELECT count(*) FROM rcll.documents d
+                    LEFT JOIN (SELECT l.document_id, sum(l.lexical_length) AS s FROM rcll.unit_lexicon l
+                               GROUP BY l.document_id) u ON u.document_id = d.document_id
+                    LEFT JOIN rcll.document_lexicon x ON x.document_id = d.document_id
+                    WHERE (u.s IS NOT NULL OR x.document_id IS NOT NULL)
+                      AND (x.bank_id IS DISTINCT FROM d.bank_id OR x.lexical_length IS DISTINCT FROM coalesce(u.s, 0))"""
+
+
 def _drift(db: psycopg.Connection[Any]) -> int:
+    """Units whose copy drifted, plus documents whose length did."""
     row = db.execute(DRIFT).fetchone()
-    assert row is not None
-    return int(row[0])
+    docs = db.execute(DOCUMENT_DRIFT).fetchone()
+    assert row is not None and docs is not None
+    return int(row[0]) + int(docs[0])
 
 
 def _lexical(db: psycopg.Connection[Any], q: str, **filters: Any) -> list[int]:
@@ -37,6 +49,8 @@ def test_every_unit_written_has_its_copy(db: psycopg.Connection[Any]) -> None:
     ids = seed(db)
     assert _drift(db) == 0
     assert db.execute("SELECT count(*) FROM rcll.unit_lexicon").fetchone() == (len(ids),)
+    assert db.execute("SELECT count(*) FROM rcll.document_lexicon").fetchone() == db.execute(
+        "SELECT count(DISTINCT document_id) FROM rcll.memory_units").fetchone() != (0,)
 
 
 def test_a_bulk_copy_into_memory_units_is_copied_too(db: psycopg.Connection[Any]) -> None:
@@ -77,6 +91,7 @@ def test_the_copy_follows_moves_merges_supersession_edits_and_deletes(db: psycop
     assert _drift(db) == 0
     db.execute("DELETE FROM rcll.banks WHERE name = %s", (BANK,))
     assert db.execute("SELECT count(*) FROM rcll.unit_lexicon").fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM rcll.document_lexicon").fetchone() == (0,)
 
 
 def test_an_import_brings_the_copy_with_the_units(leg: Leg, db: psycopg.Connection[Any], tmp_path: Path) -> None:
