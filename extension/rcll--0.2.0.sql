@@ -654,6 +654,43 @@ CREATE INDEX unit_entities_walk ON rcll.unit_entities (entity_id, unit_id)
 
 INSERT INTO rcll.migrations (name, sha256) VALUES ('013-first-stage-indexes.sql', '16d1ed5a3925d2f36e8dc001db2c4ca4169968b2e5dbd877e9951f550bbef8e2');
 
+-- migration 014-document-lexicon.sql
+-- Run-once: each document's BM25 length, kept beside the units' copy (rcll.unit_lexicon).
+--
+-- The session channel (sql/functions/120-channel-lexical.sql) scores documents by BM25 over
+-- their units, and BM25 needs each candidate document's length: the sum of its units' lexical
+-- lengths. Summed at query time, that read every unit of every candidate document through
+-- unit_lexicon's document index: at 100k units, ~40,000 index entries for the ~3,200 documents
+-- of a typical query, ~18 ms of the channel's ~70. One row per document answers it from one
+-- lookup. The triggers of sql/functions/022-document-lexicon.sql keep it in the writing
+-- transaction, recomputed from unit_lexicon for every document whose units change.
+CREATE TABLE rcll.document_lexicon (
+    document_id    bigint PRIMARY KEY REFERENCES rcll.documents ON DELETE CASCADE,
+    bank_id        integer NOT NULL,
+    lexical_length bigint NOT NULL
+);
+COMMENT ON TABLE rcll.document_lexicon IS 'Each document''s BM25 length (the sum of its units'' lexical lengths in rcll.unit_lexicon), read by the session channel. Written by triggers on unit_lexicon in the same transaction; never written directly.';
+COMMENT ON COLUMN rcll.document_lexicon.document_id IS 'The document (documents.document_id); deleted with it.';
+COMMENT ON COLUMN rcll.document_lexicon.bank_id IS 'documents.bank_id (bank isolation covers this table).';
+COMMENT ON COLUMN rcll.document_lexicon.lexical_length IS 'Sum of unit_lexicon.lexical_length over the document''s units (all of them: the recall scope does not change a document''s length).';
+
+INSERT INTO rcll.document_lexicon (document_id, bank_id, lexical_length)
+SELECT d.document_id, d.bank_id, sum(l.lexical_length)
+FROM rcll.documents d JOIN rcll.unit_lexicon l ON l.document_id = d.document_id
+GROUP BY d.document_id, d.bank_id;
+
+-- Dumped like unit_lexicon (see 010, 012): a restore loads these rows as dumped, and the
+-- triggers that keep them stand aside while unit_lexicon's rows are restored (rcll._restoring).
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'rcll') THEN
+        PERFORM pg_catalog.pg_extension_config_dump('rcll.document_lexicon'::regclass, '');
+    END IF;
+END
+$$;
+
+INSERT INTO rcll.migrations (name, sha256) VALUES ('014-document-lexicon.sql', 'd67db924b19d4f0df584651cee38cdd749b90712064c81cc094abe49bb572066');
+
 -- functions 010-banks.sql
 -- Banks: creating them and resolving a bank name to its id with an error that says the fix.
 
@@ -816,6 +853,66 @@ CREATE OR REPLACE TRIGGER units_lexicon_changed
                        IS DISTINCT FROM (NEW.bank_id, NEW.lexical_length, NEW.layer, NEW.room, NEW.author, NEW.hall,
                                          NEW.thread, NEW.tags, NEW.valid, NEW.lexical))
     EXECUTE FUNCTION rcll._units_lexicon();
+
+
+-- functions 022-document-lexicon.sql
+-- Each document's BM25 length (rcll.document_lexicon, migration 014): recomputed from
+-- rcll.unit_lexicon, in the writing transaction, for every document whose units a statement
+-- inserts, deletes or changes the length or document of.
+
+CREATE OR REPLACE FUNCTION rcll._refresh_document_lengths(document_ids bigint[])
+RETURNS void
+LANGUAGE sql VOLATILE
+AS $$
+    -- Recomputed, not incremented: a statement that touches a document twice, or a unit copied
+    -- late (rcll._units_lexicon's insert arm), cannot make the length drift from its units.
+    INSERT INTO rcll.document_lexicon AS x (document_id, bank_id, lexical_length)
+    SELECT d.document_id, d.bank_id,
+           coalesce((SELECT sum(l.lexical_length) FROM rcll.unit_lexicon l WHERE l.document_id = d.document_id), 0)
+    FROM rcll.documents d
+    WHERE d.document_id = ANY (_refresh_document_lengths.document_ids)
+    ON CONFLICT (document_id) DO UPDATE SET lexical_length = excluded.lexical_length
+    WHERE x.lexical_length IS DISTINCT FROM excluded.lexical_length
+$$;
+COMMENT ON FUNCTION rcll._refresh_document_lengths(bigint[])
+    IS 'Internal: recompute rcll.document_lexicon for these documents from their units in rcll.unit_lexicon.';
+
+CREATE OR REPLACE FUNCTION rcll._document_lexicon()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+-- Definer, as rcll._units_lexicon: the length is the owner's bookkeeping, and bank isolation
+-- must not hide a document's row from the trigger that keeps it.
+SECURITY DEFINER
+AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        PERFORM rcll._refresh_document_lengths(ARRAY(SELECT DISTINCT n.document_id FROM new_rows n WHERE n.document_id IS NOT NULL));
+    ELSIF TG_OP = 'DELETE' THEN
+        PERFORM rcll._refresh_document_lengths(ARRAY(SELECT DISTINCT o.document_id FROM old_rows o WHERE o.document_id IS NOT NULL));
+    ELSE
+        PERFORM rcll._refresh_document_lengths(ARRAY[OLD.document_id, NEW.document_id]);
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION rcll._document_lexicon() IS 'Trigger: keeps rcll.document_lexicon the sum of unit_lexicon''s lengths per document - for the documents of the units a statement inserts (unit_lexicon_documents_inserted) or deletes (unit_lexicon_documents_deleted), and of a unit whose length or document changed (unit_lexicon_documents_changed: an edited text).';
+
+-- Not while a dump is restored (rcll._restoring): document_lexicon is dumped and comes back itself.
+CREATE OR REPLACE TRIGGER unit_lexicon_documents_inserted AFTER INSERT ON rcll.unit_lexicon
+    REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT WHEN (current_setting('row_security') <> 'off' OR NOT rcll._restoring('rcll.unit_lexicon'))
+    EXECUTE FUNCTION rcll._document_lexicon();
+
+CREATE OR REPLACE TRIGGER unit_lexicon_documents_deleted AFTER DELETE ON rcll.unit_lexicon
+    REFERENCING OLD TABLE AS old_rows
+    FOR EACH STATEMENT
+    EXECUTE FUNCTION rcll._document_lexicon();
+
+-- Per row, and only for the rare change that moves a length: room moves and merges,
+-- supersession and tag edits rewrite unit_lexicon rows without touching either column.
+CREATE OR REPLACE TRIGGER unit_lexicon_documents_changed AFTER UPDATE OF lexical_length, document_id ON rcll.unit_lexicon
+    FOR EACH ROW WHEN ((OLD.lexical_length, OLD.document_id) IS DISTINCT FROM (NEW.lexical_length, NEW.document_id))
+    EXECUTE FUNCTION rcll._document_lexicon();
 
 
 -- functions 030-authors.sql
@@ -1993,7 +2090,7 @@ LANGUAGE sql VOLATILE
 AS $$
     SELECT rcll._bank_isolation(enable => true)
 $$;
-COMMENT ON FUNCTION rcll.enable_bank_isolation() IS 'Turn on bank isolation: row-level security on every rcll table with a bank_id, so a role sees and writes only the banks rcll.bank_grants gives it (superusers and the owner are exempt). Rooms stay a topic, not a permission. Returns the number of tables covered; re-run it after an upgrade adds tables.';
+COMMENT ON FUNCTION rcll.enable_bank_isolation() IS 'Turn on bank isolation: row-level security on every rcll table with a bank_id, so a role sees and writes only the banks rcll.bank_grants gives it (superusers and the owner are exempt). Rooms stay a topic, not a permission. Returns the number of tables covered; an upgrade that adds tables covers them itself (end of 090-bank-isolation.sql).';
 
 CREATE OR REPLACE FUNCTION rcll.disable_bank_isolation()
 RETURNS integer
@@ -2002,6 +2099,24 @@ AS $$
     SELECT rcll._bank_isolation(enable => false)
 $$;
 COMMENT ON FUNCTION rcll.disable_bank_isolation() IS 'Turn bank isolation off again: every role sees every bank (grants are kept).';
+
+-- An upgrade (ALTER EXTENSION rcll UPDATE, `rcll install`) runs this file after its migrations:
+-- when bank isolation is on, the tables those migrations added (rcll.unit_lexicon holds every
+-- unit's lexemes and scope columns) are covered before the upgrade commits, instead of being
+-- readable across banks by every role granted SELECT until an administrator re-runs
+-- rcll.enable_bank_isolation(). Isolation is on when a bank table has the policy; nothing happens
+-- in a fresh install or with isolation off.
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM rcll._bank_tables() t JOIN pg_catalog.pg_policy p ON p.polrelid = t
+               WHERE p.polname = 'bank_isolation')
+       AND EXISTS (SELECT 1 FROM rcll._bank_tables() t JOIN pg_catalog.pg_class c ON c.oid = t
+                   WHERE NOT c.relrowsecurity
+                      OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_policy p WHERE p.polrelid = t AND p.polname = 'bank_isolation')) THEN
+        PERFORM rcll._bank_isolation(enable => true);
+    END IF;
+END
+$$;
 
 
 -- functions 100-bank-stats.sql
@@ -2598,10 +2713,12 @@ BEGIN
         -- A document's text is what the recall may read of it: its units in scope.
         SELECT t.document_id, t.lexeme, t.tf FROM s_dt t WHERE t.kept
     ), s_dl AS (
-        SELECT m.document_id, sum(m.lexical_length)::double precision AS dl
-        FROM rcll.unit_lexicon m
-        WHERE m.document_id IN (SELECT DISTINCT t.document_id FROM s_tf t)
-        GROUP BY m.document_id
+        -- Every touched document's length, one row each (rcll.document_lexicon, kept by triggers):
+        -- summed here from unit_lexicon it read ~12 index entries a document, ~18 of the
+        -- channel's ~70 ms at 100k units (docs/scaling.md).
+        SELECT m.document_id, m.lexical_length::double precision AS dl
+        FROM rcll.document_lexicon m
+        WHERE m.document_id IN (SELECT t.document_id FROM s_tf t)
     ), s_first AS MATERIALIZED (
         -- The documents scored from their candidate units: exact when no term was pruned. A
         -- pruned term's tf then counts only the units that also hold a rarer term, so these are

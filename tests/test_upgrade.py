@@ -178,3 +178,38 @@ def test_rcll_install_drops_what_the_sources_no_longer_define(leg: Leg) -> None:
             assert conn.execute("SELECT count(*) FROM pg_trigger WHERE tgname = 'retired_trigger'").fetchone() == (0,)
     finally:
         leg.drop_database(name)
+
+
+ISOLATED = """SELECT t::text, c.relrowsecurity, count(p.polname) FROM rcll._bank_tables() t
+              JOIN pg_class c ON c.oid = t LEFT JOIN pg_policy p ON p.polrelid = t AND p.polname = 'bank_isolation'
+              GROUP BY 1, 2 ORDER BY 1"""
+
+
+@pytest.mark.parametrize("use_extension", [True, False], ids=["extension", "rcll_install"])
+def test_an_upgrade_isolates_the_tables_it_adds_when_bank_isolation_is_on(
+        leg: Leg, databases: tuple[str, str], use_extension: bool) -> None:
+    """A 0.1.0 store with bank isolation on: the tables this release adds (the BM25 copies, which
+    hold every unit's lexemes) come with row-level security and the policy, not readable by every
+    role granted SELECT; a store with isolation off stays off."""
+    old, plain = databases
+    for name, isolate in ((old, True), (plain, False)):
+        with psycopg.connect(leg.url(name), autocommit=True) as conn:
+            install.ensure_required_extensions(conn)
+            if use_extension:
+                install_extension_files(leg)
+                conn.execute(f"CREATE EXTENSION rcll VERSION '{BASELINE}'")
+            else:
+                conn.execute("CREATE SCHEMA rcll")
+                conn.execute(baseline_body())
+            fill(conn)
+            if isolate:
+                conn.execute("SELECT rcll.enable_bank_isolation()")
+            before = len(conn.execute(ISOLATED).fetchall())
+            if use_extension:
+                conn.execute("ALTER EXTENSION rcll UPDATE")
+            else:
+                install.install(conn)
+            after = conn.execute(ISOLATED).fetchall()
+            names = {t for t, _, _ in after}
+            assert {"rcll.unit_lexicon", "rcll.document_lexicon"} <= names and len(after) > before
+            assert all((on, n) == ((True, 1) if isolate else (False, 0)) for _, on, n in after), after

@@ -82,7 +82,7 @@ LANGUAGE sql VOLATILE
 AS $$
     SELECT rcll._bank_isolation(enable => true)
 $$;
-COMMENT ON FUNCTION rcll.enable_bank_isolation() IS 'Turn on bank isolation: row-level security on every rcll table with a bank_id, so a role sees and writes only the banks rcll.bank_grants gives it (superusers and the owner are exempt). Rooms stay a topic, not a permission. Returns the number of tables covered; re-run it after an upgrade adds tables.';
+COMMENT ON FUNCTION rcll.enable_bank_isolation() IS 'Turn on bank isolation: row-level security on every rcll table with a bank_id, so a role sees and writes only the banks rcll.bank_grants gives it (superusers and the owner are exempt). Rooms stay a topic, not a permission. Returns the number of tables covered; an upgrade that adds tables covers them itself (end of 090-bank-isolation.sql).';
 
 CREATE OR REPLACE FUNCTION rcll.disable_bank_isolation()
 RETURNS integer
@@ -91,3 +91,21 @@ AS $$
     SELECT rcll._bank_isolation(enable => false)
 $$;
 COMMENT ON FUNCTION rcll.disable_bank_isolation() IS 'Turn bank isolation off again: every role sees every bank (grants are kept).';
+
+-- An upgrade (ALTER EXTENSION rcll UPDATE, `rcll install`) runs this file after its migrations:
+-- when bank isolation is on, the tables those migrations added (rcll.unit_lexicon holds every
+-- unit's lexemes and scope columns) are covered before the upgrade commits, instead of being
+-- readable across banks by every role granted SELECT until an administrator re-runs
+-- rcll.enable_bank_isolation(). Isolation is on when a bank table has the policy; nothing happens
+-- in a fresh install or with isolation off.
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM rcll._bank_tables() t JOIN pg_catalog.pg_policy p ON p.polrelid = t
+               WHERE p.polname = 'bank_isolation')
+       AND EXISTS (SELECT 1 FROM rcll._bank_tables() t JOIN pg_catalog.pg_class c ON c.oid = t
+                   WHERE NOT c.relrowsecurity
+                      OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_policy p WHERE p.polrelid = t AND p.polname = 'bank_isolation')) THEN
+        PERFORM rcll._bank_isolation(enable => true);
+    END IF;
+END
+$$;
