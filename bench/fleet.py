@@ -228,6 +228,7 @@ def build(conn: psycopg.Connection[Any], n: int, banks: int = 400, seed: int = 1
         print(f"  {name} built in {build_s[name]:.0f} s", flush=True)
     conn.execute("VACUUM (ANALYZE) rcll.memory_units")
     conn.execute("VACUUM (ANALYZE) rcll.unit_lexicon")
+    conn.execute("VACUUM (ANALYZE) rcll.document_lexicon")
     conn.execute("ANALYZE")
     conn.execute("SELECT * FROM rcll.refresh_bank_stats(NULL)")
     conn.execute("SELECT rcll.fold_room_counts()")
