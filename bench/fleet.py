@@ -38,13 +38,26 @@ INDEXES = {
 }
 
 
-def bank_sizes(n: int, banks: int, a: float = 1.0) -> list[int]:
-    """The biggest bank holds a third of the units; the others follow a Zipf law (exponent a)."""
+def _zipf_rest(n: int, banks: int, a: float) -> np.ndarray | None:
+    """Sizes of banks 2..banks (Zipf, at least 50 units each), or None when they do not fit."""
     big = n // 3
+    if banks < 2:
+        return None
     w = 1.0 / np.arange(2, banks + 1) ** a
     rest = np.maximum(50, np.floor(w / w.sum() * (n - big))).astype(int)
     rest[0] += (n - big) - int(rest.sum())
-    return [big, *sorted((int(x) for x in rest), reverse=True)]
+    return rest if rest[0] >= rest.max() else None
+
+
+def bank_sizes(n: int, banks: int, a: float = 1.0) -> list[int]:
+    """The biggest bank holds a third of the units; the others follow a Zipf law (exponent a)."""
+    rest = _zipf_rest(n, banks, a)
+    if rest is None:
+        fit = next((b for b in range(banks, 1, -1) if _zipf_rest(n, b, a) is not None), None)
+        hint = f"pass --banks {fit} or fewer" if fit else "pass a bigger --fleet"
+        raise ValueError(f"banks: {banks} Zipf-sized banks of at least 50 units each, the biggest a third, "
+                         f"do not fit in {n:,} units; {hint}")
+    return [n // 3, *sorted((int(x) for x in rest), reverse=True)]
 
 
 def _texts(rng: np.random.Generator, words: list[str], freq: np.ndarray, topic_words: np.ndarray,

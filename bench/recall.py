@@ -375,6 +375,10 @@ def main() -> int:
     args = ap.parse_args()
 
     if args.fleet:
+        try:
+            fleet.bank_sizes(args.fleet, args.banks)
+        except ValueError as e:
+            ap.error(str(e))
         with embedded_cluster(args.port, prefix="rcllf-", keep=args.keep) as pg, \
                 connect(create_database(pg, "fleet"), autocommit=True) as conn:
             fleet.run(conn, args.fleet, args.banks, args.per_case, not args.no_rerank, args.partial,
