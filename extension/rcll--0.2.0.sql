@@ -676,7 +676,7 @@ COMMENT ON COLUMN rcll.document_lexicon.lexical_length IS 'Sum of unit_lexicon.l
 
 INSERT INTO rcll.document_lexicon (document_id, bank_id, lexical_length)
 SELECT d.document_id, d.bank_id, sum(l.lexical_length)
-FROM rcll.documents d JOIN rcll.unit_lexicon l ON l.document_id = d.document_id
+FROM rcll.documents d JOIN rcll.unit_lexicon l ON l.document_id = d.document_id AND l.bank_id = d.bank_id
 GROUP BY d.document_id, d.bank_id;
 
 -- Dumped like unit_lexicon (see 010, 012): a restore loads these rows as dumped, and the
@@ -689,7 +689,7 @@ BEGIN
 END
 $$;
 
-INSERT INTO rcll.migrations (name, sha256) VALUES ('014-document-lexicon.sql', 'd67db924b19d4f0df584651cee38cdd749b90712064c81cc094abe49bb572066');
+INSERT INTO rcll.migrations (name, sha256) VALUES ('014-document-lexicon.sql', '61c8a9da2a28cdbbf0eb32914a05230718484a5e6a0fa08d73c5627fade0e321');
 
 -- functions 010-banks.sql
 -- Banks: creating them and resolving a bank name to its id with an error that says the fix.
@@ -865,10 +865,13 @@ RETURNS void
 LANGUAGE sql VOLATILE
 AS $$
     -- Recomputed, not incremented: a statement that touches a document twice, or a unit copied
-    -- late (rcll._units_lexicon's insert arm), cannot make the length drift from its units.
+    -- late (rcll._units_lexicon's insert arm), cannot make the length drift from its units. Only
+    -- the document's own bank's units count: the trigger runs as the owner, past bank isolation,
+    -- and a unit another bank's role pointed at this document must not change its length.
     INSERT INTO rcll.document_lexicon AS x (document_id, bank_id, lexical_length)
     SELECT d.document_id, d.bank_id,
-           coalesce((SELECT sum(l.lexical_length) FROM rcll.unit_lexicon l WHERE l.document_id = d.document_id), 0)
+           coalesce((SELECT sum(l.lexical_length) FROM rcll.unit_lexicon l
+                     WHERE l.document_id = d.document_id AND l.bank_id = d.bank_id), 0)
     FROM rcll.documents d
     WHERE d.document_id = ANY (_refresh_document_lengths.document_ids)
     ON CONFLICT (document_id) DO UPDATE SET lexical_length = excluded.lexical_length

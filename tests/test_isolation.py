@@ -79,3 +79,26 @@ def test_keyless_entity_linking_reaches_only_the_callers_own_writes(db: Db, agen
             conn.execute("SELECT rcll._link_keyless_entities(%s, %s)", (theirs, their_ids))
     assert db.execute("SELECT count(*) FROM rcll.unit_entities WHERE bank_id = %s", (theirs,)).fetchone() == (0,)
     assert db.execute("SELECT count(*) FROM rcll.unit_entities WHERE unit_id = ANY(%s)", (mine_ids,)).fetchone() == (2,)
+
+
+def test_a_role_cannot_change_another_banks_document_lengths(db: Db, agent_role: LoginRole) -> None:
+    """An attacker with write grants and isolation on points its own unit at another bank's
+    document (memory_units and its BM25 copy): that document's stored length - which the owner's
+    trigger keeps past row-level security - counts only its own bank's units, so the other
+    bank's session-channel scores do not move."""
+    role, role_dsn = agent_role
+    seed(db)
+    db.execute("SELECT rcll.grant_bank(%s, 'mine')", (role,))
+    db.execute("SELECT rcll.enable_bank_isolation()")
+    theirs = "SELECT document_id FROM rcll.documents WHERE bank_id = (SELECT bank_id FROM rcll.banks WHERE name = 'theirs')"
+    (doc,) = db.execute(theirs).fetchone()  # type: ignore[misc]
+    length = "SELECT lexical_length FROM rcll.document_lexicon WHERE document_id = %s"
+    before = db.execute(length, (doc,)).fetchone()
+    with psycopg.connect(role_dsn, autocommit=True) as conn:
+        (mine,) = conn.execute("SELECT unit_id FROM rcll.memory_units").fetchone()  # type: ignore[misc]
+        conn.execute("UPDATE rcll.memory_units SET document_id = %s WHERE unit_id = %s", (doc, mine))
+        conn.execute("UPDATE rcll.unit_lexicon SET document_id = %s, lexical_length = 1000 WHERE unit_id = %s", (doc, mine))
+        conn.execute("""INSERT INTO rcll.memory_units (bank_id, document_id, text, provenance)
+                        SELECT bank_id, %s, 'padding padding padding padding', '{"via": "psql"}' FROM rcll.banks""", (doc,))
+        assert conn.execute(length, (doc,)).fetchall() == []                  # and it cannot read it either
+    assert db.execute(length, (doc,)).fetchone() == before

@@ -24,8 +24,8 @@ DRIFT = """SELECT count(*) FROM rcll.memory_units u FULL JOIN rcll.unit_lexicon 
 
 # Documents whose stored BM25 length is not the sum of their units' lengths (or is missing).
 DOCUMENT_DRIFT = """SELECT count(*) FROM rcll.documents d
-                    LEFT JOIN (SELECT l.document_id, sum(l.lexical_length) AS s FROM rcll.unit_lexicon l
-                               GROUP BY l.document_id) u ON u.document_id = d.document_id
+                    LEFT JOIN (SELECT l.document_id, l.bank_id, sum(l.lexical_length) AS s FROM rcll.unit_lexicon l
+                               GROUP BY l.document_id, l.bank_id) u ON u.document_id = d.document_id AND u.bank_id = d.bank_id
                     LEFT JOIN rcll.document_lexicon x ON x.document_id = d.document_id
                     WHERE (u.s IS NOT NULL OR x.document_id IS NOT NULL)
                       AND (x.bank_id IS DISTINCT FROM d.bank_id OR x.lexical_length IS DISTINCT FROM coalesce(u.s, 0))"""

@@ -7,10 +7,13 @@ RETURNS void
 LANGUAGE sql VOLATILE
 AS $$
     -- Recomputed, not incremented: a statement that touches a document twice, or a unit copied
-    -- late (rcll._units_lexicon's insert arm), cannot make the length drift from its units.
+    -- late (rcll._units_lexicon's insert arm), cannot make the length drift from its units. Only
+    -- the document's own bank's units count: the trigger runs as the owner, past bank isolation,
+    -- and a unit another bank's role pointed at this document must not change its length.
     INSERT INTO rcll.document_lexicon AS x (document_id, bank_id, lexical_length)
     SELECT d.document_id, d.bank_id,
-           coalesce((SELECT sum(l.lexical_length) FROM rcll.unit_lexicon l WHERE l.document_id = d.document_id), 0)
+           coalesce((SELECT sum(l.lexical_length) FROM rcll.unit_lexicon l
+                     WHERE l.document_id = d.document_id AND l.bank_id = d.bank_id), 0)
     FROM rcll.documents d
     WHERE d.document_id = ANY (_refresh_document_lengths.document_ids)
     ON CONFLICT (document_id) DO UPDATE SET lexical_length = excluded.lexical_length

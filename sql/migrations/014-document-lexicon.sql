@@ -19,7 +19,7 @@ COMMENT ON COLUMN rcll.document_lexicon.lexical_length IS 'Sum of unit_lexicon.l
 
 INSERT INTO rcll.document_lexicon (document_id, bank_id, lexical_length)
 SELECT d.document_id, d.bank_id, sum(l.lexical_length)
-FROM rcll.documents d JOIN rcll.unit_lexicon l ON l.document_id = d.document_id
+FROM rcll.documents d JOIN rcll.unit_lexicon l ON l.document_id = d.document_id AND l.bank_id = d.bank_id
 GROUP BY d.document_id, d.bank_id;
 
 -- Dumped like unit_lexicon (see 010, 012): a restore loads these rows as dumped, and the
