@@ -2081,7 +2081,13 @@ BEGIN
     -- prune_above of the n units (known from ANALYZE's lexeme statistics, ~1% accurate) generate
     -- no candidates but still score; their frequency comes back with them (each channel turns it
     -- into a df; their IDF is small). Measured at 100k units: p50 ~500 ms exact vs ~30 ms pruned,
-    -- top-10 agreement 0.997. Small banks (estimated df of at most 1,000 units) are always exact.
+    -- top-10 agreement 0.997. Small banks (estimated df of at most 1,000 units) are always exact:
+    -- a bank of at most 1,000 units cannot have such a term, and skips the statistics (a read of
+    -- the whole table's most common lexemes, 2-3.5 ms in a 300k-unit fleet: docs/scaling.md).
+    IF _bm25_pruned_terms.n <= 1000 OR coalesce(_bm25_pruned_terms.prune_above, 1) >= 1 THEN
+        gen := _bm25_pruned_terms.terms;
+        RETURN;
+    END IF;
     SELECT array_agg(e.elem ORDER BY e.freq), array_agg(e.freq ORDER BY e.freq) INTO common, common_freq
     FROM pg_catalog.pg_stats s,
          unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS e(elem, freq)
@@ -2126,12 +2132,20 @@ DECLARE
     scoped bigint[];
     -- A filtered scope of at most this many units gets exact candidates (below).
     scope_exact constant integer := 2000;
+    -- A bank of at most this many units, and at most a quarter of the store, is read through its
+    -- own rows (below). Measured on bench.recall --fleet 300000 (banks of 412 to 100,000 units,
+    -- same rankings): both BM25 channels 0.44x the time at 412 units, 0.63x at 997, 0.82x at 5,129,
+    -- even at ~7,000, slower above; in a bigger store the posting lists grow and so would the gain.
+    bank_rows constant integer := 5000;
+    by_bank boolean;
 BEGIN
     terms := rcll._query_lexemes(_bm25_channels.query, bk);
     IF cardinality(terms) = 0 OR lim = 0 OR NOT (coalesce(_bm25_channels.lexical, false) OR coalesce(_bm25_channels.session, false)) THEN
         RETURN;
     END IF;
     corpus := rcll._bm25_corpus(bk);
+    by_bank := corpus.n <= bank_rows
+               AND corpus.n * 4 <= (SELECT c.reltuples FROM pg_catalog.pg_class c WHERE c.oid = 'rcll.unit_lexicon'::regclass);
     IF _bm25_channels.session THEN
         -- Document statistics: N = the bank's documents, average length = the units' total
         -- length over N (rcll._bm25_corpus's unit figures; documents are counted on their bank index).
@@ -2175,7 +2189,17 @@ BEGIN
         SELECT u.unit_id, u.document_id, ts_filter(setweight(u.lexical, 'A', terms), '{a}') AS qlex,
                u.lexical_length, rcll._in_scope(u, scope) AS keep
         FROM rcll.unit_lexicon u
-        WHERE u.bank_id = bk AND u.lexical @@ rcll._tsquery_any(gen)
+        WHERE NOT by_bank AND u.bank_id = bk AND u.lexical @@ rcll._tsquery_any(gen)
+        UNION ALL
+        -- A small bank in a big store: its own rows, read through the bank index and matched one by
+        -- one, not the query terms' posting lists of every bank ANDed with it (the GIN index is on
+        -- lexical alone). OFFSET 0 keeps the match out of the scan, so the planner cannot choose
+        -- the GIN index here; NOT by_bank / by_bank are constants in this custom plan, so only
+        -- one of the two arms is planned at all.
+        SELECT u.unit_id, u.document_id, ts_filter(setweight(u.lexical, 'A', terms), '{a}'), u.lexical_length, u.keep
+        FROM (SELECT x.unit_id, x.document_id, x.lexical, x.lexical_length, rcll._in_scope(x, scope) AS keep
+              FROM rcll.unit_lexicon x WHERE by_bank AND x.bank_id = bk OFFSET 0) u
+        WHERE u.lexical @@ rcll._tsquery_any(gen)
         UNION ALL
         -- A small scope's units that match only pruned terms (above; none when scoped is NULL).
         SELECT u.unit_id, u.document_id, ts_filter(setweight(u.lexical, 'A', terms), '{a}'),
