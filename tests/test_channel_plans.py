@@ -33,20 +33,22 @@ def _scans(node: dict[str, Any]) -> list[str]:
     return out
 
 
+def _chunks(db: psycopg.Connection[Any], bank: str, room: str, texts: list[str]) -> None:
+    """One document of these chunks in room, each with a random unit vector (from the session's seed)."""
+    db.execute("""SELECT * FROM rcll.retain_chunks(bank => %(bank)s, content => %(room)s || ' room', room => %(room)s,
+                      chunks => %(texts)s, embeddings => (SELECT array_agg(v.e ORDER BY v.i) FROM (
+                          SELECT g.i, array_agg(random() - 0.5)::real[]::vector AS e
+                          FROM generate_series(1, %(n)s) g(i), generate_series(1, 384) d(j) GROUP BY g.i) v))""",
+               {"bank": bank, "room": room, "texts": texts, "n": len(texts)})
+
+
 @pytest.fixture
 def store(db: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
     """A bank with a tiny room (3 units) and a big one (BIG units), random unit vectors, analysed."""
     db.execute("SELECT rcll.create_bank(%s)", (BANK,))
     db.execute("SELECT setseed(0.5)")
     for room, n in (("tiny", 3), ("big", BIG)):
-        db.execute("""
-            SELECT * FROM rcll.retain_chunks(
-                bank => %(bank)s, content => %(room)s || ' room', room => %(room)s,
-                chunks => ARRAY(SELECT %(room)s || ' unit ' || i FROM generate_series(1, %(n)s) i),
-                embeddings => (SELECT array_agg(v.e ORDER BY v.i) FROM (
-                    SELECT g.i, array_agg(random() - 0.5)::real[]::vector AS e
-                    FROM generate_series(1, %(n)s) g(i), generate_series(1, 384) d(j) GROUP BY g.i) v))""",
-                   {"bank": BANK, "room": room, "n": n})
+        _chunks(db, BANK, room, [f"{room} unit {i}" for i in range(1, n + 1)])
     db.execute("ANALYZE rcll.memory_units")
     return db
 
@@ -148,14 +150,6 @@ def test_the_hnsw_searches_keep_a_candidate_list_longer_than_the_default_limit(d
     assert [r[0] for r in rows] == ["channel_dense", "channel_temporal"]
     for name, ef, limit in rows:
         assert ef is not None and ef >= limit + limit // 3, name
-
-
-def _chunks(db: psycopg.Connection[Any], bank: str, room: str, texts: list[str]) -> None:
-    db.execute("""SELECT * FROM rcll.retain_chunks(bank => %(bank)s, content => %(room)s || ' notes', room => %(room)s,
-                      chunks => %(texts)s, embeddings => (SELECT array_agg(v.e ORDER BY v.i) FROM (
-                          SELECT g.i, array_agg(random() - 0.5)::real[]::vector AS e
-                          FROM generate_series(1, %(n)s) g(i), generate_series(1, 384) d(j) GROUP BY g.i) v))""",
-               {"bank": bank, "room": room, "texts": texts, "n": len(texts)})
 
 
 def test_a_small_bank_in_a_big_store_reads_its_own_rows_for_bm25(db: psycopg.Connection[Any]) -> None:
