@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from bench._common import cpu_ns, pct, query_params, table
+from bench._common import cpu_ns, pct, query_params, table, vacuum_analyze
 from bench.locomo.dataset import vocabulary
 
 DIM = 384
@@ -239,10 +239,7 @@ def build(conn: psycopg.Connection[Any], n: int, banks: int = 400, seed: int = 1
         conn.execute(ddl)
         build_s[name] = time.perf_counter() - t1
         print(f"  {name} built in {build_s[name]:.0f} s", flush=True)
-    conn.execute("VACUUM (ANALYZE) rcll.memory_units")
-    conn.execute("VACUUM (ANALYZE) rcll.unit_lexicon")
-    conn.execute("VACUUM (ANALYZE) rcll.document_lexicon")
-    conn.execute("ANALYZE")
+    vacuum_analyze(conn)
     conn.execute("SELECT * FROM rcll.refresh_bank_stats(NULL)")
     conn.execute("SELECT rcll.fold_room_counts()")
     index_s = time.perf_counter() - t

@@ -30,7 +30,16 @@ import numpy as np
 import psycopg
 
 from bench import fleet
-from bench._common import connect, cpu_ns, create_database, embedded_cluster, pct, query_params, table
+from bench._common import (
+    connect,
+    cpu_ns,
+    create_database,
+    embedded_cluster,
+    pct,
+    query_params,
+    table,
+    vacuum_analyze,
+)
 from bench.locomo.dataset import vocabulary
 from rcll import models
 from rcll.defaults import CANDIDATE_LIMIT
@@ -145,11 +154,7 @@ def build(conn: psycopg.Connection[Any], n: int, seed: int = 7) -> dict[str, Any
     conn.execute("SET max_parallel_maintenance_workers = 0")
     conn.execute(HNSW)
     conn.execute(GIN)
-    # Vacuumed as autovacuum leaves a store that has lived a while: the visibility map set, so
-    # the index-only scans (document lengths, unit_lexicon's document index) skip the heap.
-    for table_name in ("memory_units", "unit_lexicon", "document_lexicon"):
-        conn.execute(f"VACUUM (ANALYZE) rcll.{table_name}")
-    conn.execute("ANALYZE")
+    vacuum_analyze(conn)
     conn.execute("SELECT * FROM rcll.refresh_bank_stats(%s)", (BANK,))
     index_s = time.perf_counter() - t
     return {"rng": rng, "centers": centers, "topic_of": topic_of, "texts": texts, "ent_names": ent_names,
