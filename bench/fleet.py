@@ -279,12 +279,17 @@ DENSE = ("SELECT unit_id FROM rcll.channel_dense(%(qe)s, rcll.recall_scope(%(ban
          "exact_below => %(exact)s) ORDER BY rank LIMIT 10")
 
 
-def measure_case(conn: psycopg.Connection[Any], bank: str, qs: list[dict[str, Any]], emb: Any,
-                 rerank: bool) -> dict[str, Any]:
-    """Per-phase wall times of full recall, and the dense channel's recall@10 against exact search."""
+def measure_case(conn: psycopg.Connection[Any], side: psycopg.Connection[Any], bank: str,
+                 qs: list[dict[str, Any]], emb: Any, rerank: bool) -> dict[str, Any]:
+    """Per-phase wall times of full recall, and the dense channel's recall@10 against exact search.
+    The channels run side by side on `conn` and `side`, as rcll.Memory runs them with a spare
+    pooled connection; SQL CPU is both servers'."""
     from rcll.defaults import CONTEXT_DEPTH, RERANK_DEPTH
     from rcll.recall import candidates, recall
-    backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+    pids = [c.execute("SELECT pg_backend_pid()").fetchone()[0] for c in (conn, side)]  # type: ignore[index]
+
+    def backend_cpu() -> int:
+        return sum(cpu_ns(p) for p in pids)
     phases: dict[str, list[float]] = {"embed": [], "sql": [], "rerank": [], "cut": [], "total": [], "sql cpu": []}
     overlap: list[float] = []
     for q in qs:
@@ -297,20 +302,22 @@ def measure_case(conn: psycopg.Connection[Any], bank: str, qs: list[dict[str, An
             t = time.perf_counter()
             emb.embed_query(q["text"])
             embed_ms = (time.perf_counter() - t) * 1000
-            b0 = cpu_ns(backend)
+            b0 = backend_cpu()
             r = recall(conn, q["text"], bank, query_embedding=q["qe"], rerank_depth=RERANK_DEPTH,
-                       context_depth=CONTEXT_DEPTH, reference_time="2024-06-01", **q["filters"])
-            phases["sql cpu"].append((cpu_ns(backend) - b0) / 1e6)
+                       context_depth=CONTEXT_DEPTH, reference_time="2024-06-01", side=side, **q["filters"])
+            phases["sql cpu"].append((backend_cpu() - b0) / 1e6)
             for k, v in (("embed", embed_ms), ("sql", r.timings.sql), ("rerank", r.timings.rerank), ("cut", r.timings.cut)):
                 phases[k].append(v)
             phases["total"].append(embed_ms + r.timings.sql + r.timings.rerank + r.timings.cut)
         else:
-            candidates(conn, q["text"], bank, query_embedding=q["qe"], reference_time="2024-06-01", **q["filters"])
-            b0 = cpu_ns(backend)
+            candidates(conn, q["text"], bank, query_embedding=q["qe"], reference_time="2024-06-01", side=side,
+                       **q["filters"])
+            b0 = backend_cpu()
             t = time.perf_counter()
-            candidates(conn, q["text"], bank, query_embedding=q["qe"], reference_time="2024-06-01", **q["filters"])
+            candidates(conn, q["text"], bank, query_embedding=q["qe"], reference_time="2024-06-01", side=side,
+                       **q["filters"])
             phases["sql"].append((time.perf_counter() - t) * 1000)
-            phases["sql cpu"].append((cpu_ns(backend) - b0) / 1e6)
+            phases["sql cpu"].append((backend_cpu() - b0) / 1e6)
     out: dict[str, Any] = {k: (statistics.median(v), pct(v, 0.95)) for k, v in phases.items() if v}
     out["recall@10"] = statistics.mean(overlap) if overlap else float("nan")
     return out
@@ -436,7 +443,7 @@ def pick_banks(d: dict[str, Any]) -> dict[str, int]:
     return {"small": small, "mid": mid, "biggest": 0}
 
 
-def run(conn: psycopg.Connection[Any], n: int, banks: int, per_case: int, rerank: bool,
+def run(conn: psycopg.Connection[Any], side: psycopg.Connection[Any], n: int, banks: int, per_case: int, rerank: bool,
         partial: bool, efs: list[int] | None = None, ef_queries: int = 20) -> None:
     t = time.perf_counter()
     d = build(conn, n, banks)
@@ -460,12 +467,12 @@ def run(conn: psycopg.Connection[Any], n: int, banks: int, per_case: int, rerank
     for label, b in picks.items():
         for kind in ("none", "big room", "tiny room", "author"):
             qs = asked[(b, kind)] = queries(d, b, kind, per_case)
-            m = measure_case(conn, d["names"][b], qs, emb, rerank)
+            m = measure_case(conn, side, d["names"][b], qs, emb, rerank)
             rows.append([f"{label} ({d['sizes'][b]:,})", kind,
                          *[f"{m[k][0]:.1f} / {m[k][1]:.1f}" if k in m else "" for k in ("sql", "sql cpu", "rerank", "total")],
                          m["recall@10"]])
             print(f"  {label} bank, {kind}: {rows[-1][2:]}", flush=True)
-    print(f"\nrecall per bank and filter ({per_case} queries each; load average "
+    print(f"\nrecall per bank and filter ({per_case} queries each; channels side by side on two connections; load average "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())})")
     print(table(["bank (units)", "filter", "SQL p50/p95 ms", "SQL backend CPU p50/p95 ms", "rerank p50/p95 ms",
                  "total p50/p95 ms", "dense recall@10 vs exact"], rows), flush=True)
@@ -491,7 +498,7 @@ def run(conn: psycopg.Connection[Any], n: int, banks: int, per_case: int, rerank
             built = time.perf_counter() - t
             prows = []
             for kind in ("none", "big room", "tiny room", "author"):
-                m = measure_case(conn, d["names"][b], asked[(b, kind)], emb, False)
+                m = measure_case(conn, side, d["names"][b], asked[(b, kind)], emb, False)
                 prows.append([kind, m["sql"][0], m["sql cpu"][0], m["recall@10"]])
             print(f"\nper-bank partial HNSW index for the {label} bank: built in {built:.0f} s for "
                   f"{d['sizes'][b]:,} units; the same queries as above")

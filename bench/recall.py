@@ -203,12 +203,15 @@ CHANNELS = {
 CHANNELS["dense"] = CHANNELS["dense"].replace(", reference_time => '2024-06-01'", "")
 
 
-def _measure_recall(conn: psycopg.Connection[Any], qs: list[dict[str, Any]], backend: int, emb: Any,
-                    rerank_depth: int, context_depth: int) -> list[list[Any]]:
-    """Full recall per phase, one rerank configuration. A recall's pages were last read many
-    queries before (the channel rows); "sql again" repeats its SQL phase at once (the same call,
-    its pages just read), so sql minus sql again is what reading them back costs - from the OS
-    page cache when shared_buffers cannot hold the store's hot pages."""
+def _measure_recall(conn: psycopg.Connection[Any], side: psycopg.Connection[Any], qs: list[dict[str, Any]],
+                    backend: int, emb: Any, rerank_depth: int, context_depth: int) -> list[list[Any]]:
+    """Full recall per phase, one rerank configuration, as rcll.Memory runs it with a spare
+    pooled connection: the channels side by side on `conn` and `side` (backend CPU is both
+    servers'). A recall's pages were last read many queries before (the channel rows); "sql again"
+    repeats its SQL phase at once (the same call, its pages just read), so sql minus sql again is
+    what reading them back costs - from the OS page cache when shared_buffers cannot hold the
+    store's hot pages."""
+    side_backend = side.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
     rows: list[list[Any]] = []
     phases: dict[str, list[float]] = {"embed": [], "sql": [], "sql again": [], "rerank": [], "cut": [], "total": []}
     cpus: dict[str, list[float]] = {k: [] for k in phases}
@@ -218,15 +221,15 @@ def _measure_recall(conn: psycopg.Connection[Any], qs: list[dict[str, Any]], bac
         emb.embed_query(q["text"])
         embed_ms = (time.perf_counter() - t) * 1000
         embed_cpu = (time.process_time() - c0) * 1000
-        b0 = cpu_ns(backend)
+        b0 = cpu_ns(backend) + cpu_ns(side_backend)
         c0 = time.process_time()
         r = recall(conn, q["text"], BANK, query_embedding=q["qe"], rerank_depth=rerank_depth,
-                   context_depth=context_depth, reference_time="2024-06-01", **q["filters"])
+                   context_depth=context_depth, reference_time="2024-06-01", side=side, **q["filters"])
         client_cpu = (time.process_time() - c0) * 1000
-        sql_cpu = (cpu_ns(backend) - b0) / 1e6
+        sql_cpu = (cpu_ns(backend) + cpu_ns(side_backend) - b0) / 1e6
         t = time.perf_counter()
         candidates(conn, q["text"], BANK, query_embedding=q["qe"], reference_time="2024-06-01",
-                   limit=max(CANDIDATE_LIMIT, rerank_depth), **q["filters"])
+                   limit=max(CANDIDATE_LIMIT, rerank_depth), side=side, **q["filters"])
         phases["sql again"].append((time.perf_counter() - t) * 1000)
         for k, v in (("embed", embed_ms), ("sql", r.timings.sql), ("rerank", r.timings.rerank), ("cut", r.timings.cut)):
             phases[k].append(v)
@@ -244,7 +247,32 @@ def _measure_recall(conn: psycopg.Connection[Any], qs: list[dict[str, Any]], bac
     return rows
 
 
-def measure(conn: psycopg.Connection[Any], qs: list[dict[str, Any]],
+def side_by_side(conn: psycopg.Connection[Any], side: psycopg.Connection[Any], backend: int,
+                 qs: list[dict[str, Any]]) -> list[Any]:
+    """The same first stage as the fused row, its channels run side by side on two connections
+    (rcll.recall.candidates with `side`: the BM25 channels on one, the rest on the other, fused by
+    rcll.fuse_candidates): one row of measure()'s table, CPU summed over both servers."""
+    side_backend = side.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+    times: list[float] = []
+    cpu: list[float] = []
+    by_kind: dict[str, list[float]] = {}
+    def run(q: dict[str, Any]) -> None:
+        candidates(conn, q["text"], BANK, query_embedding=q["qe"], reference_time="2024-06-01", side=side,
+                   **q["filters"])
+    for q in qs:
+        run(q)                                  # warm
+        c0 = cpu_ns(backend) + cpu_ns(side_backend)
+        t = time.perf_counter()
+        run(q)
+        ms = (time.perf_counter() - t) * 1000
+        cpu.append((cpu_ns(backend) + cpu_ns(side_backend) - c0) / 1e6)
+        times.append(ms)
+        by_kind.setdefault(q["kind"], []).append(ms)
+    return ["SQL fused, channels side by side (2 connections)", statistics.median(times), pct(times, 0.95),
+            statistics.median(cpu), " ".join(f"{k}:{statistics.median(v):.1f}" for k, v in sorted(by_kind.items()))]
+
+
+def measure(conn: psycopg.Connection[Any], side: psycopg.Connection[Any], qs: list[dict[str, Any]],
             configs: list[tuple[int, ...]]) -> list[list[Any]]:
     """Rows: phase, wall p50, wall p95, CPU p50 (the work itself, free of the machine's load),
     wall p50 by filter kind."""
@@ -266,14 +294,16 @@ def measure(conn: psycopg.Connection[Any], qs: list[dict[str, Any]],
             by_kind.setdefault(q["kind"], []).append(ms)
         rows.append([f"SQL {name}", statistics.median(times), pct(times, 0.95), statistics.median(cpu),
                      " ".join(f"{k}:{statistics.median(v):.1f}" for k, v in sorted(by_kind.items()))])
+    rows.append(side_by_side(conn, side, backend, qs))
     emb = models.get_embedder()
     models.get_reranker()
     for depth, context_depth in configs:
-        rows += _measure_recall(conn, qs, backend, emb, depth, context_depth)
+        rows += _measure_recall(conn, side, qs, backend, emb, depth, context_depth)
     return rows
 
 
-def deadlines(conn: psycopg.Connection[Any], qs: list[dict[str, Any]], limits: list[int]) -> list[list[Any]]:
+def deadlines(conn: psycopg.Connection[Any], side: psycopg.Connection[Any], qs: list[dict[str, Any]],
+              limits: list[int]) -> list[list[Any]]:
     """Full recall at each deadline, the clock started before the query embedding (as a server's
     starts at arrival): latency, how deep the cross-encoder read, how often the deadline cut it,
     and how many answers were partly reranked (at least two candidates read, so the top can move)."""
@@ -286,7 +316,7 @@ def deadlines(conn: psycopg.Connection[Any], qs: list[dict[str, Any]], limits: l
             t = time.perf_counter()
             emb.embed_query(q["text"])      # the bench's embeddings are synthetic; the time is real
             r = recall(conn, q["text"], BANK, query_embedding=q["qe"], deadline_ms=ms, started=t,
-                       reference_time="2024-06-01", **q["filters"])
+                       reference_time="2024-06-01", side=side, **q["filters"])
             lat.append((time.perf_counter() - t) * 1000)
             depth.append(r.rerank_depth_reached)
             cut += r.deadline_cut
@@ -384,21 +414,23 @@ def main() -> int:
             fleet.bank_sizes(args.fleet, args.banks)
         except ValueError as e:
             ap.error(str(e))
-        with embedded_cluster(args.port, prefix="rcllf-", keep=args.keep) as pg, \
-                connect(create_database(pg, "fleet"), autocommit=True) as conn:
-            fleet.run(conn, args.fleet, args.banks, args.per_case, not args.no_rerank, args.partial,
-                      [int(x) for x in args.ef_search.split(",") if x.strip()], args.ef_queries)
+        with embedded_cluster(args.port, prefix="rcllf-", keep=args.keep) as pg:
+            dsn = create_database(pg, "fleet")
+            with connect(dsn, autocommit=True) as conn, connect(dsn, autocommit=True) as side:
+                fleet.run(conn, side, args.fleet, args.banks, args.per_case, not args.no_rerank, args.partial,
+                          [int(x) for x in args.ef_search.split(",") if x.strip()], args.ef_queries)
         return 0
     with embedded_cluster(args.port, prefix="rcllr-", keep=args.keep) as pg:
         for n in (int(s) for s in args.sizes.split(",")):
-            with connect(create_database(pg, f"recall_{n}"), autocommit=True) as conn:
+            dsn = create_database(pg, f"recall_{n}")
+            with connect(dsn, autocommit=True) as conn, connect(dsn, autocommit=True) as side:
                 t = time.perf_counter()
                 d = build(conn, n)
                 load = " ".join(f"{x:.1f}" for x in os.getloadavg())
                 print(f"\n{n:,} units: built in {time.perf_counter() - t:.0f} s (indexes {d['index_s']:.0f} s); load average {load}", flush=True)
                 qs = queries(d, args.queries)
                 configs = [tuple(int(x) for x in c.split(":")) for c in args.configs.split(",")]
-                rows = measure(conn, qs, configs)
+                rows = measure(conn, side, qs, configs)
                 print(table(["phase", "wall p50 ms", "wall p95 ms", "CPU p50 ms", "wall p50 by filter (ms)"], rows), flush=True)
                 print("\ndense routing: exact scan vs HNSW iterative scan (300 results)")
                 print(table(["filter", "queries", "exact p50 ms", "HNSW p50 ms", "HNSW recall@10 vs exact"],
@@ -410,7 +442,7 @@ def main() -> int:
                     print("\nfull recall at a deadline (counted from before the query embedding)")
                     print(table(["deadline", "latency p50 ms", "latency p95 ms", "rerank depth p50 (min-max)",
                                  "cut by the deadline", "partly reranked (>= 2 read)"],
-                                deadlines(conn, qs, [int(x) for x in args.deadlines.split(",")])), flush=True)
+                                deadlines(conn, side, qs, [int(x) for x in args.deadlines.split(",")])), flush=True)
     return 0
 
 

@@ -16,7 +16,8 @@ from conftest import pg15_only
 from rcll import models
 from test_recall_seed import seed
 
-ENTRY_POINTS = ["rcll.recall_scope", "rcll.recall", "rcll.recall_candidates", "rcll.channel_dense",
+ENTRY_POINTS = ["rcll.recall_scope", "rcll.recall", "rcll.recall_candidates", "rcll.recall_channels",
+                "rcll.fuse_candidates", "rcll.channel_dense",
                 "rcll.channel_context", "rcll.channel_lexical", "rcll.channel_graph", "rcll.channel_temporal",
                 "rcll.preceding_units", "rcll.parse_time_range", "rcll.query_entities"]
 WRITES = {"InsertStmt", "UpdateStmt", "DeleteStmt", "MergeStmt", "CopyStmt", "LockingClause"}
@@ -121,7 +122,8 @@ def test_recall_functions_are_declared_stable(db: psycopg.Connection[Any]) -> No
     rows = db.execute("""SELECT p.proname, p.provolatile::text FROM pg_proc p
                          WHERE p.pronamespace = 'rcll'::regnamespace
                            AND (p.proname LIKE '%channel\\_%' OR p.proname IN ('recall', 'recall_candidates', 'recall_scope',
-                                                                                '_recall_embedding', '_recall_rerank'))""").fetchall()
+                                                                                '_recall_embedding', '_recall_rerank',
+                                                                                'recall_channels', 'fuse_candidates'))""").fetchall()
     assert len(rows) >= 7
     assert {vol for _, vol in rows} == {"s"}
 
@@ -130,6 +132,7 @@ QUERIES = [
     ("SELECT count(*) FROM rcll.recall_candidates('helm deploy carol last week', rcll.recall_scope('b'), query_embedding => %(qe)s)", 1),
     ("SELECT count(*) FROM rcll.recall('helm deploy carol last week', scope => rcll.recall_scope('b'), query_embedding => %(qe)s)", 1),
     ("SELECT count(*) FROM rcll.channel_graph('carol', rcll.recall_scope('b'))", 1),
+    ("SELECT count(*) FROM rcll.recall_channels('helm deploy carol last week', rcll.recall_scope('b'), query_embedding => %(qe)s)", 1),
 ]
 
 

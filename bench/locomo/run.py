@@ -180,7 +180,7 @@ def main() -> int:
     ap.add_argument("--split", action="store_true",
                     help="also print the table for conversations 0-4 (where choices are made) and 5-9 (where they are reported)")
     ap.add_argument("--dump-rankings", metavar="FILE",
-                    help="write, per question, the default configuration's final ranking (unit ids and their dia ids) "
+                    help="write, per question, the default configuration's final ranking (with --no-rerank: the fused list; unit ids and their dia ids) "
                          "as JSON lines, for exact before/after comparisons of runs with the same arguments")
     ap.add_argument("--deadlines", default="",
                     help="also recall at these deadlines (ms, e.g. 150,300,500) through rcll.recall.recall_with at the "
@@ -265,6 +265,9 @@ def main() -> int:
             fused_ids = [unit_dia[f.unit_id] for f in pool]
             score(FUSED, q, dedupe(fused_ids))
             if args.no_rerank:
+                if dump is not None:     # the final ranking is the fused list
+                    dump.write(json.dumps({"conv": q.conv, "qid": q.qid, "category": q.category,
+                                           "unit_ids": [f.unit_id for f in pool], "dia_ids": fused_ids}) + "\n")
                 if (n + 1) % 100 == 0:
                     print(f"  {n + 1} questions", flush=True)
                 continue

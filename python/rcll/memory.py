@@ -285,6 +285,18 @@ class Memory:
             yield conn
 
     @contextmanager
+    def _spare_tx(self, bank: str) -> Iterator[psycopg.Connection[Any] | None]:
+        """Like _tx(bank), on a pooled connection that is free right now - or None, without waiting,
+        when every one is in use: a recall then runs its channels on one connection (under load a
+        second connection would only take one from another request)."""
+        with ExitStack() as stack:
+            try:
+                conn = stack.enter_context(self._tx(bank, timeout=0.0))
+            except PoolTimeout:
+                conn = None
+            yield conn
+
+    @contextmanager
     def _session(self) -> Iterator[psycopg.Connection[Any]]:
         """A pooled connection in autocommit mode acting as the agent for the whole session, for
         work that commits its own transactions (bulk retain, consolidation)."""
@@ -473,10 +485,11 @@ class Memory:
 
         @retried_once
         def fetch(embedding: Any, n: int, entity_embedding: Any) -> list[Fact]:
-            # The SQL phases in a transaction of their own, retried once if the connection broke.
-            with recall_tx() as conn:
+            # The SQL phases in a transaction of their own, retried once if the connection broke;
+            # with a second pooled connection free at once, the channels run side by side on both.
+            with recall_tx() as conn, self._spare_tx(b) as side:
                 return candidates(conn, q, b, query_embedding=embedding, entity_query_embedding=entity_embedding,
-                                  limit=n, **filters)
+                                  limit=n, side=side, **filters)
 
         @retried_once
         def rest_of_query() -> str | None:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -49,24 +50,53 @@ DEFAULT_RERANK_DEPTH = defaults.RERANK_DEPTH
 DEFAULT_CONTEXT_DEPTH = defaults.CONTEXT_DEPTH
 NOW = "now"  # passed as a timestamptz literal: the server's transaction time, like the SQL default
 
-_CANDIDATES = """
-SELECT * FROM rcll.recall_candidates(
-    query => %(query)s,
-    scope => rcll.recall_scope(
+# What a recall may read, resolved once per statement (rcll.recall_scope).
+_SCOPE = """rcll.recall_scope(
         bank => %(bank)s, rooms => %(rooms)s, authors => %(authors)s, mine => %(mine)s,
         include_unattributed => %(include_unattributed)s, halls => %(halls)s, layers => %(layers)s,
         tags_any => %(tags_any)s, tags_all => %(tags_all)s, thread => %(thread)s,
-        as_of => %(as_of)s::timestamptz),
+        as_of => %(as_of)s::timestamptz)"""
+
+_CHANNEL_ARGS = """
     query_embedding => %(query_embedding)s, entity_query_embedding => %(entity_query_embedding)s,
     time_range => %(time_range)s::tstzrange,
-    reference_time => %(reference_time)s::timestamptz, channel_limit => %(channel_limit)s,
+    reference_time => %(reference_time)s::timestamptz, channel_limit => %(channel_limit)s,"""
+
+_WEIGHTS = """
     dense_weight => %(dense_weight)s, lexical_weight => %(lexical_weight)s,
     graph_weight => %(graph_weight)s, temporal_weight => %(temporal_weight)s,
     entity_weight => %(entity_weight)s, session_weight => %(session_weight)s,
-    context_weight => %(context_weight)s, "limit" => %(limit)s)
+    context_weight => %(context_weight)s,"""
+
+# Phases 2-3 in one statement: the channels one after another, then their fusion.
+_CANDIDATES = f"""
+SELECT * FROM rcll.recall_candidates(query => %(query)s, scope => {_SCOPE},{_CHANNEL_ARGS}{_WEIGHTS}
+    "limit" => %(limit)s)
 """
 
+# Side by side: each connection runs some of the channels (rcll.recall_channels), then one fuses
+# both lists (rcll.fuse_candidates: the fusion recall_candidates runs).
+_CHANNELS = f"""
+SELECT channel, unit_id, score, rank FROM rcll.recall_channels(query => %(query)s, scope => {_SCOPE},{_CHANNEL_ARGS}{_WEIGHTS}
+    channels => %(channels)s::text[])
+"""
+
+_FUSE = f"""
+SELECT * FROM rcll.fuse_candidates(scope => {_SCOPE},
+    channels => %(hit_channels)s::text[], unit_ids => %(hit_units)s::bigint[],
+    scores => %(hit_scores)s::double precision[], ranks => %(hit_ranks)s::integer[],{_WEIGHTS}
+    "limit" => %(limit)s)
+"""
+
+# Which channels the second connection runs: the lexical and session channels share one candidate
+# scan (rcll._bm25_channels) and are most of the SQL phase on a big bank (docs/scaling.md).
+SIDE_CHANNELS: Final = ("lexical", "session")
+MAIN_CHANNELS: Final = ("dense", "context", "graph", "temporal", "entity")
+
 _ENTITY_QUERY = "SELECT rcll.query_without_entities(query => %(query)s, bank => %(bank)s)"
+
+# Threads that wait on side connections (one per recall in flight; created only when needed).
+_side_work = ThreadPoolExecutor(max_workers=32, thread_name_prefix="rcll-side")
 
 Fetch = Callable[[npt.NDArray[np.float32] | None, int, npt.NDArray[np.float32] | None], list["Fact"]]
 
@@ -112,11 +142,15 @@ def candidates(
     session_weight: float = 1.0,
     context_weight: float = 0.0,
     limit: int = defaults.CANDIDATE_LIMIT,
+    side: psycopg.Connection[Any] | None = None,
 ) -> list[Fact]:
     """Phases 2-3 only: rcll.recall_candidates with these filters, as Facts in fused order.
     time_range is a tstzrange literal such as '[2024-05-01,2024-06-01)'. entity_query_embedding is
     the embedding of rcll.query_without_entities (entity_query); without it the entity channel
-    ranks by query_embedding."""
+    ranks by query_embedding. With `side` (a second connection to the same database, acting as
+    the same role and agent), the BM25 channels run there while `conn` runs the others, side by
+    side (rcll.recall_channels on each, rcll.fuse_candidates on `conn`): the same facts in the
+    same order, in about the time of the longest channel instead of the sum of all of them."""
     params: dict[str, Any] = {
         "query": query, "bank": bank,
         "query_embedding": None if query_embedding is None else np.asarray(query_embedding, dtype=np.float32),
@@ -131,9 +165,28 @@ def candidates(
         "temporal_weight": temporal_weight, "entity_weight": entity_weight,
         "session_weight": session_weight, "context_weight": context_weight, "limit": limit,
     }
+    if side is None:
+        with conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(_CANDIDATES, params).fetchall()
+        return [Fact(**row) for row in rows]
+    # Side by side: the second connection's channels run in a thread of ours (psycopg waits for
+    # the server without holding the GIL), this connection runs the rest, then fuses both lists.
+    # The thread is always waited for, so `side` is never still in use when this returns.
+    other = _side_work.submit(_channel_rows, side, {**params, "channels": list(SIDE_CHANNELS)})
+    try:
+        hits = _channel_rows(conn, {**params, "channels": list(MAIN_CHANNELS)})
+    finally:
+        side_hits = other.result()
+    hits += side_hits
+    fuse = {**params, "hit_channels": [h[0] for h in hits], "hit_units": [h[1] for h in hits],
+            "hit_scores": [h[2] for h in hits], "hit_ranks": [h[3] for h in hits]}
     with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(_CANDIDATES, params).fetchall()
+        rows = cur.execute(_FUSE, fuse).fetchall()
     return [Fact(**row) for row in rows]
+
+
+def _channel_rows(conn: psycopg.Connection[Any], params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    return conn.execute(_CHANNELS, params).fetchall()
 
 
 def entity_query(conn: psycopg.Connection[Any], query: str, bank: str) -> str | None:
@@ -178,6 +231,7 @@ def recall(
     deadline_ms: float | None = None,
     started: float | None = None,
     queue: WorkQueue | None = None,
+    side: psycopg.Connection[Any] | None = None,
     **filters: Any,
 ) -> RecallResult:
     """All five phases: embed the query, rcll.recall_candidates (filters are its parameters:
@@ -193,11 +247,12 @@ def recall(
     cross-encoder reads candidates in fused order while time is left (rcll.deadline); the result
     says how deep it read. Model batches take slots of `queue` (default: the process's installed
     rcll.workqueue, if any); the query embedding waits for one only while time is left, else
-    DeadlinePassed (a Busy: HTTP 503 + Retry-After) is raised at once."""
+    DeadlinePassed (a Busy: HTTP 503 + Retry-After) is raised at once. With `side`, a second
+    connection, the channels run side by side on both (candidates())."""
     def fetch(embedding: npt.NDArray[np.float32] | None, n: int,
               entity_embedding: npt.NDArray[np.float32] | None) -> list[Fact]:
         return candidates(conn, query, bank, query_embedding=embedding, entity_query_embedding=entity_embedding,
-                          limit=n, **filters)
+                          limit=n, side=side, **filters)
 
     return recall_with(fetch, query, rerank_depth=rerank_depth, context_depth=context_depth, budget=budget,
                        limit=limit, embedder=embedder, reranker=reranker, query_embedding=query_embedding,
