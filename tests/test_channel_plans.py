@@ -139,6 +139,20 @@ def test_the_bm25_channels_inline_the_okapi_term(store: psycopg.Connection[Any])
     assert "'2.2'::double precision" in plan     # idf * tf * (k1 + 1) with the default k1 = 1.2
 
 
+def test_the_fusion_inlines_the_end_of_the_chunk_before(store: psycopg.Connection[Any]) -> None:
+    # rcll._last_words (the context view's 16 words) runs for each of the 100 rows a recall returns;
+    # inlined, the plan holds its expression, not a call with a SET clause (~20 us each).
+    store.execute("LOAD 'auto_explain'")
+    store.execute("SET auto_explain.log_verbose = on")
+    row, plans = _nested_plans(store, "SELECT count(*) FROM rcll.recall_candidates('big unit', rcll.recall_scope(%s))",
+                               (BANK,), discourage_scans=False)
+    assert row is not None and row[0] > 0
+    fusion = [p for p in plans if "rcll._last_words" in p["Query Text"]]
+    assert len(fusion) == 1, [p["Query Text"][:80] for p in plans]
+    plan = json.dumps(fusion[0]["Plan"])
+    assert "_last_words" not in plan and "regexp_split_to_array" in plan
+
+
 def test_the_hnsw_searches_keep_a_candidate_list_longer_than_the_default_limit(db: psycopg.Connection[Any]) -> None:
     # pgvector keeps ef_search candidates per pass: below the LIMIT, the iterative scan restarts
     # from a worse frontier (at 100k units, recall@10 vs exact in a big room 0.84 at 100, 0.975 at 400).

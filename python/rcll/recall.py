@@ -81,10 +81,11 @@ SELECT channel, unit_id, score, rank FROM rcll.recall_channels(query => %(query)
     channels => %(channels)s::text[])
 """
 
+# The lists go back as binary arrays (%b): ~1,500 hits as text cost ~4 ms more to write and parse.
 _FUSE = f"""
 SELECT * FROM rcll.fuse_candidates(scope => {_SCOPE},
-    channels => %(hit_channels)s::text[], unit_ids => %(hit_units)s::bigint[],
-    scores => %(hit_scores)s::double precision[], ranks => %(hit_ranks)s::integer[],{_WEIGHTS}
+    channels => %(hit_channels)b::text[], unit_ids => %(hit_units)b::bigint[],
+    scores => %(hit_scores)b::double precision[], ranks => %(hit_ranks)b::integer[],{_WEIGHTS}
     "limit" => %(limit)s)
 """
 

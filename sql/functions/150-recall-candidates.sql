@@ -41,8 +41,8 @@ AS $$
         -- weight: the channel that is sure of something this time (its top far above its own
         -- distribution) decides more, and a channel with nothing to say (no date, no name in the
         -- query) is silent. The weights only scale a channel's z (default 1). Each channel's rows
-        -- are summed in rank order, so the fused scores do not depend on how the lists arrived
-        -- (one call, or several side by side).
+        -- are read in rank order, so the fused scores do not depend on the order the lists arrived
+        -- in (one call, or several side by side): every sum below sees its rows in that order.
         SELECT h.unit_id, h.rank, h.ch, h.w,
                CASE WHEN count(*) OVER c >= 2 AND stddev_pop(h.score) OVER c > 1e-12 * greatest(abs(avg(h.score) OVER c), 1)
                     THEN (h.score - avg(h.score) OVER c) / stddev_pop(h.score) OVER c END AS z
@@ -56,8 +56,8 @@ AS $$
         -- every channel's w * zmin, plus w * (z - zmin) where the unit was found. A unit only a
         -- silent channel found keeps the base (it follows every unit a speaking channel found).
         SELECT z.unit_id,
-               (SELECT coalesce(sum(m.w * m.zmin ORDER BY m.ch), 0) FROM zmin m)
-                 + coalesce(sum(z.w * (z.z - m.zmin) ORDER BY z.ch) FILTER (WHERE z.z IS NOT NULL), 0) AS score,
+               (SELECT coalesce(sum(m.w * m.zmin), 0) FROM zmin m)
+                 + coalesce(sum(z.w * (z.z - m.zmin)) FILTER (WHERE z.z IS NOT NULL), 0) AS score,
                min(z.rank) FILTER (WHERE z.ch = 'dense') AS rd,
                min(z.rank) FILTER (WHERE z.ch = 'lexical') AS rl,
                min(z.rank) FILTER (WHERE z.ch = 'graph') AS rg,
@@ -67,16 +67,17 @@ AS $$
                min(z.rank) FILTER (WHERE z.ch = 'session') AS rs
         FROM z LEFT JOIN zmin m ON m.ch = z.ch
         GROUP BY z.unit_id
+        ORDER BY score DESC, z.unit_id
+        LIMIT greatest(coalesce(fuse_candidates."limit", (rcll.recall_defaults()).candidate_limit), 0)
     ), kept AS (
         -- The scope is applied again to the units themselves: lists read on other connections
         -- (side by side) saw their own snapshot, so a unit moved out of scope, superseded or
-        -- deleted since is dropped here, not returned. Within one call it changes nothing.
+        -- deleted since is dropped here, not returned (the answer is then one shorter). Within
+        -- one call it drops nothing. After the limit: the wide rows are read for those units only.
         SELECT f.*, u.text, u.room, u.hall, u.layer, u.author, u.thread, u.tags, u.valid, u.occurred_start,
                u.mentioned_at, u.document_id, u.provenance
         FROM fused f JOIN rcll.memory_units u ON u.unit_id = f.unit_id
         WHERE rcll._in_scope(u, fuse_candidates.scope)
-        ORDER BY f.score DESC, f.unit_id
-        LIMIT greatest(coalesce(fuse_candidates."limit", (rcll.recall_defaults()).candidate_limit), 0)
     )
     SELECT k.unit_id, k.text, k.room, k.hall, k.layer, k.author, k.thread, k.tags, k.valid, k.occurred_start,
            k.mentioned_at, k.document_id, k.provenance, k.score, k.rd, k.rl, k.rg, k.rt, k.rx, k.re, k.rs,
@@ -89,7 +90,7 @@ AS $$
     ORDER BY k.score DESC, k.unit_id
 $$;
 COMMENT ON FUNCTION rcll.fuse_candidates(rcll.recall_scope, text[], bigint[], double precision[], integer[], double precision, double precision, double precision, double precision, double precision, double precision, double precision, integer)
-    IS 'Recall phase 3: channel lists (rcll.recall_channels'' rows as the parallel arrays channels, unit_ids, scores, ranks) fused by a per-query z-score sum: each channel''s scores standardised over its own list, a unit it did not return at its lowest z, a channel with fewer than two hits or flat scores silent; fused_score = sum of weight * z (a weight of 0 drops a channel). The best "limit" units that pass scope now, each with its axes, the fused score, its rank in each channel (NULL = not found there) and context, the last 16 words of the chunk before it in its document when that chunk passes the same scope (the reranker''s second view). Lists read side by side on several connections fuse exactly as lists read in one call.';
+    IS 'Recall phase 3: channel lists (rcll.recall_channels'' rows as the parallel arrays channels, unit_ids, scores, ranks) fused by a per-query z-score sum: each channel''s scores standardised over its own list, a unit it did not return at its lowest z, a channel with fewer than two hits or flat scores silent; fused_score = sum of weight * z (a weight of 0 drops a channel). Of the best "limit" units, those that pass scope now (a unit out of it is dropped, not replaced), each with its axes, the fused score, its rank in each channel (NULL = not found there) and context, the last 16 words of the chunk before it in its document when that chunk passes the same scope (the reranker''s second view). Lists read side by side on several connections fuse exactly as lists read in one call.';
 
 CREATE OR REPLACE FUNCTION rcll.recall_candidates(
     query                  text,
