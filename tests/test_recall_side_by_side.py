@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import conninfo
 
 from rcll import Memory, models
 from rcll.db import configure
@@ -101,3 +102,14 @@ def test_memory_recall_is_the_same_with_a_spare_connection_or_without(dsn: str, 
                 result = memory.recall(Q, rerank_depth=0, time_from="2024-01-01")
             orders.append([f.unit_id for f in result.ranked])
     assert orders[0] and orders[0] == orders[1]
+
+
+def test_an_error_on_the_side_connection_reaches_the_caller_and_frees_both(dsn: str, db: psycopg.Connection[Any]) -> None:
+    seed(db)
+    # A side connection to a database without rcll: its channels fail, the caller sees why.
+    with psycopg.connect(conninfo.make_conninfo(dsn, dbname="postgres"), autocommit=True) as other:
+        configure(other)
+        with pytest.raises(psycopg.errors.InvalidSchemaName):
+            candidates(db, Q, "b", reference_time="2024-05-15", side=other)
+        assert other.execute("SELECT 1").fetchone() == (1,)
+    assert candidates(db, Q, "b", reference_time="2024-05-15")
