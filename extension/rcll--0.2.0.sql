@@ -3604,6 +3604,8 @@ AS $$
                               WHEN 'context' THEN fuse_candidates.context_weight END AS w
         FROM unnest(fuse_candidates.channels, fuse_candidates.unit_ids, fuse_candidates.scores,
                     fuse_candidates.ranks) AS h(channel, unit_id, score, rank)
+        -- a list under a name that is no channel is an error, not a list silently dropped
+        WHERE rcll._known_channels(fuse_candidates.channels)
     ), z AS (
         -- Z-score sum (bench/locomo/RESEARCH.md, third round): each channel's scores standardised
         -- over the list it returned for this query, z = (score - mean) / sd (population sd); a

@@ -70,6 +70,9 @@ def test_a_misspelt_channel_is_an_error_naming_the_field(db: psycopg.Connection[
         db.execute("SELECT * FROM rcll.recall_channels('helm', rcll.recall_scope('b'), channels => '{lexcal}')")
     assert e.value.diag.message_primary == 'channels: "lexcal" is not a recall channel'
     assert "lexical" in (e.value.diag.message_hint or "")
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match='channels: "lexcal"'):
+        db.execute("""SELECT * FROM rcll.fuse_candidates(rcll.recall_scope('b'), channels => '{lexcal}',
+                          unit_ids => '{1}', scores => '{1.0}', ranks => '{1}')""")
 
 
 FUSE = """SELECT unit_id FROM rcll.fuse_candidates(rcll.recall_scope(%(bank)s, rooms => %(rooms)s),
