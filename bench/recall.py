@@ -24,6 +24,7 @@ import re
 import statistics
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -247,54 +248,43 @@ def _measure_recall(conn: psycopg.Connection[Any], side: psycopg.Connection[Any]
     return rows
 
 
-def side_by_side(conn: psycopg.Connection[Any], side: psycopg.Connection[Any], backend: int,
-                 qs: list[dict[str, Any]]) -> list[Any]:
-    """The same first stage as the fused row, its channels run side by side on two connections
-    (rcll.recall.candidates with `side`: the BM25 channels on one, the rest on the other, fused by
-    rcll.fuse_candidates): one row of measure()'s table, CPU summed over both servers."""
-    side_backend = side.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+def timed_row(label: str, run: Callable[[dict[str, Any]], object], qs: list[dict[str, Any]],
+              pids: list[int]) -> list[Any]:
+    """One row of measure()'s table: `run(q)` for each query, warm, then timed - wall p50 / p95,
+    the CPU of the server processes `pids` (p50), wall p50 by filter kind."""
     times: list[float] = []
     cpu: list[float] = []
     by_kind: dict[str, list[float]] = {}
-    def run(q: dict[str, Any]) -> None:
-        candidates(conn, q["text"], BANK, query_embedding=q["qe"], reference_time="2024-06-01", side=side,
-                   **q["filters"])
     for q in qs:
         run(q)                                  # warm
-        c0 = cpu_ns(backend) + cpu_ns(side_backend)
+        c0 = sum(cpu_ns(p) for p in pids)
         t = time.perf_counter()
         run(q)
         ms = (time.perf_counter() - t) * 1000
-        cpu.append((cpu_ns(backend) + cpu_ns(side_backend) - c0) / 1e6)
+        cpu.append((sum(cpu_ns(p) for p in pids) - c0) / 1e6)
         times.append(ms)
         by_kind.setdefault(q["kind"], []).append(ms)
-    return ["SQL fused, channels side by side (2 connections)", statistics.median(times), pct(times, 0.95),
-            statistics.median(cpu), " ".join(f"{k}:{statistics.median(v):.1f}" for k, v in sorted(by_kind.items()))]
+    return [label, statistics.median(times), pct(times, 0.95), statistics.median(cpu),
+            " ".join(f"{k}:{statistics.median(v):.1f}" for k, v in sorted(by_kind.items()))]
 
 
 def measure(conn: psycopg.Connection[Any], side: psycopg.Connection[Any], qs: list[dict[str, Any]],
             configs: list[tuple[int, ...]]) -> list[list[Any]]:
     """Rows: phase, wall p50, wall p95, CPU p50 (the work itself, free of the machine's load),
-    wall p50 by filter kind."""
-    rows: list[list[Any]] = []
+    wall p50 by filter kind. Each channel as psql runs it, the fused first stage in one statement,
+    and the same first stage with its channels side by side on two connections (rcll.recall.candidates
+    with `side`: the BM25 channels on one, the rest on the other, fused by rcll.fuse_candidates; CPU
+    summed over both servers); then full recall per rerank configuration."""
     backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
-    for name, sql in CHANNELS.items():
-        times: list[float] = []
-        cpu: list[float] = []
-        by_kind: dict[str, list[float]] = {}
-        for q in qs:
-            p = query_params(q, BANK)
-            conn.execute(sql, p).fetchone()          # warm
-            c0 = cpu_ns(backend)
-            t = time.perf_counter()
-            conn.execute(sql, p).fetchone()
-            ms = (time.perf_counter() - t) * 1000
-            cpu.append((cpu_ns(backend) - c0) / 1e6)
-            times.append(ms)
-            by_kind.setdefault(q["kind"], []).append(ms)
-        rows.append([f"SQL {name}", statistics.median(times), pct(times, 0.95), statistics.median(cpu),
-                     " ".join(f"{k}:{statistics.median(v):.1f}" for k, v in sorted(by_kind.items()))])
-    rows.append(side_by_side(conn, side, backend, qs))
+    side_backend = side.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+    rows = [timed_row(f"SQL {name}", lambda q, sql=sql: conn.execute(sql, query_params(q, BANK)).fetchone(),
+                      qs, [backend])
+            for name, sql in CHANNELS.items()]
+    rows.append(timed_row(
+        "SQL fused, channels side by side (2 connections)",
+        lambda q: candidates(conn, q["text"], BANK, query_embedding=q["qe"], reference_time="2024-06-01",
+                             side=side, **q["filters"]),
+        qs, [backend, side_backend]))
     emb = models.get_embedder()
     models.get_reranker()
     for depth, context_depth in configs:
