@@ -285,13 +285,14 @@ class Memory:
             yield conn
 
     @contextmanager
-    def _spare_tx(self, bank: str) -> Iterator[psycopg.Connection[Any] | None]:
-        """Like _tx(bank), on a pooled connection that is free right now - or None, without waiting,
+    def _spare_tx(self) -> Iterator[psycopg.Connection[Any] | None]:
+        """Like _tx(), on a pooled connection that is free right now - or None, without waiting,
         when every one is in use: a recall then runs its channels on one connection (under load a
-        second connection would only take one from another request)."""
+        second connection would only take one from another request). The bank is not resolved
+        again: the recall's own transaction did (one round trip fewer before the channels start)."""
         with ExitStack() as stack:
             try:
-                conn = stack.enter_context(self._tx(bank, timeout=0.0))
+                conn = stack.enter_context(self._tx(timeout=0.0))
             except PoolTimeout:
                 conn = None
             yield conn
@@ -487,7 +488,7 @@ class Memory:
         def fetch(embedding: Any, n: int, entity_embedding: Any) -> list[Fact]:
             # The SQL phases in a transaction of their own, retried once if the connection broke;
             # with a second pooled connection free at once, the channels run side by side on both.
-            with recall_tx() as conn, self._spare_tx(b) as side:
+            with recall_tx() as conn, self._spare_tx() as side:
                 return candidates(conn, q, b, query_embedding=embedding, entity_query_embedding=entity_embedding,
                                   limit=n, side=side, **filters)
 
