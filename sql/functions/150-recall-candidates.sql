@@ -30,11 +30,12 @@ AS $$
                               WHEN 'temporal' THEN fuse_candidates.temporal_weight
                               WHEN 'entity' THEN fuse_candidates.entity_weight
                               WHEN 'session' THEN fuse_candidates.session_weight
-                              WHEN 'context' THEN fuse_candidates.context_weight END AS w
+                              WHEN 'context' THEN fuse_candidates.context_weight
+                              -- a list under a name that is no channel is an error, not a list
+                              -- silently dropped; only such a row evaluates this branch
+                              ELSE CASE WHEN rcll._known_channels(ARRAY[h.channel]) THEN NULL::double precision END END AS w
         FROM unnest(fuse_candidates.channels, fuse_candidates.unit_ids, fuse_candidates.scores,
                     fuse_candidates.ranks) AS h(channel, unit_id, score, rank)
-        -- a list under a name that is no channel is an error, not a list silently dropped
-        WHERE rcll._known_channels(fuse_candidates.channels)
     ), z AS (
         -- Z-score sum (bench/locomo/RESEARCH.md, third round): each channel's scores standardised
         -- over the list it returned for this query, z = (score - mean) / sd (population sd); a
