@@ -187,7 +187,7 @@ def test_a_small_bank_in_a_big_store_reads_its_own_rows_for_bm25(db: psycopg.Con
     row, plans = _nested_plans(db, "SELECT count(*) FROM rcll._bm25_channels('helm rollback', rcll.recall_scope('small'))",
                                (), discourage_scans=False)
     assert row is not None and row[0] > 0
-    (candidates,) = [p for p in plans if "WITH cand AS" in p["Query Text"]]
+    (candidates,) = [p for p in plans if "WITH hits AS" in p["Query Text"]]
     # The match is a filter over the bank's rows, above their scan; no scan of unit_lexicon by the
     # bank (the primary key one is the small-scope arm, empty here) carries it or uses the GIN index.
     bank_scans = [n for n in _nodes(candidates["Plan"]) if n.get("Relation Name") == "unit_lexicon"
