@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -444,7 +445,7 @@ def pick_banks(d: dict[str, Any]) -> dict[str, int]:
 
 
 def run(conn: psycopg.Connection[Any], side: psycopg.Connection[Any], n: int, banks: int, per_case: int, rerank: bool,
-        partial: bool, efs: list[int] | None = None, ef_queries: int = 20) -> None:
+        partial: bool, efs: list[int] | None = None, ef_queries: int = 20, split: int = 0) -> None:
     t = time.perf_counter()
     d = build(conn, n, banks)
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
@@ -505,3 +506,52 @@ def run(conn: psycopg.Connection[Any], side: psycopg.Connection[Any], n: int, ba
             print(table(["filter", "SQL p50 ms (no rerank)", "SQL backend CPU p50 ms", "dense recall@10 vs exact"], prows))
             rate = write_rate(conn, d["names"][b], 300, seed=6 + len(label))
             print(f"write rate into the {label} bank with its partial index too: {rate:.0f} units/s", flush=True)
+
+    if split:
+        split_graphs(conn, side, d, picks, asked, split, emb)
+
+
+def split_graphs(conn: psycopg.Connection[Any], side: psycopg.Connection[Any], d: dict[str, Any],
+                 picks: dict[str, int], asked: dict[tuple[int, str], list[dict[str, Any]]], min_units: int,
+                 emb: Any) -> None:
+    """`rcll graphs --apply --min-units N` on the store: every bank of at least `min_units` units
+    (and at most half the store) gets its own HNSW graph, and the global graph is rebuilt without
+    them, so each unit is in exactly one graph; then the same queries as the main table, and the
+    write rates, again."""
+    from rcll import graphs
+    built: list[list[Any]] = []
+    by_id = {int(b): i for i, b in enumerate(d["bank_ids"])}
+
+    def progress(s: graphs.Step, seconds: float) -> None:
+        if s.statement.startswith("CREATE INDEX"):
+            bank = re.search(r"WHERE bank_id = ([0-9]+)$", s.statement)
+            i = by_id[int(bank.group(1))] if bank else None
+            units = d["sizes"][i] if i is not None else sum(d["sizes"]) - sum(r[1] for r in built)
+            built.append([d["names"][i] if i is not None else "global graph without them", units, seconds])
+            print(f"  {built[-1][0]} ({units:,} units) built in {seconds:.0f} s", flush=True)
+    graphs.apply(conn.info.dsn, min_units, progress, maintenance_work_mem="3GB")
+    conn.execute("ANALYZE rcll.memory_units")
+    for label, b in picks.items():                      # which graph a bank's nearest-neighbour scan walks
+        plan = conn.execute(f"EXPLAIN SELECT u.unit_id FROM rcll.memory_units u WHERE u.bank_id = {int(d['bank_ids'][b])} "
+                            f"ORDER BY u.embedding OPERATOR(public.<=>) (SELECT embedding FROM rcll.memory_units LIMIT 1) "
+                            "LIMIT 300").fetchall()
+        used = next((r[0].split(" using ")[1].split(" ")[0] for r in plan if " using " in r[0]), "no index")
+        print(f"  {label} bank's nearest-neighbour scan uses: {used}", flush=True)
+    print(f"\nown HNSW graphs for the {len(built) - 1} banks of at least {min_units:,} units, the global graph rebuilt "
+          "without them (each unit in one graph; rcll graphs --apply)")
+    print(table(["graph", "units", "build s"], built), flush=True)
+    rows = []
+    for label, b in picks.items():
+        for kind in ("none", "big room", "tiny room", "author"):
+            m = measure_case(conn, side, d["names"][b], asked[(b, kind)], emb, emb is not None)
+            rows.append([f"{label} ({d['sizes'][b]:,})", kind,
+                         *[f"{m[k][0]:.1f} / {m[k][1]:.1f}" if k in m else "" for k in ("sql", "sql cpu", "rerank", "total")],
+                         m["recall@10"]])
+            print(f"  split graphs, {label} bank, {kind}: {rows[-1][2:]}", flush=True)
+    print(f"\nrecall per bank and filter with split graphs, the same queries as the first table (load average "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())})")
+    print(table(["bank (units)", "filter", "SQL p50/p95 ms", "SQL backend CPU p50/p95 ms", "rerank p50/p95 ms",
+                 "total p50/p95 ms", "dense recall@10 vs exact"], rows), flush=True)
+    for label, b in picks.items():
+        rate = write_rate(conn, d["names"][b], 300, seed=20 + b)
+        print(f"write rate into the {label} bank ({d['sizes'][b]:,}) with split graphs: {rate:.0f} units/s", flush=True)

@@ -16,6 +16,7 @@ and leaves it rebuilt.
 from __future__ import annotations
 
 import argparse
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -56,10 +57,13 @@ def sweep(conn: psycopg.Connection[Any], set_ef: Callable[[int], None],
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dsn", required=True, help="the kept store (bench.recall --keep prints its URL)")
-    ap.add_argument("--banks", default="fleet-000", help="banks to query, unfiltered")
+    ap.add_argument("--banks", default="fleet-000", help="banks to query")
     ap.add_argument("--queries", type=int, default=40)
     ap.add_argument("--seed", type=int, default=3)
     ap.add_argument("--ef-search", default="400,800")
+    ap.add_argument("--rooms", default="", help="a room filter for every query, e.g. engineering (default: none)")
+    ap.add_argument("--index", default=INDEX, help=f"the HNSW index --rebuild rebuilds (default {INDEX}; "
+                                                   "a bank's own graph: memory_units_embedding_hnsw_bank_<id>)")
     ap.add_argument("--rebuild", default="", help="HNSW build parameters to rebuild with, e.g. 'm = 16, ef_construction = 128'")
     args = ap.parse_args()
     efs = [int(x) for x in args.ef_search.split(",")]
@@ -67,22 +71,23 @@ def main() -> int:
         register_vector(conn)
         cases: dict[str, tuple[list[dict[str, Any]], list[list[int]]]] = {}
         for bank in args.banks.split(","):
-            ps = [{"qe": q, "bank": bank, "rooms": None, "authors": None}
+            ps = [{"qe": q, "bank": bank, "rooms": args.rooms.split(",") if args.rooms else None, "authors": None}
                   for q in probe_queries(conn, bank, args.queries, args.seed)]
             cases[bank] = (ps, exact_top10(conn, ps))
-        built = conn.execute("SELECT pg_get_indexdef(%s::regclass)", (f"rcll.{INDEX}",)).fetchone()[0]  # type: ignore[index]
+        built = conn.execute("SELECT pg_get_indexdef(%s::regclass)", (f"rcll.{args.index}",)).fetchone()[0]  # type: ignore[index]
         rows = sweep(conn, set_ef, cases, efs, "as built")
         if args.rebuild:
             conn.execute("SET maintenance_work_mem = '3GB'")
             conn.execute("SET max_parallel_maintenance_workers = 1")
             t = time.perf_counter()
-            conn.execute(f"DROP INDEX rcll.{INDEX}")
-            conn.execute(f"CREATE INDEX {INDEX} ON rcll.memory_units USING hnsw (embedding vector_cosine_ops) "
-                         f"WITH ({args.rebuild})")
+            conn.execute(f"DROP INDEX rcll.{args.index}")
+            # the same definition (a partial index keeps its WHERE), other build parameters
+            conn.execute(re.sub(r" WITH \([^)]*\)", f" WITH ({args.rebuild})", built))
             print(f"rebuilt with ({args.rebuild}) in {time.perf_counter() - t:.0f} s "
                   f"(was: {built})", flush=True)
             rows += sweep(conn, set_ef, cases, efs, f"rebuilt ({args.rebuild})")
-    print(f"\ndense recall@10 vs exact, {args.queries} queries a bank (unfiltered), the same queries in every row")
+    print(f"\ndense recall@10 vs exact, {args.queries} queries a bank ({'rooms ' + args.rooms if args.rooms else 'unfiltered'}), "
+          "the same queries in every row")
     print(table(["index", "ef_search", "bank", "recall@10 (mean)", "worst query", "p50 ms", "p95 ms"], rows))
     return 0
 

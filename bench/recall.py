@@ -396,6 +396,9 @@ def main() -> int:
     ap.add_argument("--ef-search", default="",
                     help="fleet: also measure the dense channel's recall@10 vs exact and latency at these "
                          "hnsw.ef_search values (e.g. 400,800), on the cases that take the HNSW route")
+    ap.add_argument("--split", type=int, default=0, metavar="UNITS",
+                    help="fleet: then give every bank of at least UNITS units its own HNSW graph, rebuild the "
+                         "global one without them, and measure again")
     ap.add_argument("--ef-queries", type=int, default=20, help="fleet: queries per case for --ef-search")
     args = ap.parse_args()
 
@@ -408,7 +411,7 @@ def main() -> int:
             dsn = create_database(pg, "fleet")
             with connect(dsn, autocommit=True) as conn, connect(dsn, autocommit=True) as side:
                 fleet.run(conn, side, args.fleet, args.banks, args.per_case, not args.no_rerank, args.partial,
-                          [int(x) for x in args.ef_search.split(",") if x.strip()], args.ef_queries)
+                          [int(x) for x in args.ef_search.split(",") if x.strip()], args.ef_queries, args.split)
         return 0
     with embedded_cluster(args.port, prefix="rcllr-", keep=args.keep) as pg:
         for n in (int(s) for s in args.sizes.split(",")):

@@ -2425,6 +2425,169 @@ COMMENT ON FUNCTION rcll.channel_dense(vector, rcll.recall_scope, integer, integ
     IS 'Dense recall channel: units ranked by cosine similarity to query_embedding (score = 1 - cosine distance), filtered before ranking by the scope (rcll.recall_scope: bank, rooms with aliases expanded, authors, halls, layers, tags, thread, validity). Filtered sets of at most exact_below units are scanned exactly; larger ones use the HNSW index with iterative scans. From psql: SELECT * FROM rcll.channel_dense(<embedding>, rcll.recall_scope(''fleet'', rooms => ''{deployment}'')).';
 
 
+-- functions 112-dense-graphs.sql
+-- Dense graphs: a big bank's own HNSW graph (a partial index), the global graph without those banks, and the DDL to get there.
+--
+-- With one HNSW graph over every bank, a big bank's dense search walks a graph mostly made of other
+-- banks' units and filters them out, and every insert walks the whole store's graph. A bank of at
+-- least min_units units can have its own graph instead: memory_units_embedding_hnsw_bank_<id>,
+-- WHERE bank_id = <id>; the global graph memory_units_embedding_hnsw then leaves those banks out
+-- (WHERE bank_id <> ALL (...)), so each unit is in exactly one graph. The dense and temporal
+-- channels plan with the bank id as a constant, so the planner proves which graph serves a bank.
+-- Measured on a 1M-unit fleet (docs/scaling.md, python -m bench.recall --fleet 1000000 --split 20000):
+-- a 29,922-unit bank's dense recall@10 against exact search 0.90 -> 1.00 (its 6 fleet queries) and
+-- 0.92 -> 0.99 (40 harsher probe queries), its SQL phase p50 104 -> 55 ms; the 333,333-unit bank's
+-- 0.79 -> 0.85-0.88 (probe); writes into the biggest bank at 0.85-0.87 of a 100k fleet's rate
+-- (0.70-0.73 with one global graph). Hence the default min_units of 20,000.
+--
+-- Index builds cannot run inside a function (CREATE INDEX CONCURRENTLY refuses a transaction
+-- block), so this file only reads the catalog and says what to run: in psql,
+--     SELECT statement FROM rcll.dense_graph_plan() \gexec
+-- or `rcll graphs --apply`, which runs the same statements one by one.
+
+CREATE OR REPLACE FUNCTION rcll.dense_graphs()
+RETURNS TABLE (index_name text, bank text, bank_id integer, excluded_banks integer[], valid boolean, bytes bigint)
+LANGUAGE sql STABLE
+AS $$
+    -- Every HNSW index on memory_units: the global graph (bank NULL, excluded_banks the banks it
+    -- leaves out, empty when it holds every bank) and each bank's own graph.
+    SELECT c.relname::text,
+           b.name,
+           g.bank_id,
+           CASE WHEN g.bank_id IS NULL
+                THEN coalesce((regexp_match(pg_catalog.pg_get_expr(i.indpred, i.indrelid),
+                                            '^\(bank_id <> ALL \(''(\{[0-9,]*\})''::integer\[\]\)\)$'))[1]::integer[],
+                              '{}'::integer[]) END,
+           i.indisvalid,
+           pg_catalog.pg_relation_size(c.oid)
+    FROM pg_catalog.pg_index i
+    JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+    JOIN pg_catalog.pg_am a ON a.oid = c.relam AND a.amname = 'hnsw'
+    CROSS JOIN LATERAL (SELECT (regexp_match(c.relname, '^memory_units_embedding_hnsw_bank_([0-9]+)$'))[1]::integer AS bank_id) g
+    LEFT JOIN rcll.banks b ON b.bank_id = g.bank_id
+    WHERE i.indrelid = 'rcll.memory_units'::regclass
+    ORDER BY g.bank_id NULLS FIRST, c.relname
+$$;
+COMMENT ON FUNCTION rcll.dense_graphs()
+    IS 'The HNSW graphs of rcll.memory_units: the global one (bank NULL; excluded_banks: the banks with their own graph, which it leaves out) and each bank''s own (memory_units_embedding_hnsw_bank_<id>), with validity and size. See rcll.dense_graph_plan().';
+
+CREATE OR REPLACE FUNCTION rcll.dense_graph_plan(min_units integer DEFAULT 20000, max_share double precision DEFAULT 0.5)
+RETURNS TABLE (step integer, statement text, why text)
+LANGUAGE plpgsql STABLE
+AS $$
+#variable_conflict use_column
+DECLARE
+    target  integer[];
+    have    integer[];
+    global  record;
+    params  text;
+    k       integer := 0;
+    b       integer;
+    -- The planner proves "bank_id = 7 implies bank_id <> ALL ('{...}')" for arrays of at most 100
+    -- elements (PostgreSQL's predtest.c, MAX_SAOP_ARRAY_SIZE); past that the global graph would
+    -- serve no bank at all.
+    max_own constant integer := 100;
+BEGIN
+    -- NULL stands for the default (so a client can pass either argument alone).
+    min_units := coalesce(min_units, 20000);
+    max_share := coalesce(max_share, 0.5);
+    IF min_units < 1 THEN
+        RAISE EXCEPTION 'min_units: must be a positive number of units (got %)', min_units
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A bank of at least min_units units gets its own HNSW graph; 20000 is the default.';
+    END IF;
+    IF max_share <= 0 OR max_share > 1 THEN
+        RAISE EXCEPTION 'max_share: must be a fraction of the store''s units in (0, 1] (got %)', max_share
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A bank holding more than max_share of the units keeps the global graph (it is most of it); 0.5 is the default.';
+    END IF;
+    -- A bank that is most of the store gains nothing from a graph of its own (the global graph is
+    -- mostly its units already): only banks of at most max_share of the units are split out.
+    SELECT array_agg(x.bank_id ORDER BY x.bank_id) INTO target
+    FROM (SELECT u.bank_id, count(*) AS n, sum(count(*)) OVER () AS total
+          FROM rcll.memory_units u GROUP BY u.bank_id) x
+    WHERE x.n >= min_units AND x.n <= max_share * x.total;
+    target := coalesce(target, '{}');
+    IF cardinality(target) > max_own THEN
+        RAISE EXCEPTION 'min_units: % banks hold at least % units; at most % can have their own graph', cardinality(target), min_units, max_own
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Raise min_units (the planner proves the global graph''s predicate for at most 100 banks).';
+    END IF;
+    SELECT array_agg(g.bank_id ORDER BY g.bank_id) INTO have FROM rcll.dense_graphs() g WHERE g.bank_id IS NOT NULL AND g.valid;
+    have := coalesce(have, '{}');
+    SELECT * INTO global FROM rcll.dense_graphs() g WHERE g.index_name = 'memory_units_embedding_hnsw';
+    -- New graphs are built as the global one is (m, ef_construction), whatever a DBA chose for it.
+    params := coalesce((SELECT ' WITH (' || array_to_string(c.reloptions, ', ') || ')' FROM pg_catalog.pg_class c
+                        WHERE c.oid = to_regclass('rcll.memory_units_embedding_hnsw') AND c.reloptions IS NOT NULL), '');
+
+    -- 1. Each bank that should have its own graph and has none (an interrupted build leaves an
+    --    invalid index: dropped first).
+    FOREACH b IN ARRAY target LOOP
+        CONTINUE WHEN b = ANY (have);
+        IF EXISTS (SELECT 1 FROM rcll.dense_graphs() g WHERE g.bank_id = b) THEN
+            k := k + 1; step := k;
+            statement := format('DROP INDEX CONCURRENTLY IF EXISTS rcll.%I', 'memory_units_embedding_hnsw_bank_' || b);
+            why := format('bank %s: an unfinished build of its graph', b);
+            RETURN NEXT;
+        END IF;
+        k := k + 1; step := k;
+        statement := format('CREATE INDEX CONCURRENTLY %I ON rcll.memory_units USING hnsw (embedding public.vector_cosine_ops)%s WHERE bank_id = %s',
+                            'memory_units_embedding_hnsw_bank_' || b, params, b);
+        why := format('bank %s (%s) holds at least %s units: its own graph', b, (SELECT x.name FROM rcll.banks x WHERE x.bank_id = b), min_units);
+        RETURN NEXT;
+    END LOOP;
+
+    -- 2. The global graph, rebuilt to leave out exactly those banks (built beside the old one, then
+    --    swapped in: recall uses one or the other throughout).
+    IF global.index_name IS NULL OR NOT global.valid OR global.excluded_banks IS DISTINCT FROM target THEN
+        k := k + 1; step := k;
+        statement := 'DROP INDEX CONCURRENTLY IF EXISTS rcll.memory_units_embedding_hnsw_next';
+        why := 'the global graph: clear an unfinished rebuild';
+        RETURN NEXT;
+        k := k + 1; step := k;
+        statement := 'DROP INDEX CONCURRENTLY IF EXISTS rcll.memory_units_embedding_hnsw_old';
+        why := 'the global graph: clear an unfinished swap';
+        RETURN NEXT;
+        k := k + 1; step := k;
+        statement := format('CREATE INDEX CONCURRENTLY memory_units_embedding_hnsw_next ON rcll.memory_units USING hnsw (embedding public.vector_cosine_ops)%s%s',
+                            params, CASE WHEN cardinality(target) = 0 THEN ''
+                                         ELSE format(' WHERE bank_id <> ALL (%L::integer[])', target::text) END);
+        why := CASE WHEN cardinality(target) = 0 THEN 'the global graph: every bank'
+                    ELSE format('the global graph: every bank but %s', array_to_string(target, ', ')) END;
+        RETURN NEXT;
+        -- Swapped by renames, so some global graph exists at every moment, then the old one dropped.
+        IF global.index_name IS NOT NULL THEN
+            k := k + 1; step := k;
+            statement := 'ALTER INDEX rcll.memory_units_embedding_hnsw RENAME TO memory_units_embedding_hnsw_old';
+            why := 'the global graph: the old one, renamed';
+            RETURN NEXT;
+        END IF;
+        k := k + 1; step := k;
+        statement := 'ALTER INDEX rcll.memory_units_embedding_hnsw_next RENAME TO memory_units_embedding_hnsw';
+        why := 'the global graph: the new one, under its usual name';
+        RETURN NEXT;
+        IF global.index_name IS NOT NULL THEN
+            k := k + 1; step := k;
+            statement := 'DROP INDEX CONCURRENTLY rcll.memory_units_embedding_hnsw_old';
+            why := 'the global graph: the old one, dropped';
+            RETURN NEXT;
+        END IF;
+    END IF;
+
+    -- 3. Own graphs no bank needs any more (it shrank below min_units, or min_units rose): dropped
+    --    once the global graph holds their banks again.
+    FOR b IN SELECT g.bank_id FROM rcll.dense_graphs() g WHERE g.bank_id IS NOT NULL AND g.bank_id <> ALL (target) ORDER BY 1 LOOP
+        k := k + 1; step := k;
+        statement := format('DROP INDEX CONCURRENTLY rcll.%I', 'memory_units_embedding_hnsw_bank_' || b);
+        why := format('bank %s: below %s units (or over %s of the store), back in the global graph', b, min_units, max_share);
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION rcll.dense_graph_plan(integer, double precision)
+    IS 'The statements, in order, that give every bank of at least min_units units (and at most max_share of the store''s) its own HNSW graph and rebuild the global graph without them (each unit in one graph), or undo it for banks below min_units. Reads only; nothing is run. In psql: SELECT statement FROM rcll.dense_graph_plan() \gexec (or rcll graphs --apply). Empty when the layout already matches.';
+
+
 -- functions 115-channel-context.sql
 -- Context: a unit read together with the chunk before it in its document.
 --

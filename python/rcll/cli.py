@@ -1,4 +1,4 @@
-"""The `rcll` command: serve, mcp, db, install, bank, retain, recall, rooms, tags, stats, state, export, import."""
+"""The `rcll` command: serve, mcp, db, install, bank, retain, recall, rooms, tags, stats, state, export, import, graphs."""
 
 from __future__ import annotations
 
@@ -278,6 +278,34 @@ def cmd_consolidate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_graphs(args: argparse.Namespace) -> int:
+    from rcll import graphs
+
+    with _memory(args) as memory:              # installs or upgrades the schema first, as every verb
+        dsn = memory.dsn
+    with psycopg.connect(dsn) as conn:
+        steps = graphs.plan(conn, args.min_units, args.max_share)
+        have = graphs.graphs(conn)
+    if args.apply:
+        def progress(s: graphs.Step, seconds: float) -> None:
+            if not args.json:
+                print(f"{s.step}. {s.why}: {seconds:.1f} s", flush=True)
+        graphs.apply(dsn, args.min_units, progress, args.max_share, args.maintenance_work_mem)
+        _out(args, f"{len(steps)} statement(s) run" if steps else "the graphs already match", [s.as_dict() for s in steps])
+        return 0
+    lines = [f"{g.index_name}: " + (f"bank {g.bank} ({g.bank_id})" if g.bank_id is not None else
+                                    "global" + (f", without banks {', '.join(map(str, g.excluded_banks or []))}"
+                                                if g.excluded_banks else ""))
+             + f", {g.bytes / 2**20:.0f} MiB" + ("" if g.valid else ", INVALID (an unfinished build)") for g in have]
+    lines.append("")
+    lines += ([f"{s.step}. {s.statement};  -- {s.why}" for s in steps]
+              or ["nothing to do: every bank big enough has its own graph, and only those"])
+    if steps:
+        lines.append("(rcll graphs --apply runs these; in psql: SELECT statement FROM rcll.dense_graph_plan() \\gexec)")
+    _out(args, "\n".join(lines), {"graphs": [g.as_dict() for g in have], "plan": [s.as_dict() for s in steps]})
+    return 0
+
+
 # -- mcp, serve -----------------------------------------------------------------------------------
 
 def _listen_check(args: argparse.Namespace, command: str) -> None:
@@ -441,6 +469,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--min-size", type=int, default=2)
     s.add_argument("--max-groups", type=int, default=100)
     s.set_defaults(func=cmd_consolidate)
+    s = sub.add_parser("graphs", parents=[common],
+                       help="DBA: list the HNSW graphs; give big banks their own (prints the plan, --apply runs it)")
+    s.add_argument("--min-units", type=int, default=None,
+                   help="a bank of at least this many units gets its own graph (default: rcll.dense_graph_plan's)")
+    s.add_argument("--max-share", type=float, default=None,
+                   help="...and at most this fraction of the store's units (default: rcll.dense_graph_plan's)")
+    s.add_argument("--apply", action="store_true", help="run the plan (index builds CONCURRENTLY: minutes on a big store)")
+    s.add_argument("--maintenance-work-mem", default=None,
+                   help="--apply: for the builds, e.g. 3GB (an HNSW graph takes ~2 kB a unit; default: the server's)")
+    s.set_defaults(func=cmd_graphs)
     s = sub.add_parser("mcp", parents=[common], help="run the MCP server (stdio or streamable HTTP)")
     s.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     s.add_argument("--host", default=os.environ.get("RCLL_HOST", "127.0.0.1"))

@@ -1,0 +1,166 @@
+"""A big bank's own HNSW graph (sql/functions/112-dense-graphs.sql): rcll.dense_graph_plan says what to
+run, `rcll graphs --apply` runs it, and afterwards the planner walks the bank's own graph for that bank
+and the global graph (now without it) for the others - each unit in one graph - with the same results.
+Plans are read as tests/test_channel_plans.py reads them (auto_explain of the channel's statements)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+from rcll import graphs
+from rcll.cli import main as cli
+from test_channel_plans import _chunks, _nested_plans, _scans
+
+BIG, OTHER = 6000, 1500      # units in the bank that gets its own graph (big enough that HNSW beats reading the bank: test_channel_plans), and in one that stays global
+SMALL = 300
+EXACT_BELOW = 1000           # both banks above it: the dense channel takes the HNSW route in each
+
+
+def _fleet(db: psycopg.Connection[Any], sizes: tuple[int, int]) -> psycopg.Connection[Any]:
+    db.execute("SELECT setseed(0.25)")
+    for bank, n in zip(("big", "other"), sizes):
+        db.execute("SELECT rcll.create_bank(%s)", (bank,))
+        for start in range(0, n, 500):
+            _chunks(db, bank, f"room{start}", [f"{bank} unit {i}" for i in range(start, min(n, start + 500))])
+    db.execute("ANALYZE rcll.memory_units")
+    return db
+
+
+@pytest.fixture
+def fleet(db: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+    return _fleet(db, (BIG, OTHER))
+
+
+@pytest.fixture
+def small_fleet(db: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+    """The same two banks at SMALL and SMALL // 2 units: enough for what the plan says and runs."""
+    return _fleet(db, (SMALL, SMALL // 2))
+
+
+def _bank_id(db: psycopg.Connection[Any], bank: str) -> int:
+    row = db.execute("SELECT bank_id FROM rcll.banks WHERE name = %s", (bank,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _dense(db: psycopg.Connection[Any], bank: str, exact_below: int = EXACT_BELOW,
+           discourage_sort: bool = False) -> tuple[list[int], list[str]]:
+    """(the dense channel's top 10 for a query near one of the bank's units, the ranking statement's scans).
+    discourage_sort: a bank this small is cheaper to sort than to search; with sorts discouraged the
+    plan shows whether an HNSW index can serve the bank at all (its predicate proven)."""
+    q = db.execute("SELECT u.embedding FROM rcll.memory_units u JOIN rcll.banks b USING (bank_id) "
+                   "WHERE b.name = %s ORDER BY u.unit_id LIMIT 1 OFFSET 7", (bank,)).fetchone()
+    assert q is not None
+    top = [r[0] for r in db.execute("SELECT unit_id FROM rcll.channel_dense(%s, rcll.recall_scope(%s), exact_below => %s) "
+                                    "ORDER BY rank LIMIT 10", (q[0], bank, exact_below))]
+    db.execute(f"SET enable_sort = {'off' if discourage_sort else 'on'}")
+    _, plans = _nested_plans(db, "SELECT count(*) FROM rcll.channel_dense(%s, rcll.recall_scope(%s), exact_below => %s)",
+                             (q[0], bank, exact_below))
+    ranking = [p for p in plans if "OPERATOR(public.<=>)" in p["Query Text"]]
+    assert len(ranking) == 1
+    db.execute("RESET enable_seqscan")
+    db.execute("RESET enable_bitmapscan")
+    db.execute("RESET enable_sort")
+    return top, _scans(ranking[0]["Plan"])
+
+
+def test_a_big_bank_gets_its_own_graph_and_the_global_graph_leaves_it_out(fleet: psycopg.Connection[Any], dsn: str) -> None:
+    big, other = _bank_id(fleet, "big"), _bank_id(fleet, "other")
+    before = {b: _dense(fleet, b)[0] for b in ("big", "other")}
+    exact = {b: _dense(fleet, b, exact_below=10**9)[0] for b in ("big", "other")}
+    assert before == exact                       # at this size HNSW with ef_search 400 finds the exact ten
+
+    # big is four fifths of this store: max_share 0.9 lets it have its own graph (at the default 0.5,
+    # test_a_bank_that_is_most_of_the_store_keeps_the_global_graph).
+    steps = graphs.plan(fleet, BIG, max_share=0.9)
+    assert [s.statement.split(" ON ")[0] for s in steps if s.statement.startswith("CREATE")] == [
+        f"CREATE INDEX CONCURRENTLY memory_units_embedding_hnsw_bank_{big}",
+        "CREATE INDEX CONCURRENTLY memory_units_embedding_hnsw_next"]
+    assert f"WHERE bank_id <> ALL ('{{{big}}}'::integer[])" in steps[-4].statement
+    assert "WITH (m=16, ef_construction=64)" in steps[0].statement      # built as the global graph was
+    assert graphs.apply(dsn, BIG, max_share=0.9) == steps
+    fleet.execute("ANALYZE rcll.memory_units")
+
+    listed = {g.index_name: g for g in graphs.graphs(fleet)}
+    assert set(listed) == {"memory_units_embedding_hnsw", f"memory_units_embedding_hnsw_bank_{big}"}
+    assert listed["memory_units_embedding_hnsw"].excluded_banks == [big]
+    assert listed[f"memory_units_embedding_hnsw_bank_{big}"].bank == "big"
+    assert all(g.valid for g in listed.values())
+    assert graphs.plan(fleet, BIG, max_share=0.9) == []                  # done: nothing more to run
+
+    top, scans = _dense(fleet, "big")
+    assert scans == [f"Index Scan using memory_units_embedding_hnsw_bank_{big} on memory_units"]
+    assert top == before["big"]
+    top, scans = _dense(fleet, "other", discourage_sort=True)
+    assert scans == ["Index Scan using memory_units_embedding_hnsw on memory_units"]
+    assert top == before["other"]
+
+    # A retain into the big bank goes into its own graph and is found there.
+    fleet.execute("""SELECT rcll.retain_chunks(bank => 'big', content => 'newcomer', chunks => ARRAY['newcomer'],
+                         embeddings => ARRAY[(SELECT embedding FROM rcll.memory_units WHERE bank_id = %s ORDER BY unit_id LIMIT 1 OFFSET 7)])""",
+                  (big,))
+    top, _ = _dense(fleet, "big")
+    newest = fleet.execute("SELECT max(unit_id) FROM rcll.memory_units WHERE bank_id = %s", (big,)).fetchone()
+    assert newest is not None and newest[0] in top[:2]
+
+    # Raising min_units undoes it: the global graph takes every bank again, then the own graph goes.
+    steps = graphs.plan(fleet, BIG + 10_000, max_share=0.9)
+    assert [s.why for s in steps][-1] == f"bank {big}: below {BIG + 10_000} units (or over 0.9 of the store), back in the global graph"
+    graphs.apply(dsn, BIG + 10_000, max_share=0.9)
+    listed = {g.index_name: g for g in graphs.graphs(fleet)}
+    assert set(listed) == {"memory_units_embedding_hnsw"} and listed["memory_units_embedding_hnsw"].excluded_banks == []
+    assert _dense(fleet, "other", discourage_sort=True)[1] == ["Index Scan using memory_units_embedding_hnsw on memory_units"]
+    assert other != big
+
+
+def test_a_bank_that_is_most_of_the_store_keeps_the_global_graph(small_fleet: psycopg.Connection[Any]) -> None:
+    # big holds two thirds of the units: a graph of its own would be most of the global one again.
+    big, other = _bank_id(small_fleet, "big"), _bank_id(small_fleet, "other")
+
+    def own(**kw: Any) -> list[str]:
+        return [s.statement.split()[3] for s in graphs.plan(small_fleet, SMALL // 2, **kw)
+                if s.statement.startswith("CREATE INDEX CONCURRENTLY memory_units_embedding_hnsw_bank_")]
+    assert own() == [f"memory_units_embedding_hnsw_bank_{other}"]
+    assert own(max_share=0.9) == [f"memory_units_embedding_hnsw_bank_{big}", f"memory_units_embedding_hnsw_bank_{other}"]
+
+
+def test_an_interrupted_build_is_cleared_by_the_next_plan(small_fleet: psycopg.Connection[Any]) -> None:
+    fleet = small_fleet
+    big = _bank_id(fleet, "big")
+    # What a cancelled CREATE INDEX CONCURRENTLY leaves: an invalid index under the graph's name.
+    fleet.execute(f"CREATE INDEX memory_units_embedding_hnsw_bank_{big} ON rcll.memory_units USING hnsw "
+                  f"(embedding vector_cosine_ops) WHERE bank_id = {big}")
+    fleet.execute("UPDATE pg_index SET indisvalid = false WHERE indexrelid = %s::regclass",
+                  (f"rcll.memory_units_embedding_hnsw_bank_{big}",))
+    steps = graphs.plan(fleet, SMALL, max_share=0.9)
+    assert steps[0].statement == f"DROP INDEX CONCURRENTLY IF EXISTS rcll.memory_units_embedding_hnsw_bank_{big}"
+    assert steps[1].statement.startswith(f"CREATE INDEX CONCURRENTLY memory_units_embedding_hnsw_bank_{big} ")
+
+
+def test_the_plan_refuses_a_bad_min_units(db: psycopg.Connection[Any]) -> None:
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="min_units: must be a positive number"):
+        db.execute("SELECT * FROM rcll.dense_graph_plan(0)")
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="max_share: must be a fraction"):
+        db.execute("SELECT * FROM rcll.dense_graph_plan(10, max_share => 1.5)")
+    assert graphs.plan(db) == []                       # an empty store: one global graph, nothing to do
+
+
+def test_rcll_graphs_prints_the_plan_and_applies_it(small_fleet: psycopg.Connection[Any], dsn: str,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    fleet = small_fleet
+    big = _bank_id(fleet, "big")
+    assert cli(["graphs", "--dsn", dsn, "--min-units", str(SMALL), "--max-share", "0.9"]) == 0
+    out = capsys.readouterr().out
+    assert "memory_units_embedding_hnsw: global" in out
+    assert f"CREATE INDEX CONCURRENTLY memory_units_embedding_hnsw_bank_{big} " in out
+    assert "rcll graphs --apply runs these" in out
+    assert [g.index_name for g in graphs.graphs(fleet)] == ["memory_units_embedding_hnsw"]     # printing runs nothing
+    assert cli(["graphs", "--dsn", dsn, "--min-units", str(SMALL), "--max-share", "0.9", "--apply"]) == 0
+    assert f"bank {big} (big) holds at least {SMALL} units: its own graph:" in capsys.readouterr().out
+    assert cli(["graphs", "--dsn", dsn, "--min-units", str(SMALL), "--max-share", "0.9"]) == 0
+    assert "nothing to do" in capsys.readouterr().out
+    assert cli(["graphs", "--dsn", dsn, "--min-units", "0"]) == 2
+    assert "min_units" in capsys.readouterr().err
