@@ -1960,15 +1960,20 @@ COMMENT ON FUNCTION rcll.channel_dense(vector, rcll.recall_scope, integer, integ
 -- or `rcll graphs --apply`, which runs the same statements one by one.
 
 CREATE OR REPLACE FUNCTION rcll.dense_graphs()
-RETURNS TABLE (index_name text, bank text, bank_id integer, excluded_banks integer[], valid boolean, bytes bigint)
+RETURNS TABLE (index_name text, kind text, bank text, bank_id integer, excluded_banks integer[], valid boolean, bytes bigint)
 LANGUAGE sql STABLE
 AS $$
-    -- Every HNSW index on memory_units: the global graph (bank NULL, excluded_banks the banks it
-    -- leaves out, empty when it holds every bank) and each bank's own graph.
+    -- Every HNSW index on memory_units: the global graph (kind 'global'; excluded_banks the banks
+    -- it leaves out, empty when it holds every bank; _next and _old are a rebuild's two halves),
+    -- each bank's own graph (kind 'bank'), and any other a DBA built (kind 'other').
     SELECT c.relname::text,
+           CASE WHEN g.bank_id IS NOT NULL THEN 'bank'
+                WHEN c.relname IN ('memory_units_embedding_hnsw', 'memory_units_embedding_hnsw_next',
+                                   'memory_units_embedding_hnsw_old') THEN 'global'
+                ELSE 'other' END,
            b.name,
            g.bank_id,
-           CASE WHEN g.bank_id IS NULL
+           CASE WHEN g.bank_id IS NULL AND c.relname LIKE 'memory_units_embedding_hnsw%' 
                 THEN coalesce((regexp_match(pg_catalog.pg_get_expr(i.indpred, i.indrelid),
                                             '^\(bank_id <> ALL \(''(\{[0-9,]*\})''::integer\[\]\)\)$'))[1]::integer[],
                               '{}'::integer[]) END,
@@ -1983,7 +1988,7 @@ AS $$
     ORDER BY g.bank_id NULLS FIRST, c.relname
 $$;
 COMMENT ON FUNCTION rcll.dense_graphs()
-    IS 'The HNSW graphs of rcll.memory_units: the global one (bank NULL; excluded_banks: the banks with their own graph, which it leaves out) and each bank''s own (memory_units_embedding_hnsw_bank_<id>), with validity and size. See rcll.dense_graph_plan().';
+    IS 'The HNSW graphs of rcll.memory_units: the global one (kind global; excluded_banks: the banks with their own graph, which it leaves out), each bank''s own (kind bank: memory_units_embedding_hnsw_bank_<id>) and any other HNSW index on the table (kind other), with validity and size. See rcll.dense_graph_plan().';
 
 CREATE OR REPLACE FUNCTION rcll.dense_graph_plan(min_units integer DEFAULT 20000, max_share double precision DEFAULT 0.5)
 RETURNS TABLE (step integer, statement text, why text)

@@ -87,6 +87,7 @@ def test_a_big_bank_gets_its_own_graph_and_the_global_graph_leaves_it_out(fleet:
     listed = {g.index_name: g for g in graphs.graphs(fleet)}
     assert set(listed) == {"memory_units_embedding_hnsw", f"memory_units_embedding_hnsw_bank_{big}"}
     assert listed["memory_units_embedding_hnsw"].excluded_banks == [big]
+    assert {g.kind for g in listed.values()} == {"global", "bank"}
     assert listed[f"memory_units_embedding_hnsw_bank_{big}"].bank == "big"
     assert all(g.valid for g in listed.values())
     assert graphs.plan(fleet, BIG, max_share=0.9) == []                  # done: nothing more to run
@@ -138,6 +139,13 @@ def test_an_interrupted_build_is_cleared_by_the_next_plan(small_fleet: psycopg.C
     steps = graphs.plan(fleet, SMALL, max_share=0.9)
     assert steps[0].statement == f"DROP INDEX CONCURRENTLY IF EXISTS rcll.memory_units_embedding_hnsw_bank_{big}"
     assert steps[1].statement.startswith(f"CREATE INDEX CONCURRENTLY memory_units_embedding_hnsw_bank_{big} ")
+
+
+def test_an_hnsw_index_of_a_dbas_own_is_listed_and_left_alone(small_fleet: psycopg.Connection[Any]) -> None:
+    small_fleet.execute("CREATE INDEX my_hnsw ON rcll.memory_units USING hnsw (embedding vector_cosine_ops) WHERE room = 'room0'")
+    (mine,) = [g for g in graphs.graphs(small_fleet) if g.index_name == "my_hnsw"]
+    assert (mine.kind, mine.bank_id, mine.excluded_banks) == ("other", None, None)
+    assert not any("my_hnsw" in s.statement for s in graphs.plan(small_fleet, SMALL, max_share=0.9))
 
 
 def test_the_plan_refuses_a_bad_min_units(db: psycopg.Connection[Any]) -> None:

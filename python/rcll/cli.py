@@ -293,7 +293,8 @@ def cmd_graphs(args: argparse.Namespace) -> int:
         graphs.apply(dsn, args.min_units, progress, args.max_share, args.maintenance_work_mem)
         _out(args, f"{len(steps)} statement(s) run" if steps else "the graphs already match", [s.as_dict() for s in steps])
         return 0
-    lines = [f"{g.index_name}: " + (f"bank {g.bank} ({g.bank_id})" if g.bank_id is not None else
+    lines = [f"{g.index_name}: " + (f"bank {g.bank} ({g.bank_id})" if g.kind == "bank" else
+                                    "not rcll's (kept as it is)" if g.kind == "other" else
                                     "global" + (f", without banks {', '.join(map(str, g.excluded_banks or []))}"
                                                 if g.excluded_banks else ""))
              + f", {g.bytes / 2**20:.0f} MiB" + ("" if g.valid else ", INVALID (an unfinished build)") for g in have]

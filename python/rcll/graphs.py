@@ -19,6 +19,7 @@ from psycopg.rows import dict_row
 @dataclass(frozen=True)
 class Graph:
     index_name: str
+    kind: str                      # global, bank (a bank's own graph) or other
     bank: str | None
     bank_id: int | None
     excluded_banks: list[int] | None
