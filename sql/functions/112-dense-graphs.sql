@@ -7,10 +7,10 @@
 -- (WHERE bank_id <> ALL (...)), so each unit is in exactly one graph. The dense and temporal
 -- channels plan with the bank id as a constant, so the planner proves which graph serves a bank.
 -- Measured on a 1M-unit fleet (docs/scaling.md, python -m bench.recall --fleet 1000000 --split 20000):
--- a 29,922-unit bank's dense recall@10 against exact search 0.90 -> 1.00 (its 6 fleet queries) and
--- 0.92 -> 0.99 (40 harsher probe queries), its SQL phase p50 104 -> 55 ms; the 333,333-unit bank's
--- 0.79 -> 0.85-0.88 (probe); writes into the biggest bank at 0.85-0.87 of a 100k fleet's rate
--- (0.70-0.73 with one global graph). Hence the default min_units of 20,000.
+-- a 29,922-unit bank's dense recall@10 against exact search 0.90-0.95 -> 1.00 (its 6 fleet queries,
+-- two stores) and 0.92 -> 0.99 (40 harsher probe queries); the 333,333-unit bank's 0.79 -> 0.85-0.88
+-- (probe); the SQL phase unchanged within noise; writes into the biggest bank at 0.87-0.93 of a
+-- 100k fleet's rate (0.70-0.73 with one global graph). Hence the default min_units of 20,000.
 --
 -- Index builds cannot run inside a function (CREATE INDEX CONCURRENTLY refuses a transaction
 -- block), so this file only reads the catalog and says what to run: in psql,
