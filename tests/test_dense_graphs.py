@@ -172,3 +172,20 @@ def test_rcll_graphs_prints_the_plan_and_applies_it(small_fleet: psycopg.Connect
     assert "nothing to do" in capsys.readouterr().out
     assert cli(["graphs", "--dsn", dsn, "--min-units", "0"]) == 2
     assert "min_units" in capsys.readouterr().err
+
+
+def test_a_scoped_or_read_only_memory_cannot_touch_the_graphs(dsn: str, login_role: Any) -> None:
+    # The graphs are the whole store's: a token scoped to some banks, or a read-only memory, is refused
+    # before anything reaches the database.
+    from rcll.auth import Caller
+    from rcll.errors import RcllError
+    from rcll.memory import Memory
+    with Memory(dsn) as m:
+        assert m.dense_graph_plan() == []
+        scoped = m.as_caller(Caller("agent", banks=("default",)))
+        for call in (scoped.dense_graphs, scoped.dense_graph_plan, scoped.apply_dense_graph_plan):
+            with pytest.raises(RcllError, match="operation on the whole store"):
+                call()
+    with Memory(login_role(member_of="rcll_reader").dsn, read_only=True) as ro, \
+            pytest.raises(RcllError, match="operation on the whole store"):
+        ro.apply_dense_graph_plan()

@@ -279,20 +279,18 @@ def cmd_consolidate(args: argparse.Namespace) -> int:
 
 
 def cmd_graphs(args: argparse.Namespace) -> int:
-    from rcll import graphs
-
-    with _memory(args) as memory:              # installs or upgrades the schema first, as every verb
-        dsn = memory.dsn
-    with psycopg.connect(dsn) as conn:
-        steps = graphs.plan(conn, args.min_units, args.max_share)
-        have = graphs.graphs(conn)
-    if args.apply:
-        def progress(s: graphs.Step, seconds: float) -> None:
-            if not args.json:
-                print(f"{s.step}. {s.why}: {seconds:.1f} s", flush=True)
-        graphs.apply(dsn, args.min_units, progress, args.max_share, args.maintenance_work_mem)
-        _out(args, f"{len(steps)} statement(s) run" if steps else "the graphs already match", [s.as_dict() for s in steps])
-        return 0
+    with _memory(args) as memory:
+        steps = memory.dense_graph_plan(min_units=args.min_units, max_share=args.max_share)
+        if args.apply:
+            def progress(s: Any, seconds: float) -> None:
+                if not args.json:
+                    print(f"{s.step}. {s.why}: {seconds:.1f} s", flush=True)
+            steps = memory.apply_dense_graph_plan(min_units=args.min_units, max_share=args.max_share,
+                                                  maintenance_work_mem=args.maintenance_work_mem, progress=progress)
+            _out(args, f"{len(steps)} statement(s) run" if steps else "the graphs already match",
+                 [s.as_dict() for s in steps])
+            return 0
+        have = memory.dense_graphs()
     lines = [f"{g.index_name}: " + (f"bank {g.bank} ({g.bank_id})" if g.kind == "bank" else
                                     "not rcll's (kept as it is)" if g.kind == "other" else
                                     "global" + (f", without banks {', '.join(map(str, g.excluded_banks or []))}"
@@ -302,7 +300,7 @@ def cmd_graphs(args: argparse.Namespace) -> int:
     lines += ([f"{s.step}. {s.statement};  -- {s.why}" for s in steps]
               or ["nothing to do: every bank big enough has its own graph, and only those"])
     if steps:
-        lines.append("(rcll graphs --apply runs these; in psql: SELECT statement FROM rcll.dense_graph_plan() \\gexec)")
+        lines.append("(rcll graphs --apply runs these; in psql, \\gexec the statement column of rcll.dense_graph_plan())")
     _out(args, "\n".join(lines), {"graphs": [g.as_dict() for g in have], "plan": [s.as_dict() for s in steps]})
     return 0
 

@@ -36,7 +36,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from rcll import cluster, defaults, install
+from rcll import cluster, defaults, graphs, install
 from rcll.auth import ANONYMOUS, Caller, act_as, can_write, identity_server_ok
 from rcll.consolidate import Observation, consolidate
 from rcll.db import POOL_TIMEOUT, configure, connect, resolve_dsn, retried_once
@@ -711,6 +711,34 @@ class Memory:
         policy = on_conflict_arg(on_conflict)
         with self._connection() as conn:
             return import_stream(conn, lines, on_conflict=policy, allow=self._may_import)
+
+    # -- the store's HNSW graphs (a DBA's operation) -----------------------------------------------
+
+    def _whole_store(self, what: str) -> None:
+        if not self.scope.unrestricted or self.read_only:
+            raise RcllError("graphs", f"{what} is an operation on the whole store; this memory is scoped "
+                            "or read-only", "run it as the database's owner, with no token scope")
+
+    def dense_graphs(self) -> list[graphs.Graph]:
+        """The HNSW graphs of the store (rcll.dense_graphs): the global one and big banks' own."""
+        self._whole_store("listing the graphs")
+        with self._connection() as conn:
+            return graphs.graphs(conn)
+
+    def dense_graph_plan(self, *, min_units: int | None = None, max_share: float | None = None) -> list[graphs.Step]:
+        """What rcll.dense_graph_plan says to run to give big banks their own graph; runs nothing."""
+        self._whole_store("planning the graphs")
+        with self._connection() as conn, database_errors():
+            return graphs.plan(conn, min_units, max_share)
+
+    def apply_dense_graph_plan(self, *, min_units: int | None = None, max_share: float | None = None,
+                               maintenance_work_mem: str | None = None,
+                               progress: Callable[[graphs.Step, float], None] | None = None) -> list[graphs.Step]:
+        """Run that plan, statement by statement on a connection of its own (the index builds are
+        CONCURRENTLY: retains and recalls go on meanwhile). Minutes on a big store."""
+        self._whole_store("rebuilding the graphs")
+        with database_errors():
+            return graphs.apply(self.dsn, min_units, progress, max_share, maintenance_work_mem)
 
     # -- background -------------------------------------------------------------------------------
 
