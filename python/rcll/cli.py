@@ -280,7 +280,6 @@ def cmd_consolidate(args: argparse.Namespace) -> int:
 
 def cmd_graphs(args: argparse.Namespace) -> int:
     with _memory(args) as memory:
-        steps = memory.dense_graph_plan(min_units=args.min_units, max_share=args.max_share)
         if args.apply:
             def progress(s: Any, seconds: float) -> None:
                 if not args.json:
@@ -290,6 +289,7 @@ def cmd_graphs(args: argparse.Namespace) -> int:
             _out(args, f"{len(steps)} statement(s) run" if steps else "the graphs already match",
                  [s.as_dict() for s in steps])
             return 0
+        steps = memory.dense_graph_plan(min_units=args.min_units, max_share=args.max_share)
         have = memory.dense_graphs()
     lines = [f"{g.index_name}: " + (f"bank {g.bank} ({g.bank_id})" if g.kind == "bank" else
                                     "not rcll's (kept as it is)" if g.kind == "other" else

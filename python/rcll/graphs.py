@@ -15,9 +15,11 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from rcll.results import Renders
+
 
 @dataclass(frozen=True)
-class Graph:
+class Graph(Renders):
     index_name: str
     kind: str                      # global, bank (a bank's own graph) or other
     bank: str | None
@@ -26,24 +28,18 @@ class Graph:
     valid: bool
     bytes: int
 
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
 
 @dataclass(frozen=True)
-class Step:
+class Step(Renders):
     step: int
     statement: str
     why: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 def graphs(conn: psycopg.Connection[Any]) -> list[Graph]:
     """The HNSW graphs of rcll.memory_units (rcll.dense_graphs)."""
     with conn.cursor(row_factory=dict_row) as cur:
-        return [Graph(**r) for r in cur.execute("SELECT * FROM rcll.dense_graphs()")]
+        return [Graph.from_row(r) for r in cur.execute("SELECT * FROM rcll.dense_graphs()")]
 
 
 def plan(conn: psycopg.Connection[Any], min_units: int | None = None, max_share: float | None = None) -> list[Step]:
@@ -52,7 +48,7 @@ def plan(conn: psycopg.Connection[Any], min_units: int | None = None, max_share:
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute("SELECT * FROM rcll.dense_graph_plan(min_units => %s, max_share => %s) ORDER BY step",
                            (min_units, max_share)).fetchall()
-    return [Step(**r) for r in rows]
+    return [Step.from_row(r) for r in rows]
 
 
 def apply(dsn: str, min_units: int | None = None, progress: Callable[[Step, float], None] | None = None,

@@ -55,10 +55,12 @@ AS $$
 #variable_conflict use_column
 DECLARE
     target  integer[];
-    have    integer[];
+    have    integer[];        -- banks with a valid graph of their own
+    listed  integer[];        -- banks with a graph of their own, valid or an unfinished build
     global  record;
     params  text;
-    k       integer := 0;
+    stmts   text[] := '{}';   -- the plan, in order, and why each statement is in it
+    whys    text[] := '{}';
     b       integer;
     -- The planner proves "bank_id = 7 implies bank_id <> ALL ('{...}')" for arrays of at most 100
     -- elements (PostgreSQL's predtest.c, MAX_SAOP_ARRAY_SIZE); past that the global graph would
@@ -90,8 +92,10 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Raise min_units (the planner proves the global graph''s predicate for at most 100 banks).';
     END IF;
-    SELECT array_agg(g.bank_id ORDER BY g.bank_id) INTO have FROM rcll.dense_graphs() g WHERE g.bank_id IS NOT NULL AND g.valid;
-    have := coalesce(have, '{}');
+    SELECT coalesce(array_agg(g.bank_id ORDER BY g.bank_id) FILTER (WHERE g.valid), '{}'),
+           coalesce(array_agg(g.bank_id ORDER BY g.bank_id), '{}')
+    INTO have, listed
+    FROM rcll.dense_graphs() g WHERE g.kind = 'bank';
     SELECT * INTO global FROM rcll.dense_graphs() g WHERE g.index_name = 'memory_units_embedding_hnsw';
     -- New graphs are built as the global one is (m, ef_construction), whatever a DBA chose for it.
     params := coalesce((SELECT ' WITH (' || array_to_string(c.reloptions, ', ') || ')' FROM pg_catalog.pg_class c
@@ -101,64 +105,49 @@ BEGIN
     --    invalid index: dropped first).
     FOREACH b IN ARRAY target LOOP
         CONTINUE WHEN b = ANY (have);
-        IF EXISTS (SELECT 1 FROM rcll.dense_graphs() g WHERE g.bank_id = b) THEN
-            k := k + 1; step := k;
-            statement := format('DROP INDEX CONCURRENTLY IF EXISTS rcll.%I', 'memory_units_embedding_hnsw_bank_' || b);
-            why := format('bank %s: an unfinished build of its graph', b);
-            RETURN NEXT;
+        IF b = ANY (listed) THEN
+            stmts := stmts || format('DROP INDEX CONCURRENTLY IF EXISTS rcll.%I', 'memory_units_embedding_hnsw_bank_' || b);
+            whys := whys || format('bank %s: an unfinished build of its graph', b);
         END IF;
-        k := k + 1; step := k;
-        statement := format('CREATE INDEX CONCURRENTLY %I ON rcll.memory_units USING hnsw (embedding public.vector_cosine_ops)%s WHERE bank_id = %s',
-                            'memory_units_embedding_hnsw_bank_' || b, params, b);
-        why := format('bank %s (%s) holds at least %s units: its own graph', b, (SELECT x.name FROM rcll.banks x WHERE x.bank_id = b), min_units);
-        RETURN NEXT;
+        stmts := stmts || format('CREATE INDEX CONCURRENTLY %I ON rcll.memory_units USING hnsw (embedding public.vector_cosine_ops)%s WHERE bank_id = %s',
+                                 'memory_units_embedding_hnsw_bank_' || b, params, b);
+        whys := whys || format('bank %s (%s) holds at least %s units: its own graph', b, (SELECT x.name FROM rcll.banks x WHERE x.bank_id = b), min_units);
     END LOOP;
 
     -- 2. The global graph, rebuilt to leave out exactly those banks (built beside the old one, then
-    --    swapped in: recall uses one or the other throughout).
+    --    swapped in by renames, so some global graph exists at every moment; the old one dropped last).
     IF global.index_name IS NULL OR NOT global.valid OR global.excluded_banks IS DISTINCT FROM target THEN
-        k := k + 1; step := k;
-        statement := 'DROP INDEX CONCURRENTLY IF EXISTS rcll.memory_units_embedding_hnsw_next';
-        why := 'the global graph: clear an unfinished rebuild';
-        RETURN NEXT;
-        k := k + 1; step := k;
-        statement := 'DROP INDEX CONCURRENTLY IF EXISTS rcll.memory_units_embedding_hnsw_old';
-        why := 'the global graph: clear an unfinished swap';
-        RETURN NEXT;
-        k := k + 1; step := k;
-        statement := format('CREATE INDEX CONCURRENTLY memory_units_embedding_hnsw_next ON rcll.memory_units USING hnsw (embedding public.vector_cosine_ops)%s%s',
-                            params, CASE WHEN cardinality(target) = 0 THEN ''
-                                         ELSE format(' WHERE bank_id <> ALL (%L::integer[])', target::text) END);
-        why := CASE WHEN cardinality(target) = 0 THEN 'the global graph: every bank'
-                    ELSE format('the global graph: every bank but %s', array_to_string(target, ', ')) END;
-        RETURN NEXT;
-        -- Swapped by renames, so some global graph exists at every moment, then the old one dropped.
-        IF global.index_name IS NOT NULL THEN
-            k := k + 1; step := k;
-            statement := 'ALTER INDEX rcll.memory_units_embedding_hnsw RENAME TO memory_units_embedding_hnsw_old';
-            why := 'the global graph: the old one, renamed';
-            RETURN NEXT;
-        END IF;
-        k := k + 1; step := k;
-        statement := 'ALTER INDEX rcll.memory_units_embedding_hnsw_next RENAME TO memory_units_embedding_hnsw';
-        why := 'the global graph: the new one, under its usual name';
-        RETURN NEXT;
-        IF global.index_name IS NOT NULL THEN
-            k := k + 1; step := k;
-            statement := 'DROP INDEX CONCURRENTLY rcll.memory_units_embedding_hnsw_old';
-            why := 'the global graph: the old one, dropped';
-            RETURN NEXT;
+        stmts := stmts || ARRAY['DROP INDEX CONCURRENTLY IF EXISTS rcll.memory_units_embedding_hnsw_next',
+                                'DROP INDEX CONCURRENTLY IF EXISTS rcll.memory_units_embedding_hnsw_old',
+                                format('CREATE INDEX CONCURRENTLY memory_units_embedding_hnsw_next ON rcll.memory_units USING hnsw (embedding public.vector_cosine_ops)%s%s',
+                                       params, CASE WHEN cardinality(target) = 0 THEN ''
+                                                    ELSE format(' WHERE bank_id <> ALL (%L::integer[])', target::text) END)];
+        whys := whys || ARRAY['the global graph: clear an unfinished rebuild',
+                              'the global graph: clear an unfinished swap',
+                              CASE WHEN cardinality(target) = 0 THEN 'the global graph: every bank'
+                                   ELSE format('the global graph: every bank but %s', array_to_string(target, ', ')) END];
+        IF global.index_name IS NULL THEN
+            stmts := stmts || 'ALTER INDEX rcll.memory_units_embedding_hnsw_next RENAME TO memory_units_embedding_hnsw'::text;
+            whys := whys || 'the global graph: the new one, under its usual name'::text;
+        ELSE
+            stmts := stmts || ARRAY['ALTER INDEX rcll.memory_units_embedding_hnsw RENAME TO memory_units_embedding_hnsw_old',
+                                    'ALTER INDEX rcll.memory_units_embedding_hnsw_next RENAME TO memory_units_embedding_hnsw',
+                                    'DROP INDEX CONCURRENTLY rcll.memory_units_embedding_hnsw_old'];
+            whys := whys || ARRAY['the global graph: the old one, renamed',
+                                  'the global graph: the new one, under its usual name',
+                                  'the global graph: the old one, dropped'];
         END IF;
     END IF;
 
     -- 3. Own graphs no bank needs any more (it shrank below min_units, or min_units rose): dropped
     --    once the global graph holds their banks again.
-    FOR b IN SELECT g.bank_id FROM rcll.dense_graphs() g WHERE g.bank_id IS NOT NULL AND g.bank_id <> ALL (target) ORDER BY 1 LOOP
-        k := k + 1; step := k;
-        statement := format('DROP INDEX CONCURRENTLY rcll.%I', 'memory_units_embedding_hnsw_bank_' || b);
-        why := format('bank %s: below %s units (or over %s of the store), back in the global graph', b, min_units, max_share);
-        RETURN NEXT;
+    FOREACH b IN ARRAY listed LOOP
+        CONTINUE WHEN b = ANY (target);
+        stmts := stmts || format('DROP INDEX CONCURRENTLY rcll.%I', 'memory_units_embedding_hnsw_bank_' || b);
+        whys := whys || format('bank %s: below %s units (or over %s of the store), back in the global graph', b, min_units, max_share);
     END LOOP;
+
+    RETURN QUERY SELECT p.n::integer, p.statement, p.why FROM unnest(stmts, whys) WITH ORDINALITY AS p(statement, why, n);
 END
 $$;
 COMMENT ON FUNCTION rcll.dense_graph_plan(integer, double precision)
