@@ -32,6 +32,7 @@ from bench.locomo.dataset import vocabulary
 DIM = 384
 TOPIC_POOL = 1000
 T0 = np.datetime64("2024-06-01T00:00:00")
+CASES = ("none", "big room", "tiny room", "author")       # the filter kinds each picked bank is asked under
 INDEXES = {
     "memory_units_embedding_hnsw": "CREATE INDEX memory_units_embedding_hnsw ON rcll.memory_units "
                                    "USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)",
@@ -370,7 +371,7 @@ def ef_sweep(conn: psycopg.Connection[Any], d: dict[str, Any], picks: dict[str, 
     for label, b in picks.items():
         if d["sizes"][b] < 3000:                       # the exact route: recall 1.0 at any ef_search
             continue
-        for kind in ("none", "big room", "tiny room", "author"):
+        for kind in CASES:
             qs = queries(d, b, kind, count)
             ps = [query_params(q, d["names"][b]) for q in qs]
             in_scope = conn.execute(
@@ -444,6 +445,24 @@ def pick_banks(d: dict[str, Any]) -> dict[str, int]:
     return {"small": small, "mid": mid, "biggest": 0}
 
 
+def recall_table(conn: psycopg.Connection[Any], side: psycopg.Connection[Any], d: dict[str, Any], picks: dict[str, int],
+                 asked: dict[tuple[int, str], list[dict[str, Any]]], emb: Any, rerank: bool, title: str, note: str,
+                 prefix: str = "") -> None:
+    """measure_case for every picked bank and filter kind on the `asked` queries: a line each as it
+    goes, then the table under `title` (`note`; the load average)."""
+    rows = []
+    for label, b in picks.items():
+        for kind in CASES:
+            m = measure_case(conn, side, d["names"][b], asked[(b, kind)], emb, rerank)
+            rows.append([f"{label} ({d['sizes'][b]:,})", kind,
+                         *[f"{m[k][0]:.1f} / {m[k][1]:.1f}" if k in m else "" for k in ("sql", "sql cpu", "rerank", "total")],
+                         m["recall@10"]])
+            print(f"  {prefix}{label} bank, {kind}: {rows[-1][2:]}", flush=True)
+    print(f"\n{title} ({note}; load average {' '.join(f'{x:.1f}' for x in os.getloadavg())})")
+    print(table(["bank (units)", "filter", "SQL p50/p95 ms", "SQL backend CPU p50/p95 ms", "rerank p50/p95 ms",
+                 "total p50/p95 ms", "dense recall@10 vs exact"], rows), flush=True)
+
+
 def run(conn: psycopg.Connection[Any], side: psycopg.Connection[Any], n: int, banks: int, per_case: int, rerank: bool,
         partial: bool, efs: list[int] | None = None, ef_queries: int = 20, split: int = 0) -> None:
     t = time.perf_counter()
@@ -463,20 +482,9 @@ def run(conn: psycopg.Connection[Any], side: psycopg.Connection[Any], n: int, ba
     if rerank:
         models.get_reranker()
     picks = pick_banks(d)
-    rows = []
-    asked: dict[tuple[int, str], list[dict[str, Any]]] = {}
-    for label, b in picks.items():
-        for kind in ("none", "big room", "tiny room", "author"):
-            qs = asked[(b, kind)] = queries(d, b, kind, per_case)
-            m = measure_case(conn, side, d["names"][b], qs, emb, rerank)
-            rows.append([f"{label} ({d['sizes'][b]:,})", kind,
-                         *[f"{m[k][0]:.1f} / {m[k][1]:.1f}" if k in m else "" for k in ("sql", "sql cpu", "rerank", "total")],
-                         m["recall@10"]])
-            print(f"  {label} bank, {kind}: {rows[-1][2:]}", flush=True)
-    print(f"\nrecall per bank and filter ({per_case} queries each; channels side by side on two connections; load average "
-          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())})")
-    print(table(["bank (units)", "filter", "SQL p50/p95 ms", "SQL backend CPU p50/p95 ms", "rerank p50/p95 ms",
-                 "total p50/p95 ms", "dense recall@10 vs exact"], rows), flush=True)
+    asked = {(b, kind): queries(d, b, kind, per_case) for b in picks.values() for kind in CASES}
+    recall_table(conn, side, d, picks, asked, emb, rerank, "recall per bank and filter",
+                 f"{per_case} queries each; channels side by side on two connections")
     if efs:
         rows = ef_sweep(conn, d, picks, efs, ef_queries)
         print(f"\ndense channel at each hnsw.ef_search, the HNSW-route cases ({ef_queries} queries each, "
@@ -498,7 +506,7 @@ def run(conn: psycopg.Connection[Any], side: psycopg.Connection[Any], n: int, ba
             conn.execute("ANALYZE rcll.memory_units")
             built = time.perf_counter() - t
             prows = []
-            for kind in ("none", "big room", "tiny room", "author"):
+            for kind in CASES:
                 m = measure_case(conn, side, d["names"][b], asked[(b, kind)], emb, False)
                 prows.append([kind, m["sql"][0], m["sql cpu"][0], m["recall@10"]])
             print(f"\nper-bank partial HNSW index for the {label} bank: built in {built:.0f} s for "
@@ -540,18 +548,8 @@ def split_graphs(conn: psycopg.Connection[Any], side: psycopg.Connection[Any], d
     print(f"\nown HNSW graphs for the {len(built) - 1} banks of at least {min_units:,} units, the global graph rebuilt "
           "without them (each unit in one graph; rcll graphs --apply)")
     print(table(["graph", "units", "build s"], built), flush=True)
-    rows = []
-    for label, b in picks.items():
-        for kind in ("none", "big room", "tiny room", "author"):
-            m = measure_case(conn, side, d["names"][b], asked[(b, kind)], emb, emb is not None)
-            rows.append([f"{label} ({d['sizes'][b]:,})", kind,
-                         *[f"{m[k][0]:.1f} / {m[k][1]:.1f}" if k in m else "" for k in ("sql", "sql cpu", "rerank", "total")],
-                         m["recall@10"]])
-            print(f"  split graphs, {label} bank, {kind}: {rows[-1][2:]}", flush=True)
-    print(f"\nrecall per bank and filter with split graphs, the same queries as the first table (load average "
-          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())})")
-    print(table(["bank (units)", "filter", "SQL p50/p95 ms", "SQL backend CPU p50/p95 ms", "rerank p50/p95 ms",
-                 "total p50/p95 ms", "dense recall@10 vs exact"], rows), flush=True)
+    recall_table(conn, side, d, picks, asked, emb, emb is not None, "recall per bank and filter with split graphs",
+                 "the same queries as the first table", prefix="split graphs, ")
     for label, b in picks.items():
         rate = write_rate(conn, d["names"][b], 300, seed=20 + b)
         print(f"write rate into the {label} bank ({d['sizes'][b]:,}) with split graphs: {rate:.0f} units/s", flush=True)
