@@ -150,7 +150,7 @@ def test_the_fusion_inlines_the_end_of_the_chunk_before(store: psycopg.Connectio
     fusion = [p for p in plans if "rcll._last_words" in p["Query Text"]]
     assert len(fusion) == 1, [p["Query Text"][:80] for p in plans]
     plan = json.dumps(fusion[0]["Plan"])
-    assert "_last_words" not in plan and "regexp_split_to_array" in plan
+    assert "_last_words" not in plan and "string_to_array" in plan
 
 
 def test_the_hnsw_searches_keep_a_candidate_list_longer_than_the_default_limit(db: psycopg.Connection[Any]) -> None:

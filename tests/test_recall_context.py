@@ -115,6 +115,9 @@ def test_context_is_the_end_of_the_chunk_before(db: psycopg.Connection[Any]) -> 
     facts = {f.unit_id: f for f in candidates(db, QUERY, BANK, query_embedding=qe)}
     assert facts[ids[1]].context == " ".join(f"w{i}" for i in range(24, 40))
     assert db.execute("SELECT rcll._last_words(E'  a\tb\n c  ', 2), rcll._last_words('a b', 5)").fetchone() == ("b c", "a b")
+    # ASCII whitespace of every kind, runs of it, an empty or blank text, NULL
+    assert db.execute("SELECT rcll._last_words(E'x\r\ny\vz\fw', 3), rcll._last_words('', 2), rcll._last_words(E' \t ', 2), "
+                      "rcll._last_words(NULL, 2), rcll._last_words('a b', NULL)").fetchone() == ("y z w", "", "", None, None)
 
 
 class _Scores:
