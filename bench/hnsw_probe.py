@@ -82,7 +82,9 @@ def main() -> int:
             t = time.perf_counter()
             conn.execute(f"DROP INDEX rcll.{args.index}")
             # the same definition (a partial index keeps its WHERE), other build parameters
-            conn.execute(re.sub(r" WITH \([^)]*\)", f" WITH ({args.rebuild})", built))
+            # (an index built with the defaults has no WITH: it goes after the column list)
+            conn.execute(re.sub(r" WITH \([^)]*\)", f" WITH ({args.rebuild})", built) if " WITH (" in built
+                         else re.sub(r"(USING hnsw \([^)]*\))", rf"\1 WITH ({args.rebuild})", built, count=1))
             print(f"rebuilt with ({args.rebuild}) in {time.perf_counter() - t:.0f} s "
                   f"(was: {built})", flush=True)
             rows += sweep(conn, set_ef, cases, efs, f"rebuilt ({args.rebuild})")

@@ -284,12 +284,14 @@ def cmd_graphs(args: argparse.Namespace) -> int:
             def progress(s: Any, seconds: float) -> None:
                 if not args.json:
                     print(f"{s.step}. {s.why}: {seconds:.1f} s", flush=True)
-            steps = memory.apply_dense_graph_plan(min_units=args.min_units, max_share=args.max_share,
+            steps = memory.apply_dense_graph_plan(min_units=args.min_units, max_share=args.max_share, m=args.m,
+                                                  ef_construction=args.ef_construction,
                                                   maintenance_work_mem=args.maintenance_work_mem, progress=progress)
             _out(args, f"{len(steps)} statement(s) run" if steps else "the graphs already match",
                  [s.as_dict() for s in steps])
             return 0
-        steps = memory.dense_graph_plan(min_units=args.min_units, max_share=args.max_share)
+        steps = memory.dense_graph_plan(min_units=args.min_units, max_share=args.max_share, m=args.m,
+                                        ef_construction=args.ef_construction)
         have = memory.dense_graphs()
     lines = [f"{g.index_name}: " + (f"bank {g.bank} ({g.bank_id})" if g.kind == "bank" else
                                     "not rcll's (kept as it is)" if g.kind == "other" else
@@ -474,6 +476,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a bank of at least this many units gets its own graph (default: rcll.dense_graph_plan's)")
     s.add_argument("--max-share", type=float, default=None,
                    help="...and at most this fraction of the store's units (default: rcll.dense_graph_plan's)")
+    s.add_argument("--m", type=int, default=None,
+                   help="neighbours per unit in an own graph (default: rcll.dense_graph_plan's, 32)")
+    s.add_argument("--ef-construction", type=int, default=None,
+                   help="an own graph's build candidate list (default: rcll.dense_graph_plan's, 128)")
     s.add_argument("--apply", action="store_true", help="run the plan (index builds CONCURRENTLY: minutes on a big store)")
     s.add_argument("--maintenance-work-mem", default=None,
                    help="--apply: for the builds, e.g. 3GB (an HNSW graph takes ~2 kB a unit; default: the server's)")

@@ -42,24 +42,27 @@ def graphs(conn: psycopg.Connection[Any]) -> list[Graph]:
         return [Graph.from_row(r) for r in cur.execute("SELECT * FROM rcll.dense_graphs()")]
 
 
-def plan(conn: psycopg.Connection[Any], min_units: int | None = None, max_share: float | None = None) -> list[Step]:
-    """What rcll.dense_graph_plan(min_units, max_share) says to run, in order (None: its default
-    for that argument); nothing is run."""
+def plan(conn: psycopg.Connection[Any], min_units: int | None = None, max_share: float | None = None,
+         m: int | None = None, ef_construction: int | None = None) -> list[Step]:
+    """What rcll.dense_graph_plan(min_units, max_share, m, ef_construction) says to run, in order
+    (None: its default for that argument); nothing is run."""
     with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute("SELECT * FROM rcll.dense_graph_plan(min_units => %s, max_share => %s) ORDER BY step",
-                           (min_units, max_share)).fetchall()
+        rows = cur.execute("SELECT * FROM rcll.dense_graph_plan(min_units => %s, max_share => %s, m => %s, "
+                           "ef_construction => %s) ORDER BY step",
+                           (min_units, max_share, m, ef_construction)).fetchall()
     return [Step.from_row(r) for r in rows]
 
 
 def apply(dsn: str, min_units: int | None = None, progress: Callable[[Step, float], None] | None = None,
-          max_share: float | None = None, maintenance_work_mem: str | None = None) -> list[Step]:
+          max_share: float | None = None, maintenance_work_mem: str | None = None,
+          m: int | None = None, ef_construction: int | None = None) -> list[Step]:
     """Run the plan's statements one by one (each its own transaction: the builds are CONCURRENTLY,
     so retains and recalls go on meanwhile). An interrupted run leaves at worst an invalid index,
     which the next plan drops first. maintenance_work_mem (e.g. '3GB') for these builds: an HNSW
     build is much faster when its graph fits (~2 kB a unit); default the server's. Returns the
     steps run."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        steps = plan(conn, min_units, max_share)
+        steps = plan(conn, min_units, max_share, m, ef_construction)
         if maintenance_work_mem:
             conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (maintenance_work_mem,))
         for s in steps:

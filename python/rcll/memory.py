@@ -725,20 +725,23 @@ class Memory:
         with self._connection() as conn:
             return graphs.graphs(conn)
 
-    def dense_graph_plan(self, *, min_units: int | None = None, max_share: float | None = None) -> list[graphs.Step]:
-        """What rcll.dense_graph_plan says to run to give big banks their own graph; runs nothing."""
+    def dense_graph_plan(self, *, min_units: int | None = None, max_share: float | None = None,
+                         m: int | None = None, ef_construction: int | None = None) -> list[graphs.Step]:
+        """What rcll.dense_graph_plan says to run to give big banks their own graph (built with m and
+        ef_construction; None: the defaults, 32 and 128); runs nothing."""
         self._whole_store("planning the graphs")
         with self._connection() as conn, database_errors():
-            return graphs.plan(conn, min_units, max_share)
+            return graphs.plan(conn, min_units, max_share, m, ef_construction)
 
     def apply_dense_graph_plan(self, *, min_units: int | None = None, max_share: float | None = None,
+                               m: int | None = None, ef_construction: int | None = None,
                                maintenance_work_mem: str | None = None,
                                progress: Callable[[graphs.Step, float], None] | None = None) -> list[graphs.Step]:
         """Run that plan, statement by statement on a connection of its own (the index builds are
         CONCURRENTLY: retains and recalls go on meanwhile). Minutes on a big store."""
         self._whole_store("rebuilding the graphs")
         with database_errors():
-            return graphs.apply(self.dsn, min_units, progress, max_share, maintenance_work_mem)
+            return graphs.apply(self.dsn, min_units, progress, max_share, maintenance_work_mem, m, ef_construction)
 
     # -- background -------------------------------------------------------------------------------
 

@@ -23,7 +23,8 @@ LANGUAGE sql STABLE
 AS $$
     -- Every HNSW index on memory_units: the global graph (kind 'global'; excluded_banks the banks
     -- it leaves out, empty when it holds every bank; _next and _old are a rebuild's two halves),
-    -- each bank's own graph (kind 'bank'), and any other a DBA built (kind 'other').
+    -- each bank's own graph (kind 'bank'; _next: a rebuild's new half), and any other a DBA built
+    -- (kind 'other').
     SELECT c.relname::text,
            CASE WHEN g.bank_id IS NOT NULL THEN 'bank'
                 WHEN c.relname IN ('memory_units_embedding_hnsw', 'memory_units_embedding_hnsw_next',
@@ -40,7 +41,7 @@ AS $$
     FROM pg_catalog.pg_index i
     JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
     JOIN pg_catalog.pg_am a ON a.oid = c.relam AND a.amname = 'hnsw'
-    CROSS JOIN LATERAL (SELECT (regexp_match(c.relname, '^memory_units_embedding_hnsw_bank_([0-9]+)$'))[1]::integer AS bank_id) g
+    CROSS JOIN LATERAL (SELECT (regexp_match(c.relname, '^memory_units_embedding_hnsw_bank_([0-9]+)(_next)?$'))[1]::integer AS bank_id) g
     LEFT JOIN rcll.banks b ON b.bank_id = g.bank_id
     WHERE i.indrelid = 'rcll.memory_units'::regclass
     ORDER BY g.bank_id NULLS FIRST, c.relname
@@ -48,7 +49,11 @@ $$;
 COMMENT ON FUNCTION rcll.dense_graphs()
     IS 'The HNSW graphs of rcll.memory_units: the global one (kind global; excluded_banks: the banks with their own graph, which it leaves out), each bank''s own (kind bank: memory_units_embedding_hnsw_bank_<id>) and any other HNSW index on the table (kind other), with validity and size. See rcll.dense_graph_plan().';
 
-CREATE OR REPLACE FUNCTION rcll.dense_graph_plan(min_units integer DEFAULT 20000, max_share double precision DEFAULT 0.5)
+CREATE OR REPLACE FUNCTION rcll.dense_graph_plan(
+    min_units       integer DEFAULT 20000,
+    max_share       double precision DEFAULT 0.5,
+    m               integer DEFAULT 32,
+    ef_construction integer DEFAULT 128)
 RETURNS TABLE (step integer, statement text, why text)
 LANGUAGE plpgsql STABLE
 AS $$
@@ -58,7 +63,11 @@ DECLARE
     have    integer[];        -- banks with a valid graph of their own
     listed  integer[];        -- banks with a graph of their own, valid or an unfinished build
     global  record;
-    params  text;
+    params  text;             -- the global graph's build parameters (a rebuild keeps them)
+    own     text;             -- an own graph's
+    wanted  text[];           -- an own graph's, as pg_class.reloptions lists them
+    stale   integer[];        -- banks whose own graph was built with other parameters
+    b_next  text;
     stmts   text[] := '{}';   -- the plan, in order, and why each statement is in it
     whys    text[] := '{}';
     b       integer;
@@ -74,6 +83,18 @@ BEGIN
         RAISE EXCEPTION 'min_units: must be a positive number of units (got %)', min_units
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'A bank of at least min_units units gets its own HNSW graph; 20000 is the default.';
+    END IF;
+    m := coalesce(m, 32);
+    ef_construction := coalesce(ef_construction, 128);
+    IF m < 2 OR m > 100 THEN
+        RAISE EXCEPTION 'm: must be from 2 to 100 (got %)', m
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'The number of neighbours each unit keeps in a bank''s own HNSW graph; 32 is the default.';
+    END IF;
+    IF ef_construction < 2 * m OR ef_construction > 1000 THEN
+        RAISE EXCEPTION 'ef_construction: must be from 2 x m (%) to 1000 (got %)', 2 * m, ef_construction
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'The candidate list an own graph''s build keeps per insert (pgvector requires at least 2 x m); 128 is the default.';
     END IF;
     IF max_share <= 0 OR max_share > 1 THEN
         RAISE EXCEPTION 'max_share: must be a fraction of the store''s units in (0, 1] (got %)', max_share
@@ -95,22 +116,50 @@ BEGIN
     SELECT coalesce(array_agg(g.bank_id ORDER BY g.bank_id) FILTER (WHERE g.valid), '{}'),
            coalesce(array_agg(g.bank_id ORDER BY g.bank_id), '{}')
     INTO have, listed
-    FROM rcll.dense_graphs() g WHERE g.kind = 'bank';
+    FROM rcll.dense_graphs() g WHERE g.kind = 'bank' AND g.index_name = 'memory_units_embedding_hnsw_bank_' || g.bank_id;
     SELECT * INTO global FROM rcll.dense_graphs() g WHERE g.index_name = 'memory_units_embedding_hnsw';
     -- New graphs are built as the global one is (m, ef_construction), whatever a DBA chose for it.
     params := coalesce((SELECT ' WITH (' || array_to_string(c.reloptions, ', ') || ')' FROM pg_catalog.pg_class c
                         WHERE c.oid = to_regclass('rcll.memory_units_embedding_hnsw') AND c.reloptions IS NOT NULL), '');
+    -- A bank's own graph is built denser than pgvector's default (m 16, ef_construction 64): a big
+    -- bank's nearest neighbours are many and close together, and a sparser graph misses them
+    -- (docs/scaling.md: a 333,333-unit bank's dense recall@10 against exact 0.89 -> 0.98).
+    own := format(' WITH (m = %s, ef_construction = %s)', m, ef_construction);
+    wanted := ARRAY[format('m=%s', m), format('ef_construction=%s', ef_construction)];
+    SELECT coalesce(array_agg(g.bank_id ORDER BY g.bank_id), '{}') INTO stale
+    FROM rcll.dense_graphs() g JOIN pg_catalog.pg_class c ON c.oid = format('rcll.%I', g.index_name)::regclass
+    WHERE g.kind = 'bank' AND g.index_name = 'memory_units_embedding_hnsw_bank_' || g.bank_id AND g.valid AND g.bank_id = ANY (target)
+      AND NOT (coalesce(c.reloptions, '{}') @> wanted AND wanted @> coalesce(c.reloptions, '{}'));
 
     -- 1. Each bank that should have its own graph and has none (an interrupted build leaves an
     --    invalid index: dropped first).
     FOREACH b IN ARRAY target LOOP
-        CONTINUE WHEN b = ANY (have);
+        CONTINUE WHEN b = ANY (have) AND b <> ALL (stale);
+        -- What a rebuild (below) leaves when interrupted: its new half, memory_units_embedding_hnsw_bank_<id>_next.
+        b_next := 'memory_units_embedding_hnsw_bank_' || b || '_next';
+        IF b = ANY (stale) OR to_regclass(format('rcll.%I', b_next)) IS NOT NULL THEN
+            stmts := stmts || format('DROP INDEX CONCURRENTLY IF EXISTS rcll.%I', b_next);
+            whys := whys || format('bank %s: clear an unfinished rebuild of its graph, if any', b);
+        END IF;
+        IF b = ANY (stale) THEN
+            -- Built with other parameters: the new graph beside the old one, which serves until it
+            -- is dropped; then the new one under the usual name.
+            stmts := stmts || ARRAY[
+                format('CREATE INDEX CONCURRENTLY %I ON rcll.memory_units USING hnsw (embedding public.vector_cosine_ops)%s WHERE bank_id = %s',
+                       b_next, own, b),
+                format('DROP INDEX CONCURRENTLY rcll.%I', 'memory_units_embedding_hnsw_bank_' || b),
+                format('ALTER INDEX rcll.%I RENAME TO %I', b_next, 'memory_units_embedding_hnsw_bank_' || b)];
+            whys := whys || ARRAY[format('bank %s: its graph again, built with m %s, ef_construction %s', b, m, ef_construction),
+                                  format('bank %s: the graph built with other parameters, dropped', b),
+                                  format('bank %s: the new graph, under its usual name', b)];
+            CONTINUE;
+        END IF;
         IF b = ANY (listed) THEN
             stmts := stmts || format('DROP INDEX CONCURRENTLY IF EXISTS rcll.%I', 'memory_units_embedding_hnsw_bank_' || b);
             whys := whys || format('bank %s: an unfinished build of its graph', b);
         END IF;
         stmts := stmts || format('CREATE INDEX CONCURRENTLY %I ON rcll.memory_units USING hnsw (embedding public.vector_cosine_ops)%s WHERE bank_id = %s',
-                                 'memory_units_embedding_hnsw_bank_' || b, params, b);
+                                 'memory_units_embedding_hnsw_bank_' || b, own, b);
         whys := whys || format('bank %s (%s) holds at least %s units: its own graph', b, (SELECT x.name FROM rcll.banks x WHERE x.bank_id = b), min_units);
     END LOOP;
 
@@ -141,14 +190,15 @@ BEGIN
 
     -- 3. Own graphs no bank needs any more (it shrank below min_units, or min_units rose): dropped
     --    once the global graph holds their banks again.
-    FOREACH b IN ARRAY listed LOOP
-        CONTINUE WHEN b = ANY (target);
-        stmts := stmts || format('DROP INDEX CONCURRENTLY rcll.%I', 'memory_units_embedding_hnsw_bank_' || b);
-        whys := whys || format('bank %s: below %s units (or over %s of the store), back in the global graph', b, min_units, max_share);
-    END LOOP;
+    --    (A rebuild's unfinished new half goes with it.)
+    SELECT stmts || coalesce(array_agg(format('DROP INDEX CONCURRENTLY rcll.%I', g.index_name) ORDER BY g.bank_id, g.index_name), '{}'),
+           whys || coalesce(array_agg(format('bank %s: below %s units (or over %s of the store), back in the global graph',
+                                             g.bank_id, min_units, max_share) ORDER BY g.bank_id, g.index_name), '{}')
+    INTO stmts, whys
+    FROM rcll.dense_graphs() g WHERE g.kind = 'bank' AND g.bank_id <> ALL (target);
 
     RETURN QUERY SELECT p.n::integer, p.statement, p.why FROM unnest(stmts, whys) WITH ORDINALITY AS p(statement, why, n);
 END
 $$;
-COMMENT ON FUNCTION rcll.dense_graph_plan(integer, double precision)
-    IS 'The statements, in order, that give every bank of at least min_units units (and at most max_share of the store''s) its own HNSW graph and rebuild the global graph without them (each unit in one graph), or undo it for banks below min_units. Reads only; nothing is run. In psql: SELECT statement FROM rcll.dense_graph_plan() \gexec (or rcll graphs --apply). Empty when the layout already matches.';
+COMMENT ON FUNCTION rcll.dense_graph_plan(integer, double precision, integer, integer)
+    IS 'The statements, in order, that give every bank of at least min_units units (and at most max_share of the store''s) its own HNSW graph (built WITH (m, ef_construction); one built otherwise is rebuilt beside it and swapped in) and rebuild the global graph without them (each unit in one graph), or undo it for banks below min_units. Reads only; nothing is run. In psql: SELECT statement FROM rcll.dense_graph_plan() \gexec (or rcll graphs --apply). Empty when the layout already matches.';
