@@ -154,9 +154,8 @@ def test_an_hnsw_index_of_a_dbas_own_is_listed_and_left_alone(small_fleet: psyco
 
 
 def _reloptions(db: psycopg.Connection[Any], index: str) -> list[str]:
-    row = db.execute("SELECT reloptions FROM pg_class WHERE oid = %s::regclass", (f"rcll.{index}",)).fetchone()
-    assert row is not None
-    return sorted(row[0] or [])
+    (g,) = [g for g in graphs.graphs(db) if g.index_name == index]
+    return sorted(g.build_options)
 
 
 def test_an_own_graph_built_with_other_parameters_is_rebuilt_beside_it(small_fleet: psycopg.Connection[Any], dsn: str) -> None:
@@ -213,7 +212,7 @@ def test_rcll_graphs_prints_the_plan_and_applies_it(small_fleet: psycopg.Connect
     big = _bank_id(fleet, "big")
     assert cli(["graphs", "--dsn", dsn, "--min-units", str(SMALL), "--max-share", "0.9"]) == 0
     out = capsys.readouterr().out
-    assert "memory_units_embedding_hnsw: global" in out
+    assert "memory_units_embedding_hnsw: global" in out and "m=16 ef_construction=64" in out
     assert f"CREATE INDEX CONCURRENTLY memory_units_embedding_hnsw_bank_{big} " in out
     assert "rcll graphs --apply runs these" in out
     assert [g.index_name for g in graphs.graphs(fleet)] == ["memory_units_embedding_hnsw"]     # printing runs nothing

@@ -297,7 +297,8 @@ def cmd_graphs(args: argparse.Namespace) -> int:
                                     "not rcll's (kept as it is)" if g.kind == "other" else
                                     "global" + (f", without banks {', '.join(map(str, g.excluded_banks or []))}"
                                                 if g.excluded_banks else ""))
-             + f", {g.bytes / 2**20:.0f} MiB" + ("" if g.valid else ", INVALID (an unfinished build)") for g in have]
+             + f", {g.bytes / 2**20:.0f} MiB, " + (" ".join(g.build_options) or "pgvector's default build")
+             + ("" if g.valid else ", INVALID (an unfinished build)") for g in have]
     lines.append("")
     lines += ([f"{s.step}. {s.statement};  -- {s.why}" for s in steps]
               or ["nothing to do: every bank big enough has its own graph, and only those"])

@@ -27,6 +27,7 @@ class Graph(Renders):
     excluded_banks: list[int] | None
     valid: bool
     bytes: int
+    build_options: list[str]       # e.g. ['m=32', 'ef_construction=128']; empty: pgvector's defaults
 
 
 @dataclass(frozen=True)
