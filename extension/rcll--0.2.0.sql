@@ -2498,7 +2498,7 @@ DECLARE
     params  text;             -- the global graph's build parameters (a rebuild keeps them)
     own     text;             -- an own graph's
     wanted  text[];           -- an own graph's, as pg_class.reloptions lists them
-    stale   integer[];        -- banks whose own graph was built with other parameters
+    stale   integer[];        -- banks whose valid own graph was built with other parameters
     b_next  text;
     stmts   text[] := '{}';   -- the plan, in order, and why each statement is in it
     whys    text[] := '{}';
@@ -2545,23 +2545,21 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Raise min_units (the planner proves the global graph''s predicate for at most 100 banks).';
     END IF;
-    SELECT coalesce(array_agg(g.bank_id ORDER BY g.bank_id) FILTER (WHERE g.valid), '{}'),
-           coalesce(array_agg(g.bank_id ORDER BY g.bank_id), '{}')
-    INTO have, listed
-    FROM rcll.dense_graphs() g WHERE g.kind = 'bank' AND g.index_name = 'memory_units_embedding_hnsw_bank_' || g.bank_id;
-    SELECT * INTO global FROM rcll.dense_graphs() g WHERE g.index_name = 'memory_units_embedding_hnsw';
-    -- New graphs are built as the global one is (m, ef_construction), whatever a DBA chose for it.
-    params := coalesce((SELECT ' WITH (' || array_to_string(c.reloptions, ', ') || ')' FROM pg_catalog.pg_class c
-                        WHERE c.oid = to_regclass('rcll.memory_units_embedding_hnsw') AND c.reloptions IS NOT NULL), '');
     -- A bank's own graph is built denser than pgvector's default (m 16, ef_construction 64): a big
     -- bank's nearest neighbours are many and close together, and a sparser graph misses them
-    -- (docs/scaling.md: a 333,333-unit bank's dense recall@10 against exact 0.89 -> 0.98).
+    -- (docs/scaling.md: a 333,333-unit bank's dense recall@10 against exact 0.89 -> 0.97-0.98).
     own := format(' WITH (m = %s, ef_construction = %s)', m, ef_construction);
     wanted := ARRAY[format('m=%s', m), format('ef_construction=%s', ef_construction)];
-    SELECT coalesce(array_agg(g.bank_id ORDER BY g.bank_id), '{}') INTO stale
-    FROM rcll.dense_graphs() g
-    WHERE g.kind = 'bank' AND g.index_name = 'memory_units_embedding_hnsw_bank_' || g.bank_id AND g.valid AND g.bank_id = ANY (target)
-      AND NOT (g.build_options @> wanted AND wanted @> g.build_options);
+    SELECT coalesce(array_agg(g.bank_id ORDER BY g.bank_id) FILTER (WHERE g.valid), '{}'),
+           coalesce(array_agg(g.bank_id ORDER BY g.bank_id), '{}'),
+           coalesce(array_agg(g.bank_id ORDER BY g.bank_id)
+                    FILTER (WHERE g.valid AND NOT (g.build_options @> wanted AND wanted @> g.build_options)), '{}')
+    INTO have, listed, stale
+    FROM rcll.dense_graphs() g WHERE g.kind = 'bank' AND g.index_name = 'memory_units_embedding_hnsw_bank_' || g.bank_id;
+    SELECT * INTO global FROM rcll.dense_graphs() g WHERE g.index_name = 'memory_units_embedding_hnsw';
+    -- The global graph is rebuilt as it was built (m, ef_construction), whatever a DBA chose for it.
+    params := coalesce((SELECT ' WITH (' || array_to_string(c.reloptions, ', ') || ')' FROM pg_catalog.pg_class c
+                        WHERE c.oid = to_regclass('rcll.memory_units_embedding_hnsw') AND c.reloptions IS NOT NULL), '');
 
     -- 1. Each bank that should have its own graph and has none (an interrupted build leaves an
     --    invalid index: dropped first).
