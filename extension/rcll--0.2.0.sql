@@ -2653,11 +2653,12 @@ LANGUAGE sql STABLE PARALLEL SAFE
 -- Words are split on ASCII whitespace (space, tab, LF, CR, VT, FF) by translate and
 -- string_to_array, not by a regular expression: the fusion's 100 rows in ~0.9x the time (the
 -- same words on every unit of bench.recall's 100k store; a regex's \s also takes what a locale
--- calls a space, such as U+00A0, which is kept inside a word here).
+-- calls a space, such as U+00A0, which is kept inside a word here). VT is written \x0B: an E''
+-- string's \v is not an escape on PostgreSQL 15 (E'\v' is a plain v there: a test caught it).
 AS $$
     SELECT CASE WHEN n IS NOT NULL THEN
-        array_to_string((array_remove(string_to_array(translate(t, E'\t\n\r\v\f', '     '), ' '), ''))
-            [greatest(cardinality(array_remove(string_to_array(translate(t, E'\t\n\r\v\f', '     '), ' '), '')) - n + 1, 1):], ' ') END
+        array_to_string((array_remove(string_to_array(translate(t, E'\t\n\r\x0B\f', '     '), ' '), ''))
+            [greatest(cardinality(array_remove(string_to_array(translate(t, E'\t\n\r\x0B\f', '     '), ' '), '')) - n + 1, 1):], ' ') END
 $$;
 COMMENT ON FUNCTION rcll._last_words(text, integer) IS 'Internal: the last n words of a text (separated by ASCII whitespace), joined by single spaces.';
 

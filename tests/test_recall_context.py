@@ -118,6 +118,8 @@ def test_context_is_the_end_of_the_chunk_before(db: psycopg.Connection[Any]) -> 
     # ASCII whitespace of every kind, runs of it, an empty or blank text, NULL
     assert db.execute("SELECT rcll._last_words(E'x\r\ny\vz\fw', 3), rcll._last_words('', 2), rcll._last_words(E' \t ', 2), "
                       "rcll._last_words(NULL, 2), rcll._last_words('a b', NULL)").fetchone() == ("y z w", "", "", None, None)
+    # a v is a letter (E'\\v' is no escape: it once turned "move" into "mo e")
+    assert db.execute("SELECT rcll._last_words('Did you move to Postgres 18?', 4)").fetchone() == ("move to Postgres 18?",)
 
 
 class _Scores:
