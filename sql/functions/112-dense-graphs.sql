@@ -71,6 +71,8 @@ DECLARE
     own     text;             -- an own graph's
     wanted  text[];           -- an own graph's, as pg_class.reloptions lists them
     stale   integer[];        -- banks whose valid own graph was built with other parameters
+    halves  integer[];        -- banks with a rebuild's new half (memory_units_embedding_hnsw_bank_<id>_next)
+    b_own   text;
     b_next  text;
     stmts   text[] := '{}';   -- the plan, in order, and why each statement is in it
     whys    text[] := '{}';
@@ -122,12 +124,14 @@ BEGIN
     -- (docs/scaling.md: a 333,333-unit bank's dense recall@10 against exact 0.89 -> 0.97-0.98).
     own := format(' WITH (m = %s, ef_construction = %s)', m, ef_construction);
     wanted := ARRAY[format('m=%s', m), format('ef_construction=%s', ef_construction)];
-    SELECT coalesce(array_agg(g.bank_id ORDER BY g.bank_id) FILTER (WHERE g.valid), '{}'),
-           coalesce(array_agg(g.bank_id ORDER BY g.bank_id), '{}'),
+    SELECT coalesce(array_agg(g.bank_id ORDER BY g.bank_id) FILTER (WHERE NOT g.half AND g.valid), '{}'),
+           coalesce(array_agg(g.bank_id ORDER BY g.bank_id) FILTER (WHERE NOT g.half), '{}'),
            coalesce(array_agg(g.bank_id ORDER BY g.bank_id)
-                    FILTER (WHERE g.valid AND NOT (g.build_options @> wanted AND wanted @> g.build_options)), '{}')
-    INTO have, listed, stale
-    FROM rcll.dense_graphs() g WHERE g.kind = 'bank' AND g.index_name = 'memory_units_embedding_hnsw_bank_' || g.bank_id;
+                    FILTER (WHERE NOT g.half AND g.valid AND NOT (g.build_options @> wanted AND wanted @> g.build_options)), '{}'),
+           coalesce(array_agg(g.bank_id ORDER BY g.bank_id) FILTER (WHERE g.half), '{}')
+    INTO have, listed, stale, halves
+    FROM (SELECT x.*, x.index_name <> 'memory_units_embedding_hnsw_bank_' || x.bank_id AS half
+          FROM rcll.dense_graphs() x WHERE x.kind = 'bank') g;
     SELECT * INTO global FROM rcll.dense_graphs() g WHERE g.index_name = 'memory_units_embedding_hnsw';
     -- The global graph is rebuilt as it was built (m, ef_construction), whatever a DBA chose for it.
     params := coalesce((SELECT ' WITH (' || array_to_string(c.reloptions, ', ') || ')' FROM pg_catalog.pg_class c
@@ -137,9 +141,10 @@ BEGIN
     --    invalid index: dropped first).
     FOREACH b IN ARRAY target LOOP
         CONTINUE WHEN b = ANY (have) AND b <> ALL (stale);
-        -- What a rebuild (below) leaves when interrupted: its new half, memory_units_embedding_hnsw_bank_<id>_next.
-        b_next := 'memory_units_embedding_hnsw_bank_' || b || '_next';
-        IF b = ANY (stale) OR to_regclass(format('rcll.%I', b_next)) IS NOT NULL THEN
+        b_own := 'memory_units_embedding_hnsw_bank_' || b;
+        -- What a rebuild (below) leaves when interrupted: its new half, <own graph>_next.
+        b_next := b_own || '_next';
+        IF b = ANY (stale) OR b = ANY (halves) THEN
             stmts := stmts || format('DROP INDEX CONCURRENTLY IF EXISTS rcll.%I', b_next);
             whys := whys || format('bank %s: clear an unfinished rebuild of its graph, if any', b);
         END IF;
@@ -149,19 +154,19 @@ BEGIN
             stmts := stmts || ARRAY[
                 format('CREATE INDEX CONCURRENTLY %I ON rcll.memory_units USING hnsw (embedding public.vector_cosine_ops)%s WHERE bank_id = %s',
                        b_next, own, b),
-                format('DROP INDEX CONCURRENTLY rcll.%I', 'memory_units_embedding_hnsw_bank_' || b),
-                format('ALTER INDEX rcll.%I RENAME TO %I', b_next, 'memory_units_embedding_hnsw_bank_' || b)];
+                format('DROP INDEX CONCURRENTLY rcll.%I', b_own),
+                format('ALTER INDEX rcll.%I RENAME TO %I', b_next, b_own)];
             whys := whys || ARRAY[format('bank %s: its graph again, built with m %s, ef_construction %s', b, m, ef_construction),
                                   format('bank %s: the graph built with other parameters, dropped', b),
                                   format('bank %s: the new graph, under its usual name', b)];
             CONTINUE;
         END IF;
         IF b = ANY (listed) THEN
-            stmts := stmts || format('DROP INDEX CONCURRENTLY IF EXISTS rcll.%I', 'memory_units_embedding_hnsw_bank_' || b);
+            stmts := stmts || format('DROP INDEX CONCURRENTLY IF EXISTS rcll.%I', b_own);
             whys := whys || format('bank %s: an unfinished build of its graph', b);
         END IF;
         stmts := stmts || format('CREATE INDEX CONCURRENTLY %I ON rcll.memory_units USING hnsw (embedding public.vector_cosine_ops)%s WHERE bank_id = %s',
-                                 'memory_units_embedding_hnsw_bank_' || b, own, b);
+                                 b_own, own, b);
         whys := whys || format('bank %s (%s) holds at least %s units: its own graph', b, (SELECT x.name FROM rcll.banks x WHERE x.bank_id = b), min_units);
     END LOOP;
 
