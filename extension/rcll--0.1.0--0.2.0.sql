@@ -181,6 +181,25 @@ $$;
 
 INSERT INTO rcll.migrations (name, sha256) VALUES ('014-document-lexicon.sql', '61c8a9da2a28cdbbf0eb32914a05230718484a5e6a0fa08d73c5627fade0e321');
 
+-- migration 015-bank-document-count.sql
+-- Run-once: the session channel's document count (its BM25 N) kept with the other corpus
+-- statistics in rcll.bank_stats, refreshed off the write path by rcll.refresh_bank_stats.
+--
+-- The session channel counted the bank's documents on every recall: at 1M units, in a bank of
+-- 333,333 units and 39,424 documents, an index-only scan of 15-19 ms (15,778 buffers, 15,410 heap
+-- fetches on a bank being written), ~10% of the BM25 channels' time there (docs/scaling.md).
+-- NULL (never refreshed) keeps the exact count, as the unit figures do.
+ALTER TABLE rcll.bank_stats ADD COLUMN document_count bigint;
+COMMENT ON COLUMN rcll.bank_stats.document_count IS 'Documents in the bank at the last refresh (the session channel''s BM25 N); NULL until the first refresh, when recall counts them.';
+COMMENT ON TABLE rcll.bank_stats IS 'BM25 corpus statistics per bank (unit and document counts, total length), refreshed off the write path by rcll.refresh_bank_stats(). Document frequencies need no table: they are counted from the candidates.';
+
+-- Counted now for the banks whose unit figures were refreshed, so recall reads what it counted before.
+UPDATE rcll.bank_stats s
+SET document_count = (SELECT count(*) FROM rcll.documents d WHERE d.bank_id = s.bank_id)
+WHERE s.unit_count > 0;
+
+INSERT INTO rcll.migrations (name, sha256) VALUES ('015-bank-document-count.sql', '79f2070d5cf65b45940b0dcec0ff7572eaa2229812aeb9c97d679ee0b13ddb46');
+
 -- triggers of 0.1.0 that are gone
 DROP TRIGGER units_room_changed ON rcll.memory_units;
 DROP TRIGGER units_rooms_deleted ON rcll.memory_units;
@@ -188,6 +207,7 @@ DROP TRIGGER units_rooms_inserted ON rcll.memory_units;
 DROP TRIGGER units_truncated ON rcll.memory_units;
 
 -- functions of 0.1.0 whose signature or result changed, or that are gone
+DROP FUNCTION rcll._bm25_corpus(pg_catalog.int4);
 DROP FUNCTION rcll._check_export_table(text);
 DROP FUNCTION rcll._import_triggers(text, pg_catalog.bool, text[]);
 DROP FUNCTION rcll._in_scope(rcll.memory_units, pg_catalog.int4, text[], text[], pg_catalog.bool, text[], text[], text[], text[], text, timestamptz);
@@ -204,6 +224,7 @@ DROP FUNCTION rcll.channel_temporal(text, text, text[], text[], pg_catalog.bool,
 DROP FUNCTION rcll.preceding_units(pg_catalog.int8[], text, text[], text[], pg_catalog.bool, pg_catalog.bool, text[], text[], text[], text[], text, timestamptz);
 DROP FUNCTION rcll.recall(text, text, vector, text[], text[], pg_catalog.bool, pg_catalog.bool, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, pg_catalog.int4, pg_catalog.int4, pg_catalog.float8, pg_catalog.float8, pg_catalog.float8, pg_catalog.float8, pg_catalog.float8, pg_catalog.int4, pg_catalog.int4, pg_catalog.int4, pg_catalog.int4);
 DROP FUNCTION rcll.recall_candidates(text, text, vector, text[], text[], pg_catalog.bool, pg_catalog.bool, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, pg_catalog.int4, pg_catalog.int4, pg_catalog.float8, pg_catalog.float8, pg_catalog.float8, pg_catalog.float8, pg_catalog.float8, pg_catalog.int4);
+DROP FUNCTION rcll.refresh_bank_stats(text);
 
 -- functions 010-banks.sql
 -- Banks: creating them and resolving a bank name to its id with an error that says the fix.
@@ -1640,7 +1661,7 @@ $$;
 -- BM25 corpus statistics (document count, average length) per bank, refreshed off the write path.
 
 CREATE OR REPLACE FUNCTION rcll.refresh_bank_stats(bank text DEFAULT NULL)
-RETURNS TABLE (bank_name text, unit_count bigint, total_length bigint)
+RETURNS TABLE (bank_name text, unit_count bigint, total_length bigint, document_count bigint)
 LANGUAGE plpgsql VOLATILE
 AS $$
 #variable_conflict use_column
@@ -1656,33 +1677,40 @@ BEGIN
         WHERE only_bank IS NULL OR b.bank_id = only_bank
         GROUP BY b.bank_id
     ), written AS (
-        INSERT INTO rcll.bank_stats AS s (bank_id, unit_count, total_length, refreshed_at)
-        SELECT c.bank_id, c.n, c.total, now() FROM counted c
+        INSERT INTO rcll.bank_stats AS s (bank_id, unit_count, total_length, document_count, refreshed_at)
+        SELECT c.bank_id, c.n, c.total,
+               (SELECT count(*) FROM rcll.documents d WHERE d.bank_id = c.bank_id), now()
+        FROM counted c
         ON CONFLICT (bank_id) DO UPDATE
-            SET unit_count = excluded.unit_count, total_length = excluded.total_length, refreshed_at = excluded.refreshed_at
-        RETURNING s.bank_id, s.unit_count, s.total_length
+            SET unit_count = excluded.unit_count, total_length = excluded.total_length,
+                document_count = excluded.document_count, refreshed_at = excluded.refreshed_at
+        RETURNING s.bank_id, s.unit_count, s.total_length, s.document_count
     )
-    SELECT b.name, w.unit_count, w.total_length FROM written w JOIN rcll.banks b ON b.bank_id = w.bank_id ORDER BY b.name;
+    SELECT b.name, w.unit_count, w.total_length, w.document_count
+    FROM written w JOIN rcll.banks b ON b.bank_id = w.bank_id ORDER BY b.name;
 END
 $$;
-COMMENT ON FUNCTION rcll.refresh_bank_stats(text) IS 'Recount BM25 corpus statistics (units and total lexical length) for one bank, or every bank when bank is NULL. Run it periodically or after a bulk load; recall only reads the result.';
+COMMENT ON FUNCTION rcll.refresh_bank_stats(text) IS 'Recount BM25 corpus statistics (units, total lexical length, documents) for one bank, or every bank when bank is NULL. Run it periodically or after a bulk load; recall only reads the result.';
 
-CREATE OR REPLACE FUNCTION rcll._bm25_corpus(bank_id integer, OUT n double precision, OUT avgdl double precision)
+CREATE OR REPLACE FUNCTION rcll._bm25_corpus(
+    bank_id integer, OUT n double precision, OUT avgdl double precision, OUT ndocs double precision)
 LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
-    SELECT s.unit_count, s.total_length::double precision / nullif(s.unit_count, 0) INTO n, avgdl
+    SELECT s.unit_count, s.total_length::double precision / nullif(s.unit_count, 0), s.document_count
+    INTO n, avgdl, ndocs
     FROM rcll.bank_stats s WHERE s.bank_id = _bm25_corpus.bank_id;
     IF coalesce(n, 0) = 0 THEN
         -- Never refreshed (a new bank, or a replica of one): count exactly. Correct, just slower.
         SELECT count(*), avg(u.lexical_length) INTO n, avgdl
         FROM rcll.memory_units u WHERE u.bank_id = _bm25_corpus.bank_id;
+        ndocs := NULL;
     END IF;
     n := greatest(coalesce(n, 0), 1);
     avgdl := greatest(coalesce(avgdl, 1), 1);
 END
 $$;
-COMMENT ON FUNCTION rcll._bm25_corpus(integer) IS 'Internal: BM25 N and average document length of a bank from bank_stats (exact counts when never refreshed).';
+COMMENT ON FUNCTION rcll._bm25_corpus(integer) IS 'Internal: BM25 N and average unit length of a bank, and its document count (the session channel''s N; NULL: count them), from bank_stats (exact unit counts and a NULL document count when never refreshed).';
 
 
 -- functions 103-recall-defaults.sql
@@ -2372,8 +2400,10 @@ BEGIN
                AND corpus.n * 4 <= (SELECT c.reltuples FROM pg_catalog.pg_class c WHERE c.oid = 'rcll.unit_lexicon'::regclass);
     IF _bm25_channels.session THEN
         -- Document statistics: N = the bank's documents, average length = the units' total
-        -- length over N (rcll._bm25_corpus's unit figures; documents are counted on their bank index).
-        ndocs := greatest((SELECT count(*) FROM rcll.documents d WHERE d.bank_id = bk), 1);
+        -- length over N - all three from the same refresh of rcll.bank_stats (rcll._bm25_corpus);
+        -- counted here only when never refreshed (counting them on every recall was an index scan
+        -- of 15-19 ms in a bank of 39,424 documents: migration 015).
+        ndocs := greatest(coalesce(corpus.ndocs, (SELECT count(*) FROM rcll.documents d WHERE d.bank_id = bk)), 1);
         avgdl := greatest(corpus.avgdl * corpus.n / ndocs, 1);
     END IF;
     -- Candidates from the rarer terms only (rcll._bm25_pruned_terms); a pruned term still scores,

@@ -136,13 +136,24 @@ def tables(conn: psycopg.Connection[Any]) -> list[str]:
         "AND c.relkind IN ('r', 'p') ORDER BY 1")]
 
 
-def snapshot(conn: psycopg.Connection[Any]) -> dict[str, list[str]]:
+def columns(conn: psycopg.Connection[Any]) -> dict[str, list[str]]:
+    """Every rcll table's columns, in order (quoted): what snapshot(only=...) reads of a table after
+    an upgrade that added columns."""
+    return {t: [str(r[0]) for r in conn.execute(
+        "SELECT quote_ident(a.attname) FROM pg_attribute a WHERE a.attrelid = %s::regclass AND a.attnum > 0 "
+        "AND NOT a.attisdropped ORDER BY a.attnum", (t,))] for t in tables(conn)}
+
+
+def snapshot(conn: psycopg.Connection[Any], only: dict[str, list[str]] | None = None) -> dict[str, list[str]]:
     """Every row of every rcll table (as text, sorted) and every sequence's position. applied_at of
-    rcll.migrations is left out: CREATE EXTENSION writes those rows, it does not restore them."""
+    rcll.migrations is left out: CREATE EXTENSION writes those rows, it does not restore them.
+    With `only` (columns() of an older version): those columns of each table, as its row then."""
     rows: dict[str, list[str]] = {}
     for t in tables(conn):
         if t == "rcll.migrations":
             query = "SELECT name || ' ' || sha256 FROM rcll.migrations ORDER BY 1"
+        elif only is not None and t in only:
+            query = f"SELECT row({', '.join('r.' + c for c in only[t])})::text FROM {t} r ORDER BY 1"
         else:
             query = f"SELECT r::text FROM {t} r ORDER BY 1"  # t: a catalog regclass, already quoted
         rows[t] = [str(r[0]) for r in conn.execute(query)]

@@ -141,6 +141,26 @@ def test_lexical_needs_no_refreshed_stats(db: psycopg.Connection[Any]) -> None:
     assert got[0] == ids["rollback"]
 
 
+def test_session_reads_the_refreshed_document_count(db: psycopg.Connection[Any]) -> None:
+    seed(db)   # refreshes bank_stats
+    stats = db.execute("SELECT s.document_count, (SELECT count(*) FROM rcll.documents d WHERE d.bank_id = s.bank_id) "
+                       "FROM rcll.bank_stats s WHERE s.bank_id = rcll._bank_id('b')").fetchone()
+    assert stats is not None and stats[0] == stats[1] > 1
+    refreshed = db.execute("SELECT * FROM rcll.refresh_bank_stats('b')").fetchone()
+    assert refreshed is not None and refreshed[0] == "b" and refreshed[3] == stats[1]
+    q = ("SELECT unit_id, score FROM rcll._bm25_channels('helm rollback deploy', rcll.recall_scope('b'), "
+         "lexical => false, session => true) ORDER BY rank")
+    read = db.execute(q).fetchall()
+    assert read
+    # Never refreshed: counted at recall time, the same figure, so the same rows and scores.
+    db.execute("UPDATE rcll.bank_stats SET document_count = NULL")
+    assert db.execute(q).fetchall() == read
+    # A stale figure is what the channel reads (no recount on the recall path): IDF moves with it.
+    db.execute("UPDATE rcll.bank_stats SET document_count = 1000")
+    stale = db.execute(q).fetchall()
+    assert [r[0] for r in stale] and [r[1] for r in stale] != [r[1] for r in read]
+
+
 def test_lexical_takes_quotes_and_backslashes_verbatim(db: psycopg.Connection[Any]) -> None:
     seed(db)
     for q in ("it's O'Brien's \\ 'quoted' | & ! (x)", "", "the of and"):

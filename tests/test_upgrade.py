@@ -14,7 +14,7 @@ import pytest
 from conftest import Leg
 from rcll import install
 from rcll.sqlsource import extension_dir, extension_version, released_versions
-from test_backup import fill, install_extension_files, recalls, retain_after, snapshot
+from test_backup import columns, fill, install_extension_files, recalls, retain_after, snapshot
 from test_schema import CATALOG
 
 BASELINE = "0.1.0"
@@ -46,8 +46,9 @@ def databases(leg: Leg) -> Iterator[tuple[str, str]]:
 
 
 def _kept(before: dict[str, list[str]], after: dict[str, list[str]]) -> None:
-    """Every table the old version had holds the same rows (rcll.migrations aside: an upgrade
-    records its migrations there; tables it adds may be filled from the others)."""
+    """Every table the old version had holds the same rows in the columns it had (rcll.migrations
+    aside: an upgrade records its migrations there; tables and columns it adds may be filled from
+    the others)."""
     for table, rows in before.items():
         if table != "rcll.migrations":
             assert after.get(table) == rows, f"{table} changed in the upgrade"
@@ -73,12 +74,12 @@ def test_alter_extension_update_from_the_baseline_keeps_memories_and_recall(
         install.ensure_required_extensions(conn)
         conn.execute(f"CREATE EXTENSION rcll VERSION '{BASELINE}'")
         fill(conn)
-        rows, recalled = snapshot(conn), recalls(conn)
+        rows, recalled, old_columns = snapshot(conn), recalls(conn), columns(conn)
         conn.execute("ALTER EXTENSION rcll UPDATE")
         version = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'rcll'").fetchone()
         assert version == (extension_version(),)
         upgraded, upgraded_members = conn.execute(CATALOG).fetchall(), conn.execute(MEMBERS).fetchall()
-        _kept(rows, snapshot(conn))
+        _kept(rows, snapshot(conn, only=old_columns))
         upgraded_recall = _backfilled_recalls(conn)
         retain_after(conn)
     with psycopg.connect(leg.url(fresh), autocommit=True) as conn:
@@ -97,11 +98,11 @@ def test_rcll_install_upgrades_a_baseline_install_without_the_extension(
         conn.execute("CREATE SCHEMA rcll")
         conn.execute(baseline_body())
         fill(conn)
-        rows, recalled = snapshot(conn), recalls(conn)
+        rows, recalled, old_columns = snapshot(conn), recalls(conn), columns(conn)
         done = install.install(conn)
         assert "migration(s) applied" in done
         upgraded = conn.execute(CATALOG).fetchall()
-        _kept(rows, snapshot(conn))
+        _kept(rows, snapshot(conn, only=old_columns))
         upgraded_recall = _backfilled_recalls(conn)
         retain_after(conn)
         # Run again, it finds nothing to do.

@@ -13,7 +13,7 @@ from typing import IO, Any
 import psycopg
 from tqdm import tqdm
 
-from rcll import cluster, defaults, models
+from rcll import cluster, defaults, models, upkeep
 from rcll.auth import TokenMap, allow_anonymous_network, check_listen, is_loopback
 from rcll.db import embedded_dsn
 from rcll.document import Document
@@ -278,6 +278,14 @@ def cmd_consolidate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_upkeep(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        done = memory.upkeep()
+    _out(args, f"statistics of {done.banks} bank(s) recounted, {done.room_deltas} room-count delta(s) folded "
+         f"in {done.seconds:.1f} s", done.as_dict())
+    return 0
+
+
 def cmd_graphs(args: argparse.Namespace) -> int:
     with _memory(args) as memory:
         if args.apply:
@@ -347,6 +355,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     _server_tokenizers()
     _listen_check(args, "serve")   # before the database, the models or the port
+    every = upkeep.interval()      # a bad RCLL_UPKEEP_SECONDS: an error now, not in a thread later
     from rcll import http  # deferred: FastAPI loads only for the server
 
     with Memory(args.dsn, install=True) as memory:
@@ -361,7 +370,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
               f"-d '{{\"bank\": \"{DEFAULT_BANK}\", \"content\": \"We deploy with Argo CD since March.\"}}'")
         print(f"       curl -s {base}/recall -H 'content-type: application/json' "
               f"-d '{{\"bank\": \"{DEFAULT_BANK}\", \"query\": \"how do we deploy?\"}}'", flush=True)
-        http.serve(memory, host=args.host, port=args.port)
+        http.serve(memory, host=args.host, port=args.port, upkeep_seconds=every)
     return 0
 
 
@@ -471,6 +480,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--min-size", type=int, default=2)
     s.add_argument("--max-groups", type=int, default=100)
     s.set_defaults(func=cmd_consolidate)
+
+    s = sub.add_parser("upkeep", parents=[common],
+                       help="run the store's periodic jobs once: recount every bank's BM25 statistics "
+                            "(rcll.refresh_bank_stats) and fold the room counts; `rcll serve` runs them every "
+                            "RCLL_UPKEEP_SECONDS (default 300) - this is for cron when it does not")
+    s.set_defaults(func=cmd_upkeep)
     s = sub.add_parser("graphs", parents=[common],
                        help="DBA: list the HNSW graphs; give big banks their own (prints the plan, --apply runs it)")
     s.add_argument("--min-units", type=int, default=None,

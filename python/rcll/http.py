@@ -22,13 +22,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from rcll import defaults
+from rcll import defaults, upkeep
 from rcll.auth import Caller, Forbidden, TokenMap
 from rcll.errors import RcllError, from_database
 from rcll.http_console import explain
 from rcll.http_console import router as console_router
 from rcll.memory import Busy, Memory, bounded_model_work, server_deadline_ms
 from rcll.sqlsource import extension_version
+from rcll.upkeep import Upkeeper
 from rcll.validate import MAX_BUDGET, MAX_QUERY
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
@@ -157,18 +158,27 @@ def _status(e: RcllError) -> int:
 
 
 def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | None = None,
-               tokens: TokenMap | None = None, read_only: bool = False) -> FastAPI:
+               tokens: TokenMap | None = None, read_only: bool = False, upkeep_seconds: float = 0) -> FastAPI:
     """The HTTP API over `service` (default: a Memory on `dsn`, opened when the app starts). Every
-    endpoint calls the Memory acting as the agent the request's bearer token authenticates."""
+    endpoint calls the Memory acting as the agent the request's bearer token authenticates. With
+    upkeep_seconds > 0 (`rcll serve`: RCLL_UPKEEP_SECONDS, default 300) a read-write, unscoped
+    service runs Memory.upkeep() when the app starts and then that often (rcll.upkeep)."""
     svc = service if service is not None else Memory(dsn, read_only=read_only, pool_size=pool_size, open=False)
     auth = tokens if tokens is not None else TokenMap.from_env()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> Any:
         svc.open()
-        with bounded_model_work():     # over the limit: 503 + Retry-After at once
-            yield
-        svc.close()
+        keeper = (Upkeeper(svc, upkeep_seconds).start()
+                  if upkeep_seconds > 0 and not svc.read_only and svc.scope.unrestricted else None)
+        app.state.upkeep = keeper
+        try:
+            with bounded_model_work():     # over the limit: 503 + Retry-After at once
+                yield
+        finally:
+            if keeper is not None:
+                keeper.stop()
+            svc.close()
 
     app = FastAPI(title="RCLL", version=extension_version(), lifespan=lifespan, responses=ERRORS,
                   description="Memory for agent fleets: retain facts, recall them with SQL. Authenticate with "
@@ -281,6 +291,8 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | 
     return app
 
 
-def serve(memory: Memory, *, host: str, port: int) -> None:
-    """Serve the HTTP API over `memory` until stopped (tokens from RCLL_TOKENS / RCLL_TOKENS_FILE)."""
-    uvicorn.run(create_app(service=memory), host=host, port=port, log_level="warning")
+def serve(memory: Memory, *, host: str, port: int, upkeep_seconds: float | None = None) -> None:
+    """Serve the HTTP API over `memory` until stopped (tokens from RCLL_TOKENS / RCLL_TOKENS_FILE),
+    running the periodic jobs every upkeep_seconds (None: RCLL_UPKEEP_SECONDS, default 300)."""
+    every = upkeep.interval() if upkeep_seconds is None else upkeep_seconds
+    uvicorn.run(create_app(service=memory, upkeep_seconds=every), host=host, port=port, log_level="warning")

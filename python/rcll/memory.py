@@ -61,6 +61,7 @@ from rcll.results import (
     TokenAccount,
     Unit,
     UnitPage,
+    Upkeep,
 )
 from rcll.retain import prepare, retain, retain_many
 from rcll.sqlsource import extension_version, migrations
@@ -744,6 +745,22 @@ class Memory:
             return graphs.apply(self.dsn, min_units, progress, max_share, maintenance_work_mem, m, ef_construction)
 
     # -- background -------------------------------------------------------------------------------
+
+    def upkeep(self) -> Upkeep:
+        """The store's periodic jobs, once: rcll.refresh_bank_stats() recounts every bank's BM25
+        corpus statistics (recall reads them; a bank never refreshed is counted on every recall,
+        0.7-3 s in a bank of 333,333 units), and rcll.fold_room_counts() folds the room registry's
+        pending deltas. `rcll serve` runs it every RCLL_UPKEEP_SECONDS (default 300); `rcll upkeep`
+        runs it once (for cron). A whole-store write: refused on a scoped or read-only Memory."""
+        if not self.scope.unrestricted or self.read_only:
+            raise RcllError("upkeep", "upkeep recounts every bank's statistics; this memory is scoped or read-only",
+                            "run it against the primary as the database's owner, with no token scope")
+        t = time.perf_counter()
+        with self._tx() as conn:
+            banks = conn.execute("SELECT count(*) FROM rcll.refresh_bank_stats()").fetchone()
+            folded = conn.execute("SELECT rcll.fold_room_counts()").fetchone()
+        return Upkeep(int(banks[0]) if banks else 0, int(folded[0] or 0) if folded else 0,
+                      round(time.perf_counter() - t, 3))
 
     def consolidate(self, *, bank: str | None = None, time_window: timedelta = timedelta(days=7),
                     min_size: int = 2, max_groups: int = 100) -> list[Observation]:

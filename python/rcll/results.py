@@ -57,6 +57,16 @@ class Health(Renders):
 
 
 @dataclass(frozen=True, slots=True)
+class Upkeep(Renders):
+    """What one round of Memory.upkeep() did: banks whose statistics were recounted
+    (rcll.refresh_bank_stats) and room-count deltas folded (rcll.fold_room_counts)."""
+
+    banks: int
+    room_deltas: int
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
 class Bank(Renders):
     """A row of rcll.list_banks()."""
 
