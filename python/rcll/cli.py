@@ -282,7 +282,7 @@ def cmd_upkeep(args: argparse.Namespace) -> int:
     with _memory(args) as memory:
         done = memory.upkeep()
     _out(args, f"statistics of {done.banks} bank(s) recounted, {done.room_deltas} room-count delta(s) folded "
-         f"in {done.seconds:.1f} s", done.as_dict())
+         f"in {done.seconds * 1000:.0f} ms", done.as_dict())
     return 0
 
 
@@ -366,6 +366,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         base = f"http://{args.host}:{args.port}"
         print(f"RCLL listening on {base}  (database: {memory.dsn})")
         print(f"  console: {base}/")
+        print("  periodic jobs (BM25 statistics, room counts): "
+              + (f"every {every:g} s" if every > 0 else "off (run `rcll upkeep` from cron)")
+              + f" ({upkeep.ENV})")
         print(f"  try: curl -s {base}/retain -H 'content-type: application/json' "
               f"-d '{{\"bank\": \"{DEFAULT_BANK}\", \"content\": \"We deploy with Argo CD since March.\"}}'")
         print(f"       curl -s {base}/recall -H 'content-type: application/json' "
