@@ -61,7 +61,7 @@ def test_the_server_runs_upkeep_when_it_starts_and_then_every_interval(dsn: str)
     with Memory(dsn) as m:
         units = _fill(m, "served", 2)
         app = create_app(service=m, upkeep_seconds=0.2)
-        with TestClient(app):
+        with TestClient(app) as client:
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline:
                 with m._tx() as conn:
@@ -79,11 +79,14 @@ def test_the_server_runs_upkeep_when_it_starts_and_then_every_interval(dsn: str)
             with m._tx() as conn:
                 counted = conn.execute(STATS, ("served",)).fetchone()
             assert counted is not None and counted[0] > units and counted[1] == 3
+            seen = client.get("/health").json()["upkeep"]
+            assert seen["every_seconds"] == 0.2 and seen["rounds"] >= 2 and seen["last_run"] and seen["last_error"] is None
         assert not keeper._thread.is_alive()            # stopped with the app
         # A read-only or scoped service runs none; neither does an app asked for none.
         assert create_app(service=m).state.memory is m
         with TestClient(create_app(service=m, upkeep_seconds=0)) as c:
             assert c.app.state.upkeep is None                                   # type: ignore[attr-defined]
+            assert c.get("/health").json()["upkeep"] == {"every_seconds": 0}
         with TestClient(create_app(service=m.as_caller(Caller("agent", banks=("served",))), upkeep_seconds=1)) as c:
             assert c.app.state.upkeep is None                                   # type: ignore[attr-defined]
 
@@ -109,3 +112,17 @@ def test_the_interval_is_checked_and_the_cli_runs_it_once(dsn: str, monkeypatch:
     assert "bank(s) recounted" in capsys.readouterr().out
     assert cli(["upkeep", "--dsn", dsn, "--json"]) == 0
     assert '"banks"' in capsys.readouterr().out
+
+
+def test_a_failed_round_is_reported_and_the_next_comes_as_planned(dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    m = Memory(dsn)
+    m.close()                                  # every round fails: this Memory is closed
+    keeper = upkeep.Upkeeper(m, 0.05).start()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and "closed" not in (keeper.last_error or ""):
+        time.sleep(0.02)
+    time.sleep(0.2)                            # more rounds come, each failing the same way
+    keeper.stop()
+    status = keeper.status()
+    assert status["rounds"] == 0 and status["last_run"] is None and "closed" in status["last_error"]
+    assert capsys.readouterr().err.count("rcll upkeep: ") >= 2

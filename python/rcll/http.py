@@ -225,7 +225,9 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | 
 
     @app.get("/health")
     def health() -> dict[str, Any]:
-        return svc.health().as_dict()
+        # upkeep: the periodic jobs of this server (rcll.upkeep), or every_seconds 0 when it runs none
+        keeper = getattr(app.state, "upkeep", None)
+        return {**svc.health().as_dict(), "upkeep": keeper.status() if keeper is not None else {"every_seconds": 0}}
 
     @app.post("/retain", response_model=RetainResponse)
     def retain_endpoint(req: RetainRequest, who: Who) -> dict[str, Any]:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import TYPE_CHECKING
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from rcll.errors import RcllError
 
@@ -41,6 +42,8 @@ class Upkeeper:
         self._memory, self._seconds = memory, seconds
         self._stop = threading.Event()
         self.rounds = 0
+        self.last_run: datetime | None = None
+        self.last_error: str | None = None
         self._thread = threading.Thread(target=self._run, name="rcll-upkeep", daemon=True)
 
     def start(self) -> Upkeeper:
@@ -52,11 +55,19 @@ class Upkeeper:
             try:
                 self._memory.upkeep()
                 self.rounds += 1
+                self.last_run, self.last_error = datetime.now(UTC), None
             except Exception as e:  # noqa: BLE001 - a job that failed once is tried again next round
                 if self._stop.is_set():
                     return
+                self.last_error = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
                 print(f"rcll upkeep: {e}", file=sys.stderr, flush=True)
             self._stop.wait(self._seconds)
+
+    def status(self) -> dict[str, Any]:
+        """What /health says of the jobs: how often, rounds done, the last good run, the last error
+        (None once a round succeeds again)."""
+        return {"every_seconds": self._seconds, "rounds": self.rounds,
+                "last_run": self.last_run.isoformat() if self.last_run else None, "last_error": self.last_error}
 
     def stop(self) -> None:
         self._stop.set()
