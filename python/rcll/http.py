@@ -170,7 +170,7 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | 
     async def lifespan(app: FastAPI) -> Any:
         svc.open()
         keeper = (Upkeeper(svc, upkeep_seconds).start()
-                  if upkeep_seconds > 0 and not svc.read_only and svc.scope.unrestricted else None)
+                  if upkeep_seconds > 0 and svc.whole_store else None)
         app.state.upkeep = keeper
         try:
             with bounded_model_work():     # over the limit: 503 + Retry-After at once

@@ -715,9 +715,15 @@ class Memory:
 
     # -- the store's HNSW graphs (a DBA's operation) -----------------------------------------------
 
-    def _whole_store(self, what: str) -> None:
-        if not self.scope.unrestricted or self.read_only:
-            raise RcllError("graphs", f"{what} is an operation on the whole store; this memory is scoped "
+    @property
+    def whole_store(self) -> bool:
+        """Whether this Memory may run whole-store operations (the graphs, upkeep): read-write and
+        with no token scope."""
+        return self.scope.unrestricted and not self.read_only
+
+    def _whole_store(self, what: str, field: str = "graphs") -> None:
+        if not self.whole_store:
+            raise RcllError(field, f"{what} is an operation on the whole store; this memory is scoped "
                             "or read-only", "run it as the database's owner, with no token scope")
 
     def dense_graphs(self) -> list[graphs.Graph]:
@@ -752,9 +758,7 @@ class Memory:
         0.7-3 s in a bank of 333,333 units), and rcll.fold_room_counts() folds the room registry's
         pending deltas. `rcll serve` runs it every RCLL_UPKEEP_SECONDS (default 300); `rcll upkeep`
         runs it once (for cron). A whole-store write: refused on a scoped or read-only Memory."""
-        if not self.scope.unrestricted or self.read_only:
-            raise RcllError("upkeep", "upkeep recounts every bank's statistics; this memory is scoped or read-only",
-                            "run it against the primary as the database's owner, with no token scope")
+        self._whole_store("upkeep (every bank's statistics)", "upkeep")
         t = time.perf_counter()
         with self._tx() as conn:
             banks = conn.execute("SELECT count(*) FROM rcll.refresh_bank_stats()").fetchone()
