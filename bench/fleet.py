@@ -36,7 +36,8 @@ CASES = ("none", "big room", "tiny room", "author")       # the filter kinds eac
 INDEXES = {
     "memory_units_embedding_hnsw": "CREATE INDEX memory_units_embedding_hnsw ON rcll.memory_units "
                                    "USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)",
-    "unit_lexicon_lexical_gin": "CREATE INDEX unit_lexicon_lexical_gin ON rcll.unit_lexicon USING gin (lexical)",
+    "unit_lexicon_bank_lexemes": "CREATE INDEX unit_lexicon_bank_lexemes ON rcll.unit_lexicon "
+                                 "USING gin (rcll._bank_keys(bank_id, pg_catalog.tsvector_to_array(lexical)))",
 }
 
 
@@ -155,7 +156,7 @@ def build(conn: psycopg.Connection[Any], n: int, banks: int = 400, seed: int = 1
     starts = np.searchsorted(doc_of, np.arange(n_docs + 1))
     ages = rng.integers(0, 730 * 86400, size=n)
     prov = json.dumps({"via": "bench"})
-    for idx in ("memory_units_embedding_hnsw", "unit_lexicon_lexical_gin"):
+    for idx in INDEXES:
         conn.execute(f"DROP INDEX IF EXISTS rcll.{idx}")
     t = time.perf_counter()
     with conn.cursor() as cur, cur.copy("COPY rcll.documents (bank_id, content, content_hash, provenance) FROM STDIN") as cp:

@@ -51,7 +51,9 @@ DIM = 384
 BANK = "bench"
 PRUNE = 0.05  # the BM25 channels' default prune_above
 HNSW = "CREATE INDEX memory_units_embedding_hnsw ON rcll.memory_units USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"
-GIN = "CREATE INDEX unit_lexicon_lexical_gin ON rcll.unit_lexicon USING gin (lexical)"
+# The BM25 candidates' index as migration 016 builds it (dropped for the COPY, rebuilt after).
+GIN = ("CREATE INDEX unit_lexicon_bank_lexemes ON rcll.unit_lexicon "
+       "USING gin (rcll._bank_keys(bank_id, pg_catalog.tsvector_to_array(lexical)))")
 
 
 def zipf_weights(n: int, a: float, rng: np.random.Generator) -> np.ndarray:
@@ -112,7 +114,7 @@ def build(conn: psycopg.Connection[Any], n: int, seed: int = 7) -> dict[str, Any
         texts.append(" ".join(ws).capitalize() + ".")
 
     conn.execute("DROP INDEX rcll.memory_units_embedding_hnsw")
-    conn.execute("DROP INDEX rcll.unit_lexicon_lexical_gin")
+    conn.execute("DROP INDEX rcll.unit_lexicon_bank_lexemes")
     prov = json.dumps({"via": "bench"})
     starts = np.searchsorted(doc_of, np.arange(n_docs + 1))
     with conn.cursor() as cur, cur.copy("COPY rcll.documents (bank_id, content, content_hash, provenance) FROM STDIN") as cp:

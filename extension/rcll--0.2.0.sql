@@ -710,6 +710,34 @@ WHERE s.unit_count > 0;
 
 INSERT INTO rcll.migrations (name, sha256) VALUES ('015-bank-document-count.sql', '79f2070d5cf65b45940b0dcec0ff7572eaa2229812aeb9c97d679ee0b13ddb46');
 
+-- migration 016-bank-lexeme-index.sql
+-- Run-once: the BM25 candidates' index keyed by (bank, lexeme), so a bank's candidates come from
+-- its own posting lists, not every bank's.
+--
+-- unit_lexicon_lexical_gin indexes lexemes alone: a query term's posting list holds every bank's
+-- units that contain it, and the planner ANDs it with the bank index. At 1M units in 400 banks,
+-- the biggest bank's (333,333 units) candidates were 26,229 of 70,000 GIN entries read, ANDed with
+-- a bitmap of the bank's 339,000 index entries: 24 + 17 ms of the BM25 channels' ~160
+-- (docs/scaling.md). Keyed by bank, the scan reads the bank's own entries and nothing else.
+
+-- A unit's lexemes as index keys of its bank: '<bank id> <lexeme>'. Immutable, since an index is
+-- built on it; defined here, with the index, and never replaced (a change would be a new
+-- migration and a rebuilt index).
+CREATE FUNCTION rcll._bank_keys(bank_id integer, lexemes text[])
+RETURNS text[]
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+    SELECT ARRAY(SELECT _bank_keys.bank_id::text || ' ' || l FROM unnest(_bank_keys.lexemes) AS l)
+$$;
+COMMENT ON FUNCTION rcll._bank_keys(integer, text[])
+    IS 'Internal: lexemes as the keys of one bank in unit_lexicon_bank_lexemes (''<bank id> <lexeme>''). The BM25 channels match rcll._bank_keys(bank_id, tsvector_to_array(lexical)) && rcll._bank_keys(<bank>, <query lexemes>).';
+
+CREATE INDEX unit_lexicon_bank_lexemes ON rcll.unit_lexicon
+    USING gin (rcll._bank_keys(bank_id, pg_catalog.tsvector_to_array(lexical)));
+DROP INDEX rcll.unit_lexicon_lexical_gin;
+
+INSERT INTO rcll.migrations (name, sha256) VALUES ('016-bank-lexeme-index.sql', 'ebeb7a81d595c3f324158d1876ed6f6e23e33cfb13a3a5a81181f90305c2bd63');
+
 -- functions 010-banks.sql
 -- Banks: creating them and resolving a bank name to its id with an error that says the fix.
 
@@ -2865,23 +2893,16 @@ DECLARE
     common text[];
     common_freq double precision[];
     gen    text[];
+    gen_keys text[];
     scoped bigint[];
     -- A filtered scope of at most this many units gets exact candidates (below).
     scope_exact constant integer := 2000;
-    -- A bank of at most this many units, and at most a quarter of the store, is read through its
-    -- own rows (below). Measured on bench.recall --fleet 300000 (banks of 412 to 100,000 units,
-    -- same rankings): both BM25 channels 0.44x the time at 412 units, 0.63x at 997, 0.82x at 5,129,
-    -- even at ~7,000, slower above; in a bigger store the posting lists grow and so would the gain.
-    bank_rows constant integer := 5000;
-    by_bank boolean;
 BEGIN
     terms := rcll._query_lexemes(_bm25_channels.query, bk);
     IF cardinality(terms) = 0 OR lim = 0 OR NOT (coalesce(_bm25_channels.lexical, false) OR coalesce(_bm25_channels.session, false)) THEN
         RETURN;
     END IF;
     corpus := rcll._bm25_corpus(bk);
-    by_bank := corpus.n <= bank_rows
-               AND corpus.n * 4 <= (SELECT c.reltuples FROM pg_catalog.pg_class c WHERE c.oid = 'rcll.unit_lexicon'::regclass);
     IF _bm25_channels.session THEN
         -- Document statistics: N = the bank's documents, average length = the units' total
         -- length over N - all three from the same refresh of rcll.bank_stats (rcll._bm25_corpus);
@@ -2899,6 +2920,8 @@ BEGIN
     -- to 0.930 with this alone, 0.972 with the rescoring below: docs/scaling.md.)
     SELECT t.common, t.common_freq, t.gen INTO common, common_freq, gen
     FROM rcll._bm25_pruned_terms(terms, corpus.n, _bm25_channels.prune_above) t;
+    -- The candidate-generating terms as keys of this bank's posting lists (migration 016).
+    gen_keys := rcll._bank_keys(bk, gen);
     -- Pruning decides by a term's frequency in the whole bank, so a unit that matches only pruned
     -- terms is never a candidate. Across a bank the rarer terms' matches fill the top; in a room of
     -- a hundred units few of them are in scope, and the units matching the common terms alone are
@@ -2933,18 +2956,10 @@ BEGIN
             SELECT u.unit_id, u.document_id, u.lexical_length AS dl, rcll._in_scope(u, scope) AS keep,
                    unnest(ts_filter(setweight(u.lexical, 'A', terms), '{a}')) AS e
             FROM rcll.unit_lexicon u
-            WHERE NOT by_bank AND u.bank_id = bk AND u.lexical @@ rcll._tsquery_any(gen)
-            UNION ALL
-            -- A small bank in a big store: its own rows, read through the bank index and matched one
-            -- by one, not the query terms' posting lists of every bank ANDed with it (the GIN index
-            -- is on lexical alone). OFFSET 0 keeps the match out of the scan, so the planner cannot
-            -- choose the GIN index here; NOT by_bank / by_bank are constants in this custom plan, so
-            -- only one of the two arms is planned at all.
-            SELECT u.unit_id, u.document_id, u.lexical_length, u.keep,
-                   unnest(ts_filter(setweight(u.lexical, 'A', terms), '{a}'))
-            FROM (SELECT x.unit_id, x.document_id, x.lexical, x.lexical_length, rcll._in_scope(x, scope) AS keep
-                  FROM rcll.unit_lexicon x WHERE by_bank AND x.bank_id = bk OFFSET 0) u
-            WHERE u.lexical @@ rcll._tsquery_any(gen)
+            -- The bank's own posting lists of the terms (unit_lexicon_bank_lexemes, migration 016):
+            -- a key names its bank, so no bank_id test - with one, the planner ANDed the bank
+            -- index's bitmap in (every unit of the bank: 10 ms in a 333,933-unit bank).
+            WHERE rcll._bank_keys(u.bank_id, tsvector_to_array(u.lexical)) && gen_keys
             UNION ALL
             -- A small scope's units that match only pruned terms (above; none when scoped is NULL).
             SELECT u.unit_id, u.document_id, u.lexical_length, rcll._in_scope(u, scope),

@@ -95,23 +95,16 @@ DECLARE
     common text[];
     common_freq double precision[];
     gen    text[];
+    gen_keys text[];
     scoped bigint[];
     -- A filtered scope of at most this many units gets exact candidates (below).
     scope_exact constant integer := 2000;
-    -- A bank of at most this many units, and at most a quarter of the store, is read through its
-    -- own rows (below). Measured on bench.recall --fleet 300000 (banks of 412 to 100,000 units,
-    -- same rankings): both BM25 channels 0.44x the time at 412 units, 0.63x at 997, 0.82x at 5,129,
-    -- even at ~7,000, slower above; in a bigger store the posting lists grow and so would the gain.
-    bank_rows constant integer := 5000;
-    by_bank boolean;
 BEGIN
     terms := rcll._query_lexemes(_bm25_channels.query, bk);
     IF cardinality(terms) = 0 OR lim = 0 OR NOT (coalesce(_bm25_channels.lexical, false) OR coalesce(_bm25_channels.session, false)) THEN
         RETURN;
     END IF;
     corpus := rcll._bm25_corpus(bk);
-    by_bank := corpus.n <= bank_rows
-               AND corpus.n * 4 <= (SELECT c.reltuples FROM pg_catalog.pg_class c WHERE c.oid = 'rcll.unit_lexicon'::regclass);
     IF _bm25_channels.session THEN
         -- Document statistics: N = the bank's documents, average length = the units' total
         -- length over N - all three from the same refresh of rcll.bank_stats (rcll._bm25_corpus);
@@ -129,6 +122,8 @@ BEGIN
     -- to 0.930 with this alone, 0.972 with the rescoring below: docs/scaling.md.)
     SELECT t.common, t.common_freq, t.gen INTO common, common_freq, gen
     FROM rcll._bm25_pruned_terms(terms, corpus.n, _bm25_channels.prune_above) t;
+    -- The candidate-generating terms as keys of this bank's posting lists (migration 016).
+    gen_keys := rcll._bank_keys(bk, gen);
     -- Pruning decides by a term's frequency in the whole bank, so a unit that matches only pruned
     -- terms is never a candidate. Across a bank the rarer terms' matches fill the top; in a room of
     -- a hundred units few of them are in scope, and the units matching the common terms alone are
@@ -163,18 +158,10 @@ BEGIN
             SELECT u.unit_id, u.document_id, u.lexical_length AS dl, rcll._in_scope(u, scope) AS keep,
                    unnest(ts_filter(setweight(u.lexical, 'A', terms), '{a}')) AS e
             FROM rcll.unit_lexicon u
-            WHERE NOT by_bank AND u.bank_id = bk AND u.lexical @@ rcll._tsquery_any(gen)
-            UNION ALL
-            -- A small bank in a big store: its own rows, read through the bank index and matched one
-            -- by one, not the query terms' posting lists of every bank ANDed with it (the GIN index
-            -- is on lexical alone). OFFSET 0 keeps the match out of the scan, so the planner cannot
-            -- choose the GIN index here; NOT by_bank / by_bank are constants in this custom plan, so
-            -- only one of the two arms is planned at all.
-            SELECT u.unit_id, u.document_id, u.lexical_length, u.keep,
-                   unnest(ts_filter(setweight(u.lexical, 'A', terms), '{a}'))
-            FROM (SELECT x.unit_id, x.document_id, x.lexical, x.lexical_length, rcll._in_scope(x, scope) AS keep
-                  FROM rcll.unit_lexicon x WHERE by_bank AND x.bank_id = bk OFFSET 0) u
-            WHERE u.lexical @@ rcll._tsquery_any(gen)
+            -- The bank's own posting lists of the terms (unit_lexicon_bank_lexemes, migration 016):
+            -- a key names its bank, so no bank_id test - with one, the planner ANDed the bank
+            -- index's bitmap in (every unit of the bank: 10 ms in a 333,933-unit bank).
+            WHERE rcll._bank_keys(u.bank_id, tsvector_to_array(u.lexical)) && gen_keys
             UNION ALL
             -- A small scope's units that match only pruned terms (above; none when scoped is NULL).
             SELECT u.unit_id, u.document_id, u.lexical_length, rcll._in_scope(u, scope),
