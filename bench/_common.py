@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -100,3 +100,17 @@ def vacuum_analyze(conn: psycopg.Connection[Any]) -> None:
 def pct(xs: list[float], p: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, round(p * (len(xs) - 1)))]
+
+
+def drop_indexes(conn: psycopg.Connection[Any], names: Sequence[str]) -> dict[str, str]:
+    """Drop these rcll indexes before a bulk load; returns each one's definition as the install
+    built it (pg_get_indexdef), to run again after the load - so a bench carries no copy of a
+    migration's DDL. An index that is not there is left out."""
+    defs: dict[str, str] = {}
+    for name in names:
+        row = conn.execute("SELECT pg_get_indexdef(i) FROM to_regclass(%s) i WHERE i IS NOT NULL",
+                           (f"rcll.{name}",)).fetchone()
+        if row is not None:
+            defs[name] = str(row[0])
+            conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier("rcll", name)))
+    return defs

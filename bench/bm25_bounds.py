@@ -38,7 +38,7 @@ _HITS = """
 SELECT h.unit_id, (h.e).lexeme, coalesce(array_length((h.e).positions, 1), 1), h.lexical_length, h.room
 FROM (SELECT u.unit_id, u.lexical_length, u.room, unnest(ts_filter(setweight(u.lexical, 'A', %(terms)s), '{a}')) AS e
       FROM rcll.unit_lexicon u
-      WHERE u.bank_id = %(bank)s AND u.lexical @@ rcll._tsquery_any(%(terms)s)) h
+      WHERE rcll._bank_keys(u.bank_id, tsvector_to_array(u.lexical)) && rcll._bank_keys(%(bank)s, %(terms)s)) h
 """
 
 
@@ -83,9 +83,9 @@ def one_query(conn: psycopg.Connection[Any], bank: int, n: float, avgdl: float, 
     out = {}
     for k in ks:
         theta = best[k - 1] if len(best) >= k else 0.0
-        out[k] = [len(terms_of), reading(terms_of, gen),
-                  reading(terms_of, essential(loose, theta)), reading(terms_of, essential(tight, theta)),
-                  reading(terms_of, essential(tight, theta) & gen)]
+        tight_needed = essential(tight, theta)
+        out[k] = [len(terms_of), reading(terms_of, gen), reading(terms_of, essential(loose, theta)),
+                  reading(terms_of, tight_needed), reading(terms_of, tight_needed & gen)]
     return out
 
 

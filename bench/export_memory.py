@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench._common import connect, fresh_database, table
+from bench._common import connect, drop_indexes, fresh_database, table
 
 ROOT = Path(__file__).resolve().parents[1]   # the child runs as -m bench.export_memory from here
 
@@ -47,12 +47,7 @@ def _log(msg: str) -> None:
 
 def drop_hnsw(conn: Any) -> str | None:
     """Drop the HNSW index; returns its definition (None if it was already gone)."""
-    row = conn.execute("SELECT pg_get_indexdef(i) FROM to_regclass(%s) i WHERE i IS NOT NULL",
-                       (f"rcll.{HNSW}",)).fetchone()
-    if row is None:
-        return None
-    conn.execute(f"DROP INDEX rcll.{HNSW}")
-    return str(row[0])
+    return drop_indexes(conn, [HNSW]).get(HNSW)
 
 
 def rebuild_hnsw(conn: Any, indexdef: str) -> float:

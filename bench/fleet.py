@@ -26,19 +26,15 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from bench._common import cpu_ns, pct, query_params, table, vacuum_analyze
+from bench._common import cpu_ns, drop_indexes, pct, query_params, table, vacuum_analyze
 from bench.locomo.dataset import vocabulary
 
 DIM = 384
 TOPIC_POOL = 1000
 T0 = np.datetime64("2024-06-01T00:00:00")
 CASES = ("none", "big room", "tiny room", "author")       # the filter kinds each picked bank is asked under
-INDEXES = {
-    "memory_units_embedding_hnsw": "CREATE INDEX memory_units_embedding_hnsw ON rcll.memory_units "
-                                   "USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)",
-    "unit_lexicon_bank_lexemes": "CREATE INDEX unit_lexicon_bank_lexemes ON rcll.unit_lexicon "
-                                 "USING gin (rcll._bank_keys(bank_id, pg_catalog.tsvector_to_array(lexical)))",
-}
+# Dropped for the COPY and rebuilt after from their installed definitions (as a restore would).
+BULK_LOAD_INDEXES = ("memory_units_embedding_hnsw", "unit_lexicon_bank_lexemes")
 
 
 def _zipf_rest(n: int, banks: int, a: float) -> np.ndarray | None:
@@ -156,8 +152,7 @@ def build(conn: psycopg.Connection[Any], n: int, banks: int = 400, seed: int = 1
     starts = np.searchsorted(doc_of, np.arange(n_docs + 1))
     ages = rng.integers(0, 730 * 86400, size=n)
     prov = json.dumps({"via": "bench"})
-    for idx in INDEXES:
-        conn.execute(f"DROP INDEX IF EXISTS rcll.{idx}")
+    indexes = drop_indexes(conn, BULK_LOAD_INDEXES)
     t = time.perf_counter()
     with conn.cursor() as cur, cur.copy("COPY rcll.documents (bank_id, content, content_hash, provenance) FROM STDIN") as cp:
         for d in order:
@@ -237,7 +232,7 @@ def build(conn: psycopg.Connection[Any], n: int, banks: int = 400, seed: int = 1
     build_s: dict[str, float] = {}
     conn.execute("SET maintenance_work_mem = '4GB'")
     conn.execute("SET max_parallel_maintenance_workers = 1")
-    for name, ddl in INDEXES.items():
+    for name, ddl in indexes.items():
         t1 = time.perf_counter()
         conn.execute(ddl)
         build_s[name] = time.perf_counter() - t1

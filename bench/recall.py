@@ -35,6 +35,7 @@ from bench._common import (
     connect,
     cpu_ns,
     create_database,
+    drop_indexes,
     embedded_cluster,
     pct,
     query_params,
@@ -50,10 +51,6 @@ TOPICS = 200
 DIM = 384
 BANK = "bench"
 PRUNE = 0.05  # the BM25 channels' default prune_above
-HNSW = "CREATE INDEX memory_units_embedding_hnsw ON rcll.memory_units USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"
-# The BM25 candidates' index as migration 016 builds it (dropped for the COPY, rebuilt after).
-GIN = ("CREATE INDEX unit_lexicon_bank_lexemes ON rcll.unit_lexicon "
-       "USING gin (rcll._bank_keys(bank_id, pg_catalog.tsvector_to_array(lexical)))")
 
 
 def zipf_weights(n: int, a: float, rng: np.random.Generator) -> np.ndarray:
@@ -113,8 +110,7 @@ def build(conn: psycopg.Connection[Any], n: int, seed: int = 7) -> dict[str, Any
             ws.insert(int(rng.integers(0, k)), " and ".join(ent_names[e] for e in ents))
         texts.append(" ".join(ws).capitalize() + ".")
 
-    conn.execute("DROP INDEX rcll.memory_units_embedding_hnsw")
-    conn.execute("DROP INDEX rcll.unit_lexicon_bank_lexemes")
+    indexes = drop_indexes(conn, fleet.BULK_LOAD_INDEXES)
     prov = json.dumps({"via": "bench"})
     starts = np.searchsorted(doc_of, np.arange(n_docs + 1))
     with conn.cursor() as cur, cur.copy("COPY rcll.documents (bank_id, content, content_hash, provenance) FROM STDIN") as cp:
@@ -155,8 +151,8 @@ def build(conn: psycopg.Connection[Any], n: int, seed: int = 7) -> dict[str, Any
                     cp.write_row((bank_id, ids[i], ids[j], "semantic", 0.8))
     t = time.perf_counter()
     conn.execute("SET max_parallel_maintenance_workers = 0")
-    conn.execute(HNSW)
-    conn.execute(GIN)
+    for ddl in indexes.values():
+        conn.execute(ddl)
     vacuum_analyze(conn)
     conn.execute("SELECT * FROM rcll.refresh_bank_stats(%s)", (BANK,))
     index_s = time.perf_counter() - t
