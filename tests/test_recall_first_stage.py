@@ -1,4 +1,4 @@
-"""The first stage's who/where channels and their z-score fusion (bench/locomo/RESEARCH.md, third
+"""The first stage's who/where channels and their z-score fusion (research/locomo/RESEARCH.md, third
 round): keyless entity links at retain, the entity channel, the session channel, and the fused score."""
 
 from __future__ import annotations

@@ -177,7 +177,7 @@ def _tokens(rows: list[int], lengths: list[int]) -> int:
 
 def call_tokens(lengths: Sequence[int]) -> int:
     """What one reranker call over pairs of these token lengths costs, in the unit the running
-    cost is kept in: its batches' rows times their longest pair (bench/locomo/rerank_study.py)."""
+    cost is kept in: its batches' rows times their longest pair (research/locomo/rerank_study.py)."""
     counted = list(lengths)
     return sum(_tokens(rows, counted) for rows in _batches(range(len(counted)), counted))
 

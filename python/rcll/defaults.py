@@ -1,6 +1,6 @@
 """Recall's defaults, the one Python source (SQL's is rcll.recall_defaults(); a test holds them equal).
 
-Why these values: bench/locomo/RESEARCH.md and the README's depth table.
+Why these values: research/locomo/RESEARCH.md and docs/benchmarks.md's depth table.
 """
 
 from __future__ import annotations
