@@ -2237,7 +2237,7 @@ CREATE OR REPLACE FUNCTION rcll.recall_defaults(
 RETURNS record
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-    -- Why these values: bench/locomo/RESEARCH.md and the README's depth table.
+    -- Why these values: research/locomo/RESEARCH.md and docs/benchmarks.md's depth table.
     SELECT 4096,  -- tokens of fact text returned (hindsight's default, counted with cl100k)
            40,    -- fused candidates the cross-encoder reads
            15,    -- of those, how many it reads again with the chunk before them
@@ -2488,13 +2488,12 @@ COMMENT ON FUNCTION rcll.channel_dense(vector, rcll.recall_scope, integer, integ
 -- WHERE bank_id = <id>; the global graph memory_units_embedding_hnsw then leaves those banks out
 -- (WHERE bank_id <> ALL (...)), so each unit is in exactly one graph. The dense and temporal
 -- channels plan with the bank id as a constant, so the planner proves which graph serves a bank.
--- Measured on a 1M-unit fleet (docs/scaling.md, python -m bench.recall --fleet 1000000 --split 20000):
--- a 29,922-unit bank's dense recall@10 against exact search 0.90-0.95 -> 1.00 (its 6 fleet queries,
--- two stores) and 0.92 -> 0.99 (40 harsher probe queries); the 333,333-unit bank's 0.79 -> 0.85-0.88
--- (probe); the SQL phase unchanged within noise; writes into the biggest bank at 0.87-0.93 of a
--- 100k fleet's rate (0.70-0.73 with one global graph). Hence the default min_units of 20,000.
--- Own graphs are built with m 32 and ef_construction 128 (pgvector's defaults: 16 and 64): the
--- 333,333-unit bank's recall@10 0.89 -> 0.98 on the same probe queries (0.96 in its big room).
+-- On a 1M-unit fleet (python -m bench.recall --fleet 1000000 --split 20000) an own graph raised the
+-- dense recall against exact search of banks from ~30,000 units up, left the SQL phase as it was, and
+-- let writes into the biggest bank keep more of a small fleet's rate than one global graph did: hence
+-- the default min_units of 20,000. Own graphs are built with m 32 and ef_construction 128 (pgvector's
+-- defaults: 16 and 64), which raised the biggest bank's recall further. The figures, dated, are in
+-- docs/scaling.md ("Figures behind the SQL comments").
 --
 -- Index builds cannot run inside a function (CREATE INDEX CONCURRENTLY refuses a transaction
 -- block), so this file only reads the catalog and says what to run: in psql,
@@ -2603,7 +2602,7 @@ BEGIN
     END IF;
     -- A bank's own graph is built denser than pgvector's default (m 16, ef_construction 64): a big
     -- bank's nearest neighbours are many and close together, and a sparser graph misses them
-    -- (docs/scaling.md: a 333,333-unit bank's dense recall@10 against exact 0.89 -> 0.97-0.98).
+    -- (the recall against exact search, measured: docs/scaling.md).
     own := format(' WITH (m = %s, ef_construction = %s)', m, ef_construction);
     wanted := ARRAY[format('m=%s', m), format('ef_construction=%s', ef_construction)];
     SELECT coalesce(array_agg(g.bank_id ORDER BY g.bank_id) FILTER (WHERE NOT g.half AND g.valid), '{}'),
@@ -2706,12 +2705,12 @@ CREATE OR REPLACE FUNCTION rcll._last_words(t text, n integer)
 RETURNS text
 LANGUAGE sql STABLE PARALLEL SAFE
 -- One expression, no FROM, no STRICT, and no search_path (990-search-path.sql leaves it out): the
--- planner inlines it into the 100 rows a recall returns, where a call cost ~20 us each (~2 ms of a
--- recall's fusion, measured on a 1M-unit fleet's small bank). NULL in, NULL out, as when strict.
+-- planner inlines it into the 100 rows a recall returns, where a function call per row was a
+-- visible share of a small bank's fusion (docs/scaling.md). NULL in, NULL out, as when strict.
 -- STABLE, as array_to_string is: a body more volatile than its declaration is not inlined.
 -- Words are split on ASCII whitespace (space, tab, LF, CR, VT, FF) by translate and
--- string_to_array, not by a regular expression: the fusion's 100 rows in ~0.9x the time (the
--- same words on every unit of bench.recall's 100k store; a regex's \s also takes what a locale
+-- string_to_array, not by a regular expression, which was measurably slower over the fusion's 100
+-- rows (the same words on every unit of bench.recall's 100k store); a regex's \s also takes what a locale
 -- calls a space, such as U+00A0, which is kept inside a word here). VT is written \x0B: an E''
 -- string's \v is not an escape on PostgreSQL 15 (E'\v' is a plain v there: a test caught it).
 AS $$
@@ -2844,10 +2843,11 @@ BEGIN
     -- so their document frequencies are exact counts over the candidates. Terms in more than
     -- prune_above of the n units (known from ANALYZE's lexeme statistics, ~1% accurate) generate
     -- no candidates but still score; their frequency comes back with them (each channel turns it
-    -- into a df; their IDF is small). Measured at 100k units: p50 ~500 ms exact vs ~30 ms pruned,
-    -- top-10 agreement 0.997. Small banks (estimated df of at most 1,000 units) are always exact:
+    -- into a df; their IDF is small). At 100k units exact BM25 is an order of magnitude slower
+    -- and the pruned top 10 all but agrees with it (bench.recall prints the agreement; figures in
+    -- docs/benchmarks.md). Small banks (estimated df of at most 1,000 units) are always exact:
     -- a bank of at most 1,000 units cannot have such a term, and skips the statistics (a read of
-    -- the whole table's most common lexemes, 2-3.5 ms in a 300k-unit fleet: docs/scaling.md).
+    -- the whole table's most common lexemes, milliseconds in a large fleet: docs/scaling.md).
     IF _bm25_pruned_terms.n <= 1000 OR coalesce(_bm25_pruned_terms.prune_above, 1) >= 1 THEN
         gen := _bm25_pruned_terms.terms;
         RETURN;
@@ -2907,7 +2907,7 @@ BEGIN
         -- Document statistics: N = the bank's documents, average length = the units' total
         -- length over N - all three from the same refresh of rcll.bank_stats (rcll._bm25_corpus);
         -- counted here only when never refreshed (counting them on every recall was an index scan
-        -- of 15-19 ms in a bank of 39,424 documents: migration 015).
+        -- over every document of the bank: migration 015, docs/scaling.md).
         ndocs := greatest(coalesce(corpus.ndocs, (SELECT count(*) FROM rcll.documents d WHERE d.bank_id = bk)), 1);
         avgdl := greatest(corpus.avgdl * corpus.n / ndocs, 1);
     END IF;
@@ -2916,8 +2916,8 @@ BEGIN
     -- session channel the documents holding it, were its units spread at random over documents of
     -- the average size m = N / ndocs: ndocs x (1 - (1 - f)^m). (f x N, capped at every document,
     -- overstated a term in 5% of the units of 10-unit documents by a quarter; on bench.recall's
-    -- 100k store, 100 queries, the session channel's top-10 overlap with exact BM25 went from 0.919
-    -- to 0.930 with this alone, 0.972 with the rescoring below: docs/scaling.md.)
+    -- 100k store the session channel's top-10 overlap with exact BM25 rose with this, and more with
+    -- the rescoring below: docs/scaling.md.)
     SELECT t.common, t.common_freq, t.gen INTO common, common_freq, gen
     FROM rcll._bm25_pruned_terms(terms, corpus.n, _bm25_channels.prune_above) t;
     -- The candidate-generating terms as keys of this bank's posting lists (migration 016).
@@ -2942,14 +2942,14 @@ BEGIN
     WITH hits AS MATERIALIZED (
         -- One scan for both channels: a row per candidate unit and query lexeme it holds, with
         -- the lexeme's tf. Only the query's lexemes are unnested: marking them with weight A and
-        -- filtering on it is ~3x cheaper than unnesting the whole tsvector of every candidate.
+        -- filtering on it is several times cheaper than unnesting the whole tsvector of every candidate.
         -- (lexical carries no weights - the units_lexical trigger writes plain to_tsvector - so
         -- nothing else is A.) unnest is in the select list (a ProjectSet, one row at a time) and
-        -- the candidates are not materialised first: measured at 100k units, this step 37 ms
-        -- against 45 with the candidates materialised and unnested in FROM (docs/scaling.md). Read
-        -- from rcll.unit_lexicon, the narrow copy (453 bytes a unit against 2.7 kB for a
-        -- memory_units row with its inline embedding): the same rows and scores, about half the
-        -- pages touched (migration 012, docs/scaling.md).
+        -- the candidates are not materialised first: at 100k units this step was faster than with
+        -- the candidates materialised and unnested in FROM (docs/scaling.md). Read from
+        -- rcll.unit_lexicon, the narrow copy (a fraction of a memory_units row, which carries its
+        -- embedding inline): the same rows and scores, about half the pages touched (migration
+        -- 012, docs/scaling.md).
         SELECT c.unit_id, c.document_id, c.keep, c.dl, (c.e).lexeme,
                coalesce(array_length((c.e).positions, 1), 1)::double precision AS tf
         FROM (
@@ -2958,7 +2958,7 @@ BEGIN
             FROM rcll.unit_lexicon u
             -- The bank's own posting lists of the terms (unit_lexicon_bank_lexemes, migration 016):
             -- a key names its bank, so no bank_id test - with one, the planner ANDed the bank
-            -- index's bitmap in (every unit of the bank: 10 ms in a 333,933-unit bank).
+            -- index's bitmap in (every unit of the bank, read on every recall: docs/scaling.md).
             WHERE rcll._bank_keys(u.bank_id, tsvector_to_array(u.lexical)) && gen_keys
             UNION ALL
             -- A small scope's units that match only pruned terms (above; none when scoped is NULL).
@@ -3011,8 +3011,8 @@ BEGIN
         SELECT t.document_id, t.lexeme, t.tf FROM s_dt t WHERE t.kept
     ), s_dl AS (
         -- Every touched document's length, one row each (rcll.document_lexicon, kept by triggers):
-        -- summed here from unit_lexicon it read ~12 index entries a document, ~18 of the
-        -- channel's ~70 ms at 100k units (docs/scaling.md).
+        -- summed here from unit_lexicon it read an index entry per unit of every touched document,
+        -- a quarter of the channel's time at 100k units (docs/scaling.md).
         SELECT m.document_id, m.lexical_length::double precision AS dl
         FROM rcll.document_lexicon m
         WHERE m.document_id IN (SELECT t.document_id FROM s_tf t)
@@ -3097,7 +3097,7 @@ COMMENT ON FUNCTION rcll.channel_lexical(text, rcll.recall_scope, integer, doubl
 -- the units linked to a named entity (rcll.unit_entities: keyless speaker and name links written at
 -- retain, sql/functions/205-keyless-entities.sql, or the extractor's) and ranks them by cosine to the
 -- query *with the names removed* ("What did research?"): with the name gone, the similarity
--- measures what is asked about the person, not that the person is named (bench/locomo/RESEARCH.md,
+-- measures what is asked about the person, not that the person is named (research/locomo/RESEARCH.md,
 -- third round: ranked by the whole query instead, R@40 0.873 vs 0.891 on conversations 0-4).
 
 CREATE OR REPLACE FUNCTION rcll._query_named_entities(query text, bank_id integer)
@@ -3213,7 +3213,7 @@ COMMENT ON FUNCTION rcll.channel_entity(text, rcll.recall_scope, vector, integer
 -- bank's documents), from the same candidate units the lexical channel reads (one scan for both:
 -- rcll._bm25_channels, 120-channel-lexical.sql), and lists the units
 -- of the best documents - inside a document by cosine to the query. On LoCoMo it is the first
--- stage's largest single gain (bench/locomo/RESEARCH.md, third round: -0.033 / -0.036 R@40 without it).
+-- stage's largest single gain (research/locomo/RESEARCH.md, third round: -0.033 / -0.036 R@40 without it).
 
 CREATE OR REPLACE FUNCTION rcll.channel_session(
     query           text,
@@ -3786,7 +3786,7 @@ AS $$
                 'recall: dense channel skipped: no query_embedding was passed',
                 'Pass query_embedding (the rcll Python client does), or let rcll.recall embed the query in the database (SELECT rcll.enable_in_database_models(...)).'))
     ), ctx AS (
-        -- Context (off by default since the session and entity channels: RESEARCH.md, third round):
+        -- Context (off by default since the session and entity channels: research/locomo/RESEARCH.md, third round):
         -- the top 100 dense hits and the chunk after each, scored with the chunk before them.
         SELECT c.unit_id, c.score, c.rank FROM rcll.channel_context(
             query_embedding => recall_channels.query_embedding,
@@ -3873,7 +3873,7 @@ AS $$
         FROM unnest(fuse_candidates.channels, fuse_candidates.unit_ids, fuse_candidates.scores,
                     fuse_candidates.ranks) AS h(channel, unit_id, score, rank)
     ), z AS (
-        -- Z-score sum (bench/locomo/RESEARCH.md, third round): each channel's scores standardised
+        -- Z-score sum (research/locomo/RESEARCH.md, third round): each channel's scores standardised
         -- over the list it returned for this query, z = (score - mean) / sd (population sd); a
         -- unit a channel did not return counts that channel's lowest z; a channel with fewer than
         -- two hits or flat scores says nothing about order and adds nothing. No k, no fitted
@@ -3981,7 +3981,7 @@ COMMENT ON FUNCTION rcll.recall_candidates(text, rcll.recall_scope, vector, vect
 
 
 -- functions 160-recall.sql
--- Recall, all five phases from SQL: embed, four channels + fusion, cross-encoder rerank, token-budget cut.
+-- Recall, all five phases from SQL: embed, the channels fused by a z-score sum, cross-encoder rerank, token-budget cut.
 
 CREATE OR REPLACE FUNCTION rcll._recall_embedding(query text, query_embedding vector)
 RETURNS vector
@@ -4427,7 +4427,7 @@ COMMENT ON FUNCTION rcll._known_entities(integer, text) IS 'Internal: entities o
 -- Keyless entities: who said a chunk and which names it writes, linked at retain with no model.
 --
 -- Chunk mode has no extractor, yet recall needs to know *who* a unit is about: on LoCoMo almost
--- every question names a speaker (bench/locomo/RESEARCH.md, third round). A chunk is linked to
+-- every question names a speaker (research/locomo/RESEARCH.md, third round). A chunk is linked to
 -- (a) its speaker - a leading "Name:" of its text (after an optional "[date]"), else its author -
 -- and (b) every word it writes capitalised away from a sentence start (stop words and one-letter
 -- words excepted): names, places, titles. The links go into the same entities / entity_aliases /

@@ -6,13 +6,12 @@
 -- WHERE bank_id = <id>; the global graph memory_units_embedding_hnsw then leaves those banks out
 -- (WHERE bank_id <> ALL (...)), so each unit is in exactly one graph. The dense and temporal
 -- channels plan with the bank id as a constant, so the planner proves which graph serves a bank.
--- Measured on a 1M-unit fleet (docs/scaling.md, python -m bench.recall --fleet 1000000 --split 20000):
--- a 29,922-unit bank's dense recall@10 against exact search 0.90-0.95 -> 1.00 (its 6 fleet queries,
--- two stores) and 0.92 -> 0.99 (40 harsher probe queries); the 333,333-unit bank's 0.79 -> 0.85-0.88
--- (probe); the SQL phase unchanged within noise; writes into the biggest bank at 0.87-0.93 of a
--- 100k fleet's rate (0.70-0.73 with one global graph). Hence the default min_units of 20,000.
--- Own graphs are built with m 32 and ef_construction 128 (pgvector's defaults: 16 and 64): the
--- 333,333-unit bank's recall@10 0.89 -> 0.98 on the same probe queries (0.96 in its big room).
+-- On a 1M-unit fleet (python -m bench.recall --fleet 1000000 --split 20000) an own graph raised the
+-- dense recall against exact search of banks from ~30,000 units up, left the SQL phase as it was, and
+-- let writes into the biggest bank keep more of a small fleet's rate than one global graph did: hence
+-- the default min_units of 20,000. Own graphs are built with m 32 and ef_construction 128 (pgvector's
+-- defaults: 16 and 64), which raised the biggest bank's recall further. The figures, dated, are in
+-- docs/scaling.md ("Figures behind the SQL comments").
 --
 -- Index builds cannot run inside a function (CREATE INDEX CONCURRENTLY refuses a transaction
 -- block), so this file only reads the catalog and says what to run: in psql,
@@ -121,7 +120,7 @@ BEGIN
     END IF;
     -- A bank's own graph is built denser than pgvector's default (m 16, ef_construction 64): a big
     -- bank's nearest neighbours are many and close together, and a sparser graph misses them
-    -- (docs/scaling.md: a 333,333-unit bank's dense recall@10 against exact 0.89 -> 0.97-0.98).
+    -- (the recall against exact search, measured: docs/scaling.md).
     own := format(' WITH (m = %s, ef_construction = %s)', m, ef_construction);
     wanted := ARRAY[format('m=%s', m), format('ef_construction=%s', ef_construction)];
     SELECT coalesce(array_agg(g.bank_id ORDER BY g.bank_id) FILTER (WHERE NOT g.half AND g.valid), '{}'),

@@ -60,7 +60,7 @@ AS $$
                 'recall: dense channel skipped: no query_embedding was passed',
                 'Pass query_embedding (the rcll Python client does), or let rcll.recall embed the query in the database (SELECT rcll.enable_in_database_models(...)).'))
     ), ctx AS (
-        -- Context (off by default since the session and entity channels: RESEARCH.md, third round):
+        -- Context (off by default since the session and entity channels: research/locomo/RESEARCH.md, third round):
         -- the top 100 dense hits and the chunk after each, scored with the chunk before them.
         SELECT c.unit_id, c.score, c.rank FROM rcll.channel_context(
             query_embedding => recall_channels.query_embedding,
