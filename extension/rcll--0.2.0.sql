@@ -749,18 +749,18 @@ DECLARE
     id integer;
 BEGIN
     IF bank IS NULL THEN
-        RAISE EXCEPTION 'bank is required' USING ERRCODE = '22004',
+        RAISE EXCEPTION 'bank: a bank name is required' USING ERRCODE = 'RC001', COLUMN = 'bank',
             HINT = 'Pass bank => ''name''; list banks with SELECT * FROM rcll.banks.';
     END IF;
     SELECT b.bank_id INTO id FROM rcll.banks b WHERE b.name = bank;
     IF id IS NULL THEN
-        RAISE EXCEPTION 'bank: unknown bank "%"', bank USING ERRCODE = '42704',
+        RAISE EXCEPTION 'bank: unknown bank "%"', bank USING ERRCODE = 'RC002', COLUMN = 'bank',
             HINT = format('Create it first: SELECT rcll.create_bank(%L) or `rcll bank create %s`.', bank, bank);
     END IF;
     RETURN id;
 END
 $$;
-COMMENT ON FUNCTION rcll._bank_id(text) IS 'Internal: the bank_id of a bank name; raises 42704 naming the fix when the bank does not exist.';
+COMMENT ON FUNCTION rcll._bank_id(text) IS 'Internal: the bank_id of a bank name; raises RC002 (unknown bank, COLUMN bank) naming the fix when the bank does not exist.';
 
 CREATE OR REPLACE FUNCTION rcll.create_bank(name text, description text DEFAULT NULL,
                                             text_search_config regconfig DEFAULT 'english')
@@ -771,7 +771,7 @@ DECLARE
     id integer;
 BEGIN
     IF name IS NULL OR name !~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$' THEN
-        RAISE EXCEPTION 'bank: invalid bank name %', coalesce(quote_literal(name), 'NULL') USING ERRCODE = '22023',
+        RAISE EXCEPTION 'bank: invalid bank name %', coalesce(quote_literal(name), 'NULL') USING ERRCODE = 'RC001', COLUMN = 'bank',
             HINT = 'A bank name is 1-128 characters: letters, digits, _ . : - and starts with a letter or digit.';
     END IF;
     INSERT INTO rcll.banks AS b (name, description, text_search_config)
@@ -1138,7 +1138,7 @@ LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 AS $$
 BEGIN
     IF nullif(btrim(reason), '') IS NULL THEN
-        RAISE EXCEPTION 'reason: a % needs a reason', action USING ERRCODE = '22023', HINT = hint;
+        RAISE EXCEPTION 'reason: a % needs a reason', action USING ERRCODE = 'RC001', COLUMN = 'reason', HINT = hint;
     END IF;
     RETURN btrim(reason);
 END
@@ -1196,12 +1196,12 @@ DECLARE
         1048576);
 BEGIN
     IF content IS NULL OR btrim(content, E' \t\r\n\f\v') = '' THEN
-        RAISE EXCEPTION 'content: empty or whitespace-only text' USING ERRCODE = '22023',
+        RAISE EXCEPTION 'content: empty or whitespace-only text' USING ERRCODE = 'RC001', COLUMN = 'content',
             HINT = 'Pass the text to retain in content.';
     END IF;
     IF octet_length(content) > limit_bytes THEN
         RAISE EXCEPTION 'content: % bytes is over the limit of % bytes', octet_length(content), limit_bytes
-            USING ERRCODE = '54000',
+            USING ERRCODE = 'RC001', COLUMN = 'content',
             HINT = 'Split the document, or raise the limit (SET rcll.max_document_bytes, or the bank setting max_document_bytes).';
     END IF;
 END
@@ -1231,11 +1231,12 @@ DECLARE
 BEGIN
     -- The document fields every retain takes (the content itself is rcll._check_document's).
     IF layer IS NOT NULL AND layer NOT IN ('L0', 'L1', 'L2') THEN
-        RAISE EXCEPTION 'layer: % is not a layer', quote_literal(layer) USING ERRCODE = '22023',
+        RAISE EXCEPTION 'layer: % is not a layer', quote_literal(layer) USING ERRCODE = 'RC001', COLUMN = 'layer',
             HINT = 'Use L0 (rules and procedures), L1 (decisions) or L2 (observations).';
     END IF;
     IF metadata IS NULL OR jsonb_typeof(metadata) <> 'object' THEN
-        RAISE EXCEPTION 'metadata: must be a JSON object' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'metadata: must be a JSON object' USING ERRCODE = 'RC001', COLUMN = 'metadata',
+            HINT = 'Pass a JSON object (''{}'' for none).';
     END IF;
 
     SELECT r.author, r.author_source INTO author, author_source FROM rcll._resolve_author(claimed_author) r;
@@ -1287,14 +1288,16 @@ DECLARE
 BEGIN
     PERFORM rcll._check_document(b, content);
     IF n = 0 THEN
-        RAISE EXCEPTION 'chunks: at least one chunk is required' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'chunks: at least one chunk is required' USING ERRCODE = 'RC001', COLUMN = 'chunks',
+            HINT = 'Pass the document''s text split into chunks (rcll.chunk_text), one or more.';
     END IF;
     IF embeddings IS NOT NULL AND coalesce(array_length(embeddings, 1), 0) <> n THEN
         RAISE EXCEPTION 'embeddings: % embeddings for % chunks', coalesce(array_length(embeddings, 1), 0), n
-            USING ERRCODE = '22023', HINT = 'Pass one embedding per chunk, in the same order (or NULL for none).';
+            USING ERRCODE = 'RC001', COLUMN = 'embeddings', HINT = 'Pass one embedding per chunk, in the same order (or NULL for none).';
     END IF;
     IF EXISTS (SELECT 1 FROM unnest(chunks) c WHERE c IS NULL OR btrim(c, E' \t\r\n\f\v') = '') THEN
-        RAISE EXCEPTION 'chunks: a chunk is empty' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'chunks: a chunk is empty' USING ERRCODE = 'RC001', COLUMN = 'chunks',
+            HINT = 'Drop empty or whitespace-only chunks before retaining.';
     END IF;
 
     stored := rcll._store_document(b, content, source, thread, occurred_at, layer, metadata, via, author, 'chunks');
@@ -1707,7 +1710,7 @@ DECLARE
 BEGIN
     SELECT * INTO r FROM rcll.rooms x WHERE x.bank_id = _registry_room.bank_id AND x.name = room;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'room: no room "%" in this bank''s registry', room USING ERRCODE = '42704',
+        RAISE EXCEPTION 'room: no room "%" in this bank''s registry', room USING ERRCODE = 'RC003', COLUMN = 'room',
             HINT = 'List rooms with SELECT * FROM rcll.rooms(''<bank>''); name a room exactly as listed.';
     END IF;
     RETURN r;
@@ -1730,14 +1733,15 @@ BEGIN
     src := rcll._registry_room(b, from_room);
     dst := rcll._registry_room(b, into_room);
     IF src.name = dst.name THEN
-        RAISE EXCEPTION 'into_room: a room cannot merge into itself' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'into_room: a room cannot merge into itself' USING ERRCODE = 'RC001', COLUMN = 'into_room',
+            HINT = 'Name two different rooms: from_room merges into into_room.';
     END IF;
     IF src.status <> 'live' THEN
-        RAISE EXCEPTION 'from_room: room "%" is %', src.name, src.status USING ERRCODE = '55000',
+        RAISE EXCEPTION 'from_room: room "%" is %', src.name, src.status USING ERRCODE = 'RC004', COLUMN = 'from_room',
             HINT = 'Only a live room can be proposed for a merge; decide the pending proposal first (rcll.approve_room_merge / rcll.reject_room_merge).';
     END IF;
     IF dst.status <> 'live' THEN
-        RAISE EXCEPTION 'into_room: room "%" is %', dst.name, dst.status USING ERRCODE = '55000',
+        RAISE EXCEPTION 'into_room: room "%" is %', dst.name, dst.status USING ERRCODE = 'RC004', COLUMN = 'into_room',
             HINT = 'Merge into a live room (a merged room''s facts live in its merged_into).';
     END IF;
     UPDATE rcll.rooms r SET status = 'provisional' WHERE r.bank_id = b AND r.name = src.name;
@@ -1762,7 +1766,7 @@ BEGIN
     WHERE mp.bank_id = _pending_merge.bank_id AND mp.from_room = _pending_merge.from_room AND mp.status = 'pending'
     FOR UPDATE;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'from_room: no pending merge proposal for room "%"', from_room USING ERRCODE = '42704',
+        RAISE EXCEPTION 'from_room: no pending merge proposal for room "%"', from_room USING ERRCODE = 'RC003', COLUMN = 'from_room',
             HINT = 'Propose it first with rcll.propose_room_merge(bank, from_room, into_room, reason).';
     END IF;
     RETURN p;
@@ -1782,8 +1786,8 @@ DECLARE
 BEGIN
     -- A person decides: an agent (a mapped role, or rcll.agent set by the server) may propose only.
     IF rcll.current_agent() IS NOT NULL THEN
-        RAISE EXCEPTION 'approve_room_merge: agent "%" cannot approve a merge', rcll.current_agent()
-            USING ERRCODE = '42501',
+        RAISE EXCEPTION 'agent: agent "%" cannot approve a merge', rcll.current_agent()
+            USING ERRCODE = 'RC006', COLUMN = 'agent',
             HINT = 'A person approves: connect as a role not mapped in rcll.identities, with rcll.agent unset.';
     END IF;
     p := rcll._pending_merge(b, btrim(from_room));
@@ -1849,19 +1853,20 @@ DECLARE
 BEGIN
     dst := rcll._canonical_room(b, to_room);
     IF dst.room IS NULL THEN
-        RAISE EXCEPTION 'to_room: a room name is required' USING ERRCODE = '22023',
+        RAISE EXCEPTION 'to_room: a room name is required' USING ERRCODE = 'RC001', COLUMN = 'to_room',
             HINT = 'Name the room to move the units into (see rcll.rooms(bank)).';
     END IF;
     ids := ARRAY(SELECT DISTINCT i FROM unnest(unit_ids) AS i WHERE i IS NOT NULL ORDER BY 1);
     IF cardinality(ids) = 0 THEN
-        RAISE EXCEPTION 'unit_ids: no units given' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'unit_ids: no units given' USING ERRCODE = 'RC001', COLUMN = 'unit_ids',
+            HINT = 'Pass the ids of the units to move (recall returns them).';
     END IF;
     -- Lock in id order so two moves of overlapping sets cannot deadlock.
     PERFORM 1 FROM rcll.memory_units u WHERE u.unit_id = ANY (ids) AND u.bank_id = b ORDER BY u.unit_id FOR UPDATE;
     missing := ARRAY(SELECT i FROM unnest(ids) AS i
                      WHERE NOT EXISTS (SELECT 1 FROM rcll.memory_units u WHERE u.unit_id = i AND u.bank_id = b));
     IF cardinality(missing) > 0 THEN
-        RAISE EXCEPTION 'unit_ids: % not in bank "%"', missing, bank USING ERRCODE = '42704',
+        RAISE EXCEPTION 'unit_ids: % not in bank "%"', missing, bank USING ERRCODE = 'RC003', COLUMN = 'unit_ids',
             HINT = 'Pass unit ids recall returned for this bank.';
     END IF;
     SELECT jsonb_agg(jsonb_build_object('unit_id', u.unit_id, 'room', u.room) ORDER BY u.unit_id) INTO prior
@@ -1887,12 +1892,13 @@ BEGIN
     SELECT * INTO m FROM rcll.audit_log a
     WHERE a.audit_id = move_id AND a.bank_id = b AND a.action = 'room_move' FOR UPDATE;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'move_id: no room move % in bank "%"', move_id, bank USING ERRCODE = '42704',
+        RAISE EXCEPTION 'move_id: no room move % in bank "%"', move_id, bank USING ERRCODE = 'RC003', COLUMN = 'move_id',
             HINT = 'Use the id rcll.move_units returned (rcll.audit_log rows with action room_move).';
     END IF;
     IF EXISTS (SELECT 1 FROM rcll.audit_log a WHERE a.bank_id = b AND a.action = 'room_move_undo'
                AND (a.detail ->> 'move_id')::bigint = move_id) THEN
-        RAISE EXCEPTION 'move_id: move % was already undone', move_id USING ERRCODE = '55000';
+        RAISE EXCEPTION 'move_id: move % was already undone', move_id USING ERRCODE = 'RC004', COLUMN = 'move_id',
+            HINT = 'Nothing to do: the units are back where they were (rcll.audit_log has the undo).';
     END IF;
     -- Only units still where the move put them: a later move must be undone first.
     moved := ARRAY(SELECT f.unit_id::text
@@ -1900,7 +1906,7 @@ BEGIN
                    JOIN rcll.memory_units u ON u.unit_id = f.unit_id
                    WHERE u.room IS DISTINCT FROM m.target ->> 'to_room' ORDER BY f.unit_id);
     IF cardinality(moved) > 0 THEN
-        RAISE EXCEPTION 'move_id: units % were moved again after move %', moved, move_id USING ERRCODE = '55000',
+        RAISE EXCEPTION 'move_id: units % were moved again after move %', moved, move_id USING ERRCODE = 'RC004', COLUMN = 'move_id',
             HINT = 'Undo the later moves first (newest first).';
     END IF;
     UPDATE rcll.memory_units u SET room = f.room, updated_at = now()
@@ -1991,21 +1997,22 @@ DECLARE
     ok      boolean;
 BEGIN
     IF room IS NULL OR btrim(room) = '' THEN
-        RAISE EXCEPTION 'room: a room is required' USING ERRCODE = '22023',
+        RAISE EXCEPTION 'room: a room is required' USING ERRCODE = 'RC001', COLUMN = 'room',
             HINT = 'State is keyed by (room, key); the room string is used exactly as given.';
     END IF;
     IF key IS NULL OR key = '' THEN
-        RAISE EXCEPTION 'key: a key is required' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'key: a key is required' USING ERRCODE = 'RC001', COLUMN = 'key',
+            HINT = 'State is keyed by (room, key): pass a non-empty key.';
     END IF;
     IF value IS NULL THEN
-        RAISE EXCEPTION 'value: a JSON value is required' USING ERRCODE = '22004',
+        RAISE EXCEPTION 'value: a JSON value is required' USING ERRCODE = 'RC001', COLUMN = 'value',
             HINT = 'Pass ''null''::jsonb to store a JSON null.';
     END IF;
     SELECT max(s.version) INTO cur FROM rcll.room_state s
     WHERE s.bank_id = b AND s.room = put_state.room AND s.key = put_state.key;
     IF coalesce(expected_version, 0) IS DISTINCT FROM coalesce(cur, 0) THEN
         RAISE EXCEPTION 'expected_version: expected version %, current version is %',
-            coalesce(expected_version, 0), coalesce(cur, 0) USING ERRCODE = '40001',
+            coalesce(expected_version, 0), coalesce(cur, 0) USING ERRCODE = 'RC005', COLUMN = 'expected_version',
             HINT = 'Someone wrote this key since you read it: read it again (rcll.get_state) and retry with its version (0 = no state yet).';
     END IF;
     who := rcll._resolve_author(author);
@@ -2021,13 +2028,13 @@ BEGIN
         SELECT max(s.version) INTO cur FROM rcll.room_state s
         WHERE s.bank_id = b AND s.room = put_state.room AND s.key = put_state.key;
         RAISE EXCEPTION 'expected_version: expected version %, current version is %',
-            coalesce(expected_version, 0), cur USING ERRCODE = '40001',
+            coalesce(expected_version, 0), cur USING ERRCODE = 'RC005', COLUMN = 'expected_version',
             HINT = 'A concurrent put won: read the key again (rcll.get_state) and retry with its version.';
     END IF;
     RETURN coalesce(cur, 0) + 1;
 END
 $$;
-COMMENT ON FUNCTION rcll.put_state(text, text, text, jsonb, integer, text, text, text) IS 'Write a new version of a room''s keyed state if expected_version is the current version (0 or NULL when there is none); otherwise fail with SQLSTATE 40001 naming expected and current version. Every version is kept with its provenance (who, as the server resolved it; via; source; when). Returns the new version.';
+COMMENT ON FUNCTION rcll.put_state(text, text, text, jsonb, integer, text, text, text) IS 'Write a new version of a room''s keyed state if expected_version is the current version (0 or NULL when there is none); otherwise fail with SQLSTATE RC005 (version conflict, COLUMN expected_version) naming expected and current version. Every version is kept with its provenance (who, as the server resolved it; via; source; when). Returns the new version.';
 
 CREATE OR REPLACE FUNCTION rcll.state_history(bank text, room text, key text)
 RETURNS TABLE (version integer, value jsonb, provenance jsonb, created_at timestamptz)
@@ -2078,7 +2085,7 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolname = grant_bank.role_name) THEN
-        RAISE EXCEPTION 'role_name: no database role "%"', role_name USING ERRCODE = '42704',
+        RAISE EXCEPTION 'role_name: no database role "%"', role_name USING ERRCODE = 'RC003', COLUMN = 'role_name',
             HINT = 'Create the role first (CREATE ROLE ...); grants name roles, and their members inherit them.';
     END IF;
     INSERT INTO rcll.bank_grants (role_name, bank_id) VALUES (grant_bank.role_name, rcll._bank_id(bank))
@@ -2568,24 +2575,24 @@ BEGIN
     max_share := coalesce(max_share, 0.5);
     IF min_units < 1 THEN
         RAISE EXCEPTION 'min_units: must be a positive number of units (got %)', min_units
-            USING ERRCODE = 'invalid_parameter_value',
+            USING ERRCODE = 'RC001', COLUMN = 'min_units',
                   HINT = 'A bank of at least min_units units gets its own HNSW graph; 20000 is the default.';
     END IF;
     m := coalesce(m, 32);
     ef_construction := coalesce(ef_construction, 128);
     IF m < 2 OR m > 100 THEN
         RAISE EXCEPTION 'm: must be from 2 to 100 (got %)', m
-            USING ERRCODE = 'invalid_parameter_value',
+            USING ERRCODE = 'RC001', COLUMN = 'm',
                   HINT = 'The number of neighbours each unit keeps in a bank''s own HNSW graph; 32 is the default.';
     END IF;
     IF ef_construction < 2 * m OR ef_construction > 1000 THEN
         RAISE EXCEPTION 'ef_construction: must be from 2 x m (%) to 1000 (got %)', 2 * m, ef_construction
-            USING ERRCODE = 'invalid_parameter_value',
+            USING ERRCODE = 'RC001', COLUMN = 'ef_construction',
                   HINT = 'The candidate list an own graph''s build keeps per insert (pgvector requires at least 2 x m); 128 is the default.';
     END IF;
     IF max_share <= 0 OR max_share > 1 THEN
         RAISE EXCEPTION 'max_share: must be a fraction of the store''s units in (0, 1] (got %)', max_share
-            USING ERRCODE = 'invalid_parameter_value',
+            USING ERRCODE = 'RC001', COLUMN = 'max_share',
                   HINT = 'A bank holding more than max_share of the units keeps the global graph (it is most of it); 0.5 is the default.';
     END IF;
     -- A bank that is most of the store gains nothing from a graph of its own (the global graph is
@@ -2597,7 +2604,7 @@ BEGIN
     target := coalesce(target, '{}');
     IF cardinality(target) > max_own THEN
         RAISE EXCEPTION 'min_units: % banks hold at least % units; at most % can have their own graph', cardinality(target), min_units, max_own
-            USING ERRCODE = 'invalid_parameter_value',
+            USING ERRCODE = 'RC001', COLUMN = 'min_units',
                   HINT = 'Raise min_units (the planner proves the global graph''s predicate for at most 100 banks).';
     END IF;
     -- A bank's own graph is built denser than pgvector's default (m 16, ef_construction 64): a big
@@ -3745,7 +3752,7 @@ BEGIN
     SELECT c INTO bad FROM unnest(channels) c WHERE c IS NULL OR c <> ALL (known) LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION 'channels: % is not a recall channel', coalesce('"' || bad || '"', 'NULL')
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'Name channels among ' || array_to_string(known, ', ') || ', or pass NULL for all.';
+            USING ERRCODE = 'RC001', COLUMN = 'channels', HINT = 'Name channels among ' || array_to_string(known, ', ') || ', or pass NULL for all.';
     END IF;
     RETURN true;
 END
@@ -4192,11 +4199,11 @@ DECLARE
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'plpython3u') THEN
         RAISE EXCEPTION 'plpython3u: this server has no plpython3u, so models cannot run inside it'
-            USING ERRCODE = '0A000',
+            USING ERRCODE = '0A000', COLUMN = 'plpython3u',
             HINT = 'Install the server''s plpython3 package (Debian: postgresql-plpython3-NN), or keep embedding and reranking in the client: pass query_embedding to rcll.recall_candidates (the rcll Python client does).';
     END IF;
     IF paths IS NULL OR cardinality(paths) = 0 THEN
-        RAISE EXCEPTION 'python_path: no directories given' USING ERRCODE = '22023',
+        RAISE EXCEPTION 'python_path: no directories given' USING ERRCODE = 'RC001', COLUMN = 'python_path',
             HINT = 'Pass the venv''s site-packages and the directory holding the rcll package, readable by the server''s OS user: SELECT rcll.enable_in_database_models(ARRAY[''/srv/rcll/.venv/lib/python3.11/site-packages'', ''/srv/rcll/python'']), or set rcll.python_path (colon-separated) with ALTER DATABASE ... SET.';
     END IF;
     EXECUTE 'CREATE EXTENSION IF NOT EXISTS plpython3u';
@@ -4325,7 +4332,7 @@ DECLARE
     display text := btrim(regexp_replace(ltrim(_resolve_entity.name, '@'), '\s+', ' ', 'g'));
 BEGIN
     IF key IS NULL THEN
-        RAISE EXCEPTION 'name: entity name is empty' USING ERRCODE = '22023',
+        RAISE EXCEPTION 'name: entity name is empty' USING ERRCODE = 'RC001', COLUMN = 'name',
             HINT = 'Drop entities without a name before resolving.';
     END IF;
     SELECT array_agg(DISTINCT k) INTO keys
@@ -4670,18 +4677,22 @@ DECLARE
     o rcll.memory_units%ROWTYPE;
     nw rcll.memory_units%ROWTYPE;
     t timestamptz;
+    missing text;
 BEGIN
     IF old_unit = new_unit THEN
-        RAISE EXCEPTION 'new_unit: a unit cannot supersede itself' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'new_unit: a unit cannot supersede itself' USING ERRCODE = 'RC001', COLUMN = 'new_unit',
+            HINT = 'Pass the newer unit as new_unit and the unit it replaces as old_unit.';
     END IF;
     SELECT * INTO nw FROM rcll.memory_units u WHERE u.unit_id = new_unit;
     SELECT * INTO o FROM rcll.memory_units u WHERE u.unit_id = old_unit FOR UPDATE;
     IF o.unit_id IS NULL OR nw.unit_id IS NULL THEN
-        RAISE EXCEPTION '%: no such unit', CASE WHEN o.unit_id IS NULL THEN 'old_unit' ELSE 'new_unit' END
-            USING ERRCODE = '42704', HINT = 'Pass unit ids of one bank (SELECT unit_id FROM rcll.memory_units).';
+        missing := CASE WHEN o.unit_id IS NULL THEN 'old_unit' ELSE 'new_unit' END;
+        RAISE EXCEPTION '%: no such unit', missing
+            USING ERRCODE = 'RC003', COLUMN = missing, HINT = 'Pass unit ids of one bank (SELECT unit_id FROM rcll.memory_units).';
     END IF;
     IF o.bank_id <> nw.bank_id THEN
-        RAISE EXCEPTION 'new_unit: units % and % are in different banks', old_unit, new_unit USING ERRCODE = '22023';
+        RAISE EXCEPTION 'new_unit: units % and % are in different banks', old_unit, new_unit USING ERRCODE = 'RC001', COLUMN = 'new_unit',
+            HINT = 'A unit is superseded only by a unit of its own bank.';
     END IF;
     IF o.superseded_by IS NOT NULL OR NOT upper_inf(o.valid) THEN
         RETURN false;                       -- already closed; the first replacement stands
@@ -4689,7 +4700,7 @@ BEGIN
     t := coalesce(at, lower(nw.valid), now());
     IF t <= lower(o.valid) THEN
         RAISE EXCEPTION 'at: % is not after the start of unit %''s validity (%)', t, old_unit, lower(o.valid)
-            USING ERRCODE = '22023', HINT = 'A unit can only be superseded by something that became true after it did.';
+            USING ERRCODE = 'RC001', COLUMN = 'at', HINT = 'A unit can only be superseded by something that became true after it did.';
     END IF;
     UPDATE rcll.memory_units u
     SET valid = tstzrange(lower(u.valid), t), superseded_by = new_unit, updated_at = now()
@@ -4721,7 +4732,7 @@ BEGIN
     RETURN (fact ->> key)::timestamptz;
 EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow THEN
     RAISE EXCEPTION 'facts: fact % has % = % which is not a timestamp', i, key, quote_literal(fact ->> key)
-        USING ERRCODE = '22007', HINT = 'Use ISO 8601 (2026-08-26T14:00:00Z) or null.';
+        USING ERRCODE = 'RC001', COLUMN = 'facts', HINT = 'Use ISO 8601 (2026-08-26T14:00:00Z) or null.';
 END
 $$;
 COMMENT ON FUNCTION rcll._fact_time(jsonb, text, integer) IS 'Internal: a timestamp field of an extracted fact (ISO 8601 or null), with an error naming the fact and field.';
@@ -4742,7 +4753,7 @@ DECLARE
     n integer;
 BEGIN
     IF calls IS NULL OR jsonb_typeof(calls) <> 'array' THEN
-        RAISE EXCEPTION 'llm_calls: must be a JSON array of calls' USING ERRCODE = '22023',
+        RAISE EXCEPTION 'llm_calls: must be a JSON array of calls' USING ERRCODE = 'RC001', COLUMN = 'llm_calls',
             HINT = 'Pass [{"purpose": "extract", "provider": ..., "model": ..., "input_tokens": n, "output_tokens": n, "outcome": "ok"}].';
     END IF;
     INSERT INTO rcll.llm_calls (bank_id, document_id, purpose, provider, model, input_tokens, output_tokens, outcome)
@@ -4824,26 +4835,28 @@ DECLARE
 BEGIN
     PERFORM rcll._check_document(b, content);
     IF facts IS NULL OR jsonb_typeof(facts) <> 'array' OR n = 0 THEN
-        RAISE EXCEPTION 'facts: must be a non-empty JSON array of facts' USING ERRCODE = '22023',
+        RAISE EXCEPTION 'facts: must be a non-empty JSON array of facts' USING ERRCODE = 'RC001', COLUMN = 'facts',
             HINT = 'An extraction with no facts is a failed extraction: store chunks (rcll.retain_extraction_failed) instead.';
     END IF;
     IF coalesce(array_length(embeddings, 1), 0) <> n THEN
         RAISE EXCEPTION 'embeddings: % embeddings for % facts', coalesce(array_length(embeddings, 1), 0), n
-            USING ERRCODE = '22023', HINT = 'Pass one embedding per fact, in the same order.';
+            USING ERRCODE = 'RC001', COLUMN = 'embeddings', HINT = 'Pass one embedding per fact, in the same order.';
     END IF;
     IF coalesce(array_length(aux_texts, 1), 0) <> coalesce(array_length(aux_embeddings, 1), 0) THEN
         RAISE EXCEPTION 'aux_embeddings: % embeddings for % aux_texts', coalesce(array_length(aux_embeddings, 1), 0),
-            coalesce(array_length(aux_texts, 1), 0) USING ERRCODE = '22023';
+            coalesce(array_length(aux_texts, 1), 0) USING ERRCODE = 'RC001', COLUMN = 'aux_embeddings',
+            HINT = 'Pass one embedding per aux_text, in the same order.';
     END IF;
     IF extraction NOT IN ('llm', 'offline') THEN
-        RAISE EXCEPTION 'extraction: % is not an extraction mode', quote_literal(extraction) USING ERRCODE = '22023',
+        RAISE EXCEPTION 'extraction: % is not an extraction mode', quote_literal(extraction) USING ERRCODE = 'RC001', COLUMN = 'extraction',
             HINT = 'Use llm or offline (chunk mode is rcll.retain_chunks).';
     END IF;
     FOR i IN 0 .. n - 1 LOOP
         f := facts -> i;
         IF jsonb_typeof(f) <> 'object' OR jsonb_typeof(f -> 'text') <> 'string'
            OR btrim(f ->> 'text', E' \t\r\n\f\v') = '' THEN
-            RAISE EXCEPTION 'facts: fact % is not an object with a non-empty text', i USING ERRCODE = '22023';
+            RAISE EXCEPTION 'facts: fact % is not an object with a non-empty text', i USING ERRCODE = 'RC001', COLUMN = 'facts',
+                HINT = 'Each fact is a JSON object with a non-empty "text" (see rcll.extract.schema).';
         END IF;
     END LOOP;
 
@@ -5132,10 +5145,12 @@ DECLARE
     room_by text;
 BEGIN
     IF text IS NULL OR btrim(text, E' \t\r\n\f\v') = '' THEN
-        RAISE EXCEPTION 'text: an observation needs text' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'text: an observation needs text' USING ERRCODE = 'RC001', COLUMN = 'text',
+            HINT = 'Pass the observation''s text: what the source units say together.';
     END IF;
     IF coalesce(array_length(sources, 1), 0) = 0 THEN
-        RAISE EXCEPTION 'sources: an observation needs at least one source unit' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'sources: an observation needs at least one source unit' USING ERRCODE = 'RC001', COLUMN = 'sources',
+            HINT = 'Pass the ids of the units it consolidates (rcll.consolidation_groups lists them).';
     END IF;
     -- lock the sources: two consolidators must not fold the same unit twice
     PERFORM 1 FROM rcll.memory_units u WHERE u.unit_id = ANY (sources) ORDER BY u.unit_id FOR UPDATE;
@@ -5154,7 +5169,7 @@ BEGIN
     FROM rcll.memory_units u WHERE u.unit_id = ANY (sources);
     IF s.n <> coalesce(array_length(sources, 1), 0) OR s.ok <> s.n THEN
         RAISE EXCEPTION 'sources: % of % units are pending units of bank %', s.ok, array_length(sources, 1), bank
-            USING ERRCODE = '22023', HINT = 'Consolidate only units listed by rcll.consolidation_groups (pending, same bank).';
+            USING ERRCODE = 'RC001', COLUMN = 'sources', HINT = 'Consolidate only units listed by rcll.consolidation_groups (pending, same bank).';
     END IF;
 
     -- the room: given, else the sources'' majority room, else the classifier, else general
@@ -5254,7 +5269,7 @@ BEGIN
     RETURN QUERY SELECT e.* FROM rcll.export_tables() e WHERE e.table_name = name;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'table_name: % is not an exported table', coalesce(quote_literal(name), 'NULL')
-            USING ERRCODE = '22023',
+            USING ERRCODE = 'RC001', COLUMN = 'table_name',
             HINT = 'Name one of SELECT table_name FROM rcll.export_tables().';
     END IF;
 END
@@ -5377,7 +5392,7 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     IF to_regclass('pg_temp.rcll_import_state') IS NULL THEN
-        RAISE EXCEPTION 'import_begin: no import in progress in this session' USING ERRCODE = '55000',
+        RAISE EXCEPTION 'import_begin: no import in progress in this session' USING ERRCODE = 'RC008', COLUMN = 'import_begin',
             HINT = 'Call rcll.import_begin(bank_row, on_conflict, max_ids) first, in the same transaction.';
     END IF;
     RETURN QUERY EXECUTE 'SELECT s.bank_id, s.bank_name, s.fresh, s.on_conflict FROM pg_temp.rcll_import_state s';
@@ -5428,7 +5443,7 @@ BEGIN
         GET DIAGNOSTICS n = ROW_COUNT;
     EXCEPTION WHEN unique_violation THEN
         RAISE EXCEPTION 'on_conflict: a % row of this import already exists (%)', table_name, SQLERRM
-            USING ERRCODE = '23505',
+            USING ERRCODE = 'RC004', COLUMN = 'on_conflict',
             HINT = 'Import into an empty database, or choose on_conflict => ''skip'' (keep existing rows) or ''replace'' (overwrite them).';
     END;
     FOREACH t IN ARRAY trg LOOP
@@ -5471,15 +5486,15 @@ DECLARE
 BEGIN
     IF on_conflict IS NULL OR on_conflict NOT IN ('error', 'skip', 'replace') THEN
         RAISE EXCEPTION 'on_conflict: % is not a conflict policy', coalesce(quote_literal(on_conflict), 'NULL')
-            USING ERRCODE = '22023',
+            USING ERRCODE = 'RC001', COLUMN = 'on_conflict',
             HINT = 'Use error (the default: refuse rows that already exist), skip (keep what is there) or replace (overwrite it).';
     END IF;
     IF bank_row IS NULL OR jsonb_typeof(bank_row) <> 'object' OR bname IS NULL THEN
-        RAISE EXCEPTION 'bank_row: must be the exported banks row (a JSON object with a name)' USING ERRCODE = '22023',
+        RAISE EXCEPTION 'bank_row: must be the exported banks row (a JSON object with a name)' USING ERRCODE = 'RC008', COLUMN = 'bank_row',
             HINT = 'Pass the one line of banks.jsonl from the export.';
     END IF;
     IF max_ids IS NULL OR jsonb_typeof(max_ids) <> 'object' THEN
-        RAISE EXCEPTION 'max_ids: must be a JSON object' USING ERRCODE = '22023',
+        RAISE EXCEPTION 'max_ids: must be a JSON object' USING ERRCODE = 'RC008', COLUMN = 'max_ids',
             HINT = 'Pass the manifest''s max_ids, or ''{}''.';
     END IF;
     -- A fresh slate for this session's import bookkeeping.
@@ -5497,7 +5512,7 @@ BEGIN
     fresh := b IS NULL;
     IF NOT fresh THEN
         IF on_conflict = 'error' THEN
-            RAISE EXCEPTION 'bank: bank "%" already exists in this database', bname USING ERRCODE = '23505',
+            RAISE EXCEPTION 'bank: bank "%" already exists in this database', bname USING ERRCODE = 'RC004', COLUMN = 'bank',
                 HINT = 'Import into an empty database, or choose on_conflict => ''skip'' (keep existing rows) or ''replace'' (overwrite them).';
         ELSIF on_conflict = 'replace' THEN
             UPDATE rcll.banks x SET description = r.description, text_search_config = r.text_search_config,
@@ -5539,10 +5554,11 @@ BEGIN
     SELECT * INTO st FROM rcll._import_state();
     SELECT e.* INTO t FROM rcll._export_table(table_name) e;
     IF table_name = 'banks' THEN
-        RAISE EXCEPTION 'table_name: the banks row is imported by rcll.import_begin' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'table_name: the banks row is imported by rcll.import_begin' USING ERRCODE = 'RC008', COLUMN = 'table_name',
+            HINT = 'Pass the banks row to rcll.import_begin, and every other table''s rows here.';
     END IF;
     IF rows IS NULL OR jsonb_typeof(rows) <> 'array' THEN
-        RAISE EXCEPTION 'rows: must be a JSON array of exported rows' USING ERRCODE = '22023',
+        RAISE EXCEPTION 'rows: must be a JSON array of exported rows' USING ERRCODE = 'RC008', COLUMN = 'rows',
             HINT = 'Pass lines of <table>.jsonl as one JSON array.';
     END IF;
     IF jsonb_array_length(rows) = 0 THEN
@@ -5651,7 +5667,7 @@ BEGIN
         INTO missing;
     IF missing > 0 THEN
         RAISE EXCEPTION 'memory_units: % unit(s) are superseded by units the import does not contain', missing
-            USING ERRCODE = '23503', HINT = 'Import every table of the export (memory_units.jsonl in full).';
+            USING ERRCODE = 'RC008', COLUMN = 'memory_units', HINT = 'Import every table of the export (memory_units.jsonl in full).';
     END IF;
     PERFORM rcll._import_execute('memory_units',
         'UPDATE rcll.memory_units u SET superseded_by = (rcll._import_ref(''memory_units'', to_jsonb(p.superseded_by)) #>> ''{}'')::bigint '
@@ -5823,11 +5839,12 @@ BEGIN
     -- The person is the server's word, like rcll.agent: only a member of rcll_identity_server (the
     -- RCLL server, which authenticated them) may name one. Agents stay refused by approve itself.
     IF who IS NOT NULL AND NOT rcll._identity_server() THEN
-        RAISE EXCEPTION 'person: only the RCLL server names the person deciding' USING ERRCODE = '42501',
+        RAISE EXCEPTION 'person: only the RCLL server names the person deciding' USING ERRCODE = 'RC006', COLUMN = 'person',
             HINT = 'Decide as yourself: leave person NULL (the audit then names your role).';
     END IF;
     IF approve IS NULL THEN
-        RAISE EXCEPTION 'approve: say true (approve) or false (reject)' USING ERRCODE = '22004';
+        RAISE EXCEPTION 'approve: say true (approve) or false (reject)' USING ERRCODE = 'RC001', COLUMN = 'approve',
+            HINT = 'Pass approve => true to merge the room, or false to reject the proposal.';
     ELSIF approve THEN
         n := rcll.approve_room_merge(bank, from_room);
     ELSE

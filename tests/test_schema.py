@@ -10,6 +10,7 @@ import psycopg
 from conftest import Leg
 from rcll import install
 from rcll.db import configure
+from rcll.errors import Code
 from rcll.sqlsource import extension_dir
 
 
@@ -121,6 +122,6 @@ def test_reinstall_is_idempotent_and_refuses_edited_migrations(db: psycopg.Conne
     try:
         install.install(db)
     except install.InstallError as e:
-        assert "changed after it was applied" in str(e)
+        assert (e.code, e.field) == (Code.UNAVAILABLE, "migrations") and "changed after it was applied" in e.message
     else:
         raise AssertionError("an edited migration was accepted")

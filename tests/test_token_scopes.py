@@ -17,8 +17,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from conftest import MakeLoginRole
-from rcll.auth import VERBS, Caller, TokenMap, unknown_bank
-from rcll.errors import RcllError
+from rcll.auth import VERBS, Caller, TokenMap
+from rcll.errors import CODES, Code, RcllError, unknown_bank
 from rcll.http import create_app
 from rcll.mcp_server import build_server, http_app
 from rcll.memory import Memory
@@ -158,9 +158,9 @@ def mcp_answer(result: Any) -> Answer:
     text = "".join(getattr(c, "text", "") for c in result.content)
     if result.is_error:
         body = json.loads(text[text.index("{"):])
-        status = 404 if body.get("field") == "bank" and str(body.get("error", "")).startswith("unknown bank") \
-            else 403 if body.get("field") == "authorization" else 400
-        return Answer(False, status, body, text)
+        code = Code(body["code"])
+        assert body.pop("kind") == code.kind, body          # the rest is the body HTTP sends
+        return Answer(False, CODES[code].status, body, text)     # HTTP's status for the code
     body = result.structured_content if result.structured_content is not None else json.loads(text)
     return Answer(True, 200, body, text + json.dumps(body))
 
@@ -222,9 +222,10 @@ def check(answer: Answer, caller: Caller, bank: str, verb: str, w: World, what: 
     status, body = expected(caller, bank, verb)
     assert answer.status == status, (what, bank, caller, answer.raw[:300])
     if body is not None:
-        assert {k: answer.body.get(k) for k in ("field", "error", "hint")} == body, (what, answer.body)
+        assert {k: answer.body.get(k) for k in body} == body, (what, answer.body)
     if status == 403:
-        assert answer.body["field"] == "authorization" and verb in answer.body["error"], (what, answer.body)
+        assert (answer.body["code"], answer.body["field"]) == ("RC006", "authorization"), (what, answer.body)
+        assert verb in answer.body["error"], (what, answer.body)
     assert not foreign_leaks(answer, w, caller), (what, bank, caller, foreign_leaks(answer, w, caller))
 
 
@@ -342,7 +343,7 @@ def test_the_console_lists_only_the_banks_in_reach_and_merges_need_admin(world: 
     assert (r.status_code, r.json()) == (404, unknown_bank("beta").as_dict())
     admin = http(world.svc, tokens(token=Caller("person:dana", ("alpha",), frozenset({"admin"}))))
     r = admin.post("/merges/decide", json={"bank": "alpha", **decide})    # past the scope: no merge pending
-    assert r.status_code not in (403, 404) and r.json()["field"] != "authorization", r.text
+    assert (r.status_code, r.json()["code"], r.json()["field"]) == (404, "RC003", "from_room"), r.text
 
 
 def test_a_read_only_server_refuses_writes_even_to_a_token_that_may_write(world: World,
@@ -353,7 +354,7 @@ def test_a_read_only_server_refuses_writes_even_to_a_token_that_may_write(world:
         c = http(ro, tokens(token=writer))
         for name in ("retain", "state_put", "import"):
             r = HTTP[name][1](c, "alpha", world)
-            assert r.status_code == 400 and r.json()["field"] == "read_only", (name, r.text)
+            assert (r.status_code, r.json()["code"], r.json()["field"]) == (403, "RC006", "read_only"), (name, r.text)
         assert HTTP["recall"][1](c, "alpha", world).status_code == 200
     finally:
         ro.close()

@@ -40,7 +40,7 @@ from typing import Any
 
 import psycopg
 
-from rcll.errors import RcllError
+from rcll.errors import Code, RcllError, unknown_bank
 
 # What a token may do. read: recall, rooms, tags, stats, state get, session start. write: retain,
 # state put. export / import: a whole bank out or in. admin: approve room merges, create banks and
@@ -62,15 +62,11 @@ def _glob(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern) + r"\Z")
 
 
-def unknown_bank(bank: str) -> RcllError:
-    """The error for a bank that does not exist, word for word what rcll._bank_id raises
-    (sql/functions/010-banks.sql): a bank outside a token's scope answers the same."""
-    return RcllError("bank", f'unknown bank "{bank}"',
-                     f"Create it first: SELECT rcll.create_bank('{bank}') or `rcll bank create {bank}`.")
-
-
 class Forbidden(RcllError):
-    """A bank in the token's scope, a verb the token may not use (HTTP 403)."""
+    """A bank in the token's scope, a verb the token may not use (RC006, HTTP 403)."""
+
+    def __init__(self, field: str, message: str, hint: str | None = None) -> None:
+        super().__init__(field, message, hint, code=Code.NOT_PERMITTED)
 
 
 @dataclass(frozen=True)
@@ -261,17 +257,20 @@ class TokenMap:
             return ANONYMOUS
         if not authorization:
             raise RcllError("authorization", "missing bearer token",
-                            "send Authorization: Bearer <token> (tokens come from RCLL_TOKENS / RCLL_TOKENS_FILE)")
+                            "send Authorization: Bearer <token> (tokens come from RCLL_TOKENS / RCLL_TOKENS_FILE)",
+                            code=Code.UNAUTHENTICATED)
         scheme, _, token = authorization.strip().partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            raise RcllError("authorization", "expected a bearer token", "send Authorization: Bearer <token>")
+            raise RcllError("authorization", "expected a bearer token", "send Authorization: Bearer <token>",
+                            code=Code.UNAUTHENTICATED)
         d = _digest(token.strip())
         found: Caller | None = None
         for known, caller in self._callers.items():
             if hmac.compare_digest(known, d):
                 found = caller
         if found is None:
-            raise RcllError("authorization", "unknown token", "ask the operator for a token mapped to your agent")
+            raise RcllError("authorization", "unknown token", "ask the operator for a token mapped to your agent",
+                            code=Code.UNAUTHENTICATED)
         return found
 
     def agent_for(self, authorization: str | None) -> str | None:
@@ -309,7 +308,7 @@ def check_listen(host: str, tokens: TokenMap, *, allow_anonymous: bool, flag: st
     raise RcllError("host", f"refusing to listen on {host} (not loopback) without tokens",
                     "set RCLL_TOKENS or RCLL_TOKENS_FILE (see README: token scopes), or listen on 127.0.0.1, "
                     f"or pass {flag} (RCLL_ALLOW_ANONYMOUS_NETWORK=1) to serve every bank to anyone who can "
-                    "reach the port")
+                    "reach the port", code=Code.NOT_PERMITTED)
 
 
 # -- the database side -------------------------------------------------------------------------------

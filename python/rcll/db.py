@@ -13,7 +13,7 @@ from psycopg import conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from rcll import cluster
-from rcll.errors import RcllError
+from rcll.errors import Code, RcllError
 
 DEFAULT_DBNAME = "rcll"
 # How long a request waits for a pooled connection before it is answered "unavailable" (503):
@@ -56,7 +56,8 @@ def connect(dsn: str | None = None, **kwargs: Any) -> psycopg.Connection[Any]:
     try:
         conn = psycopg.connect(target, **kwargs)
     except psycopg.OperationalError as e:
-        raise RcllError("dsn", f"cannot connect: {str(e).strip()}", "check RCLL_DSN or run `rcll db start`") from e
+        raise RcllError("dsn", f"cannot connect: {str(e).strip()}", "check RCLL_DSN or run `rcll db start`",
+                        code=Code.UNAVAILABLE) from e
     configure(conn)
     return conn
 

@@ -37,7 +37,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from rcll.errors import RcllError
+from rcll.errors import Code, RcllError
 from rcll.results import Fact
 from rcll.workqueue import READ, Busy, WorkQueue, model_slot
 
@@ -83,7 +83,8 @@ class DeadlinePassed(Busy):
     def __init__(self, deadline_ms: float, waiting_for: str, retry_after: int = 1) -> None:
         RcllError.__init__(self, "deadline_ms",
                            f"busy: the {deadline_ms:g} ms deadline passed while waiting for {waiting_for}",
-                           f"retry after {retry_after} s (Retry-After), or allow a longer deadline_ms")
+                           f"retry after {retry_after} s (Retry-After), or allow a longer deadline_ms",
+                           code=Code.UNAVAILABLE)
         self.kind = READ
         self.retry_after = retry_after
 

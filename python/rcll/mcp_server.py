@@ -5,6 +5,9 @@ memory_state_put, memory_session_start. Read tools carry readOnlyHint. Read-only
 only the read tools, connects as a role that cannot write (refusing to start otherwise), never
 needs an LLM key, and refuses to start if write tools are asked for too.
 
+Errors: a refused call is an MCP error result (isError) whose text is the JSON of
+{code, kind, field, error, hint} - the code and its kind from rcll.errors' one table (docs/errors.md).
+
 Identity: over stdio the agent is the server's configuration (--agent / RCLL_AGENT), set by whoever
 launched the process; over HTTP it is the bearer token's agent (RCLL_TOKENS). A tool argument never
 names the author.
@@ -24,7 +27,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
 from rcll.auth import Caller, TokenMap
-from rcll.errors import RcllError
+from rcll.errors import Code, RcllError, status
 from rcll.memory import Memory, bounded_model_work, server_deadline_ms
 from rcll.sqlsource import extension_version
 
@@ -35,8 +38,14 @@ _READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_
 _WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
 
 
+def error_result(e: RcllError) -> dict[str, str | None]:
+    """What an MCP error result says about an RcllError: its body as HTTP sends it, and the kind
+    of its code (rcll.errors.Code.kind), which an agent reads more easily than the code."""
+    return {"code": e.code.value, "kind": e.code.kind} | e.as_dict()
+
+
 def _error(e: RcllError) -> ToolError:
-    return ToolError(json.dumps(e.as_dict()))
+    return ToolError(json.dumps(error_result(e)))
 
 
 def build_server(service: Memory, *, agent: str | None = None, tokens: TokenMap | None = None,
@@ -48,7 +57,7 @@ def build_server(service: Memory, *, agent: str | None = None, tokens: TokenMap 
         write_tools = not service.read_only
     if write_tools and service.read_only:
         raise RcllError("write_tools", "a read-only server cannot serve write tools",
-                        "drop --write-tools, or run a read-write server")
+                        "drop --write-tools, or run a read-write server", code=Code.NOT_PERMITTED)
     tokens = tokens or TokenMap()
     bank_default = default_bank or os.environ.get("RCLL_BANK") or "default"
     mcp = MCPServer(name="rcll", version=extension_version(),
@@ -168,7 +177,7 @@ def http_app(mcp: MCPServer, tokens: TokenMap, *, path: str = "/mcp", host: str 
                 tokens.agent_for(headers.get("authorization"))
             except RcllError as e:
                 body = json.dumps(e.as_dict()).encode()
-                await send({"type": "http.response.start", "status": 401,
+                await send({"type": "http.response.start", "status": status(e.code),
                             "headers": [(b"content-type", b"application/json"),
                                         (b"www-authenticate", b"Bearer")]})
                 await send({"type": "http.response.body", "body": body})

@@ -43,7 +43,7 @@ from rcll.db import POOL_TIMEOUT, configure, connect, resolve_dsn, retried_once
 from rcll.db import pool as db_pool
 from rcll.deadline import Deadline, DeadlinePassed, server_deadline_ms
 from rcll.document import Document, RetainResult
-from rcll.errors import RcllError, database_errors
+from rcll.errors import Code, RcllError, database_errors
 from rcll.export import ExportSummary, ImportSummary, export_bank, import_bank, import_stream, iter_export
 from rcll.recall import Fact, RecallResult, candidates, entity_query, recall_with
 from rcll.results import (
@@ -163,7 +163,7 @@ class Memory:
             target = resolve_dsn(dsn)
         except cluster.ClusterError as e:
             raise RcllError("dsn", f"the embedded database cannot start: {e}",
-                            "set RCLL_DSN (or pass dsn=) to use another PostgreSQL") from e
+                            "set RCLL_DSN (or pass dsn=) to use another PostgreSQL", code=Code.UNAVAILABLE) from e
         self._shared = _Pool(target, read_only, pool_size, self._configure)
         if open:
             self.open()
@@ -236,13 +236,8 @@ class Memory:
                 raise RcllError("dsn", "read-only mode connects as a role that can write",
                                 "connect as a SELECT-only role (e.g. rcll_reader); see sql/migrations/006-reader-role.sql")
             if not shared.read_only and (self._install or (self._install is None and not schema_is_current(conn))):
-                try:
-                    with database_errors():
-                        shared.installed = install.install(conn, use_extension=self._extension)
-                except install.InstallError as e:
-                    field, _, message = str(e).partition(": ")
-                    ok = message and field.replace("_", "").isalnum()
-                    raise (RcllError(field, message) if ok else RcllError("install", str(e))) from e
+                with database_errors():          # an InstallError is an RcllError already
+                    shared.installed = install.install(conn, use_extension=self._extension)
             if not shared.read_only and can_write(conn):
                 # The default bank, on a fresh schema or one another tool installed, as `rcll serve` does.
                 row = conn.execute("SELECT EXISTS (SELECT 1 FROM rcll.list_banks() WHERE name = %s)",
@@ -272,16 +267,19 @@ class Memory:
         self.close()
 
     @contextmanager
-    def _tx(self, bank: str | None = None, *, timeout: float | None = None) -> Iterator[psycopg.Connection[Any]]:
+    def _tx(self, bank: str | None = None, *, resolve: bool = True,
+            timeout: float | None = None) -> Iterator[psycopg.Connection[Any]]:
         """One transaction on a pooled connection, acting as this Memory's agent. With `bank`, the
-        bank is resolved first: a missing bank is then the same error on every verb, whatever plan
-        the verb's SQL gets (a set-returning function over an empty table may never evaluate it),
-        and the same as a bank outside the caller's scope. timeout: seconds to wait for a pooled
-        connection (default rcll.db.POOL_TIMEOUT), then psycopg_pool.PoolTimeout."""
-        with (self._connection(timeout) as conn, database_errors(read_only=self.read_only),
+        bank is resolved first (unless resolve=False: the verb's own SQL resolves it): a missing
+        bank is then the same error on every verb, whatever plan the verb's SQL gets (a
+        set-returning function over an empty table may never evaluate it), and the unknown bank
+        the database reports is answered as one outside the caller's scope
+        (rcll.errors.unknown_bank). timeout: seconds to wait for a pooled connection (default
+        rcll.db.POOL_TIMEOUT), then psycopg_pool.PoolTimeout."""
+        with (self._connection(timeout) as conn, database_errors(read_only=self.read_only, bank=bank),
               conn.transaction()):
             act_as(conn, self.agent)
-            if bank is not None:
+            if bank is not None and resolve:
                 conn.execute("SELECT rcll._bank_id(%s)", (bank,))
             yield conn
 
@@ -299,10 +297,10 @@ class Memory:
             yield conn
 
     @contextmanager
-    def _session(self) -> Iterator[psycopg.Connection[Any]]:
+    def _session(self, bank: str) -> Iterator[psycopg.Connection[Any]]:
         """A pooled connection in autocommit mode acting as the agent for the whole session, for
-        work that commits its own transactions (bulk retain, consolidation)."""
-        with self._connection() as conn, database_errors(read_only=self.read_only):
+        work on `bank` that commits its own transactions (bulk retain, consolidation)."""
+        with self._connection() as conn, database_errors(read_only=self.read_only, bank=bank):
             conn.autocommit = True
             try:
                 act_as(conn, self.agent, session=True)
@@ -314,7 +312,8 @@ class Memory:
 
     def _connection(self, timeout: float | None = None) -> AbstractContextManager[psycopg.Connection[Any]]:
         if not self._shared.opened or self._shared.pool is None:
-            raise RcllError("memory", "this Memory is closed", "open() it, or use it in a with block")
+            raise RcllError("memory", "this Memory is closed", "open() it, or use it in a with block",
+                            code=Code.UNAVAILABLE)
         return self._shared.pool.connection(timeout)
 
     def _bank(self, bank: str | None, verb: str = "read") -> str:
@@ -326,14 +325,15 @@ class Memory:
 
     def _known_bank(self, bank: str | None, verb: str = "read") -> str:
         b = self._bank(bank, verb)
-        with self._tx() as conn:
-            conn.execute("SELECT rcll._bank_id(%s)", (b,))   # an unknown bank is an error, not silence
+        with self._tx(b):             # resolves it: an unknown bank is an error, not silence
+            pass
         return b
 
     def check_writable(self) -> None:
         """Raise RcllError(read_only) on a read-only Memory."""
         if self.read_only:
-            raise RcllError("read_only", "this server is read-only", "send writes to a read-write RCLL server")
+            raise RcllError("read_only", "this server is read-only", "send writes to a read-write RCLL server",
+                            code=Code.NOT_PERMITTED)
 
     # -- banks ------------------------------------------------------------------------------------
 
@@ -392,7 +392,7 @@ class Memory:
         # writers queued behind the models hold no connection a reader needs, and vice versa.
         with admitted(WRITE):
             prepared = prepare(doc)
-            with self._tx() as conn:
+            with self._tx(b, resolve=False) as conn:
                 return retain(conn, b, doc, via=v, prepared=prepared)
 
     def retain_many(self, docs: Iterable[Document | str], *, bank: str | None = None, via: str = "python",
@@ -405,7 +405,7 @@ class Memory:
         v = required_text(via, "via")
         size = int_arg(batch_size, "batch_size", 1, 100_000) or 512
         items = (Document(content=d) if isinstance(d, str) else d for d in docs)
-        with self._session() as conn:
+        with self._session(b) as conn:
             return retain_many(conn, b, items, via=v, batch_size=size, on_progress=on_progress)
 
     # -- recall -----------------------------------------------------------------------------------
@@ -563,7 +563,7 @@ class Memory:
         r, k = required_text(room, "room"), required_text(key, "key")
         ev = int_arg(expected_version, "expected_version", 0, MAX_VERSION, 0)
         json_arg(value, "value")
-        with self._tx() as conn:
+        with self._tx(b, resolve=False) as conn:
             row = conn.execute("SELECT rcll.put_state(bank => %s, room => %s, key => %s, value => %s, "
                                "expected_version => %s, via => %s)",
                                (b, r, k, Jsonb(value), ev, required_text(via, "via"))).fetchone()
@@ -644,7 +644,7 @@ class Memory:
         audit log - a server passes the person it authenticated. Returns the units moved."""
         self.check_writable()
         b = self._bank(bank, "admin")
-        with self._tx() as conn:
+        with self._tx(b, resolve=False) as conn:
             row = conn.execute(
                 "SELECT rcll.decide_room_merge(bank => %s, from_room => %s, approve => %s, reason => %s, person => %s)",
                 (b, required_text(from_room, "from_room"), bool_arg(approve, "approve"),
@@ -724,7 +724,8 @@ class Memory:
     def _whole_store(self, what: str, field: str = "graphs") -> None:
         if not self.whole_store:
             raise RcllError(field, f"{what} is an operation on the whole store; this memory is scoped "
-                            "or read-only", "run it as the database's owner, with no token scope")
+                            "or read-only", "run it as the database's owner, with no token scope",
+                            code=Code.NOT_PERMITTED)
 
     def dense_graphs(self) -> list[graphs.Graph]:
         """The HNSW graphs of the store (rcll.dense_graphs): the global one and big banks' own."""
@@ -774,5 +775,5 @@ class Memory:
         b = self._bank(bank, "write")
         lo = int_arg(min_size, "min_size", 2, 10_000) or 2
         groups = int_arg(max_groups, "max_groups", 1, 1_000_000) or 100
-        with self._session() as conn:
+        with self._session(b) as conn:
             return consolidate(conn, b, time_window=time_window, min_size=lo, max_groups=groups)

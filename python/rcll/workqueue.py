@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rcll.errors import RcllError
+from rcll.errors import Code, RcllError
 
 __all__ = ["READ", "WRITE", "Busy", "Kind", "WorkQueue", "admitted", "install", "installed", "model_slot"]
 
@@ -59,7 +59,8 @@ class Busy(RcllError):
 
     def __init__(self, kind: Kind, limit: int, retry_after: int) -> None:
         super().__init__("server", f"busy: {limit} {_WHAT[kind]} in progress is the limit",
-                         f"retry after {retry_after} s (Retry-After), or raise RCLL_{kind.upper()}_LIMIT")
+                         f"retry after {retry_after} s (Retry-After), or raise RCLL_{kind.upper()}_LIMIT",
+                         code=Code.UNAVAILABLE)
         self.kind = kind
         self.retry_after = retry_after
 

@@ -20,7 +20,7 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolname = grant_bank.role_name) THEN
-        RAISE EXCEPTION 'role_name: no database role "%"', role_name USING ERRCODE = '42704',
+        RAISE EXCEPTION 'role_name: no database role "%"', role_name USING ERRCODE = 'RC003', COLUMN = 'role_name',
             HINT = 'Create the role first (CREATE ROLE ...); grants name roles, and their members inherit them.';
     END IF;
     INSERT INTO rcll.bank_grants (role_name, bank_id) VALUES (grant_bank.role_name, rcll._bank_id(bank))

@@ -86,24 +86,24 @@ BEGIN
     max_share := coalesce(max_share, 0.5);
     IF min_units < 1 THEN
         RAISE EXCEPTION 'min_units: must be a positive number of units (got %)', min_units
-            USING ERRCODE = 'invalid_parameter_value',
+            USING ERRCODE = 'RC001', COLUMN = 'min_units',
                   HINT = 'A bank of at least min_units units gets its own HNSW graph; 20000 is the default.';
     END IF;
     m := coalesce(m, 32);
     ef_construction := coalesce(ef_construction, 128);
     IF m < 2 OR m > 100 THEN
         RAISE EXCEPTION 'm: must be from 2 to 100 (got %)', m
-            USING ERRCODE = 'invalid_parameter_value',
+            USING ERRCODE = 'RC001', COLUMN = 'm',
                   HINT = 'The number of neighbours each unit keeps in a bank''s own HNSW graph; 32 is the default.';
     END IF;
     IF ef_construction < 2 * m OR ef_construction > 1000 THEN
         RAISE EXCEPTION 'ef_construction: must be from 2 x m (%) to 1000 (got %)', 2 * m, ef_construction
-            USING ERRCODE = 'invalid_parameter_value',
+            USING ERRCODE = 'RC001', COLUMN = 'ef_construction',
                   HINT = 'The candidate list an own graph''s build keeps per insert (pgvector requires at least 2 x m); 128 is the default.';
     END IF;
     IF max_share <= 0 OR max_share > 1 THEN
         RAISE EXCEPTION 'max_share: must be a fraction of the store''s units in (0, 1] (got %)', max_share
-            USING ERRCODE = 'invalid_parameter_value',
+            USING ERRCODE = 'RC001', COLUMN = 'max_share',
                   HINT = 'A bank holding more than max_share of the units keeps the global graph (it is most of it); 0.5 is the default.';
     END IF;
     -- A bank that is most of the store gains nothing from a graph of its own (the global graph is
@@ -115,7 +115,7 @@ BEGIN
     target := coalesce(target, '{}');
     IF cardinality(target) > max_own THEN
         RAISE EXCEPTION 'min_units: % banks hold at least % units; at most % can have their own graph', cardinality(target), min_units, max_own
-            USING ERRCODE = 'invalid_parameter_value',
+            USING ERRCODE = 'RC001', COLUMN = 'min_units',
                   HINT = 'Raise min_units (the planner proves the global graph''s predicate for at most 100 banks).';
     END IF;
     -- A bank's own graph is built denser than pgvector's default (m 16, ef_construction 64): a big

@@ -19,7 +19,7 @@ BEGIN
     SELECT c INTO bad FROM unnest(channels) c WHERE c IS NULL OR c <> ALL (known) LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION 'channels: % is not a recall channel', coalesce('"' || bad || '"', 'NULL')
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'Name channels among ' || array_to_string(known, ', ') || ', or pass NULL for all.';
+            USING ERRCODE = 'RC001', COLUMN = 'channels', HINT = 'Name channels among ' || array_to_string(known, ', ') || ', or pass NULL for all.';
     END IF;
     RETURN true;
 END

@@ -68,8 +68,8 @@ def _run_operation(client: Any, op: Any, label: str, examples: int,
             failures.append(f"{label} -> {r.status_code}: {r.text[:200]}")
         elif r.status_code >= 400:
             body = r.json()
-            if not isinstance(body, dict) or "field" not in body or "error" not in body:
-                failures.append(f"{label} -> {r.status_code} without field/error: {r.text[:200]}")
+            if not isinstance(body, dict) or not {"code", "field", "error"} <= set(body):
+                failures.append(f"{label} -> {r.status_code} without code/field/error: {r.text[:200]}")
 
     run()
 
