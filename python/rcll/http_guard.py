@@ -48,7 +48,9 @@ WILDCARD_BINDS = frozenset({"", "0.0.0.0", "::", "[::]"})
 
 
 def _names(value: str | None) -> tuple[str, ...]:
-    return tuple(n.strip().lower().rstrip(".") for n in (value or "").replace(";", ",").split(",") if n.strip())
+    """RCLL_ALLOWED_HOSTS's names as a Host header's name is compared: a port given is dropped."""
+    return tuple("*" if n.strip() == "*" else _host_name(n) for n in (value or "").replace(";", ",").split(",")
+                 if n.strip())
 
 
 def _bytes_env(env: MutableMapping[str, str] | dict[str, str], name: str, default: int) -> int:
