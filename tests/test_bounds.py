@@ -75,6 +75,28 @@ def test_the_import_route_has_its_own_cap(tokened: TestClient) -> None:
     assert (r.status_code, r.json()["field"]) == (413, "body"), r.text
 
 
+def test_the_mcp_server_over_http_caps_the_body_before_the_token(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import anyio
+    import httpx
+
+    from rcll.mcp_server import build_server, http_app
+
+    monkeypatch.setenv("RCLL_MAX_BODY_BYTES", "4096")
+    tokens = TokenMap.from_pairs({TOKEN: "agent"})
+    body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"padding": "x" * 10_000}}
+    with Memory(dsn) as memory:
+        async def status(headers: dict[str, str]) -> int:
+            server = build_server(memory, tokens=tokens)
+            app = http_app(server, tokens)
+            async with server.session_manager.run(), httpx.AsyncClient(
+                    transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8766") as client:
+                return (await client.post("/mcp", json=body, headers=headers | {
+                    "Accept": "application/json, text/event-stream"})).status_code
+
+        assert anyio.run(status, {}) == 413
+        assert anyio.run(status, AUTH) == 413
+
+
 # -- /health ------------------------------------------------------------------------------------------
 
 def test_health_says_only_alive_without_a_token(tokened: TestClient) -> None:

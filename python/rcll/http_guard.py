@@ -208,38 +208,57 @@ class Guard:
                               f"a write from another origin ({(origin or fetch_site)[:200]!r}) is refused",
                               "a web page cannot write here; the operator lists trusted origins in RCLL_CORS_ORIGINS")
                 return
-        await self._capped(scope, receive, send, limit)
+        await capped(self.app, scope, receive, send, limit)
 
-    async def _capped(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
-        """Pass the request on, counting the body as it is read: past `limit` the app's answer is
-        dropped and 413 sent instead (a chunked body has no Content-Length to refuse up front)."""
-        seen = 0
-        over = False
-        started = False
 
-        async def counted() -> Message:
-            nonlocal seen, over
-            message = await receive()
-            if message.get("type") == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > limit:
-                    over = True
-                    raise _TooLarge
-            return message
+async def capped(app: Any, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+    """Pass the request on, counting the body as it is read: past `limit` the app's answer is
+    dropped and 413 sent instead (a chunked body has no Content-Length to refuse up front)."""
+    seen = 0
+    over = False
+    started = False
 
-        async def sending(message: Message) -> None:
-            nonlocal started
-            if over:
-                return
-            if message.get("type") == "http.response.start":
-                started = True
-            await send(message)
+    async def counted() -> Message:
+        nonlocal seen, over
+        message = await receive()
+        if message.get("type") == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                over = True
+                raise _TooLarge
+        return message
 
-        try:
-            await self.app(scope, counted, sending)
-        except Exception:
-            if not over:        # the app's own error, not the cap's: ServerErrorMiddleware answers it
-                raise
-        if over and not started:
+    async def sending(message: Message) -> None:
+        nonlocal started
+        if over:
+            return
+        if message.get("type") == "http.response.start":
+            started = True
+        await send(message)
+
+    try:
+        await app(scope, counted, sending)
+    except Exception:
+        if not over:        # the app's own error, not the cap's: ServerErrorMiddleware answers it
+            raise
+    if over and not started:
+        await _refuse(send, 413, "body", f"the body is over the limit of {limit} bytes",
+                      "send less; the operator sets RCLL_MAX_BODY_BYTES (RCLL_MAX_IMPORT_BYTES for /import)")
+
+
+def body_capped(app: Any, limit: int) -> Any:
+    """`app` behind the body cap alone (the MCP server's HTTP app: its SDK checks Host, Origin and
+    the content type itself): over `limit` bytes, 413 before the body is read or a token checked."""
+
+    async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        length = _headers(scope).get("content-length")
+        if length is not None and (not length.strip().isdigit() or int(length) > limit):
             await _refuse(send, 413, "body", f"the body is over the limit of {limit} bytes",
-                          "send less; the operator sets RCLL_MAX_BODY_BYTES (RCLL_MAX_IMPORT_BYTES for /import)")
+                          "send less; the operator sets RCLL_MAX_BODY_BYTES")
+            return
+        await capped(app, scope, receive, send, limit)
+
+    return guarded
