@@ -14,6 +14,7 @@ from rcll.http import create_app
 
 ALICE = "alice-token-" + "x" * 20
 BOB = "bob-token-" + "y" * 20
+NDJSON = {"Content-Type": "application/x-ndjson"}
 
 
 @pytest.fixture
@@ -53,7 +54,8 @@ def test_every_verb_works_and_the_token_is_the_author(client: TestClient) -> Non
     assert (r.status_code, r.json()["code"], r.json()["field"]) == (409, "RC005", "expected_version")
     st = client.get("/state", params={"bank": "b", "room": "deployment", "key": "k"}, headers=h(ALICE)).json()
     assert st["value"] == [1] and st["provenance"]["who"] == "alice"
-    assert client.get("/health").json()["status"] == "ok"
+    assert client.get("/health", headers=h(ALICE)).json()["status"] == "ok"
+    assert client.get("/health").json() == {"status": "alive"}      # no token: no versions, no upkeep state
 
 
 def test_export_then_import_over_http(client: TestClient, dsn: str) -> None:
@@ -62,9 +64,9 @@ def test_export_then_import_over_http(client: TestClient, dsn: str) -> None:
     lines = body.splitlines()
     assert json.loads(lines[0])["format"] == "rcll-export-stream"
     assert any(json.loads(x)["table"] == "memory_units" for x in lines[1:])
-    r = client.post("/import", content=body, headers=h(ALICE))
+    r = client.post("/import", content=body, headers=h(ALICE) | NDJSON)
     assert (r.status_code, r.json()["code"], r.json()["field"]) == (409, "RC004", "bank")
-    r = client.post("/import", params={"on_conflict": "skip"}, content=body, headers=h(ALICE))
+    r = client.post("/import", params={"on_conflict": "skip"}, content=body, headers=h(ALICE) | NDJSON)
     assert r.status_code == 200, r.text
     again = client.get("/export", params={"bank": "b"}, headers=h(ALICE)).content
     assert again.count(b'"table":"memory_units"') == body.count(b'"table":"memory_units"')
@@ -82,10 +84,10 @@ def test_rejections_name_the_field(client: TestClient) -> None:
         ("post", "/retain", {"json": {"bank": "b", "content": "ok", "layer": "L9"}}, 422, "RC001", "layer"),
         ("get", "/tags", {"params": {}}, 422, "RC001", "bank"),
         ("get", "/state", {"params": {"bank": "b", "room": "r", "key": "missing"}}, 404, "RC003", "key"),
-        ("post", "/import", {"content": b"not json"}, 422, "RC008", "body"),
+        ("post", "/import", {"content": b"not json", "headers": h(ALICE) | NDJSON}, 422, "RC008", "body"),
     ]
     for method, path, kw, status, code, field in cases:
-        r = getattr(client, method)(path, headers=h(ALICE), **kw)
+        r = getattr(client, method)(path, **({"headers": h(ALICE)} | kw))
         assert (r.status_code, r.json()["code"], r.json()["field"]) == (status, code, field), (path, r.text)
         assert r.json()["error"] and r.json()["hint"], (path, r.text)
 

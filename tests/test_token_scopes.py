@@ -29,6 +29,7 @@ BANKS = {"alpha": "qxalphaq", "alpha-2": "qxalphatwoq", "beta": "qxbetaq", "gamm
 MISSING = ("alpha-9", "betamax", "delta", "gamma-1")       # names that never exist
 TOKEN = "scope-token-" + "s" * 24
 OTHER = "other-token-" + "o" * 24
+NDJSON = {"Content-Type": "application/x-ndjson"}
 
 
 @dataclass
@@ -122,7 +123,8 @@ HTTP: dict[str, tuple[str, HttpCall]] = {
     "export": ("export", lambda c, b, w: c.get("/export", params={"bank": b})),
     # Into an existing bank its own export (skip: nothing changes); into a missing one an empty bank.
     "import": ("import", lambda c, b, w: c.post("/import", params={"on_conflict": "skip"},
-                                                content=w.exports[b] if b in w.exports else renamed(w.exports["gamma"], b))),
+                                                content=w.exports[b] if b in w.exports else renamed(w.exports["gamma"], b),
+                                                headers=NDJSON)),
 }
 
 MCP: dict[str, tuple[str, Callable[[str], dict[str, Any]]]] = {
@@ -303,12 +305,13 @@ def test_an_import_goes_only_to_a_bank_in_reach_whatever_its_header_says(world: 
     assert json.loads(sneaky.splitlines()[0])["bank"] == "alpha"
     for body in (sneaky, world.exports["beta"], renamed(world.exports["gamma"], "delta")):
         for policy in ("error", "skip", "replace"):
-            r = c.post("/import", params={"on_conflict": policy}, content=body)
+            r = c.post("/import", params={"on_conflict": policy}, content=body, headers=NDJSON)
             bank = "delta" if b'"name": "delta"' in body else "beta"
             assert (r.status_code, r.json()) == (404, unknown_bank(bank).as_dict()), (policy, r.text)
     with psycopg.connect(world.dsn) as conn:
         assert conn.execute("SELECT count(*) FROM rcll.banks WHERE name = 'delta'").fetchone() == (0,)
-    assert c.post("/import", params={"on_conflict": "skip"}, content=world.exports["alpha"]).status_code == 200
+    assert c.post("/import", params={"on_conflict": "skip"}, content=world.exports["alpha"],
+                  headers=NDJSON).status_code == 200
 
 
 def test_every_mcp_tool_checks_the_bank_and_the_verb(world: World) -> None:

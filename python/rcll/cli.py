@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from rcll import cluster, defaults, models, upkeep
 from rcll.auth import TokenMap, allow_anonymous_network, check_listen, is_loopback
-from rcll.db import embedded_dsn
+from rcll.db import embedded_dsn, redacted
 from rcll.document import Document
 from rcll.errors import Code, RcllError, from_database
 from rcll.export import read_manifest, validate_pam
@@ -365,7 +365,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         models.get_embedder().embed(["warm up"])
         models.get_reranker().score("warm up", ["warm up"])
         base = f"http://{args.host}:{args.port}"
-        print(f"RCLL listening on {base}  (database: {memory.dsn})")
+        print(f"RCLL listening on {base}  (database: {redacted(memory.dsn)})")
         print(f"  console: {base}/")
         print("  periodic jobs (BM25 statistics, room counts): "
               + (f"every {every:g} s" if every > 0 else "off (run `rcll upkeep` from cron)")

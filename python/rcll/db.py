@@ -33,6 +33,21 @@ def check_dsn(dsn: str) -> str:
     return dsn
 
 
+SECRET_PARAMETERS = ("password", "sslpassword")
+
+
+def redacted(dsn: str) -> str:
+    """The connection string to print: any password in it replaced by ***. (The start-up line of
+    `rcll serve` goes to logs that more people read than the secret was meant for.)"""
+    try:
+        params = conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "(a malformed connection string)"
+    if not any(k in params for k in SECRET_PARAMETERS):
+        return dsn
+    return conninfo.make_conninfo("", **{k: "***" if k in SECRET_PARAMETERS else v for k, v in params.items()})
+
+
 def embedded_dsn(start: bool = True) -> str:
     """The URL of the embedded default cluster's rcll database, starting the cluster if asked."""
     c = cluster.embedded()

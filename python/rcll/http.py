@@ -18,6 +18,7 @@ import psycopg
 import uvicorn
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
@@ -28,6 +29,7 @@ from rcll.auth import Caller, Forbidden, TokenMap
 from rcll.errors import CODES, Code, RcllError, from_database, status
 from rcll.http_console import explain
 from rcll.http_console import router as console_router
+from rcll.http_guard import Guard, GuardConfig
 from rcll.memory import Memory, bounded_model_work, server_deadline_ms
 from rcll.sqlsource import extension_version
 from rcll.upkeep import Upkeeper
@@ -149,13 +151,17 @@ def _error_response(e: RcllError) -> JSONResponse:
 
 
 def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | None = None,
-               tokens: TokenMap | None = None, read_only: bool = False, upkeep_seconds: float = 0) -> FastAPI:
+               tokens: TokenMap | None = None, read_only: bool = False, upkeep_seconds: float = 0,
+               host: str | None = None, guard: GuardConfig | None = None) -> FastAPI:
     """The HTTP API over `service` (default: a Memory on `dsn`, opened when the app starts). Every
     endpoint calls the Memory acting as the agent the request's bearer token authenticates. With
     upkeep_seconds > 0 (`rcll serve`: RCLL_UPKEEP_SECONDS, default 300) a read-write, unscoped
-    service runs Memory.upkeep() when the app starts and then that often (rcll.upkeep)."""
+    service runs Memory.upkeep() when the app starts and then that often (rcll.upkeep). host: the
+    address it is served on; guard: the Host, Origin and body-size rules (rcll.http_guard; default
+    from the environment for that host)."""
     svc = service if service is not None else Memory(dsn, read_only=read_only, pool_size=pool_size, open=False)
     auth = tokens if tokens is not None else TokenMap.from_env()
+    rules = guard if guard is not None else GuardConfig.from_env(host)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> Any:
@@ -177,6 +183,10 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | 
 
     app.state.tokens = auth
     app.state.memory = svc
+    if rules.cors_origins:      # no CORS header at all unless the operator names origins
+        app.add_middleware(CORSMiddleware, allow_origins=list(rules.cors_origins), allow_credentials=False,
+                           allow_methods=["GET", "POST", "PUT"], allow_headers=["authorization", "content-type"])
+    app.add_middleware(Guard, config=rules)    # before the body is read, before authentication
     app.add_middleware(_Arrival)
 
     @app.exception_handler(RcllError)
@@ -213,7 +223,14 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | 
                             headers={"Retry-After": "1"})
 
     @app.get("/health")
-    def health() -> dict[str, Any]:
+    def health(request: Request) -> dict[str, Any]:
+        """alive, to anyone; the versions, read-only mode and the periodic jobs' state (its last
+        error among them) to a caller with a token, or to anyone on a server without tokens."""
+        tokens: TokenMap = request.app.state.tokens
+        header = request.headers.get("authorization")
+        if tokens.enabled and not header:
+            return {"status": "alive"}
+        tokens.caller_for(header)                # a wrong token: 401, as everywhere
         # upkeep: the periodic jobs of this server (rcll.upkeep), or every_seconds 0 when it runs none
         keeper = getattr(app.state, "upkeep", None)
         return {**svc.health().as_dict(), "upkeep": keeper.status() if keeper is not None else {"every_seconds": 0}}
@@ -286,4 +303,5 @@ def serve(memory: Memory, *, host: str, port: int, upkeep_seconds: float | None 
     """Serve the HTTP API over `memory` until stopped (tokens from RCLL_TOKENS / RCLL_TOKENS_FILE),
     running the periodic jobs every upkeep_seconds (None: RCLL_UPKEEP_SECONDS, default 300)."""
     every = upkeep.interval() if upkeep_seconds is None else upkeep_seconds
-    uvicorn.run(create_app(service=memory, upkeep_seconds=every), host=host, port=port, log_level="warning")
+    uvicorn.run(create_app(service=memory, upkeep_seconds=every, host=host), host=host, port=port,
+                log_level="warning")

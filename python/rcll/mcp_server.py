@@ -28,6 +28,7 @@ from mcp.types import ToolAnnotations
 
 from rcll.auth import Caller, TokenMap
 from rcll.errors import Code, RcllError, status
+from rcll.http_guard import GuardConfig, body_capped
 from rcll.memory import Memory, bounded_model_work, server_deadline_ms
 from rcll.sqlsource import extension_version
 
@@ -167,8 +168,10 @@ def http_app(mcp: MCPServer, tokens: TokenMap, *, path: str = "/mcp", host: str 
     are configured (401 with {field, error, hint}). host: where it listens; on loopback the SDK
     also refuses Host headers that are not loopback (DNS rebinding), beyond it they are accepted."""
     app = mcp.streamable_http_app(streamable_http_path=path, json_response=True, host=host)
+    # Every body capped before it is read or the token checked (rcll.http_guard, RCLL_MAX_BODY_BYTES).
+    limit = GuardConfig.from_env(host).max_body_bytes
     if not tokens.enabled:
-        return app
+        return body_capped(app, limit)
 
     async def guarded(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
@@ -184,7 +187,7 @@ def http_app(mcp: MCPServer, tokens: TokenMap, *, path: str = "/mcp", host: str 
                 return
         await app(scope, receive, send)
 
-    return guarded
+    return body_capped(guarded, limit)
 
 
 

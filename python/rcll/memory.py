@@ -21,6 +21,7 @@ No verb takes an author.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -65,6 +66,7 @@ from rcll.results import (
 )
 from rcll.retain import prepare, retain, retain_many
 from rcll.sqlsource import extension_version, migrations
+from rcll.streams import ExportBudget
 from rcll.validate import (
     MAX_BUDGET,
     MAX_QUERY,
@@ -72,10 +74,11 @@ from rcll.validate import (
     bool_arg,
     check_bank,
     int_arg,
-    json_arg,
     list_arg,
+    metadata_arg,
     on_conflict_arg,
     required_text,
+    state_value_arg,
     text_arg,
     time_arg,
 )
@@ -110,6 +113,7 @@ class _Pool:
     opened: bool = False
     identity_honoured: bool = False
     installed: str | None = None
+    exports: ExportBudget = dataclasses.field(default_factory=ExportBudget.from_env)   # export streams' own connections
 
 
 @contextmanager
@@ -383,7 +387,7 @@ class Memory:
             tags=list_arg(tags, "tags") or [],
             hall=text_arg(hall, "hall"),
             layer=text_arg(layer, "layer"),
-            metadata=json_arg(dict(metadata or {}), "metadata"),
+            metadata=metadata_arg(dict(metadata or {})),
         )
         v = required_text(via, "via")
         # rcll.agent is transaction-local (a session setting would leak to the next user of the
@@ -562,7 +566,7 @@ class Memory:
         b = self._bank(bank, "write")
         r, k = required_text(room, "room"), required_text(key, "key")
         ev = int_arg(expected_version, "expected_version", 0, MAX_VERSION, 0)
-        json_arg(value, "value")
+        state_value_arg(value)
         with self._tx(b, resolve=False) as conn:
             row = conn.execute("SELECT rcll.put_state(bank => %s, room => %s, key => %s, value => %s, "
                                "expected_version => %s, via => %s)",
@@ -681,14 +685,12 @@ class Memory:
     @retried_once
     def export_lines(self, *, bank: str | None = None) -> Iterator[bytes]:
         """The bank as NDJSON lines from one snapshot: a header, then {"table", "row"} per row. An
-        unknown bank is refused here, before the first line."""
+        unknown bank is refused here, before the first line; so is an export beyond the budget of
+        connections exports may hold (rcll.streams: Busy, HTTP 503). Close the iterator (or read it
+        to the end) to give its connection back."""
         b = self._known_bank(bank, "export")
-
-        def lines() -> Iterator[bytes]:
-            with self._connection() as conn:
-                yield from iter_export(conn, b)
-
-        return lines()
+        # Not from the pool: a download lasts as long as its client reads (rcll.streams).
+        return self._shared.exports.stream(self.dsn, lambda conn: iter_export(conn, b))
 
     def import_(self, source: str | os.PathLike[str] | IO[bytes], *, on_conflict: str = "error",
                 progress: Progress | None = None) -> ImportSummary:
