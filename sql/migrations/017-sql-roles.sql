@@ -66,3 +66,8 @@ BEGIN
     END IF;
 END
 $$;
+
+-- A recall's author filter (authors, mine) matches what the server resolved; a self-declared
+-- author - anyone may write author => 'alice' - counts only when the caller asks for it.
+ALTER TYPE rcll.recall_scope ADD ATTRIBUTE include_self_declared boolean;
+COMMENT ON COLUMN rcll.recall_scope.include_self_declared IS 'Whether units whose author was self-declared (tag author-source:self_declared) pass an author filter (authors, mine); false: only server-resolved authors do.';
