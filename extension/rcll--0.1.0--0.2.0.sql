@@ -228,6 +228,83 @@ DROP INDEX rcll.unit_lexicon_lexical_gin;
 
 INSERT INTO rcll.migrations (name, sha256) VALUES ('016-bank-lexeme-index.sql', 'ebeb7a81d595c3f324158d1876ed6f6e23e33cfb13a3a5a81181f90305c2bd63');
 
+-- migration 017-sql-roles.sql
+-- Run-once: rcll_agent, the role a DBA grants to an agent's login role; what rcll_reader and
+-- rcll_agent may touch; and bank isolation's switch kept as a row, so that a restore brings it back.
+
+-- Roles are cluster-wide and many databases may install rcll, some at the same moment: create the
+-- role only if no other database has, and treat losing that race as success (as 006 does).
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'rcll_agent') THEN
+        CREATE ROLE rcll_agent NOLOGIN;
+    END IF;
+EXCEPTION WHEN duplicate_object OR unique_violation THEN
+    NULL;
+END
+$$;
+
+-- An agent reads what a reader reads (SELECT on the tables, EXECUTE granted to rcll_reader).
+DO $$
+BEGIN
+    IF NOT pg_catalog.pg_has_role('rcll_agent', 'rcll_reader', 'MEMBER') THEN
+        GRANT rcll_reader TO rcll_agent;
+    END IF;
+EXCEPTION WHEN duplicate_object OR unique_violation THEN
+    NULL;
+END
+$$;
+
+-- What the agent's verbs write as the agent (retain, facts, entities, links, state, merge
+-- proposals, moves, observations, the LLM ledger, audit rows) - and nothing else. The lexical
+-- copies, room registry and counts are kept by the owner's triggers; banks, grants, identities,
+-- classifier rules and BM25 statistics are the administrator's. No DELETE: no agent verb deletes.
+-- Audit rows can be added, never changed.
+GRANT INSERT, UPDATE ON rcll.memory_units, rcll.documents, rcll.entities, rcll.entity_aliases, rcll.links
+    TO rcll_agent;
+GRANT INSERT ON rcll.unit_entities, rcll.room_state, rcll.room_merge_proposals, rcll.llm_calls, rcll.audit_log
+    TO rcll_agent;
+-- A proposed merge holds the from-room provisional until a person decides (its status only).
+GRANT UPDATE (status) ON rcll.rooms TO rcll_agent;
+
+-- Who writes as whom is nobody's business but the owner's and rcll.current_agent()'s (a definer).
+REVOKE ALL ON rcll.identities FROM rcll_reader;
+
+-- A role sees its own grants (those of the roles it is a member of), not everyone's: a reader's
+-- export of a bank carries only those. Writing them stays the owner's (rcll.grant_bank).
+ALTER TABLE rcll.bank_grants ENABLE ROW LEVEL SECURITY;
+CREATE POLICY own_grants ON rcll.bank_grants FOR SELECT
+    USING (pg_catalog.pg_has_role(current_user, pg_catalog.to_regrole(pg_catalog.quote_ident(role_name)), 'MEMBER'));
+
+CREATE TABLE rcll.bank_isolation_state (
+    enabled      boolean PRIMARY KEY DEFAULT true CHECK (enabled),
+    enabled_at   timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE rcll.bank_isolation_state IS 'Whether bank isolation is on: one row when it is, none when it is off. A row, not only the tables'' row-level security, because pg_dump keeps rows of an extension''s tables but not their row-level security: restoring this row turns isolation back on (trigger bank_isolation_applied).';
+COMMENT ON COLUMN rcll.bank_isolation_state.enabled IS 'Always true: the key of the one row.';
+COMMENT ON COLUMN rcll.bank_isolation_state.enabled_at IS 'When bank isolation was turned on.';
+
+-- A store upgraded with isolation on keeps it on.
+INSERT INTO rcll.bank_isolation_state (enabled)
+SELECT true WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_policy p JOIN pg_catalog.pg_class c ON c.oid = p.polrelid
+                          WHERE p.polname = 'bank_isolation' AND c.relnamespace = 'rcll'::regnamespace);
+
+-- Marked for pg_dump (010-dump-with-pg-dump.sql).
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'rcll') THEN
+        PERFORM pg_catalog.pg_extension_config_dump('rcll.bank_isolation_state', '');
+    END IF;
+END
+$$;
+
+-- A recall's author filter (authors, mine) matches what the server resolved; a self-declared
+-- author - anyone may write author => 'alice' - counts only when the caller asks for it.
+ALTER TYPE rcll.recall_scope ADD ATTRIBUTE include_self_declared boolean;
+COMMENT ON COLUMN rcll.recall_scope.include_self_declared IS 'Whether units whose author was self-declared (tag author-source:self_declared) pass an author filter (authors, mine); false: only server-resolved authors do.';
+
+INSERT INTO rcll.migrations (name, sha256) VALUES ('017-sql-roles.sql', '860105723ba2fa7c535bbebf6a3d45ae178d58c8395f5d6fb0b35249db1a8d6b');
+
 -- triggers of 0.1.0 that are gone
 DROP TRIGGER units_room_changed ON rcll.memory_units;
 DROP TRIGGER units_rooms_deleted ON rcll.memory_units;
@@ -600,6 +677,35 @@ COMMENT ON FUNCTION rcll._units_author() IS 'Trigger: the author of every new un
 CREATE OR REPLACE TRIGGER units_author BEFORE INSERT ON rcll.memory_units
     FOR EACH ROW WHEN (current_setting('row_security') <> 'off' OR NOT rcll._restoring('rcll.memory_units'))
     EXECUTE FUNCTION rcll._units_author();
+
+CREATE OR REPLACE FUNCTION rcll._units_author_fixed()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    -- The author is resolved once, when the unit is written (units_author): an UPDATE that would
+    -- rewrite it - the column, how it was resolved, the author: tags or provenance's "who" - is
+    -- refused for every role, so a writer cannot claim or disown a unit after the fact.
+    IF NEW.author IS DISTINCT FROM OLD.author
+       OR NEW.author_source IS DISTINCT FROM OLD.author_source
+       OR NEW.provenance -> 'who' IS DISTINCT FROM OLD.provenance -> 'who'
+       OR NEW.provenance -> 'author_source' IS DISTINCT FROM OLD.provenance -> 'author_source'
+       OR ARRAY(SELECT t FROM unnest(NEW.tags) AS t WHERE t LIKE 'author:%' OR t LIKE 'author-source:%' ORDER BY t)
+          IS DISTINCT FROM
+          ARRAY(SELECT t FROM unnest(OLD.tags) AS t WHERE t LIKE 'author:%' OR t LIKE 'author-source:%' ORDER BY t) THEN
+        RAISE EXCEPTION 'author: unit % keeps the author it was written with', OLD.unit_id
+            USING ERRCODE = 'RC006', COLUMN = 'author',
+                  HINT = 'A unit''s author (author, author_source, author: tags, provenance who) is resolved when it is written and cannot be changed; write a new unit instead.';
+    END IF;
+    RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION rcll._units_author_fixed() IS 'Trigger: refuses an UPDATE of a unit that changes its author, author_source, author:/author-source: tags or provenance who/author_source (RC006): authorship is resolved at INSERT only.';
+
+CREATE OR REPLACE TRIGGER units_author_fixed BEFORE UPDATE OF author, author_source, tags, provenance ON rcll.memory_units
+    FOR EACH ROW WHEN (OLD.author IS DISTINCT FROM NEW.author OR OLD.author_source IS DISTINCT FROM NEW.author_source
+                       OR OLD.tags IS DISTINCT FROM NEW.tags OR OLD.provenance IS DISTINCT FROM NEW.provenance)
+    EXECUTE FUNCTION rcll._units_author_fixed();
 
 CREATE OR REPLACE FUNCTION rcll._documents_author()
 RETURNS trigger
@@ -1585,15 +1691,17 @@ CREATE OR REPLACE FUNCTION rcll._visible_banks(role_name name)
 RETURNS integer[]
 LANGUAGE sql STABLE STRICT PARALLEL SAFE
 -- Definer: policies call it for roles that cannot read rcll.bank_grants. The role is passed in
--- (the policy passes current_user), because inside a definer current_user is the owner.
+-- (the policy passes current_user), because inside a definer current_user is the owner. Only a
+-- role the session may act as is answered (current_user always is one: SET ROLE needs
+-- membership), so no caller can list another role's grants through it.
 SECURITY DEFINER
 AS $$
     SELECT coalesce(array_agg(DISTINCT g.bank_id), '{}')
     FROM rcll.bank_grants g
-    WHERE EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolname = g.role_name)
-      AND pg_has_role(_visible_banks.role_name, g.role_name, 'MEMBER')
+    WHERE pg_has_role(session_user, _visible_banks.role_name, 'MEMBER')
+      AND pg_has_role(_visible_banks.role_name, to_regrole(quote_ident(g.role_name)), 'MEMBER')
 $$;
-COMMENT ON FUNCTION rcll._visible_banks(name) IS 'Internal: ids of the banks a role may see under bank isolation (granted to it or to a role it is a member of).';
+COMMENT ON FUNCTION rcll._visible_banks(name) IS 'Internal: ids of the banks a role may see under bank isolation (granted to it or to a role it is a member of); empty for a role the session is not a member of. Executable by rcll_reader (and so rcll_agent): the policies call it as the querying role.';
 
 CREATE OR REPLACE FUNCTION rcll.grant_bank(role_name name, bank text)
 RETURNS void
@@ -1631,12 +1739,13 @@ AS $$
 $$;
 COMMENT ON FUNCTION rcll._bank_tables() IS 'Internal: the tables bank isolation covers (every rcll table with a bank_id column, bank_grants excepted).';
 
-CREATE OR REPLACE FUNCTION rcll._bank_isolation(enable boolean)
+CREATE OR REPLACE FUNCTION rcll._apply_bank_isolation()
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     t regclass;
+    enable boolean := EXISTS (SELECT 1 FROM rcll.bank_isolation_state);
     n integer := 0;
 BEGIN
     -- Superusers and the tables' owner bypass row-level security: the installing role stays an
@@ -1650,12 +1759,44 @@ BEGIN
         EXECUTE format('ALTER TABLE %s %s ROW LEVEL SECURITY', t, CASE WHEN enable THEN 'ENABLE' ELSE 'DISABLE' END);
         n := n + 1;
     END LOOP;
-    PERFORM rcll._audit(NULL, CASE WHEN enable THEN 'bank_isolation_enable' ELSE 'bank_isolation_disable' END,
-                        jsonb_build_object('tables', n));
     RETURN n;
 END
 $$;
-COMMENT ON FUNCTION rcll._bank_isolation(boolean) IS 'Internal: switch row-level security with the bank_isolation policy on (enable) or off on every table rcll._bank_tables() lists, audited; returns the number of tables.';
+COMMENT ON FUNCTION rcll._apply_bank_isolation() IS 'Internal: make every table rcll._bank_tables() lists match rcll.bank_isolation_state - row-level security with the bank_isolation policy when it holds a row, neither when it is empty; returns the number of tables.';
+
+CREATE OR REPLACE FUNCTION rcll._bank_isolation_applied()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    -- pg_dump keeps neither the row-level security nor the policies of an extension's tables, but
+    -- keeps this table's row: restoring it runs this trigger (CREATE EXTENSION made it before the
+    -- rows are loaded), so a restored store is isolated again with no step by hand.
+    PERFORM rcll._apply_bank_isolation();
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION rcll._bank_isolation_applied() IS 'Trigger: apply rcll.bank_isolation_state to the bank tables whenever it changes - by rcll.enable_bank_isolation / disable_bank_isolation, or by a restore loading its row.';
+
+CREATE OR REPLACE TRIGGER bank_isolation_applied AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON rcll.bank_isolation_state
+    FOR EACH STATEMENT EXECUTE FUNCTION rcll._bank_isolation_applied();
+
+CREATE OR REPLACE FUNCTION rcll._bank_isolation(enable boolean)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF enable THEN
+        INSERT INTO rcll.bank_isolation_state (enabled) VALUES (true) ON CONFLICT (enabled) DO NOTHING;
+    ELSE
+        DELETE FROM rcll.bank_isolation_state;
+    END IF;
+    PERFORM rcll._audit(NULL, CASE WHEN enable THEN 'bank_isolation_enable' ELSE 'bank_isolation_disable' END,
+                        jsonb_build_object('tables', (SELECT count(*) FROM rcll._bank_tables())));
+    RETURN (SELECT count(*) FROM rcll._bank_tables());
+END
+$$;
+COMMENT ON FUNCTION rcll._bank_isolation(boolean) IS 'Internal: switch bank isolation on (enable) or off in rcll.bank_isolation_state, whose trigger applies it to every table rcll._bank_tables() lists; audited; returns the number of tables.';
 
 CREATE OR REPLACE FUNCTION rcll.enable_bank_isolation()
 RETURNS integer
@@ -1663,7 +1804,7 @@ LANGUAGE sql VOLATILE
 AS $$
     SELECT rcll._bank_isolation(enable => true)
 $$;
-COMMENT ON FUNCTION rcll.enable_bank_isolation() IS 'Turn on bank isolation: row-level security on every rcll table with a bank_id, so a role sees and writes only the banks rcll.bank_grants gives it (superusers and the owner are exempt). Rooms stay a topic, not a permission. Returns the number of tables covered; an upgrade that adds tables covers them itself (end of 090-bank-isolation.sql).';
+COMMENT ON FUNCTION rcll.enable_bank_isolation() IS 'Turn on bank isolation: row-level security on every rcll table with a bank_id, so a role sees and writes only the banks rcll.bank_grants gives it (superusers and the owner are exempt). Rooms stay a topic, not a permission. Returns the number of tables covered. It stays on through upgrades (which cover the tables they add) and through pg_dump / pg_restore (the switch is a dumped row).';
 
 CREATE OR REPLACE FUNCTION rcll.disable_bank_isolation()
 RETURNS integer
@@ -1677,16 +1818,11 @@ COMMENT ON FUNCTION rcll.disable_bank_isolation() IS 'Turn bank isolation off ag
 -- when bank isolation is on, the tables those migrations added (rcll.unit_lexicon holds every
 -- unit's lexemes and scope columns) are covered before the upgrade commits, instead of being
 -- readable across banks by every role granted SELECT until an administrator re-runs
--- rcll.enable_bank_isolation(). Isolation is on when a bank table has the policy; nothing happens
--- in a fresh install or with isolation off.
+-- rcll.enable_bank_isolation(). Nothing happens in a fresh install or with isolation off.
 DO $$
 BEGIN
-    IF EXISTS (SELECT 1 FROM rcll._bank_tables() t JOIN pg_catalog.pg_policy p ON p.polrelid = t
-               WHERE p.polname = 'bank_isolation')
-       AND EXISTS (SELECT 1 FROM rcll._bank_tables() t JOIN pg_catalog.pg_class c ON c.oid = t
-                   WHERE NOT c.relrowsecurity
-                      OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_policy p WHERE p.polrelid = t AND p.polname = 'bank_isolation')) THEN
-        PERFORM rcll._bank_isolation(enable => true);
+    IF EXISTS (SELECT 1 FROM rcll.bank_isolation_state) THEN
+        PERFORM rcll._apply_bank_isolation();
     END IF;
 END
 $$;
@@ -1841,7 +1977,8 @@ CREATE OR REPLACE FUNCTION rcll.recall_scope(
     tags_any             text[] DEFAULT NULL,
     tags_all             text[] DEFAULT NULL,
     thread               text DEFAULT NULL,
-    as_of                timestamptz DEFAULT now())
+    as_of                timestamptz DEFAULT now(),
+    include_self_declared boolean DEFAULT false)
 RETURNS rcll.recall_scope
 LANGUAGE sql STABLE PARALLEL SAFE
 AS $$
@@ -1849,11 +1986,12 @@ AS $$
     SELECT ROW(b.id, rcll._expand_rooms(b.id, recall_scope.rooms),
                rcll._recall_authors(recall_scope.authors, recall_scope.mine),
                coalesce(recall_scope.include_unattributed, false), recall_scope.halls, recall_scope.layers,
-               recall_scope.tags_any, recall_scope.tags_all, recall_scope.thread, recall_scope.as_of)::rcll.recall_scope
+               recall_scope.tags_any, recall_scope.tags_all, recall_scope.thread, recall_scope.as_of,
+               coalesce(recall_scope.include_self_declared, false))::rcll.recall_scope
     FROM (SELECT rcll._bank_id(recall_scope.bank) AS id) b
 $$;
-COMMENT ON FUNCTION rcll.recall_scope(text, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz)
-    IS 'The scope of a recall, resolved once: the bank''s id (unknown bank: error), rooms expanded through aliases and merges (rcll._expand_rooms; NULL = all rooms), authors narrowed by mine (rcll._recall_authors; NULL = all), and the other filters as given. rcll.recall_candidates builds it once and passes it to every channel.';
+COMMENT ON FUNCTION rcll.recall_scope(text, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, boolean)
+    IS 'The scope of a recall, resolved once: the bank''s id (unknown bank: error), rooms expanded through aliases and merges (rcll._expand_rooms; NULL = all rooms), authors narrowed by mine (rcll._recall_authors; NULL = all) - matched by server-resolved authors only, unless include_self_declared - and the other filters as given. rcll.recall_candidates builds it once and passes it to every channel.';
 
 CREATE OR REPLACE FUNCTION rcll._in_scope(u anyelement, scope rcll.recall_scope)
 RETURNS boolean
@@ -1870,7 +2008,9 @@ AS $$
     -- branches vanish and (u).bank_id = <id> is a plain qual that the (bank_id, ...) indexes serve.
     SELECT (u).bank_id = (scope).bank_id
        AND ((scope).rooms IS NULL OR (u).room = ANY ((scope).rooms))
-       AND ((scope).authors IS NULL OR (u).author = ANY ((scope).authors)
+       AND ((scope).authors IS NULL
+            OR ((u).author = ANY ((scope).authors)
+                AND ((scope).include_self_declared OR NOT 'author-source:self_declared' = ANY ((u).tags)))
             OR ((scope).include_unattributed AND (u).author IS NULL))
        AND ((scope).halls IS NULL OR (u).hall = ANY ((scope).halls))
        AND ((scope).layers IS NULL OR (u).layer = ANY ((scope).layers))
@@ -1880,7 +2020,7 @@ AS $$
        AND ((scope).as_of IS NULL OR (u).valid @> (scope).as_of)
 $$;
 COMMENT ON FUNCTION rcll._in_scope(anyelement, rcll.recall_scope)
-    IS 'Internal: whether a unit (a row of rcll.memory_units or rcll.unit_lexicon) passes a recall''s scope (bank, expanded rooms, resolved authors, halls, layers, tags, thread, validity as of). Every channel filters through it; it is inlined into their queries.';
+    IS 'Internal: whether a unit (a row of rcll.memory_units or rcll.unit_lexicon) passes a recall''s scope (bank, expanded rooms, resolved authors - a self-declared author only with include_self_declared -, halls, layers, tags, thread, validity as of). Every channel filters through it; it is inlined into their queries.';
 
 
 -- functions 106-session-start.sql
@@ -5381,6 +5521,44 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION rcll.decide_room_merge(text, text, boolean, text, text) IS 'A person decides a pending room merge: approve (rcll.approve_room_merge; refused for agents) or reject (rcll.reject_room_merge with reason). person names who decided, for the audit log (a room_merge_decision row with actor person:<name>); only the RCLL server (a member of rcll_identity_server) may pass it. Returns the number of units moved (0 for a rejection).';
+
+
+-- functions 980-privileges.sql
+-- Who may execute what. Functions are executable by PUBLIC when created, which is harmless for a
+-- SECURITY INVOKER function (it runs with the caller's table privileges) but not for a SECURITY
+-- DEFINER one (it runs as the owner, past row-level security and every grant): this file runs
+-- after every CREATE OR REPLACE, on CREATE EXTENSION, extension updates and `rcll install` alike,
+-- and takes EXECUTE away from PUBLIC on every definer function of the schema - a new one is the
+-- owner's alone until a line below grants it - and on the administrator's verbs, whose writes
+-- the table privileges already refuse to anyone else. tests/test_roles.py holds the result.
+DO $$
+DECLARE
+    routine regprocedure;
+BEGIN
+    FOR routine IN
+        SELECT p.oid::regprocedure
+        FROM pg_catalog.pg_proc p
+        WHERE p.pronamespace = 'rcll'::regnamespace
+          AND (p.prosecdef
+               OR p.proname IN ('create_bank', 'grant_bank', 'revoke_bank', 'enable_bank_isolation',
+                                'disable_bank_isolation', '_bank_isolation', '_apply_bank_isolation',
+                                'enable_in_database_models', 'disable_in_database_models',
+                                'refresh_bank_stats', 'link_keyless_entities'))
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', routine);
+    END LOOP;
+END
+$$;
+
+-- The definer functions a role needs, and only those. Trigger functions (the lexical copies,
+-- room counts, the room janitor) need no grant: a trigger fires whoever writes the row.
+-- rcll.fold_room_counts() is upkeep, the owner's (rcll serve runs it as the owner).
+-- The resolved identity: every writer's author trigger, recall's `mine`, the CLI's login_agent.
+GRANT EXECUTE ON FUNCTION rcll.current_agent() TO rcll_reader, rcll_agent, rcll_identity_server;
+-- Bank isolation's policies call it as the querying role.
+GRANT EXECUTE ON FUNCTION rcll._visible_banks(name) TO rcll_reader, rcll_agent;
+-- retain_chunks links the chunks it wrote to their keyless entities.
+GRANT EXECUTE ON FUNCTION rcll._link_written_keyless_entities(integer, bigint[]) TO rcll_agent;
 
 
 -- functions 990-search-path.sql

@@ -18,7 +18,7 @@ Db = psycopg.Connection[Any]
 def agent_role(db: Db, login_role: MakeLoginRole) -> Iterator[LoginRole]:
     """A login role that may read and write every rcll table; bank isolation is off again after."""
     try:
-        yield login_role("SELECT", "INSERT", "UPDATE", "DELETE")
+        yield login_role("SELECT", "INSERT", "UPDATE", "DELETE", member_of="rcll_agent")
     finally:
         db.execute("SELECT rcll.disable_bank_isolation()")
 
