@@ -31,7 +31,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from rcll.auth import is_loopback
-from rcll.errors import RcllError
+from rcll.errors import Code, RcllError
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -156,9 +156,14 @@ def _headers(scope: Scope) -> dict[str, str]:
     return out
 
 
+# The guard's refusals carry an RCLL code like every other error (docs/errors.md), with the HTTP
+# status that names the transport-level reason (421, 413, 415) where one exists.
+_CODES = {421: Code.NOT_PERMITTED, 403: Code.NOT_PERMITTED, 413: Code.INVALID_INPUT, 415: Code.INVALID_INPUT}
+
+
 async def _refuse(send: Send, status: int, field_: str, error: str, hint: str,
                   extra: Iterable[tuple[bytes, bytes]] = ()) -> None:
-    body = json.dumps({"field": field_, "error": error, "hint": hint}).encode()
+    body = json.dumps({"code": _CODES[status].value, "field": field_, "error": error, "hint": hint}).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             (b"connection", b"close"), *extra]})

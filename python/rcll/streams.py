@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 
 from rcll.db import connect
-from rcll.errors import RcllError
+from rcll.errors import Code, RcllError
 from rcll.workqueue import READ, Busy
 
 DEFAULT_MAX_EXPORTS = 2
@@ -32,7 +32,8 @@ class ExportsBusy(Busy):
 
     def __init__(self, limit: int) -> None:
         RcllError.__init__(self, "server", f"busy: {limit} exports in progress is the limit",
-                           f"retry after {RETRY_AFTER} s (Retry-After), or raise RCLL_MAX_EXPORTS")
+                           f"retry after {RETRY_AFTER} s (Retry-After), or raise RCLL_MAX_EXPORTS",
+                           code=Code.UNAVAILABLE)
         self.kind = READ
         self.retry_after = RETRY_AFTER
 
