@@ -39,7 +39,7 @@ def from_database(e: BaseException, *, read_only: bool = False) -> RcllError | N
     primary = diag.message_primary or ""
     if ": " in primary:
         field, message = primary.split(": ", 1)
-        if field.replace("_", "").isalnum():
+        if field.replace("_", "").replace(".", "").isalnum():   # a column, or table.column
             return RcllError(field, message, diag.message_hint)
     if isinstance(e, psycopg.errors.InsufficientPrivilege | psycopg.errors.ReadOnlySqlTransaction):
         return RcllError("dsn", f"refused by the database: {primary}",
