@@ -199,10 +199,21 @@ def test_a_damaged_export_is_refused_by_name(db: psycopg.Connection[Any], tmp_pa
     assert read_manifest(tmp_path / "x")["bank"] == BANK
 
 
-def test_only_the_tables_owner_may_restore(db: psycopg.Connection[Any], tmp_path: Path,
+def test_only_the_tables_owner_may_restore(db: psycopg.Connection[Any], dsn: str, tmp_path: Path,
                                            login_role: Any) -> None:
+    from rcll.auth import Caller
+    from rcll.memory import Memory
+
     _rich(db)
     export_bank(db, BANK, tmp_path / "x")
+    with Memory(dsn) as m:
+        scoped = m.as_caller(Caller("agent", (BANK,), frozenset({"import", "read"})))
+        with pytest.raises(RcllError) as refused:
+            scoped.import_(tmp_path / "x", on_conflict="skip", restore=True)
+        assert refused.value.field == "restore"
+        stream = b"".join(m.export_lines(bank=BANK))
+        # the owner's unscoped Memory restores a stream (here: every row already there, kept)
+        assert m.import_lines(stream.splitlines(keepends=True), on_conflict="skip", restore=True).bank == BANK
     db.execute("SELECT rcll.create_bank('elsewhere')")
     agent = login_role("SELECT", "INSERT", "UPDATE", "DELETE")
     with _connect(agent.dsn) as conn:
