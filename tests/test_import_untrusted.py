@@ -161,6 +161,7 @@ def test_a_refused_import_leaves_every_sequence_unchanged(world: World) -> None:
     before, rows_before = sequences(world.dsn), outside(world.dsn)
     r = world.client.post("/import", content=build(head, rows, sealed))
     assert refused(r) and r.json()["field"] == "bank", r.text
+    assert sequences(world.dsn) == before
     # A stream refused deep inside (a unit of no known kind) into a bank it would create.
     bad = renamed(world.export, "alpha-new", change=lambda x: x["row"].update(kind="bogus")
                   if x["table"] == "memory_units" and "note 2" in x["row"]["text"] else None)
