@@ -5537,6 +5537,7 @@ BEGIN
                        'WHERE NOT EXISTS (SELECT 1 FROM pg_temp.rcll_import_ids m WHERE m.tbl = %1$L AND m.old_id = s.%3$I) '
                        'ORDER BY s.%3$I) s',
                        table_name, pg_get_serial_sequence(rel, e.id_column), e.id_column, stage);
+        ANALYZE pg_temp.rcll_import_ids;
         EXECUTE format('INSERT INTO %1$s (%2$s) OVERRIDING SYSTEM VALUE SELECT %3$s FROM %4$s s '
                        'JOIN pg_temp.rcll_import_ids m ON m.tbl = %5$L AND m.old_id = s.%6$I AND NOT m.matched '
                        'ORDER BY m.new_id',
@@ -5597,6 +5598,11 @@ BEGIN
     IF EXISTS (SELECT 1 FROM jsonb_object_keys(counts) k WHERE k NOT IN (SELECT e.table_name FROM rcll.export_tables() e)) THEN
         PERFORM rcll._import_refuse('trailer.rows', 'names a table an export does not hold');
     END IF;
+    -- Temporary tables are never analysed by autovacuum: without statistics the planner would
+    -- join 50k staged rows by nested loops.
+    FOR t IN SELECT i.table_name FROM rcll.import_tables() i WHERE i.written LOOP
+        EXECUTE format('ANALYZE pg_temp.%I', 'rcll_import_' || t.table_name);
+    END LOOP;
     PERFORM rcll._import_check();
 
     -- 2. The target bank: the only bank this import writes.

@@ -245,3 +245,12 @@ def test_an_imported_copy_gets_new_ids_and_keeps_every_row(db: psycopg.Connectio
     new = {r[0] for r in db.execute("SELECT unit_id FROM rcll.memory_units WHERE bank_id = rcll._bank_id('copy')")}
     assert len(new) == res.rows["memory_units"] == len(before) and not new & before
     assert res.not_imported.get("bank_grants") == 1 and res.not_imported.get("audit_log", 0) > 0
+
+
+def test_every_exported_table_has_an_import_rule(db: psycopg.Connection[Any]) -> None:
+    """An import writes a table (new ids, references mapped) or counts it only - never by default."""
+    exported = [r[0] for r in db.execute("SELECT table_name FROM rcll.export_tables() ORDER BY 1")]
+    ruled = [r[0] for r in db.execute("SELECT table_name FROM rcll.import_tables() ORDER BY 1")]
+    assert ruled == exported
+    counted = {r[0] for r in db.execute("SELECT table_name FROM rcll.import_tables() WHERE NOT written")}
+    assert counted == {"banks", "bank_stats", "bank_grants", "room_count_queue", "audit_log"}
