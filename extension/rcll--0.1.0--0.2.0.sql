@@ -228,6 +228,7 @@ DROP INDEX rcll.unit_lexicon_lexical_gin;
 
 INSERT INTO rcll.migrations (name, sha256) VALUES ('016-bank-lexeme-index.sql', 'ebeb7a81d595c3f324158d1876ed6f6e23e33cfb13a3a5a81181f90305c2bd63');
 
+<<<<<<< HEAD
 -- migration 017-sql-roles.sql
 -- Run-once: rcll_agent, the role a DBA grants to an agent's login role; what rcll_reader and
 -- rcll_agent may touch; and bank isolation's switch kept as a row, so that a restore brings it back.
@@ -304,6 +305,20 @@ ALTER TYPE rcll.recall_scope ADD ATTRIBUTE include_self_declared boolean;
 COMMENT ON COLUMN rcll.recall_scope.include_self_declared IS 'Whether units whose author was self-declared (tag author-source:self_declared) pass an author filter (authors, mine); false: only server-resolved authors do.';
 
 INSERT INTO rcll.migrations (name, sha256) VALUES ('017-sql-roles.sql', '860105723ba2fa7c535bbebf6a3d45ae178d58c8395f5d6fb0b35249db1a8d6b');
+=======
+-- migration 018-imported-author.sql
+-- Run-once: a unit that arrived in an import names its author as provenance only.
+--
+-- An export stream is untrusted: whatever author it claims, the unit was written here by whoever
+-- imported it. Such a unit keeps the stream's author in provenance ("imported") and is marked
+-- author_source 'imported' with no author, so no authors filter, mine or author tag counts it.
+ALTER TABLE rcll.memory_units DROP CONSTRAINT memory_units_author_source_check;
+ALTER TABLE rcll.memory_units ADD CONSTRAINT memory_units_author_source_check
+    CHECK (author_source IN ('server', 'self_declared', 'none', 'imported'));
+COMMENT ON COLUMN rcll.memory_units.author_source IS 'How author was resolved: server (authenticated identity), self_declared (caller''s word, no server identity), none, imported (arrived in an import: no author here; the stream''s claim is in provenance.imported).';
+
+INSERT INTO rcll.migrations (name, sha256) VALUES ('018-imported-author.sql', '5c51c0ccaf42f36ce005ce019ebc1a96ccbead719d6e0d4d404e34039ef51e21');
+>>>>>>> import
 
 -- triggers of 0.1.0 that are gone
 DROP TRIGGER units_room_changed ON rcll.memory_units;
@@ -314,6 +329,9 @@ DROP TRIGGER units_truncated ON rcll.memory_units;
 -- functions of 0.1.0 whose signature or result changed, or that are gone
 DROP FUNCTION rcll._bm25_corpus(pg_catalog.int4);
 DROP FUNCTION rcll._check_export_table(text);
+DROP FUNCTION rcll._import_ref(text, jsonb);
+DROP FUNCTION rcll._import_sequence(text, text, pg_catalog.int8);
+DROP FUNCTION rcll._import_state();
 DROP FUNCTION rcll._import_triggers(text, pg_catalog.bool, text[]);
 DROP FUNCTION rcll._in_scope(rcll.memory_units, pg_catalog.int4, text[], text[], pg_catalog.bool, text[], text[], text[], text[], text, timestamptz);
 DROP FUNCTION rcll._recall_ranked(text, text, vector, text[], text[], pg_catalog.bool, pg_catalog.bool, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, pg_catalog.int4, pg_catalog.int4, pg_catalog.float8, pg_catalog.float8, pg_catalog.float8, pg_catalog.float8, pg_catalog.float8, pg_catalog.int4, pg_catalog.int4, pg_catalog.int4, pg_catalog.int4);
@@ -326,6 +344,8 @@ DROP FUNCTION rcll.channel_dense(vector, text, text[], text[], pg_catalog.bool, 
 DROP FUNCTION rcll.channel_graph(text, text, text[], text[], pg_catalog.bool, pg_catalog.bool, text[], text[], text[], text[], text, timestamptz, pg_catalog.int4, pg_catalog.int4, pg_catalog.float8, pg_catalog.int4);
 DROP FUNCTION rcll.channel_lexical(text, text, text[], text[], pg_catalog.bool, pg_catalog.bool, text[], text[], text[], text[], text, timestamptz, pg_catalog.int4, pg_catalog.float8, pg_catalog.float8, pg_catalog.float8);
 DROP FUNCTION rcll.channel_temporal(text, text, text[], text[], pg_catalog.bool, pg_catalog.bool, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, vector, pg_catalog.int4, pg_catalog.int4, pg_catalog.interval);
+DROP FUNCTION rcll.import_begin(jsonb, text, jsonb);
+DROP FUNCTION rcll.import_finish();
 DROP FUNCTION rcll.preceding_units(pg_catalog.int8[], text, text[], text[], pg_catalog.bool, pg_catalog.bool, text[], text[], text[], text[], text, timestamptz);
 DROP FUNCTION rcll.recall(text, text, vector, text[], text[], pg_catalog.bool, pg_catalog.bool, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, pg_catalog.int4, pg_catalog.int4, pg_catalog.float8, pg_catalog.float8, pg_catalog.float8, pg_catalog.float8, pg_catalog.float8, pg_catalog.int4, pg_catalog.int4, pg_catalog.int4, pg_catalog.int4);
 DROP FUNCTION rcll.recall_candidates(text, text, vector, text[], text[], pg_catalog.bool, pg_catalog.bool, text[], text[], text[], text[], text, timestamptz, tstzrange, timestamptz, pg_catalog.int4, pg_catalog.int4, pg_catalog.float8, pg_catalog.float8, pg_catalog.float8, pg_catalog.float8, pg_catalog.float8, pg_catalog.int4);
@@ -629,6 +649,16 @@ END
 $$;
 COMMENT ON FUNCTION rcll._resolve_author(text) IS 'Internal: the author of a write and how it was resolved (server, self_declared, none). Never falls back to the connection''s role name.';
 
+CREATE OR REPLACE FUNCTION rcll._importing()
+RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    -- Set transaction-locally by rcll.import_finish while it writes. Anyone may set it, and that is
+    -- safe: it only ever takes trust away (a unit written under it has no author), never adds any.
+    SELECT coalesce(current_setting('rcll.importing', true), '') = 'on'
+$$;
+COMMENT ON FUNCTION rcll._importing() IS 'Internal: true while rcll.import_finish writes an imported stream (rcll.importing = on for the transaction): the write triggers then keep a stream''s author as provenance only.';
+
 CREATE OR REPLACE FUNCTION rcll._units_author()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
@@ -644,6 +674,18 @@ BEGIN
     ELSIF array_to_string(NEW.tags, E'\x1f') LIKE '%author%' AND NOT rcll._carry_tags() THEN
         NEW.tags := ARRAY(SELECT t FROM unnest(NEW.tags) AS t
                           WHERE t NOT LIKE 'author:%' AND t NOT LIKE 'author-source:%');
+    END IF;
+    IF rcll._importing() THEN
+        -- A stream's author is a claim from elsewhere: kept as provenance, never as this unit's author.
+        NEW.provenance := NEW.provenance - 'who' - 'author_source'
+            || jsonb_build_object('imported', jsonb_build_object('author', NEW.author, 'author_source', NEW.author_source,
+                                                                 'who', NEW.provenance -> 'who'),
+                                  'author_source', 'imported');
+        NEW.author := NULL;
+        NEW.author_source := 'imported';
+        NEW.tags := ARRAY(SELECT t FROM unnest(NEW.tags) AS t WHERE t NOT LIKE 'author:%' AND t NOT LIKE 'author-source:%')
+                    || 'author-source:imported'::text;
+        RETURN NEW;
     END IF;
     who := rcll._resolve_author(NEW.author);
     NEW.author := who.author;
@@ -672,7 +714,7 @@ BEGIN
     RETURN NEW;
 END
 $$;
-COMMENT ON FUNCTION rcll._units_author() IS 'Trigger: the author of every new unit, resolved by the server (a caller''s author and author: tags are discarded when it knows; otherwise kept as self_declared), carried on an author:<name> tag and in provenance.';
+COMMENT ON FUNCTION rcll._units_author() IS 'Trigger: the author of every new unit, resolved by the server (a caller''s author and author: tags are discarded when it knows; otherwise kept as self_declared), carried on an author:<name> tag and in provenance; an imported unit (rcll._importing()) has none, the stream''s claim kept in provenance.imported.';
 
 CREATE OR REPLACE TRIGGER units_author BEFORE INSERT ON rcll.memory_units
     FOR EACH ROW WHEN (current_setting('row_security') <> 'off' OR NOT rcll._restoring('rcll.memory_units'))
@@ -715,6 +757,13 @@ DECLARE
     who record;
 BEGIN
     -- The server's identity replaces a caller's "who"; a self-declared one stays as written.
+    IF rcll._importing() THEN
+        NEW.provenance := NEW.provenance - 'who' - 'author_source'
+            || jsonb_build_object('imported', jsonb_build_object('who', NEW.provenance -> 'who',
+                                                                 'author_source', NEW.provenance -> 'author_source'),
+                                  'author_source', 'imported');
+        RETURN NEW;
+    END IF;
     who := rcll._resolve_author(NEW.provenance ->> 'who');
     NEW.provenance := NEW.provenance
         || CASE WHEN who.author_source = 'server' THEN jsonb_build_object('who', who.author) ELSE '{}'::jsonb END
@@ -725,7 +774,7 @@ BEGIN
     RETURN NEW;
 END
 $$;
-COMMENT ON FUNCTION rcll._documents_author() IS 'Trigger: a document''s provenance names the server-resolved writer (a caller''s "who" is replaced when the server knows, else marked self_declared).';
+COMMENT ON FUNCTION rcll._documents_author() IS 'Trigger: a document''s provenance names the server-resolved writer (a caller''s "who" is replaced when the server knows, else marked self_declared; an imported one keeps the stream''s claim in provenance.imported only).';
 
 CREATE OR REPLACE TRIGGER documents_author BEFORE INSERT ON rcll.documents
     FOR EACH ROW WHEN (current_setting('row_security') <> 'off' OR NOT rcll._restoring('rcll.documents'))
@@ -5024,39 +5073,48 @@ AS $$
     FROM (SELECT rcll._bank_id(export_max_ids.bank) AS id) b, rcll.export_tables() e
     WHERE e.id_column IS NOT NULL
 $$;
-COMMENT ON FUNCTION rcll.export_max_ids(text) IS 'The largest identity per exported table of a bank, for the export manifest; rcll.import_begin() moves each sequence past it so renumbered rows never take an id a later row of the import keeps.';
+COMMENT ON FUNCTION rcll.export_max_ids(text) IS 'The largest identity per exported table of a bank, for the export manifest; rcll.restore_begin() moves each sequence past it so renumbered rows never take an id a later row of the restore keeps (an agent''s import, rcll.import_begin, never reads it).';
 
 
--- functions 310-import.sql
--- Import: load an export (rcll.export_rows output) back, exactly, in one transaction.
+-- functions 310-restore.sql
+-- Restore: load an export back exactly, for the store's administrator only (rcll import --restore).
 --
 --   BEGIN;
---   SELECT rcll.import_begin(bank_row => '<the banks.jsonl line>', on_conflict => 'error', max_ids => '<manifest max_ids>');
---   SELECT rcll.import_rows('documents', '[<rows>]');  -- ... every table in rcll.export_tables() order
---   SELECT rcll.import_finish();
+--   SELECT rcll.restore_begin(bank_row => '<the banks.jsonl line>', on_conflict => 'error', max_ids => '<manifest max_ids>');
+--   SELECT rcll.restore_rows('documents', '[<rows>]');  -- ... every table in rcll.export_tables() order
+--   SELECT rcll.restore_finish();
 --   COMMIT;
 --
 -- Rows are written as exported: the write-path triggers (janitor, author resolution, room counts)
 -- are switched off for the insert - they already ran when the rows were first written, and running
 -- them again would rewrite authors, rooms and tags. Ids are kept; an id another bank already uses
--- is renumbered, and every column holding it (rcll.export_tables().refs) follows. Importing needs
--- the tables' owner (ALTER TABLE ... DISABLE TRIGGER), so a read-only or agent role cannot import.
+-- is renumbered, and every column holding it (rcll.export_tables().refs) follows. The stream is
+-- trusted: authors, grants and audit rows come back as they were, and ALTER TABLE ... DISABLE
+-- TRIGGER locks the tables (every bank's writes wait until the restore commits). So it is refused
+-- to anyone but a member of the tables' owner role; an agent's import is rcll.import_begin
+-- (315-import.sql), which trusts nothing in the stream.
 
-CREATE OR REPLACE FUNCTION rcll._import_state()
+CREATE OR REPLACE FUNCTION rcll._restore_state()
 RETURNS TABLE (bank_id integer, bank_name text, fresh boolean, on_conflict text)
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
+<<<<<<< HEAD
     IF to_regclass('pg_temp.rcll_import_state') IS NULL THEN
         RAISE EXCEPTION 'import_begin: no import in progress in this session' USING ERRCODE = 'RC008', COLUMN = 'import_begin',
             HINT = 'Call rcll.import_begin(bank_row, on_conflict, max_ids) first, in the same transaction.';
+=======
+    IF to_regclass('pg_temp.rcll_restore_state') IS NULL THEN
+        RAISE EXCEPTION 'restore_begin: no restore in progress in this session' USING ERRCODE = '55000',
+            HINT = 'Call rcll.restore_begin(bank_row, on_conflict, max_ids) first, in the same transaction.';
+>>>>>>> import
     END IF;
-    RETURN QUERY EXECUTE 'SELECT s.bank_id, s.bank_name, s.fresh, s.on_conflict FROM pg_temp.rcll_import_state s';
+    RETURN QUERY EXECUTE 'SELECT s.bank_id, s.bank_name, s.fresh, s.on_conflict FROM pg_temp.rcll_restore_state s';
 END
 $$;
-COMMENT ON FUNCTION rcll._import_state() IS 'Internal: the import in progress in this session (set by rcll.import_begin), or an error naming the fix.';
+COMMENT ON FUNCTION rcll._restore_state() IS 'Internal: the restore in progress in this session (set by rcll.restore_begin), or an error naming the fix.';
 
-CREATE OR REPLACE FUNCTION rcll._import_ref(table_name text, old jsonb)
+CREATE OR REPLACE FUNCTION rcll._restore_ref(table_name text, old jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -5066,14 +5124,14 @@ BEGIN
     IF old IS NULL OR jsonb_typeof(old) = 'null' THEN
         RETURN old;
     END IF;
-    EXECUTE 'SELECT m.new_id FROM pg_temp.rcll_import_ids m WHERE m.tbl = $1 AND m.old_id = $2'
+    EXECUTE 'SELECT m.new_id FROM pg_temp.rcll_restore_ids m WHERE m.tbl = $1 AND m.old_id = $2'
         INTO n USING table_name, (old #>> '{}')::bigint;
     RETURN coalesce(to_jsonb(n), old);
 END
 $$;
-COMMENT ON FUNCTION rcll._import_ref(text, jsonb) IS 'Internal: the id an exported identity of table_name has in this database (renumbered when another bank held it, else unchanged).';
+COMMENT ON FUNCTION rcll._restore_ref(text, jsonb) IS 'Internal: the id an exported identity of table_name has in this database (renumbered when another bank held it, else unchanged).';
 
-CREATE OR REPLACE FUNCTION rcll._import_execute(table_name text, stmt text, rows jsonb, bank_id integer)
+CREATE OR REPLACE FUNCTION rcll._restore_execute(table_name text, stmt text, rows jsonb, bank_id integer)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -5108,9 +5166,9 @@ BEGIN
     RETURN n;
 END
 $$;
-COMMENT ON FUNCTION rcll._import_execute(text, text, jsonb, integer) IS 'Internal: run one statement of an import ($1 the rows, $2 the bank id) on an rcll table with its enabled user triggers switched off, and exactly those on again; a unique violation is reported as the import''s on_conflict error. Needs the table owner; transactional, so a failed import leaves the triggers as they were. Returns the rows written.';
+COMMENT ON FUNCTION rcll._restore_execute(text, text, jsonb, integer) IS 'Internal: run one statement of an import ($1 the rows, $2 the bank id) on an rcll table with its enabled user triggers switched off, and exactly those on again; a unique violation is reported as the import''s on_conflict error. Needs the table owner; transactional, so a failed import leaves the triggers as they were. Returns the rows written.';
 
-CREATE OR REPLACE FUNCTION rcll._import_sequence(table_name text, id_column text, at_least bigint)
+CREATE OR REPLACE FUNCTION rcll._restore_sequence(table_name text, id_column text, at_least bigint)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -5128,9 +5186,9 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION rcll._import_sequence(text, text, bigint) IS 'Internal: move an identity sequence past the table''s largest id and at_least (never backwards).';
+COMMENT ON FUNCTION rcll._restore_sequence(text, text, bigint) IS 'Internal: move an identity sequence past the table''s largest id and at_least (never backwards).';
 
-CREATE OR REPLACE FUNCTION rcll.import_begin(bank_row jsonb, on_conflict text DEFAULT 'error', max_ids jsonb DEFAULT '{}')
+CREATE OR REPLACE FUNCTION rcll.restore_begin(bank_row jsonb, on_conflict text DEFAULT 'error', max_ids jsonb DEFAULT '{}')
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -5140,6 +5198,11 @@ DECLARE
     fresh  boolean;
     t      record;
 BEGIN
+    IF NOT pg_has_role(session_user, (SELECT c.relowner FROM pg_class c WHERE c.oid = 'rcll.memory_units'::regclass), 'MEMBER') THEN
+        RAISE EXCEPTION 'restore: only the owner of the rcll tables may restore (it keeps authors, grants and ids as the stream says)'
+            USING ERRCODE = 'RC006', COLUMN = 'restore',
+            HINT = 'Import with rcll.import_begin (rcll import without --restore), which writes into one bank and trusts nothing in the stream.';
+    END IF;
     IF on_conflict IS NULL OR on_conflict NOT IN ('error', 'skip', 'replace') THEN
         RAISE EXCEPTION 'on_conflict: % is not a conflict policy', coalesce(quote_literal(on_conflict), 'NULL')
             USING ERRCODE = 'RC001', COLUMN = 'on_conflict',
@@ -5154,23 +5217,31 @@ BEGIN
             HINT = 'Pass the manifest''s max_ids, or ''{}''.';
     END IF;
     -- A fresh slate for this session's import bookkeeping.
-    DROP TABLE IF EXISTS pg_temp.rcll_import_state, pg_temp.rcll_import_ids, pg_temp.rcll_import_pending;
-    CREATE TEMP TABLE rcll_import_state (bank_id integer, bank_name text, fresh boolean, on_conflict text,
+    DROP TABLE IF EXISTS pg_temp.rcll_restore_state, pg_temp.rcll_restore_ids, pg_temp.rcll_restore_pending;
+    CREATE TEMP TABLE rcll_restore_state (bank_id integer, bank_name text, fresh boolean, on_conflict text,
                                          counts jsonb NOT NULL DEFAULT '{}');
-    CREATE TEMP TABLE rcll_import_ids (tbl text, old_id bigint, new_id bigint, PRIMARY KEY (tbl, old_id));
-    CREATE TEMP TABLE rcll_import_pending (unit_id bigint PRIMARY KEY, superseded_by bigint NOT NULL);
-
-    FOR t IN SELECT * FROM rcll.export_tables() e WHERE e.id_column IS NOT NULL LOOP
-        PERFORM rcll._import_sequence(t.table_name, t.id_column, (max_ids ->> t.table_name)::bigint);
-    END LOOP;
+    CREATE TEMP TABLE rcll_restore_ids (tbl text, old_id bigint, new_id bigint, PRIMARY KEY (tbl, old_id));
+    CREATE TEMP TABLE rcll_restore_pending (unit_id bigint PRIMARY KEY, superseded_by bigint NOT NULL);
 
     SELECT x.bank_id INTO b FROM rcll.banks x WHERE x.name = bname FOR UPDATE;
     fresh := b IS NULL;
+    IF NOT fresh AND on_conflict = 'error' THEN
+        RAISE EXCEPTION 'bank: bank "%" already exists in this database', bname USING ERRCODE = 'RC004',
+            HINT = 'Restore into an empty database, or choose on_conflict => ''skip'' (keep existing rows) or ''replace'' (overwrite them).';
+    END IF;
+    -- Only once the restore is accepted: setval is not rolled back with a refused transaction.
+    FOR t IN SELECT * FROM rcll.export_tables() e WHERE e.id_column IS NOT NULL LOOP
+        PERFORM rcll._restore_sequence(t.table_name, t.id_column, (max_ids ->> t.table_name)::bigint);
+    END LOOP;
     IF NOT fresh THEN
+<<<<<<< HEAD
         IF on_conflict = 'error' THEN
             RAISE EXCEPTION 'bank: bank "%" already exists in this database', bname USING ERRCODE = 'RC004', COLUMN = 'bank',
                 HINT = 'Import into an empty database, or choose on_conflict => ''skip'' (keep existing rows) or ''replace'' (overwrite them).';
         ELSIF on_conflict = 'replace' THEN
+=======
+        IF on_conflict = 'replace' THEN
+>>>>>>> import
             UPDATE rcll.banks x SET description = r.description, text_search_config = r.text_search_config,
                                     settings = r.settings, created_at = r.created_at
             FROM jsonb_populate_record(NULL::rcll.banks, bank_row) r WHERE x.bank_id = b;
@@ -5183,13 +5254,13 @@ BEGIN
         INSERT INTO rcll.banks OVERRIDING SYSTEM VALUE
         SELECT (jsonb_populate_record(NULL::rcll.banks, bank_row || jsonb_build_object('bank_id', b))).*;
     END IF;
-    INSERT INTO pg_temp.rcll_import_state (bank_id, bank_name, fresh, on_conflict) VALUES (b, bname, fresh, on_conflict);
+    INSERT INTO pg_temp.rcll_restore_state (bank_id, bank_name, fresh, on_conflict) VALUES (b, bname, fresh, on_conflict);
     RETURN b;
 END
 $$;
-COMMENT ON FUNCTION rcll.import_begin(jsonb, text, jsonb) IS 'Start importing one exported bank in this transaction: creates the bank from its exported row (keeping its id when free) or, when a bank of that name exists, refuses (on_conflict error), keeps it (skip) or overwrites its settings (replace). max_ids (the manifest''s) moves sequences past every exported id. Follow with rcll.import_rows per table and rcll.import_finish. Returns the bank id.';
+COMMENT ON FUNCTION rcll.restore_begin(jsonb, text, jsonb) IS 'Start restoring one exported bank in this transaction, exactly (the store''s owner only: triggers off, ids, authors, grants and audit rows as exported): creates the bank from its exported row (keeping its id when free) or, when a bank of that name exists, refuses (on_conflict error), keeps it (skip) or overwrites its settings (replace). max_ids (the manifest''s) moves sequences past every exported id once the restore is accepted. Follow with rcll.restore_rows per table and rcll.restore_finish. Returns the bank id.';
 
-CREATE OR REPLACE FUNCTION rcll.import_rows(table_name text, rows jsonb)
+CREATE OR REPLACE FUNCTION rcll.restore_rows(table_name text, rows jsonb)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -5207,11 +5278,15 @@ DECLARE
     k      text;
     v      text;
 BEGIN
-    SELECT * INTO st FROM rcll._import_state();
+    SELECT * INTO st FROM rcll._restore_state();
     SELECT e.* INTO t FROM rcll._export_table(table_name) e;
     IF table_name = 'banks' THEN
+<<<<<<< HEAD
         RAISE EXCEPTION 'table_name: the banks row is imported by rcll.import_begin' USING ERRCODE = 'RC008', COLUMN = 'table_name',
             HINT = 'Pass the banks row to rcll.import_begin, and every other table''s rows here.';
+=======
+        RAISE EXCEPTION 'table_name: the banks row is imported by rcll.restore_begin' USING ERRCODE = '22023';
+>>>>>>> import
     END IF;
     IF rows IS NULL OR jsonb_typeof(rows) <> 'array' THEN
         RAISE EXCEPTION 'rows: must be a JSON array of exported rows' USING ERRCODE = 'RC008', COLUMN = 'rows',
@@ -5244,14 +5319,14 @@ BEGIN
     IF t.id_column IS NOT NULL THEN
         seq := pg_get_serial_sequence(rel, t.id_column);
         IF t.table_name = 'documents' AND NOT st.fresh THEN
-            INSERT INTO pg_temp.rcll_import_ids (tbl, old_id, new_id)
+            INSERT INTO pg_temp.rcll_restore_ids (tbl, old_id, new_id)
             SELECT 'documents', (x ->> 'document_id')::bigint, d.document_id
             FROM jsonb_array_elements(rows) x
             JOIN rcll.documents d ON d.bank_id = st.bank_id AND d.content_hash = decode(substr(x ->> 'content_hash', 3), 'hex')
             WHERE d.document_id <> (x ->> 'document_id')::bigint
             ON CONFLICT DO NOTHING;
         ELSIF t.table_name = 'entities' AND NOT st.fresh THEN
-            INSERT INTO pg_temp.rcll_import_ids (tbl, old_id, new_id)
+            INSERT INTO pg_temp.rcll_restore_ids (tbl, old_id, new_id)
             SELECT 'entities', (x ->> 'entity_id')::bigint, e.entity_id
             FROM jsonb_array_elements(rows) x
             JOIN rcll.entities e ON e.bank_id = st.bank_id AND e.name = x ->> 'name'
@@ -5259,9 +5334,9 @@ BEGIN
             ON CONFLICT DO NOTHING;
         END IF;
         EXECUTE format(
-            'INSERT INTO pg_temp.rcll_import_ids (tbl, old_id, new_id) '
+            'INSERT INTO pg_temp.rcll_restore_ids (tbl, old_id, new_id) '
             'SELECT %L, s.old, nextval(%L) FROM (SELECT DISTINCT (x ->> %L)::bigint AS old FROM jsonb_array_elements($1) x) s '
-            'WHERE NOT EXISTS (SELECT 1 FROM pg_temp.rcll_import_ids m WHERE m.tbl = %L AND m.old_id = s.old) '
+            'WHERE NOT EXISTS (SELECT 1 FROM pg_temp.rcll_restore_ids m WHERE m.tbl = %L AND m.old_id = s.old) '
             '  AND EXISTS (SELECT 1 FROM %s y WHERE y.%I = s.old AND y.bank_id <> $2) '
             'ORDER BY s.old',
             t.table_name, seq, t.id_column, t.table_name, rel, t.id_column) USING rows, st.bank_id;
@@ -5270,19 +5345,19 @@ BEGIN
     -- 2. Each row as this database will hold it: this bank's id, identities mapped.
     fix := format('x || jsonb_build_object(%L, %s', 'bank_id', st.bank_id);
     IF t.id_column IS NOT NULL THEN
-        fix := fix || format(', %L, rcll._import_ref(%L, x -> %L)', t.id_column, t.table_name, t.id_column);
+        fix := fix || format(', %L, rcll._restore_ref(%L, x -> %L)', t.id_column, t.table_name, t.id_column);
     END IF;
     FOR k, v IN SELECT r.key, r.value #>> '{}' FROM jsonb_each(t.refs) r LOOP
         IF t.table_name = 'memory_units' AND k = 'superseded_by' THEN
             fix := fix || ', ''superseded_by'', NULL';   -- set by import_finish, once every unit exists
         ELSE
-            fix := fix || format(', %L, rcll._import_ref(%L, x -> %L)', k, v, k);
+            fix := fix || format(', %L, rcll._restore_ref(%L, x -> %L)', k, v, k);
         END IF;
     END LOOP;
     fix := fix || ')';
     IF t.table_name = 'memory_units' THEN
-        INSERT INTO pg_temp.rcll_import_pending (unit_id, superseded_by)
-        SELECT (rcll._import_ref('memory_units', x -> 'unit_id') #>> '{}')::bigint, (x ->> 'superseded_by')::bigint
+        INSERT INTO pg_temp.rcll_restore_pending (unit_id, superseded_by)
+        SELECT (rcll._restore_ref('memory_units', x -> 'unit_id') #>> '{}')::bigint, (x ->> 'superseded_by')::bigint
         FROM jsonb_array_elements(rows) x WHERE x ->> 'superseded_by' IS NOT NULL
         ON CONFLICT (unit_id) DO UPDATE SET superseded_by = excluded.superseded_by;
     END IF;
@@ -5298,15 +5373,15 @@ BEGIN
         stmt := stmt || format(' ON CONFLICT (%s) DO UPDATE SET %s', pk, upd);
     END IF;
 
-    n := rcll._import_execute(t.table_name, stmt, rows, st.bank_id);
-    EXECUTE 'UPDATE pg_temp.rcll_import_state SET counts = counts || jsonb_build_object($1::text, coalesce((counts ->> $1)::bigint, 0) + $2)'
+    n := rcll._restore_execute(t.table_name, stmt, rows, st.bank_id);
+    EXECUTE 'UPDATE pg_temp.rcll_restore_state SET counts = counts || jsonb_build_object($1::text, coalesce((counts ->> $1)::bigint, 0) + $2)'
         USING t.table_name, n;
     RETURN n;
 END
 $$;
-COMMENT ON FUNCTION rcll.import_rows(text, jsonb) IS 'Import a batch of exported rows (a JSON array of rcll.export_rows lines) of one table into the bank rcll.import_begin started, exactly as exported: write-path triggers off, ids kept unless another bank holds them (then renumbered consistently), conflicts handled by the import''s on_conflict. Returns the number of rows written.';
+COMMENT ON FUNCTION rcll.restore_rows(text, jsonb) IS 'Restore a batch of exported rows (a JSON array of rcll.export_rows lines) of one table into the bank rcll.restore_begin started, exactly as exported: write-path triggers off, ids kept unless another bank holds them (then renumbered consistently), conflicts handled by the import''s on_conflict. Returns the number of rows written.';
 
-CREATE OR REPLACE FUNCTION rcll.import_finish()
+CREATE OR REPLACE FUNCTION rcll.restore_finish()
 RETURNS jsonb
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -5316,21 +5391,21 @@ DECLARE
     counts jsonb;
     missing bigint;
 BEGIN
-    SELECT * INTO st FROM rcll._import_state();
+    SELECT * INTO st FROM rcll._restore_state();
     -- Supersession links, now that every unit of the import exists.
-    EXECUTE 'SELECT count(*) FROM pg_temp.rcll_import_pending p WHERE NOT EXISTS ('
-            'SELECT 1 FROM rcll.memory_units u WHERE u.unit_id = (rcll._import_ref(''memory_units'', to_jsonb(p.superseded_by)) #>> ''{}'')::bigint)'
+    EXECUTE 'SELECT count(*) FROM pg_temp.rcll_restore_pending p WHERE NOT EXISTS ('
+            'SELECT 1 FROM rcll.memory_units u WHERE u.unit_id = (rcll._restore_ref(''memory_units'', to_jsonb(p.superseded_by)) #>> ''{}'')::bigint)'
         INTO missing;
     IF missing > 0 THEN
         RAISE EXCEPTION 'memory_units: % unit(s) are superseded by units the import does not contain', missing
             USING ERRCODE = 'RC008', COLUMN = 'memory_units', HINT = 'Import every table of the export (memory_units.jsonl in full).';
     END IF;
-    PERFORM rcll._import_execute('memory_units',
-        'UPDATE rcll.memory_units u SET superseded_by = (rcll._import_ref(''memory_units'', to_jsonb(p.superseded_by)) #>> ''{}'')::bigint '
-        'FROM pg_temp.rcll_import_pending p WHERE u.unit_id = p.unit_id AND u.bank_id = $2', NULL, st.bank_id);
+    PERFORM rcll._restore_execute('memory_units',
+        'UPDATE rcll.memory_units u SET superseded_by = (rcll._restore_ref(''memory_units'', to_jsonb(p.superseded_by)) #>> ''{}'')::bigint '
+        'FROM pg_temp.rcll_restore_pending p WHERE u.unit_id = p.unit_id AND u.bank_id = $2', NULL, st.bank_id);
 
     FOR t IN SELECT * FROM rcll.export_tables() e WHERE e.id_column IS NOT NULL LOOP
-        PERFORM rcll._import_sequence(t.table_name, t.id_column, 0);
+        PERFORM rcll._restore_sequence(t.table_name, t.id_column, 0);
     END LOOP;
 
     IF NOT st.fresh THEN
@@ -5346,15 +5421,418 @@ BEGIN
         PERFORM rcll.refresh_bank_stats(st.bank_name);
     END IF;
 
-    EXECUTE 'SELECT counts FROM pg_temp.rcll_import_state' INTO counts;
+    EXECUTE 'SELECT counts FROM pg_temp.rcll_restore_state' INTO counts;
     -- Audited database-wide (bank_id NULL): the bank's own rows stay exactly as exported.
-    PERFORM rcll._audit(NULL, 'import', jsonb_build_object('bank', st.bank_name, 'bank_id', st.bank_id),
+    PERFORM rcll._audit(NULL, 'restore', jsonb_build_object('bank', st.bank_name, 'bank_id', st.bank_id),
                         jsonb_build_object('on_conflict', st.on_conflict, 'fresh', st.fresh, 'rows', counts));
-    DROP TABLE IF EXISTS pg_temp.rcll_import_state, pg_temp.rcll_import_ids, pg_temp.rcll_import_pending;
+    DROP TABLE IF EXISTS pg_temp.rcll_restore_state, pg_temp.rcll_restore_ids, pg_temp.rcll_restore_pending;
     RETURN jsonb_build_object('bank', st.bank_name, 'bank_id', st.bank_id, 'fresh', st.fresh, 'rows', counts);
 END
 $$;
-COMMENT ON FUNCTION rcll.import_finish() IS 'Finish the import rcll.import_begin started: set supersession links, move sequences past the imported ids, recount room counts and BM25 statistics when the bank already existed, and record the import in rcll.audit_log (database-wide, so the bank''s rows stay as exported). Returns the bank and rows written per table.';
+COMMENT ON FUNCTION rcll.restore_finish() IS 'Finish the restore rcll.restore_begin started: set supersession links, move sequences past the imported ids, recount room counts and BM25 statistics when the bank already existed, and record the restore in rcll.audit_log (database-wide, so the bank''s rows stay as exported). Returns the bank and rows written per table.';
+
+
+-- functions 315-import.sql
+-- Import: an export stream from elsewhere, written into one bank and trusting nothing it says.
+--
+--   BEGIN;
+--   SELECT rcll.import_begin(bank_row => '<the stream''s banks row>', on_conflict => 'error');
+--   SELECT rcll.import_rows('documents', '[<rows>]');   -- every other table, in batches
+--   SELECT rcll.import_finish(counts => '<the trailer''s per-table row counts>');
+--   COMMIT;
+--
+-- import_begin and import_rows only stage the stream, in temporary tables typed and checked by the
+-- rcll tables' own constraints. import_finish checks the whole stream (the trailer's counts, ids
+-- unique, every reference held by the stream itself) before it writes a row or draws an id, so a
+-- refused stream leaves no row, no lock and no sequence moved. Then every row gets a new id in
+-- the one target bank and every reference follows its row; the write triggers run as for any
+-- write (rcll._importing() makes a unit's claimed author provenance only). Grants, audit rows,
+-- BM25 statistics and room count deltas in the stream are counted, never written: the grants and
+-- audit of this database are its own, the rest is recomputed. Nothing is disabled, so other banks'
+-- writes never wait. The exact restore of a whole database (ids, authors, grants kept; triggers
+-- off) is rcll.restore_begin, for the tables' owner only (310-restore.sql).
+
+CREATE OR REPLACE FUNCTION rcll.import_tables()
+RETURNS TABLE (table_name text, written boolean, match_columns text[])
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    -- match_columns: what makes a stream row the same as a row the target bank already holds, for
+    -- on_conflict skip / replace (NULL: only the table's own key). Natural-key tables match by key.
+    SELECT * FROM (VALUES
+        ('banks',                false, NULL::text[]),
+        ('bank_stats',           false, NULL),           -- recomputed
+        ('bank_grants',          false, NULL),           -- never: grants are this database's
+        ('documents',            true,  ARRAY['content_hash']),
+        ('memory_units',         true,  ARRAY['document_id', 'kind', 'chunk_index', 'text']),
+        ('entities',             true,  ARRAY['name']),
+        ('entity_aliases',       true,  NULL),
+        ('unit_entities',        true,  NULL),
+        ('links',                true,  NULL),
+        ('rooms',                true,  NULL),
+        ('room_aliases',         true,  NULL),
+        ('room_count_queue',     false, NULL),           -- the write triggers count the units
+        ('room_merge_proposals', true,  ARRAY['from_room', 'into_room', 'proposed_at']),
+        ('room_state',           true,  NULL),
+        ('audit_log',            false, NULL),           -- never: the import itself is audited
+        ('llm_calls',            true,  ARRAY['document_id', 'purpose', 'provider', 'model', 'at'])
+    ) AS t(table_name, written, match_columns)
+$$;
+COMMENT ON FUNCTION rcll.import_tables() IS 'How an agent''s import (rcll.import_begin) treats each exported table: written (with new ids, references mapped) or counted only (grants, audit rows, statistics, count deltas), and the columns that make a stream row the same as an existing row of the target bank (on_conflict skip / replace).';
+
+CREATE OR REPLACE FUNCTION rcll._import_refuse(field text, message text, hint text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    RAISE EXCEPTION '%: %', field, message USING ERRCODE = 'RC008', COLUMN = field,
+        HINT = coalesce(hint, 'Import a whole, unedited export stream (GET /export, rcll export).');
+END
+$$;
+COMMENT ON FUNCTION rcll._import_refuse(text, text, text) IS 'Internal: refuse an import stream (SQLSTATE RC008, the field named) - nothing of it is written.';
+
+CREATE OR REPLACE FUNCTION rcll._import_state()
+RETURNS TABLE (bank_name text, bank_row jsonb, on_conflict text, counts jsonb)
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF to_regclass('pg_temp.rcll_import_state') IS NULL THEN
+        RAISE EXCEPTION 'import_begin: no import in progress in this transaction' USING ERRCODE = '55000',
+            HINT = 'Call rcll.import_begin(bank_row, on_conflict) first, in the same transaction.';
+    END IF;
+    RETURN QUERY EXECUTE 'SELECT s.bank_name, s.bank_row, s.on_conflict, s.counts FROM pg_temp.rcll_import_state s';
+END
+$$;
+COMMENT ON FUNCTION rcll._import_state() IS 'Internal: the import in progress in this transaction (set by rcll.import_begin), or an error naming the fix.';
+
+CREATE OR REPLACE FUNCTION rcll.import_begin(bank_row jsonb, on_conflict text DEFAULT 'error')
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    bname text := CASE WHEN jsonb_typeof(bank_row -> 'name') = 'string' THEN bank_row ->> 'name' END;
+    t     record;
+BEGIN
+    IF on_conflict IS NULL OR on_conflict NOT IN ('error', 'skip', 'replace') THEN
+        RAISE EXCEPTION 'on_conflict: % is not a conflict policy', coalesce(quote_literal(on_conflict), 'NULL')
+            USING ERRCODE = 'RC001', COLUMN = 'on_conflict',
+            HINT = 'Use error (the default: refuse a bank that exists), skip (keep what is there) or replace (overwrite it).';
+    END IF;
+    IF bank_row IS NULL OR jsonb_typeof(bank_row) <> 'object' OR bname IS NULL
+       OR bname !~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$' THEN
+        PERFORM rcll._import_refuse('banks.name', 'the stream''s banks row must be a JSON object with a bank name');
+    END IF;
+    IF bank_row ? 'settings' AND jsonb_typeof(bank_row -> 'settings') <> 'object' THEN
+        PERFORM rcll._import_refuse('banks.settings', 'must be a JSON object');
+    END IF;
+    BEGIN
+        PERFORM (bank_row ->> 'text_search_config')::regconfig, (bank_row ->> 'created_at')::timestamptz,
+                (bank_row ->> 'description');
+    EXCEPTION WHEN data_exception OR undefined_object THEN
+        PERFORM rcll._import_refuse('banks', SQLERRM);
+    END;
+    IF on_conflict = 'error' AND EXISTS (SELECT 1 FROM rcll.banks b WHERE b.name = bname) THEN
+        RAISE EXCEPTION 'bank: bank "%" already exists in this database', bname USING ERRCODE = 'RC004', COLUMN = 'bank',
+            HINT = 'Import into a bank that does not exist yet, or choose on_conflict => ''skip'' (keep existing rows) or ''replace'' (overwrite them).';
+    END IF;
+    -- The stream is staged in temporary tables shaped like rcll's (their constraints check each
+    -- row); nothing is written to rcll's tables before rcll.import_finish.
+    DROP TABLE IF EXISTS pg_temp.rcll_import_state, pg_temp.rcll_import_ids;
+    CREATE TEMP TABLE rcll_import_state (bank_name text, bank_row jsonb, on_conflict text, counts jsonb) ON COMMIT DROP;
+    INSERT INTO rcll_import_state VALUES (bname, bank_row, on_conflict, '{"banks": 1}');
+    CREATE TEMP TABLE rcll_import_ids (tbl text, old_id bigint, new_id bigint, matched boolean,
+                                       PRIMARY KEY (tbl, old_id)) ON COMMIT DROP;
+    FOR t IN SELECT i.table_name FROM rcll.import_tables() i WHERE i.written LOOP
+        EXECUTE format('DROP TABLE IF EXISTS pg_temp.%I', 'rcll_import_' || t.table_name);
+        EXECUTE format('CREATE TEMP TABLE %I (LIKE rcll.%I INCLUDING DEFAULTS INCLUDING CONSTRAINTS) ON COMMIT DROP',
+                       'rcll_import_' || t.table_name, t.table_name);
+    END LOOP;
+    RETURN bname;
+END
+$$;
+COMMENT ON FUNCTION rcll.import_begin(jsonb, text) IS 'Start an import of an export stream in this transaction into the bank its banks row names: created by rcll.import_finish if it does not exist; if it does, refused (on_conflict error, SQLSTATE RC004), or merged keeping (skip) or overwriting (replace) the rows it already holds. Nothing is written until rcll.import_finish. Returns the bank''s name.';
+
+CREATE OR REPLACE FUNCTION rcll.import_rows(table_name text, rows jsonb)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    st   record;
+    t    record;
+    n    bigint;
+    col  text;
+BEGIN
+    SELECT * INTO st FROM rcll._import_state();
+    SELECT i.* INTO t FROM rcll.import_tables() i WHERE i.table_name = import_rows.table_name;
+    IF NOT FOUND THEN
+        PERFORM rcll._import_refuse('table', format('%s is not a table of an export stream', coalesce(quote_literal(table_name), 'NULL')));
+    END IF;
+    IF table_name = 'banks' THEN
+        PERFORM rcll._import_refuse('banks', 'an import holds exactly one banks row, its first line');
+    END IF;
+    IF rows IS NULL OR jsonb_typeof(rows) <> 'array'
+       OR EXISTS (SELECT 1 FROM jsonb_array_elements(rows) x WHERE jsonb_typeof(x) <> 'object') THEN
+        PERFORM rcll._import_refuse(table_name, 'rows must be a JSON array of JSON objects (one per exported row)');
+    END IF;
+    n := jsonb_array_length(rows);
+    EXECUTE 'UPDATE pg_temp.rcll_import_state SET counts = counts || jsonb_build_object($1::text, coalesce((counts ->> $1)::bigint, 0) + $2)'
+        USING table_name, n;
+    IF NOT t.written THEN
+        RETURN 0;
+    END IF;
+    BEGIN
+        -- bank_id is the target bank's, whatever the row says (0 until import_finish knows it).
+        EXECUTE format('INSERT INTO pg_temp.%1$I SELECT (jsonb_populate_record(NULL::pg_temp.%1$I, x || ''{"bank_id": 0}'')).* '
+                       'FROM jsonb_array_elements($1) x', 'rcll_import_' || table_name) USING rows;
+    EXCEPTION WHEN data_exception OR integrity_constraint_violation THEN
+        GET STACKED DIAGNOSTICS col = COLUMN_NAME;
+        PERFORM rcll._import_refuse(table_name || coalesce('.' || nullif(col, ''), ''), SQLERRM);
+    END;
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION rcll.import_rows(text, jsonb) IS 'Stage a batch of one table''s rows of the stream rcll.import_begin started (a JSON array of export rows): each row typed and checked by the table''s own constraints, or the stream refused (SQLSTATE RC008, the table and column named). Rows of tables an import never writes (rcll.import_tables()) are counted only. Writes nothing to rcll''s tables. Returns the rows staged.';
+
+CREATE OR REPLACE FUNCTION rcll._import_check()
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    t    record;
+    ix   record;
+    k    text;
+    v    text;
+    bad  text;
+    stage text;
+BEGIN
+    FOR t IN SELECT e.*, i.written FROM rcll.export_tables() e JOIN rcll.import_tables() i USING (table_name)
+             WHERE i.written ORDER BY e.table_position LOOP
+        stage := 'rcll_import_' || t.table_name;
+        -- Every unique key of the table, on the stream's own values (ids before they are replaced).
+        FOR ix IN SELECT (SELECT string_agg(format('s.%I', a.attname), ', ' ORDER BY k.i)
+                          FROM unnest(x.indkey::int2[]) WITH ORDINALITY AS k(attnum, i)
+                          JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = k.attnum) AS cols,
+                         pg_get_expr(x.indpred, x.indrelid) AS pred
+                  FROM pg_index x WHERE x.indrelid = format('rcll.%I', t.table_name)::regclass
+                    AND x.indisunique AND x.indexprs IS NULL LOOP
+            EXECUTE format('SELECT row(%s)::text FROM pg_temp.%I s %s GROUP BY %s HAVING count(*) > 1 LIMIT 1',
+                           ix.cols, stage, coalesce('WHERE ' || ix.pred, ''), ix.cols) INTO bad;
+            IF bad IS NOT NULL THEN
+                PERFORM rcll._import_refuse(t.table_name, format('two rows of the stream have the same key %s', bad));
+            END IF;
+        END LOOP;
+        -- Every reference names a row of this stream: never another bank's, never one it lacks.
+        FOR k, v IN SELECT r.key, r.value #>> '{}' FROM jsonb_each(t.refs) r LOOP
+            EXECUTE format('SELECT s.%1$I::text FROM pg_temp.%2$I s WHERE s.%1$I IS NOT NULL AND NOT EXISTS '
+                           '(SELECT 1 FROM pg_temp.%3$I r WHERE r.%4$I = s.%1$I) LIMIT 1',
+                           k, stage, 'rcll_import_' || v, (SELECT e.id_column FROM rcll.export_tables() e WHERE e.table_name = v))
+                INTO bad;
+            IF bad IS NOT NULL THEN
+                PERFORM rcll._import_refuse(t.table_name || '.' || k,
+                                            format('refers to %s %s, which the stream does not hold', v, bad));
+            END IF;
+        END LOOP;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION rcll._import_check() IS 'Internal: refuse a staged import stream (RC008) in which two rows share a unique key of their table or a reference names a row the stream does not hold.';
+
+CREATE OR REPLACE FUNCTION rcll._import_value(table_name text, col text, bank_id integer)
+RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    -- The SQL expression for one column of a staged row (alias s) as the target bank holds it.
+    SELECT CASE
+        WHEN col = 'bank_id' THEN bank_id || '::integer'      -- a cast, not a bare number: ORDER BY reads those as positions
+        WHEN col = e.id_column THEN 'm.new_id'
+        WHEN table_name = 'memory_units' AND col = 'superseded_by' THEN 'NULL'     -- once every unit exists
+        WHEN table_name = 'rooms' AND col = 'fact_count' THEN '0'                  -- the units' triggers count
+        WHEN e.refs ? col THEN format('(SELECT r.new_id FROM pg_temp.rcll_import_ids r WHERE r.tbl = %L AND r.old_id = s.%I)',
+                                     e.refs ->> col, col)
+        ELSE format('s.%I', col)
+    END
+    FROM rcll.export_tables() e WHERE e.table_name = _import_value.table_name
+$$;
+COMMENT ON FUNCTION rcll._import_value(text, text, integer) IS 'Internal: the expression an import writes for one column of a staged row (alias s): the target bank, the row''s new id (m.new_id), a reference mapped to the new id of the stream row it names, or the staged value.';
+
+CREATE OR REPLACE FUNCTION rcll._import_table(table_name text, bank_id integer, on_conflict text, merge boolean)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    e      record;
+    match  text[];
+    rel    text := format('rcll.%I', table_name);
+    stage  text := format('pg_temp.%I', 'rcll_import_' || table_name);
+    cols   text;
+    vals   text;
+    upd    text;
+    pk     text;
+    pkv    text;
+    cond   text;
+    n      bigint := 0;
+    -- Never overwritten by a replace: who wrote a row, what is derived from it, what is counted.
+    keep   text[] := ARRAY['author', 'author_source', 'provenance', 'lexical', 'lexical_length', 'superseded_by',
+                           'fact_count', 'content', 'content_hash', 'created_at'];
+BEGIN
+    SELECT x.* INTO e FROM rcll.export_tables() x WHERE x.table_name = _import_table.table_name;
+    SELECT i.match_columns INTO match FROM rcll.import_tables() i WHERE i.table_name = _import_table.table_name;
+    SELECT string_agg(format('%I', a.attname), ', ' ORDER BY a.attnum),
+           string_agg(rcll._import_value(table_name, a.attname, bank_id), ', ' ORDER BY a.attnum)
+    INTO cols, vals
+    FROM pg_attribute a WHERE a.attrelid = rel::regclass AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '';
+
+    IF e.id_column IS NOT NULL THEN
+        IF merge THEN
+            -- The rows the bank already holds (same match columns) keep their id.
+            -- = where the column cannot be NULL (so the join can hash), IS NOT DISTINCT FROM elsewhere.
+            SELECT string_agg(format(CASE WHEN a.attnotnull THEN 'y.%I = %s' ELSE 'y.%I IS NOT DISTINCT FROM %s' END,
+                                     c, rcll._import_value(table_name, c, bank_id)), ' AND ')
+            INTO cond FROM unnest(match) AS c JOIN pg_attribute a ON a.attrelid = rel::regclass AND a.attname = c;
+            EXECUTE format('INSERT INTO pg_temp.rcll_import_ids (tbl, old_id, new_id, matched) '
+                           'SELECT DISTINCT ON (s.%2$I) %1$L, s.%2$I, y.%2$I, true FROM %3$s s JOIN %4$s y '
+                           'ON y.bank_id = %5$s AND %6$s ORDER BY s.%2$I, y.%2$I',
+                           table_name, e.id_column, stage, rel, bank_id, cond);
+            IF on_conflict = 'replace' THEN
+                SELECT string_agg(format('%I = %s', a.attname, rcll._import_value(table_name, a.attname, bank_id)), ', ')
+                INTO upd
+                FROM pg_attribute a WHERE a.attrelid = rel::regclass AND a.attnum > 0 AND NOT a.attisdropped
+                  AND a.attgenerated = '' AND a.attname NOT IN ('bank_id', e.id_column) AND NOT a.attname = ANY (match)
+                  AND NOT a.attname = ANY (keep);
+                IF upd IS NOT NULL THEN
+                    EXECUTE format('UPDATE %1$s y SET %2$s FROM %3$s s JOIN pg_temp.rcll_import_ids m '
+                                   'ON m.tbl = %4$L AND m.old_id = s.%5$I AND m.matched '
+                                   'WHERE y.%5$I = m.new_id AND y.bank_id = %6$s',
+                                   rel, upd, stage, table_name, e.id_column, bank_id);
+                END IF;
+            END IF;
+        END IF;
+        -- Every other row: a new id, drawn only now that the whole stream has been accepted.
+        EXECUTE format('INSERT INTO pg_temp.rcll_import_ids (tbl, old_id, new_id, matched) '
+                       'SELECT %1$L, s.old, nextval(%2$L), false FROM (SELECT s.%3$I AS old FROM %4$s s '
+                       'WHERE NOT EXISTS (SELECT 1 FROM pg_temp.rcll_import_ids m WHERE m.tbl = %1$L AND m.old_id = s.%3$I) '
+                       'ORDER BY s.%3$I) s',
+                       table_name, pg_get_serial_sequence(rel, e.id_column), e.id_column, stage);
+        ANALYZE pg_temp.rcll_import_ids;
+        EXECUTE format('INSERT INTO %1$s (%2$s) OVERRIDING SYSTEM VALUE SELECT %3$s FROM %4$s s '
+                       'JOIN pg_temp.rcll_import_ids m ON m.tbl = %5$L AND m.old_id = s.%6$I AND NOT m.matched '
+                       'ORDER BY m.new_id',
+                       rel, cols, vals, stage, table_name, e.id_column);
+        GET DIAGNOSTICS n = ROW_COUNT;
+    ELSE
+        -- A natural key: the mapped key decides; keys the bank (or this import's triggers) already
+        -- wrote are kept (skip) or overwritten (error: the stream's own rows; replace).
+        SELECT string_agg(format('%I', a.attname), ', ' ORDER BY array_position(c.conkey, a.attnum)),
+               string_agg(rcll._import_value(table_name, a.attname, bank_id), ', ' ORDER BY array_position(c.conkey, a.attnum))
+        INTO pk, pkv
+        FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = ANY (c.conkey)
+        WHERE c.conrelid = rel::regclass AND c.contype = 'p';
+        SELECT string_agg(format('%I = excluded.%I', a.attname, a.attname), ', ')
+        INTO upd
+        FROM pg_attribute a WHERE a.attrelid = rel::regclass AND a.attnum > 0 AND NOT a.attisdropped
+          AND a.attgenerated = '' AND NOT a.attname = ANY (string_to_array(replace(pk, '"', ''), ', '))
+          AND NOT a.attname = ANY (keep);
+        EXECUTE format('INSERT INTO %1$s AS y (%2$s) SELECT DISTINCT ON (%3$s) %4$s FROM %5$s s ORDER BY %3$s %6$s',
+                       rel, cols, pkv, vals, stage,
+                       CASE WHEN on_conflict = 'skip' OR upd IS NULL THEN 'ON CONFLICT DO NOTHING'
+                            ELSE format('ON CONFLICT (%s) DO UPDATE SET %s WHERE y.bank_id = %s', pk, upd, bank_id) END);
+        GET DIAGNOSTICS n = ROW_COUNT;
+    END IF;
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION rcll._import_table(text, integer, text, boolean) IS 'Internal: write one staged table of an accepted import into the target bank: rows matching what the bank holds (merge: skip / replace) keep their id, every other row gets a new one, references follow; natural-key rows are inserted, kept or overwritten by on_conflict - only ever rows of the target bank. Returns the rows written.';
+
+CREATE OR REPLACE FUNCTION rcll.import_finish(counts jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    st      record;
+    t       record;
+    b       integer;
+    fresh   boolean;
+    n       bigint;
+    written jsonb := '{}';
+    ignored jsonb := '{}';
+BEGIN
+    SELECT * INTO st FROM rcll._import_state();
+    -- 1. The whole stream, before anything is written: the trailer's counts, then keys and references.
+    IF counts IS NULL OR jsonb_typeof(counts) <> 'object' THEN
+        PERFORM rcll._import_refuse('trailer', 'the stream has no trailer (per-table row counts): it was cut or is not an export');
+    END IF;
+    FOR t IN SELECT e.table_name FROM rcll.export_tables() e ORDER BY e.table_position LOOP
+        IF jsonb_typeof(counts -> t.table_name) IS DISTINCT FROM 'number' THEN
+            PERFORM rcll._import_refuse('trailer.rows.' || t.table_name, 'the trailer gives no row count for this table');
+        END IF;
+        IF (counts ->> t.table_name)::numeric <> coalesce((st.counts ->> t.table_name)::bigint, 0) THEN
+            PERFORM rcll._import_refuse('trailer.rows.' || t.table_name,
+                format('the trailer says %s rows, the stream holds %s: it was cut or edited',
+                       counts ->> t.table_name, coalesce((st.counts ->> t.table_name)::bigint, 0)));
+        END IF;
+    END LOOP;
+    IF EXISTS (SELECT 1 FROM jsonb_object_keys(counts) k WHERE k NOT IN (SELECT e.table_name FROM rcll.export_tables() e)) THEN
+        PERFORM rcll._import_refuse('trailer.rows', 'names a table an export does not hold');
+    END IF;
+    -- Temporary tables are never analysed by autovacuum: without statistics the planner would
+    -- join 50k staged rows by nested loops.
+    FOR t IN SELECT i.table_name FROM rcll.import_tables() i WHERE i.written LOOP
+        EXECUTE format('ANALYZE pg_temp.%I', 'rcll_import_' || t.table_name);
+    END LOOP;
+    PERFORM rcll._import_check();
+
+    -- 2. The target bank: the only bank this import writes.
+    SELECT x.bank_id INTO b FROM rcll.banks x WHERE x.name = st.bank_name FOR UPDATE;
+    fresh := b IS NULL;
+    BEGIN
+        PERFORM set_config('rcll.importing', 'on', true);
+        IF fresh THEN
+            INSERT INTO rcll.banks (name, description, text_search_config, settings, created_at)
+            VALUES (st.bank_name, st.bank_row ->> 'description',
+                    coalesce((st.bank_row ->> 'text_search_config')::regconfig, 'english'),
+                    coalesce(st.bank_row -> 'settings', '{}'), coalesce((st.bank_row ->> 'created_at')::timestamptz, now()))
+            RETURNING bank_id INTO b;
+        ELSIF st.on_conflict = 'error' THEN
+            RAISE EXCEPTION 'bank: bank "%" already exists in this database', st.bank_name USING ERRCODE = 'RC004', COLUMN = 'bank',
+                HINT = 'Choose on_conflict => ''skip'' (keep existing rows) or ''replace'' (overwrite them).';
+        ELSIF st.on_conflict = 'replace' THEN
+            UPDATE rcll.banks x SET description = st.bank_row ->> 'description', settings = coalesce(st.bank_row -> 'settings', x.settings)
+            WHERE x.bank_id = b;
+        END IF;
+        -- 3. Every table, in export order: new ids in this bank, references mapped.
+        FOR t IN SELECT e.table_name, i.written FROM rcll.export_tables() e JOIN rcll.import_tables() i USING (table_name)
+                 WHERE e.table_name <> 'banks' ORDER BY e.table_position LOOP
+            IF t.written THEN
+                n := rcll._import_table(t.table_name, b, st.on_conflict, NOT fresh AND st.on_conflict <> 'error');
+                written := written || jsonb_build_object(t.table_name, n);
+            ELSIF coalesce((st.counts ->> t.table_name)::bigint, 0) > 0 THEN
+                ignored := ignored || jsonb_build_object(t.table_name, (st.counts ->> t.table_name)::bigint);
+            END IF;
+        END LOOP;
+        -- Supersession, once every unit of the stream has its id here.
+        UPDATE rcll.memory_units u SET superseded_by = m2.new_id
+        FROM pg_temp.rcll_import_memory_units s
+        JOIN pg_temp.rcll_import_ids m ON m.tbl = 'memory_units' AND m.old_id = s.unit_id
+        JOIN pg_temp.rcll_import_ids m2 ON m2.tbl = 'memory_units' AND m2.old_id = s.superseded_by
+        WHERE u.unit_id = m.new_id AND u.bank_id = b AND (NOT m.matched OR st.on_conflict = 'replace')
+          AND u.superseded_by IS DISTINCT FROM m2.new_id AND m2.new_id <> m.new_id;
+        PERFORM set_config('rcll.importing', '', true);
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'bank: a row of this import already exists in bank "%" (%)', st.bank_name, SQLERRM
+            USING ERRCODE = 'RC004', COLUMN = 'bank',
+            HINT = 'Choose on_conflict => ''skip'' (keep existing rows) or ''replace'' (overwrite them).';
+    WHEN data_exception OR integrity_constraint_violation OR cardinality_violation THEN
+        PERFORM rcll._import_refuse('rows', SQLERRM);
+    END;
+
+    PERFORM rcll.refresh_bank_stats(st.bank_name);
+    -- The caller's act, in the bank it wrote (rcll._actor(): the agent the server authenticated).
+    PERFORM rcll._audit(b, 'import', jsonb_build_object('bank', st.bank_name),
+                        jsonb_build_object('on_conflict', st.on_conflict, 'fresh', fresh, 'rows', written,
+                                           'not_imported', ignored, 'stream_rows', st.counts));
+    RETURN jsonb_build_object('bank', st.bank_name, 'bank_id', b, 'fresh', fresh, 'rows', written, 'not_imported', ignored);
+END
+$$;
+COMMENT ON FUNCTION rcll.import_finish(jsonb) IS 'Finish the import rcll.import_begin started: refuse the stream (SQLSTATE RC008, nothing written, no id drawn) unless counts (the trailer''s per-table row counts) match it, its keys are unique and every reference names one of its own rows; then write it into the one target bank with new ids (references mapped, authors as provenance only, triggers running as for any write), refresh the bank''s BM25 statistics and audit the import as the caller''s act. Returns the bank, rows written per table and rows not imported (grants, audit, statistics, count deltas).';
 
 
 -- functions 400-browse.sql

@@ -88,7 +88,7 @@ def test_round_trip_is_byte_identical_and_recalls_the_same(leg: Leg, db: psycopg
     clean = leg.new_database()
     try:
         with _connect(leg.url(clean)) as fresh:
-            res = import_bank(fresh, first)
+            res = import_bank(fresh, first, restore=True)
             assert res.fresh and res.rows["memory_units"] == summary.tables["memory_units"]
             export_bank(fresh, BANK, second)
             assert _same_tree(first, second) == []
@@ -198,3 +198,60 @@ def test_a_damaged_export_is_refused_by_name(db: psycopg.Connection[Any], tmp_pa
         import_bank(db, tmp_path / "x", on_conflict="skip")
     assert e.value.field == "rcll/links.jsonl"
     assert read_manifest(tmp_path / "x")["bank"] == BANK
+
+
+def test_only_the_tables_owner_may_restore(db: psycopg.Connection[Any], dsn: str, tmp_path: Path,
+                                           login_role: Any) -> None:
+    from rcll.auth import Caller
+    from rcll.memory import Memory
+
+    _rich(db)
+    export_bank(db, BANK, tmp_path / "x")
+    with Memory(dsn) as m:
+        scoped = m.as_caller(Caller("agent", (BANK,), frozenset({"import", "read"})))
+        with pytest.raises(RcllError) as refused:
+            scoped.import_(tmp_path / "x", on_conflict="skip", restore=True)
+        assert refused.value.field == "restore"
+        stream = b"".join(m.export_lines(bank=BANK))
+        # the owner's unscoped Memory restores a stream (here: every row already there, kept)
+        assert m.import_lines(stream.splitlines(keepends=True), on_conflict="skip", restore=True).bank == BANK
+    db.execute("SELECT rcll.create_bank('elsewhere')")
+    agent = login_role("SELECT", "INSERT", "UPDATE", "DELETE")
+    with _connect(agent.dsn) as conn:
+        with pytest.raises(RcllError) as e:
+            import_bank(conn, tmp_path / "x", on_conflict="skip", restore=True)
+        assert e.value.field == "restore" and "owner" in e.value.message
+    with pytest.raises(psycopg.Error) as raw, _connect(agent.dsn) as conn:
+        conn.execute("SELECT rcll.restore_begin(bank_row => '{\"name\": \"b2\"}', on_conflict => 'error')")
+    assert raw.value.sqlstate == "RC006"
+
+
+def test_an_imported_copy_gets_new_ids_and_keeps_every_row(db: psycopg.Connection[Any], tmp_path: Path) -> None:
+    """A same-named bank from another database: no id of the stream is kept, none collides."""
+    _rich(db)
+    export_bank(db, BANK, tmp_path / "x")
+    manifest = json.loads((tmp_path / "x/manifest.json").read_text())
+    manifest["bank"] = "copy"
+    banks_file = tmp_path / "x/rcll/banks.jsonl"
+    row = json.loads(banks_file.read_text())
+    row["name"] = "copy"
+    banks_file.write_text(json.dumps(row) + "\n")
+    import hashlib
+    for t in manifest["tables"]:
+        if t["name"] == "banks":
+            t["sha256"] = hashlib.sha256(banks_file.read_bytes()).hexdigest()
+    (tmp_path / "x/manifest.json").write_text(json.dumps(manifest))
+    before = {r[0] for r in db.execute("SELECT unit_id FROM rcll.memory_units")}
+    res = import_bank(db, tmp_path / "x")
+    new = {r[0] for r in db.execute("SELECT unit_id FROM rcll.memory_units WHERE bank_id = rcll._bank_id('copy')")}
+    assert len(new) == res.rows["memory_units"] == len(before) and not new & before
+    assert res.not_imported.get("bank_grants") == 1 and res.not_imported.get("audit_log", 0) > 0
+
+
+def test_every_exported_table_has_an_import_rule(db: psycopg.Connection[Any]) -> None:
+    """An import writes a table (new ids, references mapped) or counts it only - never by default."""
+    exported = [r[0] for r in db.execute("SELECT table_name FROM rcll.export_tables() ORDER BY 1")]
+    ruled = [r[0] for r in db.execute("SELECT table_name FROM rcll.import_tables() ORDER BY 1")]
+    assert ruled == exported
+    counted = {r[0] for r in db.execute("SELECT table_name FROM rcll.import_tables() WHERE NOT written")}
+    assert counted == {"banks", "bank_stats", "bank_grants", "room_count_queue", "audit_log"}

@@ -17,6 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from conftest import MakeLoginRole
+from harness import fuzz_import
 from rcll.auth import VERBS, Caller, TokenMap
 from rcll.errors import CODES, Code, RcllError, unknown_bank
 from rcll.http import create_app
@@ -87,13 +88,11 @@ def renamed(export: bytes, bank: str) -> bytes:
     lines = export.splitlines()
     head = json.loads(lines[0])
     head["bank"] = bank
-    out = [json.dumps(head).encode()]
-    for raw in lines[1:]:
-        obj = json.loads(raw)
+    rows = [json.loads(raw) for raw in lines[1:] if b'"trailer"' not in raw[:12]]
+    for obj in rows:
         if obj["table"] == "banks":
             obj["row"]["name"] = bank
-        out.append(json.dumps(obj).encode())
-    return b"\n".join(out) + b"\n"
+    return fuzz_import.seal(head, rows)     # with the trailer an exporter would write for it
 
 
 # -- requests: every HTTP endpoint and every MCP tool, as (verb, build) ------------------------------

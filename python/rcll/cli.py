@@ -257,7 +257,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         def progress(table: str, n: int) -> None:
             bar.set_description(table)
             bar.update(n)
-        res = memory.import_(args.path, on_conflict=args.on_conflict, progress=progress)
+        res = memory.import_(args.path, on_conflict=args.on_conflict, progress=progress, restore=args.restore)
     _out(args, f"imported bank {res.bank} ({'new' if res.fresh else 'merged, ' + args.on_conflict}): "
                f"{sum(res.rows.values())} rows", res.as_dict())
     return 0
@@ -471,6 +471,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("path")
     s.add_argument("--on-conflict", choices=["error", "skip", "replace"], default="error",
                    help="rows that already exist: error (default), skip, replace")
+    s.add_argument("--restore", action="store_true",
+                   help="the exact restore (ids, authors, grants as exported; write triggers off, every bank's "
+                        "writes wait): the tables' owner only. Without it an export from elsewhere is untrusted: "
+                        "one bank, new ids, authors as provenance")
     s.set_defaults(func=cmd_import)
 
     s = sub.add_parser("validate-pam", parents=[common], help="check an export's PAM view against the PAM SDK")

@@ -17,7 +17,15 @@ made. Memory stays bounded: each table is read through a server-side cursor in b
 file is written as the rows arrive.
 
 Import reads the sidecar (the PAM file is a view, not a source) and calls rcll.import_begin,
-rcll.import_rows per batch and rcll.import_finish in one transaction.
+rcll.import_rows per batch and rcll.import_finish in one transaction: an export from elsewhere is
+untrusted input, written into the one bank its banks row names with new ids (315-import.sql).
+Restore (restore=True, the store's owner only) calls rcll.restore_* instead: the exact,
+trigger-less load that keeps ids, authors and grants (310-restore.sql).
+
+The NDJSON form (iter_export) ends with a trailer line, {"trailer": {"rows": {<table>: <count>},
+"sha256": <hex>}}: every table's row count and the SHA-256 of every line before it (newline
+included). A stream without a valid trailer - cut, a table missing, a line edited - is refused
+and imports nothing.
 """
 
 from __future__ import annotations
@@ -30,12 +38,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, LiteralString
 
 import psycopg
 from psycopg import sql
 from psycopg.types.string import TextLoader
 
+from rcll.auth import act_as
 from rcll.errors import Code, RcllError, database_errors
 from rcll.sqlsource import extension_version
 from rcll.validate import on_conflict_arg
@@ -248,8 +257,7 @@ def export_bank(conn: psycopg.Connection[Any], bank: str, out: Path | str, *,
     REPEATABLE READ snapshot. `progress(table, rows)` is called as rows are written."""
     out = Path(out)
     if (out / MANIFEST).exists():
-        raise RcllError("out", f"{out} already holds an export", "choose an empty or new directory",
-                        code=Code.CONFLICT)
+        raise RcllError("out", f"{out} already holds an export", "choose an empty or new directory", code=Code.CONFLICT)
     (out / "rcll").mkdir(parents=True, exist_ok=True)
     summary = ExportSummary(bank, out)
     manifest_tables: list[dict[str, Any]] = []
@@ -318,101 +326,217 @@ STREAM_FORMAT = "rcll-export-stream"
 
 def iter_export(conn: psycopg.Connection[Any], bank: str) -> Iterator[bytes]:
     """The bank as NDJSON (the HTTP form of an export): a header line with the format, bank,
-    tables and max_ids, then one {"table": ..., "row": ...} line per row in the canonical order."""
+    tables and max_ids, one {"table": ..., "row": ...} line per row in the canonical order, then
+    the trailer (per-table row counts and the SHA-256 of every line before it). A stream that
+    stops early - a database error after the first line - has no trailer, and no import takes it."""
     with _snapshot(conn):
         tables = [str(r[0]) for r in conn.execute(
             "SELECT table_name FROM rcll.export_tables() ORDER BY table_position").fetchall()]
         row = conn.execute("SELECT rcll.export_max_ids(bank => %s)", (bank,)).fetchone()
         head = {"format": STREAM_FORMAT, "format_version": FORMAT_VERSION, "rcll_version": extension_version(),
                 "bank": bank, "tables": tables, "max_ids": row[0] if row else {}}
-        yield (json.dumps(head, sort_keys=True) + "\n").encode()
+        digest = hashlib.sha256()
+        counts = dict.fromkeys(tables, 0)
+        line = (json.dumps(head, sort_keys=True) + "\n").encode()
+        digest.update(line)
+        yield line
         for table in tables:
             prefix = b'{"table":"' + table.encode() + b'","row":'
-            for line in _stream(conn, bank, table):
-                yield prefix + line.encode() + b"}\n"
+            for text in _stream(conn, bank, table):
+                line = prefix + text.encode() + b"}\n"
+                digest.update(line)
+                counts[table] += 1
+                yield line
+        yield (json.dumps({TRAILER: {"rows": counts, "sha256": digest.hexdigest()}}, sort_keys=True) + "\n").encode()
+
+
+TRAILER = "trailer"
+MAX_LINE = 64 << 20     # bytes in one line of an import stream (a row with its embedding is ~10 kB)
+
+
+class _StreamCheck:
+    """What the lines of an import stream add up to, for its trailer: the SHA-256 of every line
+    before the trailer (newline included), and the trailer itself once read."""
+
+    def __init__(self) -> None:
+        self.digest = hashlib.sha256()
+        self.trailer: dict[str, Any] | None = None
+
+    def counts(self) -> dict[str, Any]:
+        """The trailer's per-table counts, once the stream's checksum matched its trailer."""
+        if self.trailer is None:
+            raise _refused("trailer", "the stream ends without a trailer: it was cut, or is not an export",
+                           "export again (GET /export, rcll export); a stream cut on the way has no trailer")
+        rows, sha = self.trailer.get("rows"), self.trailer.get("sha256")
+        if not isinstance(rows, dict):
+            raise _refused("trailer.rows", "the trailer has no per-table row counts")
+        if sha != self.digest.hexdigest():
+            raise _refused("trailer.sha256", "the lines do not match the trailer's checksum: the stream was cut or edited",
+                           "export again and import the stream unchanged")
+        return rows
+
+
+def _refused(field: str, message: str, hint: str | None = None) -> RcllError:
+    """An import stream refused (SQLSTATE RC008 on the database side)."""
+    return RcllError(field, message, hint or "import a whole, unedited export stream (GET /export, rcll export)",
+                     code=Code.INVALID_STREAM)
+
+
+def _stream_rows(it: Iterator[bytes], check: _StreamCheck) -> Iterator[tuple[str, bytes]]:
+    """(table, row JSON) per line of an NDJSON export after its header; the trailer is read into
+    `check`, and any line after it refused."""
+    for n, raw in enumerate(it, 2):
+        line = raw.rstrip(b"\r\n")
+        if len(line) > MAX_LINE:
+            raise _refused(f"line {n}", f"longer than {MAX_LINE} bytes")
+        if check.trailer is not None:
+            if line.strip():
+                raise _refused(f"line {n}", "a line after the trailer", "the trailer is the stream's last line")
+            continue
+        if line.startswith(b'{"table":"') and line.endswith(b"}") and b'","row":' in line[:80]:
+            check.digest.update(line + b"\n")
+            table, _, rest = line[10:].partition(b'","row":')
+            try:
+                yield table.decode(), rest[:-1]
+            except UnicodeDecodeError as e:
+                raise _refused(f"line {n}", "not UTF-8") from e
+            continue
+        try:
+            obj = json.loads(line) if line.strip() else None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise _refused(f"line {n}", f"not valid JSON: {e}") from e
+        if isinstance(obj, dict) and set(obj) == {TRAILER} and isinstance(obj[TRAILER], dict):
+            check.trailer = obj[TRAILER]
+            continue
+        check.digest.update(line + b"\n")
+        if obj is None:
+            continue
+        if not isinstance(obj, dict) or not isinstance(obj.get("table"), str) or "row" not in obj:
+            raise _refused(f"line {n}", 'expected {"table": ..., "row": {...}}')
+        yield obj["table"], json.dumps(obj["row"]).encode()
 
 
 def import_stream(conn: psycopg.Connection[Any], lines: Any, *, on_conflict: str = "error",
-                  allow: Callable[[str], None] | None = None) -> ImportSummary:
-    """Import the NDJSON form (iter_export's output) in one transaction."""
+                  allow: Callable[[str], None] | None = None, agent: str | None = None,
+                  restore: bool = False) -> ImportSummary:
+    """Import the NDJSON form (iter_export's output) in one transaction, as `agent`. restore: the
+    owner's exact restore (rcll.restore_*) instead of an import."""
     it = iter(lines)
+    check = _StreamCheck()
     try:
-        head = json.loads(next(it))
+        first = next(it)
+        head = json.loads(first)
     except StopIteration as e:
         raise RcllError("body", "empty import", "send the output of GET /export", code=Code.INVALID_STREAM) from e
-    except json.JSONDecodeError as e:
-        raise RcllError("body", f"line 1 is not valid JSON: {e.msg}", "send the output of GET /export",
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RcllError("body", f"line 1 is not valid JSON: {e}", "send the output of GET /export",
                         code=Code.INVALID_STREAM) from e
     if not isinstance(head, dict) or head.get("format") != STREAM_FORMAT:
         raise RcllError("body", f"line 1 is not an {STREAM_FORMAT} header", "send the output of GET /export",
                         code=Code.INVALID_STREAM)
-
-    def rows() -> Iterator[tuple[str, bytes]]:
-        for n, raw in enumerate(it, 2):
-            raw = raw.strip()
-            if not raw:
-                continue
-            if raw.startswith(b'{"table":"') and raw.endswith(b"}") and b'","row":' in raw[:80]:
-                table, _, rest = raw[10:].partition(b'","row":')
-                yield table.decode(), rest[:-1]
-                continue
-            try:
-                obj = json.loads(raw)
-            except json.JSONDecodeError as e:
-                raise RcllError(f"line {n}", f"not valid JSON: {e.msg}", code=Code.INVALID_STREAM) from e
-            if not isinstance(obj, dict) or not isinstance(obj.get("table"), str) or "row" not in obj:
-                raise RcllError(f"line {n}", 'expected {"table": ..., "row": {...}}', code=Code.INVALID_STREAM)
-            yield obj["table"], json.dumps(obj["row"]).encode()
-
-    return _import_rows(conn, rows(), head.get("max_ids") or {}, on_conflict, None, allow)
+    check.digest.update(first.rstrip(b"\r\n") + b"\n")
+    rows = _stream_rows(it, check)
+    if restore:
+        max_ids = head.get("max_ids")
+        return _restore_rows(conn, rows, max_ids if isinstance(max_ids, dict) else {}, on_conflict, None, check.counts)
+    return _import_rows(conn, rows, on_conflict, None, allow, agent, check.counts)
 
 
-def _import_rows(conn: psycopg.Connection[Any], rows: Iterator[tuple[str, bytes]], max_ids: dict[str, Any],
-                 on_conflict: str, progress: Progress | None,
-                 allow: Callable[[str], None] | None = None) -> ImportSummary:
+def _rows_json(table: str, batch: list[bytes]) -> str:
+    try:
+        return (b"[" + b",".join(batch) + b"]").decode()
+    except UnicodeDecodeError as e:
+        raise _refused(table, "a row is not UTF-8") from e
+
+
+def _import_rows(conn: psycopg.Connection[Any], rows: Iterator[tuple[str, bytes]], on_conflict: str,
+                 progress: Progress | None, allow: Callable[[str], None] | None, agent: str | None,
+                 counts: Callable[[], Any]) -> ImportSummary:
+    """The untrusted import: the stream staged batch by batch (rcll.import_rows), its trailer
+    checked (`counts` raises when it does not hold), then written by rcll.import_finish."""
     on_conflict_arg(on_conflict)
+    with _transaction(conn):
+        act_as(conn, agent)      # the import is the caller's act (its audit row names the agent)
+        first = next(rows, None)
+        if first is None or first[0] != "banks":
+            raise _refused("banks", "an import starts with the bank's row")
+        if allow is not None:    # the bank the import would write to, before it is asked
+            allow(_bank_row_name(first[1]))
+        _execute(conn, "banks", "SELECT rcll.import_begin(bank_row => %s::jsonb, on_conflict => %s)",
+                 (_rows_json("banks", [first[1]])[1:-1], on_conflict))
+        for table, batch in _batched(rows):
+            _execute(conn, table, "SELECT rcll.import_rows(table_name => %s, rows => %s::jsonb)",
+                     (table, _rows_json(table, batch)))
+            if progress:
+                progress(table, len(batch))
+        row = _execute(conn, "trailer", "SELECT rcll.import_finish(counts => %s::jsonb)", (json.dumps(counts()),))
+    assert row is not None
+    return ImportSummary.from_row(row[0])
+
+
+def _restore_rows(conn: psycopg.Connection[Any], rows: Iterator[tuple[str, bytes]], max_ids: dict[str, Any],
+                  on_conflict: str, progress: Progress | None, counts: Callable[[], Any]) -> ImportSummary:
+    """The owner's exact restore (rcll.restore_*): ids, authors and grants as exported."""
+    on_conflict_arg(on_conflict)
+    with _transaction(conn):
+        first = next(rows, None)
+        if first is None or first[0] != "banks":
+            raise _refused("banks", "a restore starts with the bank's row")
+        conn.execute("SELECT rcll.restore_begin(bank_row => %s::jsonb, on_conflict => %s, max_ids => %s::jsonb)",
+                     (_rows_json("banks", [first[1]])[1:-1], on_conflict, json.dumps(max_ids)))
+        seen: dict[str, int] = {"banks": 1}
+        for table, batch in _batched(rows):
+            if table == "banks":
+                raise _refused("banks", "a restore holds exactly one bank row")
+            conn.execute("SELECT rcll.restore_rows(table_name => %s, rows => %s::jsonb)", (table, _rows_json(table, batch)))
+            seen[table] = seen.get(table, 0) + len(batch)
+            if progress:
+                progress(table, len(batch))
+        expected = counts()
+        for table, n in expected.items():
+            if seen.get(table, 0) != n:
+                raise _refused(f"trailer.rows.{table}", f"the trailer says {n} rows, the stream holds {seen.get(table, 0)}")
+        row = conn.execute("SELECT rcll.restore_finish()").fetchone()
+    assert row is not None
+    return ImportSummary.from_row(row[0])
+
+
+@contextmanager
+def _transaction(conn: psycopg.Connection[Any]) -> Iterator[None]:
     was_autocommit = conn.autocommit
     if not conn.autocommit and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         conn.commit()
     conn.autocommit = False
     try:
         with database_errors(), conn.transaction():
-            first = next(rows, None)
-            if first is None or first[0] != "banks":
-                raise RcllError("banks", "an import starts with the bank's row", code=Code.INVALID_STREAM)
-            if allow is not None:    # the bank import_begin would write to, before it is asked
-                allow(_bank_row_name(first[1]))
-            conn.execute("SELECT rcll.import_begin(bank_row => %s::jsonb, on_conflict => %s, max_ids => %s::jsonb)",
-                         (first[1].decode(), on_conflict, json.dumps(max_ids)))
-            batch: list[bytes] = []
-            size = 0
-            current: str | None = None
-
-            def flush() -> None:
-                nonlocal batch, size
-                if batch and current is not None:
-                    conn.execute("SELECT rcll.import_rows(table_name => %s, rows => %s::jsonb)",
-                                 (current, (b"[" + b",".join(batch) + b"]").decode()))
-                    if progress:
-                        progress(current, len(batch))
-                batch, size = [], 0
-
-            for table, raw in rows:
-                if table == "banks":
-                    raise RcllError("banks", "an import holds exactly one bank row", code=Code.INVALID_STREAM)
-                if table != current or len(batch) >= IMPORT_BATCH_ROWS or size >= IMPORT_BATCH_BYTES:
-                    flush()
-                    current = table
-                batch.append(raw)
-                size += len(raw)
-            flush()
-            row = conn.execute("SELECT rcll.import_finish()").fetchone()
+            yield
     finally:
         conn.autocommit = was_autocommit
-    assert row is not None
-    res = row[0]
-    return ImportSummary(res["bank"], int(res["bank_id"]), bool(res["fresh"]),
-                         {k: int(v) for k, v in (res.get("rows") or {}).items()})
+
+
+def _execute(conn: psycopg.Connection[Any], field: str, query: LiteralString, params: tuple[Any, ...]) -> Any:
+    """One call of the import; a row the database cannot even read as JSON refuses the stream."""
+    try:
+        return conn.execute(query, params).fetchone()
+    except psycopg.DataError as e:
+        raise _refused(field, f"not valid JSON: {e.diag.message_primary}") from e
+
+
+def _batched(rows: Iterator[tuple[str, bytes]]) -> Iterator[tuple[str, list[bytes]]]:
+    """Consecutive rows of one table, at most IMPORT_BATCH_ROWS rows or IMPORT_BATCH_BYTES bytes."""
+    batch: list[bytes] = []
+    size = 0
+    current: str | None = None
+    for table, raw in rows:
+        if batch and (table != current or len(batch) >= IMPORT_BATCH_ROWS or size >= IMPORT_BATCH_BYTES):
+            assert current is not None
+            yield current, batch
+            batch, size = [], 0
+        current = table
+        batch.append(raw)
+        size += len(raw)
+    if batch and current is not None:
+        yield current, batch
 
 
 # -- import --------------------------------------------------------------------------------------
@@ -447,19 +571,6 @@ def _lines(path: Path, expected_sha: str, name: str) -> Iterator[bytes]:
                         "export again, or restore the file", code=Code.INVALID_STREAM)
 
 
-def _batches(lines: Iterator[bytes]) -> Iterator[tuple[bytes, int]]:
-    batch: list[bytes] = []
-    size = 0
-    for line in lines:
-        batch.append(line)
-        size += len(line)
-        if len(batch) >= IMPORT_BATCH_ROWS or size >= IMPORT_BATCH_BYTES:
-            yield b"[" + b",".join(batch) + b"]", len(batch)
-            batch, size = [], 0
-    if batch:
-        yield b"[" + b",".join(batch) + b"]", len(batch)
-
-
 @dataclass
 class ImportSummary:
     bank: str
@@ -467,13 +578,25 @@ class ImportSummary:
     fresh: bool
     rows: dict[str, int]
 
+    not_imported: dict[str, int] = field(default_factory=dict)
+
     def as_dict(self) -> dict[str, Any]:
-        return {"bank": self.bank, "bank_id": self.bank_id, "fresh": self.fresh, "rows": self.rows}
+        return {"bank": self.bank, "bank_id": self.bank_id, "fresh": self.fresh, "rows": self.rows,
+                "not_imported": self.not_imported}
+
+    @classmethod
+    def from_row(cls, res: dict[str, Any]) -> ImportSummary:
+        return cls(res["bank"], int(res["bank_id"]), bool(res["fresh"]),
+                   {k: int(v) for k, v in (res.get("rows") or {}).items()},
+                   {k: int(v) for k, v in (res.get("not_imported") or {}).items()})
 
 
 def import_bank(conn: psycopg.Connection[Any], path: Path | str, *, on_conflict: str = "error",
-                progress: Progress | None = None, allow: Callable[[str], None] | None = None) -> ImportSummary:
-    """Load an export directory in one transaction (all or nothing)."""
+                progress: Progress | None = None, allow: Callable[[str], None] | None = None,
+                agent: str | None = None, restore: bool = False) -> ImportSummary:
+    """Load an export directory in one transaction (all or nothing), as `agent`: every file whole
+    and as the manifest says (SHA-256, row counts) or nothing is written. restore: the owner's
+    exact restore (rcll.restore_*) instead of an import."""
     on_conflict_arg(on_conflict)
     path = Path(path)
     manifest = read_manifest(path)
@@ -489,7 +612,12 @@ def import_bank(conn: psycopg.Connection[Any], path: Path | str, *, on_conflict:
             for line in _lines(path / t["file"], t["sha256"], t["file"]):
                 yield t["name"], line
 
-    return _import_rows(conn, rows(), manifest.get("max_ids", {}), on_conflict, progress, allow)
+    def counts() -> dict[str, Any]:
+        return {t["name"]: t.get("rows") for t in tables}
+
+    if restore:
+        return _restore_rows(conn, rows(), manifest.get("max_ids", {}), on_conflict, progress, counts)
+    return _import_rows(conn, rows(), on_conflict, progress, allow, agent, counts)
 
 
 def _bank_row_name(raw: bytes) -> str:

@@ -9,6 +9,7 @@ status is the code's (rcll.errors.CODES, the one table; docs/errors.md).
 
 from __future__ import annotations
 
+import tempfile
 import time
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -27,6 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from rcll import defaults, upkeep
 from rcll.auth import Caller, Forbidden, TokenMap
 from rcll.errors import CODES, Code, RcllError, from_database, status
+from rcll.export import MAX_LINE
 from rcll.http_console import explain
 from rcll.http_console import router as console_router
 from rcll.http_guard import Guard, GuardConfig
@@ -148,6 +150,9 @@ def _error_response(e: RcllError) -> JSONResponse:
                else {"WWW-Authenticate": "Bearer"} if e.code is Code.UNAUTHENTICATED
                else {"Retry-After": str(getattr(e, "retry_after", 1))} if e.code is Code.UNAVAILABLE else None)
     return JSONResponse(status_code=answer, content=e.as_dict(), headers=headers)
+
+
+IMPORT_SPOOL_BYTES = 32 << 20    # an import body held in memory up to this, then on disk
 
 
 def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | None = None,
@@ -292,8 +297,23 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | 
     async def import_(request: Request, who: Who,
                       on_conflict: Annotated[str, Query(pattern="^(error|skip|replace)$")] = "error") -> dict[str, Any]:
         svc.check_writable()   # refused before the body is read
-        raw = await request.body()
-        return (await run_in_threadpool(svc.as_caller(who).import_lines, raw.splitlines(), on_conflict=on_conflict)).as_dict()
+        # Spooled (memory, then disk) as it arrives, each line capped before anything parses it.
+        with tempfile.SpooledTemporaryFile(max_size=IMPORT_SPOOL_BYTES) as spool:
+            line, length = 1, 0
+            async for chunk in request.stream():
+                start = 0
+                while True:
+                    nl = chunk.find(b"\n", start)
+                    length += (len(chunk) if nl < 0 else nl) - start
+                    if length > MAX_LINE:
+                        raise RcllError(f"line {line}", f"longer than {MAX_LINE} bytes", "import an export stream unchanged")
+                    if nl < 0:
+                        break
+                    line, length, start = line + 1, 0, nl + 1
+                spool.write(chunk)
+            spool.seek(0)
+            return (await run_in_threadpool(svc.as_caller(who).import_lines, spool,
+                                            on_conflict=on_conflict)).as_dict()
 
     app.include_router(console_router(svc))    # the console at /, and the endpoints it browses with
     return app

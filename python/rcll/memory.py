@@ -693,27 +693,37 @@ class Memory:
         return self._shared.exports.stream(self.dsn, lambda conn: iter_export(conn, b))
 
     def import_(self, source: str | os.PathLike[str] | IO[bytes], *, on_conflict: str = "error",
-                progress: Progress | None = None) -> ImportSummary:
+                progress: Progress | None = None, restore: bool = False) -> ImportSummary:
         """Load an export (a directory `export` wrote, or an NDJSON file) in one transaction, into
-        the bank it names. on_conflict: error (default), skip or replace rows that already exist."""
+        the bank it names - the one bank it writes, with new ids, its authors kept as provenance
+        only, as this Memory's agent. on_conflict: error (default), skip or replace rows that
+        already exist. restore: the exact, trigger-less restore (ids, authors and grants as
+        exported) - for the store's owner only: an unscoped Memory on the tables' owner role."""
         self.check_writable()
         policy = on_conflict_arg(on_conflict)
+        if restore:
+            self._whole_store("a restore", field="restore")
         if isinstance(source, (str, os.PathLike)):
             with self._connection() as conn:
-                return import_bank(conn, Path(source), on_conflict=policy, progress=progress, allow=self._may_import)
-        return self.import_lines(source, on_conflict=policy)
+                return import_bank(conn, Path(source), on_conflict=policy, progress=progress, allow=self._may_import,
+                                   agent=self.agent, restore=restore)
+        return self.import_lines(source, on_conflict=policy, restore=restore)
 
     def _may_import(self, bank: str) -> None:
         """Called with the bank an import's bank row names (where rcll.import_begin would write),
         before anything is written: an import reaches only a bank in scope."""
         self.scope.check(bank, "import")
 
-    def import_lines(self, lines: Iterable[bytes], *, on_conflict: str = "error") -> ImportSummary:
-        """Load the NDJSON form of an export (export_lines' output) in one transaction."""
+    def import_lines(self, lines: Iterable[bytes], *, on_conflict: str = "error", restore: bool = False) -> ImportSummary:
+        """Load the NDJSON form of an export (export_lines' output, trailer included) in one
+        transaction; restore as in import_()."""
         self.check_writable()
         policy = on_conflict_arg(on_conflict)
+        if restore:
+            self._whole_store("a restore", field="restore")
         with self._connection() as conn:
-            return import_stream(conn, lines, on_conflict=policy, allow=self._may_import)
+            return import_stream(conn, lines, on_conflict=policy, allow=self._may_import, agent=self.agent,
+                                 restore=restore)
 
     # -- the store's HNSW graphs (a DBA's operation) -----------------------------------------------
 

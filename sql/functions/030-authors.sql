@@ -68,6 +68,16 @@ END
 $$;
 COMMENT ON FUNCTION rcll._resolve_author(text) IS 'Internal: the author of a write and how it was resolved (server, self_declared, none). Never falls back to the connection''s role name.';
 
+CREATE OR REPLACE FUNCTION rcll._importing()
+RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    -- Set transaction-locally by rcll.import_finish while it writes. Anyone may set it, and that is
+    -- safe: it only ever takes trust away (a unit written under it has no author), never adds any.
+    SELECT coalesce(current_setting('rcll.importing', true), '') = 'on'
+$$;
+COMMENT ON FUNCTION rcll._importing() IS 'Internal: true while rcll.import_finish writes an imported stream (rcll.importing = on for the transaction): the write triggers then keep a stream''s author as provenance only.';
+
 CREATE OR REPLACE FUNCTION rcll._units_author()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
@@ -83,6 +93,18 @@ BEGIN
     ELSIF array_to_string(NEW.tags, E'\x1f') LIKE '%author%' AND NOT rcll._carry_tags() THEN
         NEW.tags := ARRAY(SELECT t FROM unnest(NEW.tags) AS t
                           WHERE t NOT LIKE 'author:%' AND t NOT LIKE 'author-source:%');
+    END IF;
+    IF rcll._importing() THEN
+        -- A stream's author is a claim from elsewhere: kept as provenance, never as this unit's author.
+        NEW.provenance := NEW.provenance - 'who' - 'author_source'
+            || jsonb_build_object('imported', jsonb_build_object('author', NEW.author, 'author_source', NEW.author_source,
+                                                                 'who', NEW.provenance -> 'who'),
+                                  'author_source', 'imported');
+        NEW.author := NULL;
+        NEW.author_source := 'imported';
+        NEW.tags := ARRAY(SELECT t FROM unnest(NEW.tags) AS t WHERE t NOT LIKE 'author:%' AND t NOT LIKE 'author-source:%')
+                    || 'author-source:imported'::text;
+        RETURN NEW;
     END IF;
     who := rcll._resolve_author(NEW.author);
     NEW.author := who.author;
@@ -111,7 +133,7 @@ BEGIN
     RETURN NEW;
 END
 $$;
-COMMENT ON FUNCTION rcll._units_author() IS 'Trigger: the author of every new unit, resolved by the server (a caller''s author and author: tags are discarded when it knows; otherwise kept as self_declared), carried on an author:<name> tag and in provenance.';
+COMMENT ON FUNCTION rcll._units_author() IS 'Trigger: the author of every new unit, resolved by the server (a caller''s author and author: tags are discarded when it knows; otherwise kept as self_declared), carried on an author:<name> tag and in provenance; an imported unit (rcll._importing()) has none, the stream''s claim kept in provenance.imported.';
 
 CREATE OR REPLACE TRIGGER units_author BEFORE INSERT ON rcll.memory_units
     FOR EACH ROW WHEN (current_setting('row_security') <> 'off' OR NOT rcll._restoring('rcll.memory_units'))
@@ -154,6 +176,13 @@ DECLARE
     who record;
 BEGIN
     -- The server's identity replaces a caller's "who"; a self-declared one stays as written.
+    IF rcll._importing() THEN
+        NEW.provenance := NEW.provenance - 'who' - 'author_source'
+            || jsonb_build_object('imported', jsonb_build_object('who', NEW.provenance -> 'who',
+                                                                 'author_source', NEW.provenance -> 'author_source'),
+                                  'author_source', 'imported');
+        RETURN NEW;
+    END IF;
     who := rcll._resolve_author(NEW.provenance ->> 'who');
     NEW.provenance := NEW.provenance
         || CASE WHEN who.author_source = 'server' THEN jsonb_build_object('who', who.author) ELSE '{}'::jsonb END
@@ -164,7 +193,7 @@ BEGIN
     RETURN NEW;
 END
 $$;
-COMMENT ON FUNCTION rcll._documents_author() IS 'Trigger: a document''s provenance names the server-resolved writer (a caller''s "who" is replaced when the server knows, else marked self_declared).';
+COMMENT ON FUNCTION rcll._documents_author() IS 'Trigger: a document''s provenance names the server-resolved writer (a caller''s "who" is replaced when the server knows, else marked self_declared; an imported one keeps the stream''s claim in provenance.imported only).';
 
 CREATE OR REPLACE TRIGGER documents_author BEFORE INSERT ON rcll.documents
     FOR EACH ROW WHEN (current_setting('row_security') <> 'off' OR NOT rcll._restoring('rcll.documents'))

@@ -146,4 +146,4 @@ AS $$
     FROM (SELECT rcll._bank_id(export_max_ids.bank) AS id) b, rcll.export_tables() e
     WHERE e.id_column IS NOT NULL
 $$;
-COMMENT ON FUNCTION rcll.export_max_ids(text) IS 'The largest identity per exported table of a bank, for the export manifest; rcll.import_begin() moves each sequence past it so renumbered rows never take an id a later row of the import keeps.';
+COMMENT ON FUNCTION rcll.export_max_ids(text) IS 'The largest identity per exported table of a bank, for the export manifest; rcll.restore_begin() moves each sequence past it so renumbered rows never take an id a later row of the restore keeps (an agent''s import, rcll.import_begin, never reads it).';

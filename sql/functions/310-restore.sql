@@ -1,32 +1,35 @@
--- Import: load an export (rcll.export_rows output) back, exactly, in one transaction.
+-- Restore: load an export back exactly, for the store's administrator only (rcll import --restore).
 --
 --   BEGIN;
---   SELECT rcll.import_begin(bank_row => '<the banks.jsonl line>', on_conflict => 'error', max_ids => '<manifest max_ids>');
---   SELECT rcll.import_rows('documents', '[<rows>]');  -- ... every table in rcll.export_tables() order
---   SELECT rcll.import_finish();
+--   SELECT rcll.restore_begin(bank_row => '<the banks.jsonl line>', on_conflict => 'error', max_ids => '<manifest max_ids>');
+--   SELECT rcll.restore_rows('documents', '[<rows>]');  -- ... every table in rcll.export_tables() order
+--   SELECT rcll.restore_finish();
 --   COMMIT;
 --
 -- Rows are written as exported: the write-path triggers (janitor, author resolution, room counts)
 -- are switched off for the insert - they already ran when the rows were first written, and running
 -- them again would rewrite authors, rooms and tags. Ids are kept; an id another bank already uses
--- is renumbered, and every column holding it (rcll.export_tables().refs) follows. Importing needs
--- the tables' owner (ALTER TABLE ... DISABLE TRIGGER), so a read-only or agent role cannot import.
+-- is renumbered, and every column holding it (rcll.export_tables().refs) follows. The stream is
+-- trusted: authors, grants and audit rows come back as they were, and ALTER TABLE ... DISABLE
+-- TRIGGER locks the tables (every bank's writes wait until the restore commits). So it is refused
+-- to anyone but a member of the tables' owner role; an agent's import is rcll.import_begin
+-- (315-import.sql), which trusts nothing in the stream.
 
-CREATE OR REPLACE FUNCTION rcll._import_state()
+CREATE OR REPLACE FUNCTION rcll._restore_state()
 RETURNS TABLE (bank_id integer, bank_name text, fresh boolean, on_conflict text)
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
-    IF to_regclass('pg_temp.rcll_import_state') IS NULL THEN
-        RAISE EXCEPTION 'import_begin: no import in progress in this session' USING ERRCODE = 'RC008', COLUMN = 'import_begin',
-            HINT = 'Call rcll.import_begin(bank_row, on_conflict, max_ids) first, in the same transaction.';
+    IF to_regclass('pg_temp.rcll_restore_state') IS NULL THEN
+        RAISE EXCEPTION 'restore_begin: no restore in progress in this session' USING ERRCODE = 'RC008', COLUMN = 'restore_begin',
+            HINT = 'Call rcll.restore_begin(bank_row, on_conflict, max_ids) first, in the same transaction.';
     END IF;
-    RETURN QUERY EXECUTE 'SELECT s.bank_id, s.bank_name, s.fresh, s.on_conflict FROM pg_temp.rcll_import_state s';
+    RETURN QUERY EXECUTE 'SELECT s.bank_id, s.bank_name, s.fresh, s.on_conflict FROM pg_temp.rcll_restore_state s';
 END
 $$;
-COMMENT ON FUNCTION rcll._import_state() IS 'Internal: the import in progress in this session (set by rcll.import_begin), or an error naming the fix.';
+COMMENT ON FUNCTION rcll._restore_state() IS 'Internal: the restore in progress in this session (set by rcll.restore_begin), or an error naming the fix.';
 
-CREATE OR REPLACE FUNCTION rcll._import_ref(table_name text, old jsonb)
+CREATE OR REPLACE FUNCTION rcll._restore_ref(table_name text, old jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -36,14 +39,14 @@ BEGIN
     IF old IS NULL OR jsonb_typeof(old) = 'null' THEN
         RETURN old;
     END IF;
-    EXECUTE 'SELECT m.new_id FROM pg_temp.rcll_import_ids m WHERE m.tbl = $1 AND m.old_id = $2'
+    EXECUTE 'SELECT m.new_id FROM pg_temp.rcll_restore_ids m WHERE m.tbl = $1 AND m.old_id = $2'
         INTO n USING table_name, (old #>> '{}')::bigint;
     RETURN coalesce(to_jsonb(n), old);
 END
 $$;
-COMMENT ON FUNCTION rcll._import_ref(text, jsonb) IS 'Internal: the id an exported identity of table_name has in this database (renumbered when another bank held it, else unchanged).';
+COMMENT ON FUNCTION rcll._restore_ref(text, jsonb) IS 'Internal: the id an exported identity of table_name has in this database (renumbered when another bank held it, else unchanged).';
 
-CREATE OR REPLACE FUNCTION rcll._import_execute(table_name text, stmt text, rows jsonb, bank_id integer)
+CREATE OR REPLACE FUNCTION rcll._restore_execute(table_name text, stmt text, rows jsonb, bank_id integer)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -78,9 +81,9 @@ BEGIN
     RETURN n;
 END
 $$;
-COMMENT ON FUNCTION rcll._import_execute(text, text, jsonb, integer) IS 'Internal: run one statement of an import ($1 the rows, $2 the bank id) on an rcll table with its enabled user triggers switched off, and exactly those on again; a unique violation is reported as the import''s on_conflict error. Needs the table owner; transactional, so a failed import leaves the triggers as they were. Returns the rows written.';
+COMMENT ON FUNCTION rcll._restore_execute(text, text, jsonb, integer) IS 'Internal: run one statement of an import ($1 the rows, $2 the bank id) on an rcll table with its enabled user triggers switched off, and exactly those on again; a unique violation is reported as the import''s on_conflict error. Needs the table owner; transactional, so a failed import leaves the triggers as they were. Returns the rows written.';
 
-CREATE OR REPLACE FUNCTION rcll._import_sequence(table_name text, id_column text, at_least bigint)
+CREATE OR REPLACE FUNCTION rcll._restore_sequence(table_name text, id_column text, at_least bigint)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -98,9 +101,9 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION rcll._import_sequence(text, text, bigint) IS 'Internal: move an identity sequence past the table''s largest id and at_least (never backwards).';
+COMMENT ON FUNCTION rcll._restore_sequence(text, text, bigint) IS 'Internal: move an identity sequence past the table''s largest id and at_least (never backwards).';
 
-CREATE OR REPLACE FUNCTION rcll.import_begin(bank_row jsonb, on_conflict text DEFAULT 'error', max_ids jsonb DEFAULT '{}')
+CREATE OR REPLACE FUNCTION rcll.restore_begin(bank_row jsonb, on_conflict text DEFAULT 'error', max_ids jsonb DEFAULT '{}')
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -110,6 +113,11 @@ DECLARE
     fresh  boolean;
     t      record;
 BEGIN
+    IF NOT pg_has_role(session_user, (SELECT c.relowner FROM pg_class c WHERE c.oid = 'rcll.memory_units'::regclass), 'MEMBER') THEN
+        RAISE EXCEPTION 'restore: only the owner of the rcll tables may restore (it keeps authors, grants and ids as the stream says)'
+            USING ERRCODE = 'RC006', COLUMN = 'restore',
+            HINT = 'Import with rcll.import_begin (rcll import without --restore), which writes into one bank and trusts nothing in the stream.';
+    END IF;
     IF on_conflict IS NULL OR on_conflict NOT IN ('error', 'skip', 'replace') THEN
         RAISE EXCEPTION 'on_conflict: % is not a conflict policy', coalesce(quote_literal(on_conflict), 'NULL')
             USING ERRCODE = 'RC001', COLUMN = 'on_conflict',
@@ -124,23 +132,24 @@ BEGIN
             HINT = 'Pass the manifest''s max_ids, or ''{}''.';
     END IF;
     -- A fresh slate for this session's import bookkeeping.
-    DROP TABLE IF EXISTS pg_temp.rcll_import_state, pg_temp.rcll_import_ids, pg_temp.rcll_import_pending;
-    CREATE TEMP TABLE rcll_import_state (bank_id integer, bank_name text, fresh boolean, on_conflict text,
+    DROP TABLE IF EXISTS pg_temp.rcll_restore_state, pg_temp.rcll_restore_ids, pg_temp.rcll_restore_pending;
+    CREATE TEMP TABLE rcll_restore_state (bank_id integer, bank_name text, fresh boolean, on_conflict text,
                                          counts jsonb NOT NULL DEFAULT '{}');
-    CREATE TEMP TABLE rcll_import_ids (tbl text, old_id bigint, new_id bigint, PRIMARY KEY (tbl, old_id));
-    CREATE TEMP TABLE rcll_import_pending (unit_id bigint PRIMARY KEY, superseded_by bigint NOT NULL);
-
-    FOR t IN SELECT * FROM rcll.export_tables() e WHERE e.id_column IS NOT NULL LOOP
-        PERFORM rcll._import_sequence(t.table_name, t.id_column, (max_ids ->> t.table_name)::bigint);
-    END LOOP;
+    CREATE TEMP TABLE rcll_restore_ids (tbl text, old_id bigint, new_id bigint, PRIMARY KEY (tbl, old_id));
+    CREATE TEMP TABLE rcll_restore_pending (unit_id bigint PRIMARY KEY, superseded_by bigint NOT NULL);
 
     SELECT x.bank_id INTO b FROM rcll.banks x WHERE x.name = bname FOR UPDATE;
     fresh := b IS NULL;
+    IF NOT fresh AND on_conflict = 'error' THEN
+        RAISE EXCEPTION 'bank: bank "%" already exists in this database', bname USING ERRCODE = 'RC004', COLUMN = 'bank',
+            HINT = 'Restore into an empty database, or choose on_conflict => ''skip'' (keep existing rows) or ''replace'' (overwrite them).';
+    END IF;
+    -- Only once the restore is accepted: setval is not rolled back with a refused transaction.
+    FOR t IN SELECT * FROM rcll.export_tables() e WHERE e.id_column IS NOT NULL LOOP
+        PERFORM rcll._restore_sequence(t.table_name, t.id_column, (max_ids ->> t.table_name)::bigint);
+    END LOOP;
     IF NOT fresh THEN
-        IF on_conflict = 'error' THEN
-            RAISE EXCEPTION 'bank: bank "%" already exists in this database', bname USING ERRCODE = 'RC004', COLUMN = 'bank',
-                HINT = 'Import into an empty database, or choose on_conflict => ''skip'' (keep existing rows) or ''replace'' (overwrite them).';
-        ELSIF on_conflict = 'replace' THEN
+        IF on_conflict = 'replace' THEN
             UPDATE rcll.banks x SET description = r.description, text_search_config = r.text_search_config,
                                     settings = r.settings, created_at = r.created_at
             FROM jsonb_populate_record(NULL::rcll.banks, bank_row) r WHERE x.bank_id = b;
@@ -153,13 +162,13 @@ BEGIN
         INSERT INTO rcll.banks OVERRIDING SYSTEM VALUE
         SELECT (jsonb_populate_record(NULL::rcll.banks, bank_row || jsonb_build_object('bank_id', b))).*;
     END IF;
-    INSERT INTO pg_temp.rcll_import_state (bank_id, bank_name, fresh, on_conflict) VALUES (b, bname, fresh, on_conflict);
+    INSERT INTO pg_temp.rcll_restore_state (bank_id, bank_name, fresh, on_conflict) VALUES (b, bname, fresh, on_conflict);
     RETURN b;
 END
 $$;
-COMMENT ON FUNCTION rcll.import_begin(jsonb, text, jsonb) IS 'Start importing one exported bank in this transaction: creates the bank from its exported row (keeping its id when free) or, when a bank of that name exists, refuses (on_conflict error), keeps it (skip) or overwrites its settings (replace). max_ids (the manifest''s) moves sequences past every exported id. Follow with rcll.import_rows per table and rcll.import_finish. Returns the bank id.';
+COMMENT ON FUNCTION rcll.restore_begin(jsonb, text, jsonb) IS 'Start restoring one exported bank in this transaction, exactly (the store''s owner only: triggers off, ids, authors, grants and audit rows as exported): creates the bank from its exported row (keeping its id when free) or, when a bank of that name exists, refuses (on_conflict error), keeps it (skip) or overwrites its settings (replace). max_ids (the manifest''s) moves sequences past every exported id once the restore is accepted. Follow with rcll.restore_rows per table and rcll.restore_finish. Returns the bank id.';
 
-CREATE OR REPLACE FUNCTION rcll.import_rows(table_name text, rows jsonb)
+CREATE OR REPLACE FUNCTION rcll.restore_rows(table_name text, rows jsonb)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -177,11 +186,11 @@ DECLARE
     k      text;
     v      text;
 BEGIN
-    SELECT * INTO st FROM rcll._import_state();
+    SELECT * INTO st FROM rcll._restore_state();
     SELECT e.* INTO t FROM rcll._export_table(table_name) e;
     IF table_name = 'banks' THEN
-        RAISE EXCEPTION 'table_name: the banks row is imported by rcll.import_begin' USING ERRCODE = 'RC008', COLUMN = 'table_name',
-            HINT = 'Pass the banks row to rcll.import_begin, and every other table''s rows here.';
+        RAISE EXCEPTION 'table_name: the banks row is imported by rcll.restore_begin' USING ERRCODE = 'RC008', COLUMN = 'table_name',
+            HINT = 'Pass the banks row to rcll.restore_begin and every other table to rcll.restore_rows.';
     END IF;
     IF rows IS NULL OR jsonb_typeof(rows) <> 'array' THEN
         RAISE EXCEPTION 'rows: must be a JSON array of exported rows' USING ERRCODE = 'RC008', COLUMN = 'rows',
@@ -214,14 +223,14 @@ BEGIN
     IF t.id_column IS NOT NULL THEN
         seq := pg_get_serial_sequence(rel, t.id_column);
         IF t.table_name = 'documents' AND NOT st.fresh THEN
-            INSERT INTO pg_temp.rcll_import_ids (tbl, old_id, new_id)
+            INSERT INTO pg_temp.rcll_restore_ids (tbl, old_id, new_id)
             SELECT 'documents', (x ->> 'document_id')::bigint, d.document_id
             FROM jsonb_array_elements(rows) x
             JOIN rcll.documents d ON d.bank_id = st.bank_id AND d.content_hash = decode(substr(x ->> 'content_hash', 3), 'hex')
             WHERE d.document_id <> (x ->> 'document_id')::bigint
             ON CONFLICT DO NOTHING;
         ELSIF t.table_name = 'entities' AND NOT st.fresh THEN
-            INSERT INTO pg_temp.rcll_import_ids (tbl, old_id, new_id)
+            INSERT INTO pg_temp.rcll_restore_ids (tbl, old_id, new_id)
             SELECT 'entities', (x ->> 'entity_id')::bigint, e.entity_id
             FROM jsonb_array_elements(rows) x
             JOIN rcll.entities e ON e.bank_id = st.bank_id AND e.name = x ->> 'name'
@@ -229,9 +238,9 @@ BEGIN
             ON CONFLICT DO NOTHING;
         END IF;
         EXECUTE format(
-            'INSERT INTO pg_temp.rcll_import_ids (tbl, old_id, new_id) '
+            'INSERT INTO pg_temp.rcll_restore_ids (tbl, old_id, new_id) '
             'SELECT %L, s.old, nextval(%L) FROM (SELECT DISTINCT (x ->> %L)::bigint AS old FROM jsonb_array_elements($1) x) s '
-            'WHERE NOT EXISTS (SELECT 1 FROM pg_temp.rcll_import_ids m WHERE m.tbl = %L AND m.old_id = s.old) '
+            'WHERE NOT EXISTS (SELECT 1 FROM pg_temp.rcll_restore_ids m WHERE m.tbl = %L AND m.old_id = s.old) '
             '  AND EXISTS (SELECT 1 FROM %s y WHERE y.%I = s.old AND y.bank_id <> $2) '
             'ORDER BY s.old',
             t.table_name, seq, t.id_column, t.table_name, rel, t.id_column) USING rows, st.bank_id;
@@ -240,19 +249,19 @@ BEGIN
     -- 2. Each row as this database will hold it: this bank's id, identities mapped.
     fix := format('x || jsonb_build_object(%L, %s', 'bank_id', st.bank_id);
     IF t.id_column IS NOT NULL THEN
-        fix := fix || format(', %L, rcll._import_ref(%L, x -> %L)', t.id_column, t.table_name, t.id_column);
+        fix := fix || format(', %L, rcll._restore_ref(%L, x -> %L)', t.id_column, t.table_name, t.id_column);
     END IF;
     FOR k, v IN SELECT r.key, r.value #>> '{}' FROM jsonb_each(t.refs) r LOOP
         IF t.table_name = 'memory_units' AND k = 'superseded_by' THEN
             fix := fix || ', ''superseded_by'', NULL';   -- set by import_finish, once every unit exists
         ELSE
-            fix := fix || format(', %L, rcll._import_ref(%L, x -> %L)', k, v, k);
+            fix := fix || format(', %L, rcll._restore_ref(%L, x -> %L)', k, v, k);
         END IF;
     END LOOP;
     fix := fix || ')';
     IF t.table_name = 'memory_units' THEN
-        INSERT INTO pg_temp.rcll_import_pending (unit_id, superseded_by)
-        SELECT (rcll._import_ref('memory_units', x -> 'unit_id') #>> '{}')::bigint, (x ->> 'superseded_by')::bigint
+        INSERT INTO pg_temp.rcll_restore_pending (unit_id, superseded_by)
+        SELECT (rcll._restore_ref('memory_units', x -> 'unit_id') #>> '{}')::bigint, (x ->> 'superseded_by')::bigint
         FROM jsonb_array_elements(rows) x WHERE x ->> 'superseded_by' IS NOT NULL
         ON CONFLICT (unit_id) DO UPDATE SET superseded_by = excluded.superseded_by;
     END IF;
@@ -268,15 +277,15 @@ BEGIN
         stmt := stmt || format(' ON CONFLICT (%s) DO UPDATE SET %s', pk, upd);
     END IF;
 
-    n := rcll._import_execute(t.table_name, stmt, rows, st.bank_id);
-    EXECUTE 'UPDATE pg_temp.rcll_import_state SET counts = counts || jsonb_build_object($1::text, coalesce((counts ->> $1)::bigint, 0) + $2)'
+    n := rcll._restore_execute(t.table_name, stmt, rows, st.bank_id);
+    EXECUTE 'UPDATE pg_temp.rcll_restore_state SET counts = counts || jsonb_build_object($1::text, coalesce((counts ->> $1)::bigint, 0) + $2)'
         USING t.table_name, n;
     RETURN n;
 END
 $$;
-COMMENT ON FUNCTION rcll.import_rows(text, jsonb) IS 'Import a batch of exported rows (a JSON array of rcll.export_rows lines) of one table into the bank rcll.import_begin started, exactly as exported: write-path triggers off, ids kept unless another bank holds them (then renumbered consistently), conflicts handled by the import''s on_conflict. Returns the number of rows written.';
+COMMENT ON FUNCTION rcll.restore_rows(text, jsonb) IS 'Restore a batch of exported rows (a JSON array of rcll.export_rows lines) of one table into the bank rcll.restore_begin started, exactly as exported: write-path triggers off, ids kept unless another bank holds them (then renumbered consistently), conflicts handled by the import''s on_conflict. Returns the number of rows written.';
 
-CREATE OR REPLACE FUNCTION rcll.import_finish()
+CREATE OR REPLACE FUNCTION rcll.restore_finish()
 RETURNS jsonb
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -286,21 +295,21 @@ DECLARE
     counts jsonb;
     missing bigint;
 BEGIN
-    SELECT * INTO st FROM rcll._import_state();
+    SELECT * INTO st FROM rcll._restore_state();
     -- Supersession links, now that every unit of the import exists.
-    EXECUTE 'SELECT count(*) FROM pg_temp.rcll_import_pending p WHERE NOT EXISTS ('
-            'SELECT 1 FROM rcll.memory_units u WHERE u.unit_id = (rcll._import_ref(''memory_units'', to_jsonb(p.superseded_by)) #>> ''{}'')::bigint)'
+    EXECUTE 'SELECT count(*) FROM pg_temp.rcll_restore_pending p WHERE NOT EXISTS ('
+            'SELECT 1 FROM rcll.memory_units u WHERE u.unit_id = (rcll._restore_ref(''memory_units'', to_jsonb(p.superseded_by)) #>> ''{}'')::bigint)'
         INTO missing;
     IF missing > 0 THEN
         RAISE EXCEPTION 'memory_units: % unit(s) are superseded by units the import does not contain', missing
             USING ERRCODE = 'RC008', COLUMN = 'memory_units', HINT = 'Import every table of the export (memory_units.jsonl in full).';
     END IF;
-    PERFORM rcll._import_execute('memory_units',
-        'UPDATE rcll.memory_units u SET superseded_by = (rcll._import_ref(''memory_units'', to_jsonb(p.superseded_by)) #>> ''{}'')::bigint '
-        'FROM pg_temp.rcll_import_pending p WHERE u.unit_id = p.unit_id AND u.bank_id = $2', NULL, st.bank_id);
+    PERFORM rcll._restore_execute('memory_units',
+        'UPDATE rcll.memory_units u SET superseded_by = (rcll._restore_ref(''memory_units'', to_jsonb(p.superseded_by)) #>> ''{}'')::bigint '
+        'FROM pg_temp.rcll_restore_pending p WHERE u.unit_id = p.unit_id AND u.bank_id = $2', NULL, st.bank_id);
 
     FOR t IN SELECT * FROM rcll.export_tables() e WHERE e.id_column IS NOT NULL LOOP
-        PERFORM rcll._import_sequence(t.table_name, t.id_column, 0);
+        PERFORM rcll._restore_sequence(t.table_name, t.id_column, 0);
     END LOOP;
 
     IF NOT st.fresh THEN
@@ -316,12 +325,12 @@ BEGIN
         PERFORM rcll.refresh_bank_stats(st.bank_name);
     END IF;
 
-    EXECUTE 'SELECT counts FROM pg_temp.rcll_import_state' INTO counts;
+    EXECUTE 'SELECT counts FROM pg_temp.rcll_restore_state' INTO counts;
     -- Audited database-wide (bank_id NULL): the bank's own rows stay exactly as exported.
-    PERFORM rcll._audit(NULL, 'import', jsonb_build_object('bank', st.bank_name, 'bank_id', st.bank_id),
+    PERFORM rcll._audit(NULL, 'restore', jsonb_build_object('bank', st.bank_name, 'bank_id', st.bank_id),
                         jsonb_build_object('on_conflict', st.on_conflict, 'fresh', st.fresh, 'rows', counts));
-    DROP TABLE IF EXISTS pg_temp.rcll_import_state, pg_temp.rcll_import_ids, pg_temp.rcll_import_pending;
+    DROP TABLE IF EXISTS pg_temp.rcll_restore_state, pg_temp.rcll_restore_ids, pg_temp.rcll_restore_pending;
     RETURN jsonb_build_object('bank', st.bank_name, 'bank_id', st.bank_id, 'fresh', st.fresh, 'rows', counts);
 END
 $$;
-COMMENT ON FUNCTION rcll.import_finish() IS 'Finish the import rcll.import_begin started: set supersession links, move sequences past the imported ids, recount room counts and BM25 statistics when the bank already existed, and record the import in rcll.audit_log (database-wide, so the bank''s rows stay as exported). Returns the bank and rows written per table.';
+COMMENT ON FUNCTION rcll.restore_finish() IS 'Finish the restore rcll.restore_begin started: set supersession links, move sequences past the imported ids, recount room counts and BM25 statistics when the bank already existed, and record the restore in rcll.audit_log (database-wide, so the bank''s rows stay as exported). Returns the bank and rows written per table.';
