@@ -23,6 +23,9 @@ TOKEN = "import-token-" + "i" * 24
 AGENT = "importer"
 BIG = 9_200_000_000_000_000_000
 
+# Every import is sent as what it is: the HTTP guard refuses a write without its content type.
+NDJSON = {"Content-Type": "application/x-ndjson"}
+
 
 @dataclass
 class World:
@@ -159,13 +162,13 @@ def test_a_refused_import_leaves_every_sequence_unchanged(world: World) -> None:
     head["max_ids"] = {"banks": 2**31 - 10} | {t: BIG for t in ("documents", "memory_units", "entities", "room_merge_proposals",
                                         "audit_log", "llm_calls")}
     before, rows_before = sequences(world.dsn), outside(world.dsn)
-    r = world.client.post("/import", content=build(head, rows, sealed))
+    r = world.client.post("/import", headers=NDJSON, content=build(head, rows, sealed))
     assert refused(r) and r.json()["field"] == "bank", r.text
     assert sequences(world.dsn) == before
     # A stream refused deep inside (a unit of no known kind) into a bank it would create.
     bad = renamed(world.export, "alpha-new", change=lambda x: x["row"].update(kind="bogus")
                   if x["table"] == "memory_units" and "note 2" in x["row"]["text"] else None)
-    r = world.client.post("/import", content=bad)
+    r = world.client.post("/import", headers=NDJSON, content=bad)
     assert refused(r), r.text
     assert sequences(world.dsn) == before
     assert outside(world.dsn) == rows_before and "alpha-new" not in banks(world.dsn)
@@ -193,7 +196,7 @@ def test_an_import_cannot_touch_another_banks_rows(world: World) -> None:
     for extra in ([a] for a in aimed):
         for policy in ("error", "skip", "replace"):
             target = "alpha" if policy != "error" else "alpha-new"
-            r = world.client.post("/import", params={"on_conflict": policy},
+            r = world.client.post("/import", headers=NDJSON, params={"on_conflict": policy},
                                   content=renamed(world.export, target, extra))
             assert r.status_code < 500, r.text
     # Units that carry beta's unit ids (and links between them) are new units of alpha, not beta's.
@@ -207,7 +210,7 @@ def test_an_import_cannot_touch_another_banks_rows(world: World) -> None:
         if r["table"] == "memory_units":
             r["row"]["text"] = "overwritten by an import"
     for policy in ("skip", "replace"):
-        r = world.client.post("/import", params={"on_conflict": policy}, content=build(head, rows, sealed))
+        r = world.client.post("/import", headers=NDJSON, params={"on_conflict": policy}, content=build(head, rows, sealed))
         assert r.status_code < 500, r.text
     assert outside(world.dsn) == before
 
@@ -215,7 +218,7 @@ def test_an_import_cannot_touch_another_banks_rows(world: World) -> None:
 def test_an_import_cannot_grant_a_bank(world: World) -> None:
     grant = {"table": "bank_grants", "row": {"role_name": "intruder", "created_at": "2024-01-01 00:00:00+00"}}
     for target, policy in (("alpha-new", "error"), ("alpha", "skip"), ("alpha", "replace")):
-        r = world.client.post("/import", params={"on_conflict": policy}, content=renamed(world.export, target, [grant]))
+        r = world.client.post("/import", headers=NDJSON, params={"on_conflict": policy}, content=renamed(world.export, target, [grant]))
         assert r.status_code < 500, r.text
     with psycopg.connect(world.dsn, autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM rcll.bank_grants WHERE role_name = 'intruder'").fetchone() == (0,)
@@ -225,7 +228,7 @@ def test_imported_units_keep_their_author_as_provenance_only(world: World) -> No
     def forge(x: dict[str, Any]) -> None:
         if x["table"] == "memory_units":
             x["row"].update(author="ceo", author_source="server", tags=["author:ceo", "ops"])
-    r = world.client.post("/import", content=renamed(world.export, "alpha-new", change=forge))
+    r = world.client.post("/import", headers=NDJSON, content=renamed(world.export, "alpha-new", change=forge))
     assert r.status_code == 200, r.text
     with psycopg.connect(world.dsn, autocommit=True) as conn:
         units = conn.execute("SELECT author, author_source, tags, provenance FROM rcll.memory_units "
@@ -265,7 +268,7 @@ def test_a_cut_export_stream_is_refused(world: World, cut: str) -> None:
     else:
         body = b"".join(lines).replace(b"alpha note 1", b"alpha note X", 1)
     before = sequences(world.dsn)
-    r = world.client.post("/import", content=body)
+    r = world.client.post("/import", headers=NDJSON, content=body)
     assert refused(r), (cut, r.status_code, r.text)
     assert "trailer" in r.json()["field"] or "trailer" in r.json()["error"], r.text
     assert "alpha-new" not in banks(world.dsn) and sequences(world.dsn) == before

@@ -24,6 +24,9 @@ HUGE = [2**63 - 1, 2**63, -1, 0, 9_200_000_000_000_000_000, 10**30, 2**31]
 
 Stream = tuple[dict[str, Any], list[dict[str, Any]]]     # header, row lines (no trailer)
 
+# Every import is sent as what it is: the HTTP guard refuses a write without its content type.
+NDJSON = {"Content-Type": "application/x-ndjson"}
+
 
 def seed(dsn: str) -> None:
     """Two banks with every kind of row an export carries: target (in the token's reach) and other."""
@@ -245,7 +248,7 @@ def fuzz(dsn: str, streams: int, seed_value: int = 0, progress: bool = False) ->
                 kind, body = damage(rnd, body)
                 label += f"+{kind}"
             policy = rnd.choice(["error", "skip", "replace"])
-            r = client.post("/import", params={"on_conflict": policy}, content=body)
+            r = client.post("/import", headers=NDJSON, params={"on_conflict": policy}, content=body)
             outcome = ("5xx" if r.status_code >= 500 else "imported" if r.status_code == 200 else "refused")
             for name in label.split("+"):
                 counts[name][outcome] += 1
