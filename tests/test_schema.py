@@ -46,18 +46,6 @@ def test_every_function_runs_with_a_pinned_search_path_but_the_inlined_helpers(d
     assert sorted(name for name, _, pinned in rows if not pinned) == sorted(inlined)
 
 
-def test_extension_script_is_up_to_date() -> None:
-    import sys
-
-    from rcll.build_extension import main
-    argv = sys.argv
-    sys.argv = ["build_extension", "--check"]
-    try:
-        assert main() == 0, "extension/rcll--X.Y.Z.sql is stale: run `make extension`"
-    finally:
-        sys.argv = argv
-
-
 CATALOG = """
 SELECT kind, name, detail FROM (
     SELECT 'relation' AS kind, c.relname AS name,
