@@ -18,6 +18,7 @@ import psycopg
 import pytest
 from mcp import Client
 
+import clicall
 from conftest import Leg
 from rcll import Memory
 from rcll.auth import Caller
@@ -224,8 +225,7 @@ def test_cli_verbs_work_on_a_fresh_home_and_errors_are_one_line() -> None:
     env.pop("RCLL_DSN", None)
 
     def rcll(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "rcll.cli", *args], env=env, capture_output=True, text=True,
-                              timeout=300)
+        return clicall.rcll(*args, env=env)
 
     try:
         assert rcll("db", "start").returncode == 0
@@ -243,6 +243,12 @@ def test_cli_verbs_work_on_a_fresh_home_and_errors_are_one_line() -> None:
                   rcll("import", str(home / "missing"))):
             assert p.returncode == 2 and "Traceback" not in p.stderr
             assert p.stderr.startswith("rcll: ") and len(p.stderr.strip().splitlines()) == 1, p.stderr
+        # The verbs above ran in this process (tests/clicall.py); the entry point itself, once, as
+        # a user runs it: a new interpreter, the models loaded from scratch.
+        p = subprocess.run([sys.executable, "-m", "rcll.cli", "recall", "--bank", "fleet", "how do we deploy?"],
+                           env=env, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+        assert "We deploy with Argo CD." in p.stdout.splitlines()[0], p.stdout
     finally:
         rcll("db", "stop")
         subprocess.run(["rm", "-rf", str(home)])
