@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from typing import Any
 
 import psycopg
@@ -10,7 +9,6 @@ import psycopg
 from conftest import Leg
 from rcll import install
 from rcll.db import configure
-from rcll.sqlsource import extension_dir
 
 
 def test_every_table_and_column_has_a_comment(db: psycopg.Connection[Any]) -> None:
@@ -82,9 +80,7 @@ SELECT kind, name, detail FROM (
 
 
 def test_create_extension_and_rcll_install_build_the_same_objects(leg: Leg) -> None:
-    pg_config = leg.cluster.bindir / "pg_config"
-    subprocess.run(["make", "-s", "-C", str(extension_dir()), "install", f"PG_CONFIG={pg_config}"],
-                   check=True, capture_output=True)
+    leg.install_extension_files()
     via_extension = leg.new_database("postgres")
     via_install = leg.new_database("postgres")
     try:
