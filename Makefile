@@ -7,8 +7,11 @@ PY = .venv/bin/python
 run: bootstrap extension
 	.venv/bin/rcll serve
 
+# Two workers (pytest-xdist), whole files each: a test waiting on a server, a subprocess or the
+# database leaves the other core to the second worker. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
 test: bootstrap-test pg15-leg browser extension
-	.venv/bin/pytest tests
+	.venv/bin/pytest -n $(TEST_WORKERS) --dist loadfile tests
 
 bootstrap:
 	scripts/bootstrap
