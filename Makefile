@@ -4,11 +4,14 @@ PY = .venv/bin/python
 
 .PHONY: run test bootstrap bootstrap-test pg15-leg browser extension install lint bench bench-retain bench-recall bench-locomo
 
-run: bootstrap
+run: bootstrap extension
 	.venv/bin/rcll serve
 
-test: bootstrap-test pg15-leg browser
-	.venv/bin/pytest tests
+# Two workers (pytest-xdist), whole files each: a test waiting on a server, a subprocess or the
+# database leaves the other core to the second worker. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
+test: bootstrap-test pg15-leg browser extension
+	.venv/bin/pytest -n $(TEST_WORKERS) --dist loadfile tests
 
 bootstrap:
 	scripts/bootstrap
@@ -24,11 +27,13 @@ pg15-leg:
 browser:
 	@if [ "$$(id -u)" = 0 ]; then scripts/install-browser.sh; else sudo scripts/install-browser.sh; fi
 
-# Regenerate extension/rcll--X.Y.Z.sql from sql/ (committed; a test fails when it is stale).
-extension: bootstrap
-	$(PY) -m rcll.build_extension
+# Build the scripts of the version under development (extension/rcll--X.Y.Z.sql, the update
+# scripts to it, catalog.json) from sql/, when a source is newer: extension/Makefile. Not committed.
+# No bootstrap prerequisite: the targets that need it name their own before this one.
+extension:
+	@$(MAKE) -s -C extension scripts
 
-# PGXS install of the extension into the server that PG_CONFIG names.
+# PGXS install of the extension into the server that PG_CONFIG names (builds the scripts first).
 install:
 	$(MAKE) -C extension install PG_CONFIG=$(PG_CONFIG)
 

@@ -7,9 +7,12 @@ it is never skipped. RCLL_TEST_LEGS=pg18 narrows a local run to one leg.
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import itertools
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import uuid
@@ -24,6 +27,7 @@ from psycopg import conninfo, sql
 import rcll
 from rcll import cluster, install
 from rcll.db import configure
+from rcll.sqlsource import extension_dir
 
 # Starlette's TestClient sends Host: testserver; the HTTP app answers only the hosts it is told
 # (rcll.http_guard), so the suite tells it this one. Tests of the Host rule set their own.
@@ -39,6 +43,7 @@ class Leg:
     def __init__(self, name: str, c: cluster.Cluster) -> None:
         self.name = name
         self.cluster = c
+        self._templates: set[str] = set()
 
     def url(self, dbname: str = "postgres") -> str:
         return self.cluster.url(dbname)
@@ -55,6 +60,44 @@ class Leg:
     def drop_database(self, name: str) -> None:
         with self.admin() as conn:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+    def template(self, name: str, build: Callable[[psycopg.Connection[Any]], object]) -> str:
+        """A database that build(conn) fills once per leg and session, starting from a fresh rcll
+        database (autocommit, vector type registered), to copy with new_database(template=...): a
+        corpus that several tests read, and may each change, costs its building once."""
+        dbname = f"tpl_{name}"
+        if dbname not in self._templates:
+            with self.admin() as conn:
+                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(dbname)))
+                conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(dbname),
+                                                                          sql.Identifier(TEMPLATE)))
+            with psycopg.connect(self.url(dbname), autocommit=True) as conn:
+                configure(conn)
+                build(conn)
+            with self.admin() as conn:    # nobody connects to it again: copying it needs it idle
+                conn.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS false").format(sql.Identifier(dbname)))
+            self._templates.add(dbname)
+        return dbname
+
+    def install_extension_files(self) -> None:
+        """`make install` of extension/ into this leg's server (every rcll--*.sql, upgrades
+        included). Parallel test workers share the server's installation: under a lock, and
+        skipped when the installed files are already these (a file being replaced could be read
+        half-written by another worker's CREATE EXTENSION)."""
+        pg_config = self.cluster.bindir / "pg_config"
+        sharedir = Path(subprocess.run([str(pg_config), "--sharedir"], check=True, capture_output=True,
+                                       text=True).stdout.strip()) / "extension"
+        source = Path(extension_dir())
+        lock = Path(tempfile.gettempdir()) / f"rcll-install-{hashlib.sha1(str(sharedir).encode()).hexdigest()[:10]}.lock"
+        with lock.open("a") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)
+            subprocess.run(["make", "-s", "-C", str(source), "scripts"], check=True, capture_output=True)
+            ours = [p for p in source.iterdir() if p.name == "rcll.control" or
+                    (p.name.startswith("rcll--") and p.suffix == ".sql")]
+            if any(not (sharedir / p.name).exists() or (sharedir / p.name).read_bytes() != p.read_bytes()
+                   for p in ours):
+                subprocess.run(["make", "-s", "-C", str(source), "install", f"PG_CONFIG={pg_config}"],
+                               check=True, capture_output=True)
 
 
 def _start_leg(name: str, base: Path) -> Leg:
@@ -74,6 +117,14 @@ def _start_leg(name: str, base: Path) -> Leg:
         install.install(conn)
         conn.commit()
     return leg
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files holding a test marked slow run first, the rest in their order: `make test` spreads
+    files over parallel workers (pytest-xdist, --dist loadfile), and a long file handed out last
+    would finish alone."""
+    slow = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow)
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,6 @@ from psycopg.types.json import Jsonb
 
 from conftest import Leg
 from rcll import install
-from rcll.sqlsource import extension_dir
 
 BANKS = ("fleet", "ops", "personal")
 DIM = 384
@@ -32,9 +31,7 @@ def vec(seed: str) -> str:
 
 def install_extension_files(leg: Leg) -> None:
     """`make install` of extension/ into the leg's server (every rcll--*.sql, upgrades included)."""
-    pg_config = leg.cluster.bindir / "pg_config"
-    subprocess.run(["make", "-s", "-C", str(extension_dir()), "install", f"PG_CONFIG={pg_config}"],
-                   check=True, capture_output=True)
+    leg.install_extension_files()
 
 
 def run(leg: Leg, tool: str, *args: str, stdin: bytes | None = None) -> bytes:

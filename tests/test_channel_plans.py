@@ -11,10 +11,14 @@ not reach the HNSW index even then."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
+
+from conftest import Leg
+from rcll.db import configure
 
 BANK = "plans"
 BIG = 6000          # units in the big room: above exact_below, and big enough that HNSW beats reading the bank
@@ -42,15 +46,25 @@ def _chunks(db: psycopg.Connection[Any], bank: str, room: str, texts: list[str])
                {"bank": bank, "room": room, "texts": texts, "n": len(texts)})
 
 
-@pytest.fixture
-def store(db: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
-    """A bank with a tiny room (3 units) and a big one (BIG units), random unit vectors, analysed."""
+def _store(db: psycopg.Connection[Any]) -> None:
     db.execute("SELECT rcll.create_bank(%s)", (BANK,))
     db.execute("SELECT setseed(0.5)")
     for room, n in (("tiny", 3), ("big", BIG)):
         _chunks(db, BANK, room, [f"{room} unit {i}" for i in range(1, n + 1)])
     db.execute("ANALYZE rcll.memory_units")
-    return db
+
+
+@pytest.fixture
+def store(leg: Leg) -> Iterator[psycopg.Connection[Any]]:
+    """A bank with a tiny room (3 units) and a big one (BIG units), random unit vectors, analysed:
+    a copy, for each test, of a database built once per leg."""
+    name = leg.new_database(leg.template("channel_plans_store", _store))
+    try:
+        with psycopg.connect(leg.url(name), autocommit=True) as conn:
+            configure(conn)
+            yield conn
+    finally:
+        leg.drop_database(name)
 
 
 def _nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
@@ -96,6 +110,7 @@ def _ranking_plan(db: psycopg.Connection[Any], room: str) -> tuple[int, list[str
     return int(row[0]), _scans(ranking[0]["Plan"]), json.dumps(ranking[0]["Plan"])
 
 
+@pytest.mark.slow          # the first to build the store (once per leg)
 def test_a_tiny_room_is_scanned_exactly_without_the_hnsw_index(store: psycopg.Connection[Any]) -> None:
     rows, scans, plan = _ranking_plan(store, "tiny")
     assert rows == 3

@@ -162,9 +162,20 @@ def test_session_reads_the_refreshed_document_count(db: psycopg.Connection[Any])
 
 
 def test_lexical_takes_quotes_and_backslashes_verbatim(db: psycopg.Connection[Any]) -> None:
-    seed(db)
-    for q in ("it's O'Brien's \\ 'quoted' | & ! (x)", "", "the of and"):
-        db.execute("SELECT * FROM rcll.channel_lexical(%s, rcll.recall_scope('b'))", (q,)).fetchall()
+    ids = seed(db)
+
+    def lexical(q: str) -> list[tuple[int, float]]:
+        return [(int(u), float(s)) for u, s in db.execute(
+            "SELECT unit_id, score FROM rcll.channel_lexical(%s, rcll.recall_scope('b')) ORDER BY rank", (q,))]
+
+    # tsquery's operators and quoting in a query are plain text: the same ranking, the same scores
+    # as its words alone, and the unit those words name first.
+    plain = lexical("O Brien s helm rollback previous release")
+    assert plain and plain[0][0] == ids["rollback"]
+    assert lexical("O'Brien's \\ 'helm' | rollback & !(previous) <-> release:*") == plain
+    # Nothing to match: no rows, and no error.
+    assert lexical("it's O'Brien's \\ 'quoted' | & ! (x)") == []
+    assert lexical("") == [] and lexical("the of and") == []
 
 
 def test_graph_spreads_from_named_entities_over_two_hops(db: psycopg.Connection[Any]) -> None:

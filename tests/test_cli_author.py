@@ -7,27 +7,23 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
-from pathlib import Path
 
 import psycopg
 import pytest
 
+import clicall
 from conftest import LEGS, MakeLoginRole
 
-ROOT = Path(__file__).resolve().parents[1]
-
-# The CLI is the same on every leg and each verb is a process start: one leg is enough.
+# The CLI is the same on every leg: one leg is enough.
 pytestmark = pytest.mark.parametrize("leg", LEGS[:1], indirect=True)
 
 
 def rcll(dsn: str, *args: str, agent: str | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("RCLL_DSN", "RCLL_AGENT")}
-    env |= {"LLM_PROVIDER": "none", "PYTHONPATH": str(ROOT / "python")}
+    env |= {"LLM_PROVIDER": "none"}
     if agent is not None:
         env["RCLL_AGENT"] = agent
-    return subprocess.run([sys.executable, "-m", "rcll.cli", *args, "--dsn", dsn], env=env, input=stdin,
-                          capture_output=True, text=True, timeout=300)
+    return clicall.rcll(*args, "--dsn", dsn, env=env, stdin=stdin)
 
 
 def ok(p: subprocess.CompletedProcess[str]) -> str:

@@ -5,13 +5,16 @@ Plans are read as tests/test_channel_plans.py reads them (auto_explain of the ch
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
 
+from conftest import Leg
 from rcll import graphs
 from rcll.cli import main as cli
+from rcll.db import configure
 from sqlcall import refused
 from test_channel_plans import _chunks, _nested_plans, _scans
 
@@ -20,25 +23,46 @@ SMALL = 300
 EXACT_BELOW = 1000           # both banks above it: the dense channel takes the HNSW route in each
 
 
-def _fleet(db: psycopg.Connection[Any], sizes: tuple[int, int]) -> psycopg.Connection[Any]:
+def _fleet(db: psycopg.Connection[Any], sizes: tuple[int, int], bulk: bool = False) -> psycopg.Connection[Any]:
+    """Two banks, big and other, of these sizes (random unit vectors from a fixed seed). bulk: the
+    global graph is dropped for the load and built again from its installed definition after it
+    (one build of 7,500 vectors costs a quarter of as many inserts into a growing graph)."""
+    global_graph = db.execute("SELECT pg_get_indexdef('rcll.memory_units_embedding_hnsw'::regclass)").fetchone()
+    assert global_graph is not None
+    if bulk:
+        db.execute("DROP INDEX rcll.memory_units_embedding_hnsw")
     db.execute("SELECT setseed(0.25)")
     for bank, n in zip(("big", "other"), sizes):
         db.execute("SELECT rcll.create_bank(%s)", (bank,))
         for start in range(0, n, 500):
             _chunks(db, bank, f"room{start}", [f"{bank} unit {i}" for i in range(start, min(n, start + 500))])
+    if bulk:
+        db.execute(global_graph[0])
     db.execute("ANALYZE rcll.memory_units")
     return db
 
 
 @pytest.fixture
 def fleet(db: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
-    return _fleet(db, (BIG, OTHER))
+    return _fleet(db, (BIG, OTHER), bulk=True)
 
 
 @pytest.fixture
-def small_fleet(db: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
-    """The same two banks at SMALL and SMALL // 2 units: enough for what the plan says and runs."""
-    return _fleet(db, (SMALL, SMALL // 2))
+def small_fleet_dsn(leg: Leg) -> Iterator[str]:
+    """The same two banks at SMALL and SMALL // 2 units: enough for what the plan says and runs (a
+    copy, for each test, of a database built once per leg)."""
+    name = leg.new_database(leg.template("dense_graphs_small_fleet", lambda db: _fleet(db, (SMALL, SMALL // 2))))
+    try:
+        yield leg.url(name)
+    finally:
+        leg.drop_database(name)
+
+
+@pytest.fixture
+def small_fleet(small_fleet_dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(small_fleet_dsn, autocommit=True) as conn:
+        configure(conn)
+        yield conn
 
 
 def _bank_id(db: psycopg.Connection[Any], bank: str) -> int:
@@ -68,6 +92,7 @@ def _dense(db: psycopg.Connection[Any], bank: str, exact_below: int = EXACT_BELO
     return top, _scans(ranking[0]["Plan"])
 
 
+@pytest.mark.slow
 def test_a_big_bank_gets_its_own_graph_and_the_global_graph_leaves_it_out(fleet: psycopg.Connection[Any], dsn: str) -> None:
     big, other = _bank_id(fleet, "big"), _bank_id(fleet, "other")
     before = {b: _dense(fleet, b)[0] for b in ("big", "other")}
@@ -159,8 +184,9 @@ def _reloptions(db: psycopg.Connection[Any], index: str) -> list[str]:
     return sorted(g.build_options)
 
 
-def test_an_own_graph_built_with_other_parameters_is_rebuilt_beside_it(small_fleet: psycopg.Connection[Any], dsn: str) -> None:
-    fleet = small_fleet
+def test_an_own_graph_built_with_other_parameters_is_rebuilt_beside_it(small_fleet: psycopg.Connection[Any],
+                                                                       small_fleet_dsn: str) -> None:
+    fleet, dsn = small_fleet, small_fleet_dsn
     big = _bank_id(fleet, "big")
     own = f"memory_units_embedding_hnsw_bank_{big}"
     graphs.apply(dsn, SMALL, max_share=0.9)
@@ -207,9 +233,9 @@ def test_the_plan_refuses_a_bad_min_units(db: psycopg.Connection[Any]) -> None:
     assert graphs.plan(db) == []                       # an empty store: one global graph, nothing to do
 
 
-def test_rcll_graphs_prints_the_plan_and_applies_it(small_fleet: psycopg.Connection[Any], dsn: str,
+def test_rcll_graphs_prints_the_plan_and_applies_it(small_fleet: psycopg.Connection[Any], small_fleet_dsn: str,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    fleet = small_fleet
+    fleet, dsn = small_fleet, small_fleet_dsn
     big = _bank_id(fleet, "big")
     assert cli(["graphs", "--dsn", dsn, "--min-units", str(SMALL), "--max-share", "0.9"]) == 0
     out = capsys.readouterr().out

@@ -3,9 +3,12 @@ No 500s, no crashes, every rejection names the field (tests/harness/fuzz_*.py ru
 
 from __future__ import annotations
 
+import pytest
+
 from harness import fuzz_http, fuzz_mcp
 
 
+@pytest.mark.slow
 def test_http_api_survives_schema_fuzzing(dsn: str) -> None:
     out = fuzz_http.fuzz(dsn, examples=12)
     assert out["failures"] == []

@@ -7,6 +7,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
 from rcll.auth import TokenMap
@@ -92,11 +93,56 @@ def test_rejections_name_the_field(client: TestClient) -> None:
         assert r.json()["error"] and r.json()["hint"], (path, r.text)
 
 
+# Each verb: its method and path, then the body fields or query parameters it requires.
+BODY_VERBS = {("post", "/retain"): {"bank", "content"}, ("post", "/recall"): {"bank", "query"},
+              ("put", "/state"): {"bank", "room", "key", "value"}}
+QUERY_VERBS = {("get", "/rooms"): {"bank"}, ("get", "/tags"): {"bank"}, ("get", "/stats"): {"bank"},
+               ("get", "/state"): {"bank", "room", "key"}, ("get", "/export"): {"bank"}}
+ERRORS = ("400", "401", "403", "404", "409", "422", "503")
+
+
 def test_openapi_documents_every_verb(client: TestClient) -> None:
-    paths = client.get("/openapi.json").json()["paths"]
-    for p in ("/retain", "/recall", "/rooms", "/tags", "/stats", "/state", "/export", "/import", "/health"):
-        assert p in paths
+    spec = client.get("/openapi.json").json()
+    paths, schemas = spec["paths"], spec["components"]["schemas"]
     # Each error status documents the codes that answer with it (rcll.errors.CODES).
     responses = paths["/recall"]["post"]["responses"]
     assert "RC002" in responses["404"]["description"] and "RC005" in responses["409"]["description"]
     assert "RC001" in responses["422"]["description"] and "RC010" in responses["503"]["description"]
+
+    def schema(ref: dict[str, Any]) -> dict[str, Any]:
+        return dict(schemas[ref["$ref"].rsplit("/", 1)[1]])
+
+    # Nothing is served undocumented.
+    served = {(m.lower(), r.path) for r in client.app.routes if isinstance(r, APIRoute) for m in r.methods}
+    assert served and served <= {(m, p) for p, ops in paths.items() for m in ops}
+    verbs = {**BODY_VERBS, **QUERY_VERBS, ("post", "/import"): set(), ("get", "/health"): set()}
+    assert set(verbs) <= served
+    assert set(schemas["ErrorBody"]["required"]) == {"field", "error"}
+    for (method, path), required in verbs.items():
+        op = paths[path][method]
+        assert "200" in op["responses"], (method, path)
+        for status in ERRORS:     # every refusal is an ErrorBody naming the field
+            assert schema(op["responses"][status]["content"]["application/json"]["schema"])["title"] == "ErrorBody"
+        if (method, path) in BODY_VERBS:
+            assert op["requestBody"]["required"] is True
+            body = schema(op["requestBody"]["content"]["application/json"]["schema"])
+            assert set(body["required"]) == required, (method, path, body["required"])
+            assert body["additionalProperties"] is False, (method, path)   # an unknown field is refused
+        else:
+            params = {p["name"]: p for p in op.get("parameters", ())}
+            assert {n for n, p in params.items() if p["required"]} == required, (method, path, params)
+            assert all(p["in"] == "query" for p in params.values())
+    imported = paths["/import"]["post"]
+    assert "application/x-ndjson" in imported["requestBody"]["content"]
+    [on_conflict] = imported["parameters"]
+    assert on_conflict["name"] == "on_conflict" and on_conflict["schema"]["default"] == "error"
+
+
+def test_the_server_requires_what_openapi_documents(client: TestClient) -> None:
+    # A request without the documented required inputs is refused, naming one of them.
+    for (method, path), required in BODY_VERBS.items():
+        r = client.request(method.upper(), path, json={}, headers=h(ALICE))
+        assert r.status_code == 422 and r.json()["field"] in required, (path, r.text)
+    for (method, path), required in QUERY_VERBS.items():
+        r = client.request(method.upper(), path, headers=h(ALICE))
+        assert r.status_code == 422 and r.json()["field"] in required, (path, r.text)

@@ -13,16 +13,20 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import anyio
 import psycopg
 import pytest
+from mcp import Client
 
+import clicall
 from conftest import Leg
 from rcll import Memory
+from rcll.auth import Caller
 from rcll.document import Document, RetainResult
 from rcll.errors import RcllError
 from rcll.export import ExportSummary, ImportSummary
 from rcll.http import create_app
-from rcll.mcp_server import build_server
+from rcll.mcp_server import READ_TOOLS, WRITE_TOOLS, build_server
 from rcll.recall import RecallResult
 from rcll.results import Room, State, Stats, Tag
 
@@ -186,10 +190,33 @@ def test_cli_http_and_mcp_go_through_memory(dsn: str) -> None:
 
     app = create_app(dsn)
     assert isinstance(app.state.memory, Memory)
+    with pytest.raises(TypeError):
+        build_server()  # type: ignore[call-arg]
+    # The MCP server's tools act through the Memory it was built over: every call goes through
+    # that Memory's as_caller, and what a tool writes, the Memory reads.
     with Memory(dsn) as m:
-        assert build_server(m) is not None
-        with pytest.raises(TypeError):
-            build_server()  # type: ignore[call-arg]
+        m.create_bank("mcp")
+        seen: list[str | None] = []
+        as_caller = m.as_caller
+
+        def spy(caller: Caller) -> Memory:
+            seen.append(caller.agent)
+            return as_caller(caller)
+
+        m.as_caller = spy  # type: ignore[method-assign]
+        server = build_server(m, agent="mcp-agent")
+
+        async def go() -> set[str]:
+            async with Client(server) as client:
+                names = {t.name for t in (await client.list_tools()).tools}
+                done = await client.call_tool("memory_retain", {"bank": "mcp", "content": "Written by the MCP tool."})
+                assert not done.is_error, done
+                return names
+
+        assert anyio.run(go) == set(READ_TOOLS + WRITE_TOOLS)
+        assert seen == ["mcp-agent"]
+        [fact] = m.recall("what did the MCP tool write?", bank="mcp").facts
+        assert (fact.text, fact.author) == ("Written by the MCP tool.", "mcp-agent")
 
 
 def test_cli_verbs_work_on_a_fresh_home_and_errors_are_one_line() -> None:
@@ -198,8 +225,7 @@ def test_cli_verbs_work_on_a_fresh_home_and_errors_are_one_line() -> None:
     env.pop("RCLL_DSN", None)
 
     def rcll(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "rcll.cli", *args], env=env, capture_output=True, text=True,
-                              timeout=300)
+        return clicall.rcll(*args, env=env)
 
     try:
         assert rcll("db", "start").returncode == 0
@@ -217,6 +243,12 @@ def test_cli_verbs_work_on_a_fresh_home_and_errors_are_one_line() -> None:
                   rcll("import", str(home / "missing"))):
             assert p.returncode == 2 and "Traceback" not in p.stderr
             assert p.stderr.startswith("rcll: ") and len(p.stderr.strip().splitlines()) == 1, p.stderr
+        # The verbs above ran in this process (tests/clicall.py); the entry point itself, once, as
+        # a user runs it: a new interpreter, the models loaded from scratch.
+        p = subprocess.run([sys.executable, "-m", "rcll.cli", "recall", "--bank", "fleet", "how do we deploy?"],
+                           env=env, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+        assert "We deploy with Argo CD." in p.stdout.splitlines()[0], p.stdout
     finally:
         rcll("db", "stop")
         subprocess.run(["rm", "-rf", str(home)])

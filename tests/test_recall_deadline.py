@@ -43,6 +43,7 @@ def ranked(result: Any) -> list[tuple[int, float | None]]:
     return [(f.unit_id, f.rerank_score) for f in result.facts]
 
 
+@pytest.mark.slow
 def test_a_generous_deadline_returns_exactly_the_undeadlined_result(db: psycopg.Connection[Any]) -> None:
     store(db)
     q = "what changed in the deploys process after review?"

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from typing import Any
 
 import psycopg
 import pytest
 
+from clicall import rcll
 from rcll.chunking import chunk_text
 from rcll.errors import Code, RcllError
 from rcll.retain import Document, retain, retain_many
@@ -102,8 +101,7 @@ def test_a_failed_bulk_batch_writes_nothing(db: psycopg.Connection[Any], bank: s
 
 
 def test_malformed_dsn_names_the_field() -> None:
-    proc = subprocess.run([sys.executable, "-m", "rcll.cli", "bank", "list", "--dsn", "host=x port=notanumber =="],
-                          capture_output=True, text=True)
+    proc = rcll("bank", "list", "--dsn", "host=x port=notanumber ==")
     assert proc.returncode == 2
     assert proc.stderr.startswith("rcll: dsn: malformed connection string")
 
@@ -111,10 +109,8 @@ def test_malformed_dsn_names_the_field() -> None:
 def test_cli_jsonl_error_names_the_line(dsn: str, tmp_path: Any) -> None:
     path = tmp_path / "in.jsonl"
     path.write_text('{"content": "fine"}\n{"content": ""}\n')
-    subprocess.run([sys.executable, "-m", "rcll.cli", "bank", "create", "b", "--dsn", dsn], check=True,
-                   capture_output=True)
-    proc = subprocess.run([sys.executable, "-m", "rcll.cli", "retain", "--bank", "b", "--jsonl", str(path),
-                           "--dsn", dsn], capture_output=True, text=True)
+    assert rcll("bank", "create", "b", "--dsn", dsn).returncode == 0
+    proc = rcll("retain", "--bank", "b", "--jsonl", str(path), "--dsn", dsn)
     assert proc.returncode == 2 and "line 2.content: empty" in proc.stderr
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT count(*) FROM rcll.documents").fetchone() == (0,)
@@ -128,15 +124,11 @@ def test_chunks_are_bounded_and_keep_order() -> None:
 
 
 def test_cli_recall_prints_the_retained_text(dsn: str) -> None:
-    run = [sys.executable, "-m", "rcll.cli"]
-    subprocess.run([*run, "bank", "create", "b", "--dsn", dsn], check=True, capture_output=True)
-    subprocess.run([*run, "retain", "--bank", "b", "--dsn", dsn, "We deploy with Argo CD."], check=True,
-                   capture_output=True)
-    proc = subprocess.run([*run, "recall", "--bank", "b", "--dsn", dsn, "how do we deploy?"],
-                          capture_output=True, text=True)
+    assert rcll("bank", "create", "b", "--dsn", dsn).returncode == 0
+    assert rcll("retain", "--bank", "b", "--dsn", dsn, "We deploy with Argo CD.").returncode == 0
+    proc = rcll("recall", "--bank", "b", "--dsn", dsn, "how do we deploy?")
     assert proc.returncode == 0, proc.stderr
     assert "We deploy with Argo CD." in proc.stdout
-    proc = subprocess.run([*run, "recall", "--bank", "b", "--dsn", dsn, "--json", "how do we deploy?"],
-                          capture_output=True, text=True)
+    proc = rcll("recall", "--bank", "b", "--dsn", dsn, "--json", "how do we deploy?")
     assert proc.returncode == 0, proc.stderr
     assert '"We deploy with Argo CD."' in proc.stdout

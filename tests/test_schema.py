@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from typing import Any
 
 import psycopg
@@ -11,7 +10,6 @@ from conftest import Leg
 from rcll import install
 from rcll.db import configure
 from rcll.errors import Code
-from rcll.sqlsource import extension_dir
 
 
 def test_every_table_and_column_has_a_comment(db: psycopg.Connection[Any]) -> None:
@@ -45,18 +43,6 @@ def test_every_function_runs_with_a_pinned_search_path_but_the_inlined_helpers(d
     assert len(rows) > 100
     assert [sig for name, sig, pinned in rows if not pinned and name not in inlined] == []
     assert sorted(name for name, _, pinned in rows if not pinned) == sorted(inlined)
-
-
-def test_extension_script_is_up_to_date() -> None:
-    import sys
-
-    from rcll.build_extension import main
-    argv = sys.argv
-    sys.argv = ["build_extension", "--check"]
-    try:
-        assert main() == 0, "extension/rcll--X.Y.Z.sql is stale: run `make extension`"
-    finally:
-        sys.argv = argv
 
 
 CATALOG = """
@@ -107,9 +93,7 @@ SELECT kind, name, detail FROM (
 
 
 def test_create_extension_and_rcll_install_build_the_same_objects(leg: Leg) -> None:
-    pg_config = leg.cluster.bindir / "pg_config"
-    subprocess.run(["make", "-s", "-C", str(extension_dir()), "install", f"PG_CONFIG={pg_config}"],
-                   check=True, capture_output=True)
+    leg.install_extension_files()
     via_extension = leg.new_database("postgres")
     via_install = leg.new_database("postgres")
     try:

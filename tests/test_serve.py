@@ -7,9 +7,11 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import httpx
 import pytest
@@ -21,8 +23,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class Server(NamedTuple):
+    base: str
+    output: list[str]   # what `rcll serve` printed so far, line by line (stdout and stderr)
+
+
 @pytest.fixture(scope="module")
-def server() -> Iterator[str]:
+def serving() -> Iterator[Server]:
     home = Path(tempfile.mkdtemp(prefix="rclls-", dir="/tmp"))
     env = {**os.environ, "RCLL_HOME": str(home), "LLM_PROVIDER": "none"}
     env.pop("RCLL_DSN", None)
@@ -30,11 +37,20 @@ def server() -> Iterator[str]:
     proc = subprocess.Popen([sys.executable, "-m", "rcll.cli", "serve", "--port", str(port)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}"
+    output: list[str] = []
+    # Read as it comes: the test reads what was printed, and a full pipe would stall the server.
+    def read() -> None:
+        for line in proc.stdout or ():
+            output.append(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                raise AssertionError(f"rcll serve exited: {proc.stdout.read() if proc.stdout else ''}")
+                reader.join(5)
+                raise AssertionError("rcll serve exited: " + "".join(output))
             try:
                 if httpx.get(f"{base}/health", timeout=2).status_code == 200:
                     break
@@ -42,18 +58,30 @@ def server() -> Iterator[str]:
                 time.sleep(0.5)
         else:
             raise AssertionError("rcll serve did not answer /health within 120 s")
-        yield base
+        yield Server(base, output)
     finally:
         proc.terminate()
         proc.wait(30)
+        reader.join(5)
         if proc.stdout is not None:
             proc.stdout.close()
         subprocess.run([sys.executable, "-m", "rcll.cli", "db", "stop"], env=env, capture_output=True)
         subprocess.run(["rm", "-rf", str(home)])
 
 
-def test_serve_prints_where_it_listens_and_health_is_ok(server: str) -> None:
-    body = httpx.get(f"{server}/health").json()
+@pytest.fixture(scope="module")
+def server(serving: Server) -> str:
+    return serving.base
+
+
+def test_serve_prints_where_it_listens_and_health_is_ok(serving: Server) -> None:
+    # Printed before it listens (flushed): there by the time /health answered.
+    lines = [line.rstrip("\n") for line in serving.output]
+    [listening] = [line for line in lines if line.startswith("RCLL listening on ")]
+    assert listening.startswith(f"RCLL listening on {serving.base}  (database: postgresql://"), listening
+    assert f"  console: {serving.base}/" in lines
+    assert any(line.startswith(f"  try: curl -s {serving.base}/retain ") for line in lines), lines
+    body = httpx.get(f"{serving.base}/health").json()
     assert body["status"] == "ok" and body["pgvector"]
 
 

@@ -246,7 +246,11 @@ def catalog_manifest() -> str:
 
 
 def read_catalog_manifest() -> dict[str, Any]:
-    manifest: dict[str, Any] = json.loads((extension_dir() / "catalog.json").read_text())
+    path = extension_dir() / "catalog.json"
+    if not path.exists():
+        # A source checkout that was never built (the wheel carries it).
+        raise FileNotFoundError(f"{path} is missing: it is built from sql/ by `make extension`")
+    manifest: dict[str, Any] = json.loads(path.read_text())
     return manifest
 
 
