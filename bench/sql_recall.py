@@ -23,7 +23,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -51,9 +50,10 @@ def params(q: dict[str, Any], deadline: int | None) -> dict[str, Any]:
             "deadline": deadline}
 
 
-def start_service(dsn: str, socket_dir: Path) -> subprocess.Popen[str]:
-    env = {**os.environ, "RCLL_MODELS_SOCKET_DIR": str(socket_dir)}
-    proc = subprocess.Popen([sys.executable, "-m", "rcll.cli", "models", "--dsn", dsn], env=env,
+def start_service(dsn: str) -> subprocess.Popen[str]:
+    # Its default socket directory: in the temporary directory itself, so the server's OS user
+    # can reach it (a directory under a private one could not be).
+    proc = subprocess.Popen([sys.executable, "-m", "rcll.cli", "models", "--dsn", dsn],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     for _ in range(2):
@@ -118,7 +118,7 @@ def main() -> int:
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-    with embedded_cluster(args.port, prefix="rclls-") as pg, tempfile.TemporaryDirectory(prefix="rcllm-") as tmp:
+    with embedded_cluster(args.port, prefix="rclls-") as pg:
         dsn = create_database(pg, "sqlrecall")
         with connect(dsn, autocommit=True) as conn:
             t = time.perf_counter()
@@ -127,7 +127,7 @@ def main() -> int:
         load = " ".join(f"{x:.1f}" for x in os.getloadavg())
         print(f"{args.size:,} units built in {time.perf_counter() - t:.0f} s; load average {load}", flush=True)
         qs = queries(d, args.queries)
-        service = start_service(dsn, Path(tmp) / "s")
+        service = start_service(dsn)
         try:
             before = rss_mb(service.pid)
             print("\nside by side, the shipped depths, no deadline:")

@@ -225,3 +225,13 @@ def test_recall_through_the_service_writes_nothing(service_dsn: str, login_role:
         assert rows and rows[0][0] is not None and any(r[1] for r in rows)
         assert db.execute("SELECT pg_current_xact_id_if_assigned()").fetchone() == (None,)
         db.rollback()
+
+
+def test_recall_candidates_given_a_text_query_is_embedded_by_the_service(service_dsn: str) -> None:
+    notices: list[str] = []
+    with psycopg.connect(service_dsn, autocommit=True) as db:
+        db.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+        rows = db.execute("SELECT rank_dense, rank_entity FROM rcll.recall_candidates(%s, rcll.recall_scope('b'))",
+                          (Q,)).fetchall()
+    assert notices == []
+    assert rows and any(r[0] is not None for r in rows)
