@@ -235,3 +235,14 @@ def test_recall_candidates_given_a_text_query_is_embedded_by_the_service(service
                           (Q,)).fetchall()
     assert notices == []
     assert rows and any(r[0] is not None for r in rows)
+
+
+def test_the_loopback_tcp_listener_answers_with_the_password_only() -> None:
+    with ModelService(None, tcp_host="127.0.0.1", tcp_port=0) as tcp:
+        base = {"host": "127.0.0.1", "port": tcp.address.port, "user": "rcll", "dbname": "rcll", "connect_timeout": 5}
+        with psycopg.connect(conninfo.make_conninfo(**base, password=tcp.password), autocommit=True) as conn:
+            assert conn.execute('{"op": "count", "texts": ["hello world", "ok"]}').fetchall() == [("{2,1}",)]
+            with pytest.raises(psycopg.errors.SyntaxError, match="not SQL"):
+                conn.execute("SELECT 1")
+        with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+            psycopg.connect(conninfo.make_conninfo(**base, password="nope")).close()
