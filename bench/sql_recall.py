@@ -84,9 +84,11 @@ def side_by_side(dsn: str, qs: list[dict[str, Any]]) -> list[list[Any]]:
             ["Memory.recall (in process)", statistics.median(py_ms), pct(py_ms, 0.95), "1.00"]]
 
 
-def concurrent(dsn: str, qs: list[dict[str, Any]], callers: int, rounds: int, deadline: int) -> tuple[list[float], int]:
+def concurrent(dsn: str, qs: list[dict[str, Any]], callers: int, rounds: int,
+               deadline: int) -> tuple[list[float], int, int]:
     times: list[float] = []
     notices = [0]
+    errors = [0]
     lock = threading.Lock()
 
     def caller(k: int) -> None:
@@ -95,7 +97,12 @@ def concurrent(dsn: str, qs: list[dict[str, Any]], callers: int, rounds: int, de
             for r in range(rounds):
                 for q in qs[k::callers] if r else qs[k::callers][:2]:
                     t = time.perf_counter()
-                    conn.execute(SQL, params(q, deadline)).fetchone()
+                    try:
+                        conn.execute(SQL, params(q, deadline)).fetchone()
+                    except psycopg.Error as e:      # a recall must never fail: count it, say what it was
+                        print(f"  error: {str(e).splitlines()[0]}", flush=True)
+                        with lock:
+                            errors[0] += 1
                     with lock:
                         times.append((time.perf_counter() - t) * 1000)
 
@@ -104,7 +111,7 @@ def concurrent(dsn: str, qs: list[dict[str, Any]], callers: int, rounds: int, de
         t.start()
     for t in threads:
         t.join()
-    return times, notices[0]
+    return times, notices[0], errors[0]
 
 
 def main() -> int:
@@ -133,12 +140,13 @@ def main() -> int:
             print("\nside by side, the shipped depths, no deadline:")
             print(table(["recall", "wall p50 ms", "wall p95 ms", "p50 ratio to Memory.recall"], side_by_side(dsn, qs)),
                   flush=True)
-            times, notices = concurrent(dsn, qs, args.callers, args.rounds, args.deadline_ms)
+            times, notices, errors = concurrent(dsn, qs, args.callers, args.rounds, args.deadline_ms)
             after = rss_mb(service.pid)
             print(f"\n{args.callers} concurrent SQL callers, deadline_ms {args.deadline_ms}, {len(times)} recalls:")
-            print(table(["callers", "p50 ms", "p95 ms", "within deadline", "NOTICEs", "service RSS MB before / after"],
+            print(table(["callers", "p50 ms", "p95 ms", "within deadline", "NOTICEs", "errors",
+                         "service RSS MB before / after"],
                         [[args.callers, statistics.median(times), pct(times, 0.95),
-                          f"{sum(x <= args.deadline_ms for x in times)}/{len(times)}", notices,
+                          f"{sum(x <= args.deadline_ms for x in times)}/{len(times)}", notices, errors,
                           f"{before:.0f} / {after:.0f}"]]))
             load = " ".join(f"{x:.1f}" for x in os.getloadavg())
             print(f"load average after: {load}", flush=True)

@@ -246,3 +246,22 @@ def test_the_loopback_tcp_listener_answers_with_the_password_only() -> None:
                 conn.execute("SELECT 1")
         with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
             psycopg.connect(conninfo.make_conninfo(**base, password="nope")).close()
+
+
+def test_a_deadline_passed_in_the_queue_is_a_notice_not_an_error(service_dsn: str,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # No model slot within the deadline: the service says so with an error recall's PL/pgSQL can
+    # catch (never query_canceled, which WHEN OTHERS lets through), and recall answers without it.
+    from contextlib import contextmanager
+
+    import rcll.model_service
+
+    @contextmanager
+    def no_slot(*_a: Any, **_k: Any) -> Iterator[None]:
+        raise TimeoutError("no model slot")
+        yield
+
+    monkeypatch.setattr(rcll.model_service, "model_slot", no_slot)
+    rows, notices = _sql_recall(service_dsn, "helm rollback", deadline_ms=1000)
+    assert rows and all(r[4] is None for r in rows)
+    assert any("deadline passed while waiting for a model slot" in n for n in notices), notices

@@ -214,7 +214,9 @@ def answer(request: dict[str, Any]) -> list[str]:
             with model_slot(READ, None if deadline.ms is None else max(deadline.left(), 0.0), first=True):
                 return [_vector(embedder.embed_query(t)) for t in texts]
         except TimeoutError as e:
-            raise _RequestError("57014", f"the {deadline.ms:g} ms deadline passed while waiting for a model slot "
+            # 53000, never 57014: dblink re-raises the service's SQLSTATE, and PL/pgSQL's WHEN OTHERS
+            # does not catch query_canceled - the recall would fail instead of going on without it.
+            raise _RequestError("53000", f"the {deadline.ms:g} ms deadline passed while waiting for a model slot "
                                          "for the query embedding") from e
     if op == "rerank":
         query = request.get("query")
