@@ -4503,7 +4503,7 @@ CREATE OR REPLACE FUNCTION rcll._model_service_ask(
     deadline_ms double precision,
     OUT answer  text[],
     OUT failure text)
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 AS $$
 DECLARE
     conn    constant text := 'rcll_models';
@@ -4558,6 +4558,33 @@ BEGIN
     END;
 END
 $$;
+-- STABLE as recall is: it writes nothing in the database (its volatile calls are dblink's, the
+-- clock, pg_sleep and a session setting: tests/test_recall_readonly.py), and its answer for the same
+-- texts is the same within a statement. EXECUTE: rcll_reader and rcll_agent (980-privileges.sql).
+
+CREATE OR REPLACE FUNCTION rcll._model_service(
+    op          text,
+    query       text,
+    texts       text[],
+    deadline_ms double precision,
+    OUT answer  text[],
+    OUT failure text)
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    -- A role that recalls without rcll_reader's or rcll_agent's grants gets a NOTICE, not an error.
+    IF NOT has_function_privilege('rcll._model_service_ask(text,text,text[],double precision)', 'EXECUTE') THEN
+        failure := format('is not this role''s to use (%s lacks EXECUTE on rcll._model_service_ask: GRANT rcll_reader TO %s)',
+                          current_user, current_user);
+        RETURN;
+    END IF;
+    SELECT a.answer, a.failure INTO answer, failure
+    FROM rcll._model_service_ask(op, query, texts, deadline_ms) a;
+END
+$$;
+COMMENT ON FUNCTION rcll._model_service(text, text, text[], double precision)
+    IS 'Internal: rcll._model_service_ask for the roles that may use it; for any other, no answer and a failure that names the grant.';
+
 COMMENT ON FUNCTION rcll._model_service_ask(text, text, text[], double precision)
     IS 'Internal: one request to the model service (op embed, rerank or count over texts; deadline_ms counted from the statement''s start) through dblink, as the rcll schema''s owner (its user mapping holds the password). Waits at most until the deadline (or rcll.model_service_timeout_ms), polling, then closes the connection. answer: the service''s rows; on failure answer is NULL and failure says why (NULL too when an earlier request of this statement failed). Never raises.';
 
@@ -4571,7 +4598,7 @@ BEGIN
     IF rcll._model_source() = 'in-database' THEN
         RETURN rcll._model_embed_query(_model_embed.query);
     END IF;
-    SELECT * INTO r FROM rcll._model_service_ask('embed', NULL, ARRAY[_model_embed.query], _model_embed.deadline_ms);
+    SELECT * INTO r FROM rcll._model_service('embed', NULL, ARRAY[_model_embed.query], _model_embed.deadline_ms);
     IF r.answer IS NULL THEN
         IF r.failure IS NOT NULL THEN
             RAISE NOTICE 'recall: the model service (%) %: %', rcll.model_service(), r.failure, skipped
@@ -4596,7 +4623,7 @@ BEGIN
         RETURN CASE WHEN deadline_ms IS NULL THEN rcll._model_rerank(query, passages)
                     ELSE rcll._model_rerank_until(query, passages, deadline_ms, extract(epoch FROM statement_timestamp())) END;
     END IF;
-    SELECT * INTO r FROM rcll._model_service_ask('rerank', query, passages, deadline_ms);
+    SELECT * INTO r FROM rcll._model_service('rerank', query, passages, deadline_ms);
     IF r.answer IS NULL THEN
         IF r.failure IS NOT NULL THEN
             RAISE NOTICE 'recall: the model service (%) %: the rerank is skipped', rcll.model_service(), r.failure
@@ -4620,7 +4647,7 @@ BEGIN
     IF rcll._model_source() = 'in-database' THEN
         RETURN rcll._model_count_tokens(texts);
     END IF;
-    SELECT * INTO r FROM rcll._model_service_ask('count', NULL, texts, NULL);
+    SELECT * INTO r FROM rcll._model_service('count', NULL, texts, NULL);
     IF r.answer IS NULL THEN
         IF r.failure IS NOT NULL THEN
             RAISE NOTICE 'recall: the model service (%) %: the token budget is estimated', rcll.model_service(), r.failure;
@@ -6316,6 +6343,8 @@ GRANT EXECUTE ON FUNCTION rcll.current_agent() TO rcll_reader, rcll_agent, rcll_
 GRANT EXECUTE ON FUNCTION rcll._visible_banks(name) TO rcll_reader, rcll_agent;
 -- retain_chunks links the chunks it wrote to their keyless entities.
 GRANT EXECUTE ON FUNCTION rcll._link_written_keyless_entities(integer, bigint[]) TO rcll_agent;
+-- Recall's model phases reach the model service as the owner (its user mapping holds the password).
+GRANT EXECUTE ON FUNCTION rcll._model_service_ask(text, text, text[], double precision) TO rcll_reader, rcll_agent;
 
 
 -- functions 990-search-path.sql
