@@ -2,7 +2,7 @@
 PG_CONFIG ?= $(shell .venv/bin/python -c "from rcll.cluster import embedded_bindir; print(embedded_bindir() / 'pg_config')" 2>/dev/null || echo pg_config)
 PY = .venv/bin/python
 
-.PHONY: run test bootstrap bootstrap-test pg15-leg browser extension install lint bench bench-retain bench-recall bench-locomo
+.PHONY: run test bootstrap bootstrap-test pg15-leg browser node-client extension install lint bench bench-retain bench-recall bench-locomo
 
 run: bootstrap extension
 	.venv/bin/rcll serve
@@ -10,8 +10,14 @@ run: bootstrap extension
 # Two workers (pytest-xdist), whole files each: a test waiting on a server, a subprocess or the
 # database leaves the other core to the second worker. TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= 2
-test: bootstrap-test pg15-leg browser extension
+test: bootstrap-test pg15-leg browser node-client extension
 	.venv/bin/pytest -n $(TEST_WORKERS) --dist loadfile tests
+
+# node-postgres for tests/test_node_client.py (SQL recall from Node.js): installed once from the lock file.
+node-client: tests/node/node_modules/.package-lock.json
+
+tests/node/node_modules/.package-lock.json: tests/node/package.json tests/node/package-lock.json
+	cd tests/node && npm ci --no-audit --no-fund --loglevel=error
 
 bootstrap:
 	scripts/bootstrap

@@ -14,7 +14,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 import httpx
+import psycopg
 import pytest
+
+ENV: dict[str, str] = {}   # the server's environment (its RCLL_HOME), for the tests that reach its database
 
 
 def free_port() -> int:
@@ -33,6 +36,8 @@ def serving() -> Iterator[Server]:
     home = Path(tempfile.mkdtemp(prefix="rclls-", dir="/tmp"))
     env = {**os.environ, "RCLL_HOME": str(home), "LLM_PROVIDER": "none"}
     env.pop("RCLL_DSN", None)
+    ENV.clear()
+    ENV.update(env)
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "rcll.cli", "serve", "--port", str(port)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -101,3 +106,20 @@ def test_bad_retain_names_the_field(server: str) -> None:
     assert (r.status_code, r.json()["code"], r.json()["field"]) == (404, "RC002", "bank")
     r = httpx.post(f"{server}/retain", json={"bank": "default"}, timeout=30)
     assert (r.status_code, r.json()["code"], r.json()["field"]) == (422, "RC001", "content")
+
+
+def test_psql_recall_is_complete_beside_rcll_serve(server: str) -> None:
+    # rcll serve registers its model service in the database (rcll.use_model_service): a DBA's
+    # SELECT * FROM rcll.recall(...) gets dense ranks and rerank scores, and no NOTICE.
+    text = "Backups run nightly at 02:00 UTC to the object store, kept for 30 days."
+    r = httpx.post(f"{server}/retain", json={"bank": "default", "content": text, "room": "ops"}, timeout=60)
+    assert r.status_code == 200, r.text
+    url = subprocess.run([sys.executable, "-m", "rcll.cli", "db", "url"], env=ENV, capture_output=True, text=True,
+                         check=True).stdout.strip()
+    notices: list[str] = []
+    with psycopg.connect(url, autocommit=True) as db:
+        db.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+        rows = db.execute("SELECT text, rank_dense, rerank_score FROM rcll.recall('when do backups run', "
+                          "rcll.recall_scope('default'))").fetchall()
+    assert notices == []
+    assert rows[0][0] == text and rows[0][1] is not None and rows[0][2] is not None

@@ -1,4 +1,4 @@
-"""The `rcll` command: serve, mcp, db, install, bank, retain, recall, rooms, tags, stats, state, export, import, graphs."""
+"""The `rcll` command: serve, models, mcp, db, install, bank, retain, recall, rooms, tags, stats, state, export, import, graphs."""
 
 from __future__ import annotations
 
@@ -6,21 +6,23 @@ import argparse
 import json
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import IO, Any
 
 import psycopg
 from tqdm import tqdm
 
-from rcll import cluster, defaults, models, upkeep
+from rcll import cluster, defaults, model_service, models, upkeep
 from rcll.auth import TokenMap, allow_anonymous_network, check_listen, is_loopback
-from rcll.db import embedded_dsn, redacted
+from rcll.db import embedded_dsn, redacted, resolve_dsn
 from rcll.document import Document
 from rcll.errors import Code, RcllError, from_database
 from rcll.export import read_manifest, validate_pam
 from rcll.install import InstallError
-from rcll.memory import DEFAULT_BANK, Memory
+from rcll.memory import DEFAULT_BANK, Memory, bounded_model_work
 from rcll.validate import decode_text
 
 DEFAULT_PORT = 8765
@@ -359,13 +361,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     every = upkeep.interval()      # a bad RCLL_UPKEEP_SECONDS: an error now, not in a thread later
     from rcll import http  # deferred: FastAPI loads only for the server
 
-    with Memory(args.dsn, install=True) as memory:
+    with Memory(args.dsn, install=True) as memory, bounded_model_work():
         print(memory.installed, file=sys.stderr)
         # Load the models before listening, so the first request does not pay for it.
         models.get_embedder().embed(["warm up"])
         models.get_reranker().score("warm up", ["warm up"])
+        # The model service beside HTTP, on the same models and work queue: psql's rcll.recall
+        # reaches it through dblink (rcll.model_service), so SQL recall is complete.
+        service, note = _model_service(args, memory.dsn)
         base = f"http://{args.host}:{args.port}"
         print(f"RCLL listening on {base}  (database: {redacted(memory.dsn)})")
+        print(f"  model service for SQL: {service.address.host}:{service.address.port} - {note}")
         print(f"  console: {base}/")
         print("  periodic jobs (BM25 statistics, room counts): "
               + (f"every {every:g} s" if every > 0 else "off (run `rcll upkeep` from cron)")
@@ -374,8 +380,50 @@ def cmd_serve(args: argparse.Namespace) -> int:
               f"-d '{{\"bank\": \"{DEFAULT_BANK}\", \"content\": \"We deploy with Argo CD since March.\"}}'")
         print(f"       curl -s {base}/recall -H 'content-type: application/json' "
               f"-d '{{\"bank\": \"{DEFAULT_BANK}\", \"query\": \"how do we deploy?\"}}'", flush=True)
-        http.serve(memory, host=args.host, port=args.port, upkeep_seconds=every)
+        try:
+            http.serve(memory, host=args.host, port=args.port, upkeep_seconds=every)
+        finally:
+            service.close()
     return 0
+
+
+def _model_service(args: argparse.Namespace, dsn: str) -> tuple[model_service.ModelService, str]:
+    return model_service.serve_beside(
+        dsn, socket_dir=Path(args.models_socket_dir) if args.models_socket_dir else None, port=args.models_port,
+        tcp_port=args.models_tcp_port, registering=not args.no_register)
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    """The model service alone, for a database with no RCLL server beside it."""
+    _server_tokenizers()
+    dsn = resolve_dsn(args.dsn)
+    models.get_embedder().embed(["warm up"])
+    models.get_reranker().score("warm up", ["warm up"])
+    with bounded_model_work():
+        service, note = _model_service(args, dsn)
+        try:
+            print(f"RCLL model service on {service.address.host}:{service.address.port} "
+                  f"(socket {model_service.socket_path(Path(service.address.host), service.address.port)})"
+                  if service.socket_dir is not None else
+                  f"RCLL model service on {service.address.host}:{service.address.port}")
+            print(f"  {note}", flush=True)
+            threading.Event().wait()
+        finally:
+            service.close()
+    return 0
+
+
+def _model_service_options(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--models-socket-dir", default=None,
+                   help="the model service's socket directory (mode 0700, owned by the database server's OS user; "
+                        f"default: ${model_service.SOCKET_DIR_ENV}, else one in the temporary directory)")
+    s.add_argument("--models-port", type=int, default=int(os.environ.get("RCLL_MODELS_PORT", model_service.DEFAULT_PORT)),
+                   help="the model service's port: its socket is <dir>/.s.PGSQL.<port> (default 8767)")
+    s.add_argument("--models-tcp-port", type=int, default=None,
+                   help="also listen on 127.0.0.1 at this port (password required, as on the socket)")
+    s.add_argument("--no-register", action="store_true",
+                   help="do not run rcll.use_model_service in the database (a DBA does it; password from "
+                        f"${model_service.PASSWORD_ENV})")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -392,7 +440,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--allow-anonymous-network", action="store_true",
                    help="listen beyond loopback without tokens: anyone who can reach the port reads, writes, "
                         "exports and imports every bank (default: refused; $RCLL_ALLOW_ANONYMOUS_NETWORK=1)")
+    _model_service_options(s)
     s.set_defaults(func=cmd_serve)
+
+    s = sub.add_parser("models", parents=[common],
+                       help="run the model service alone: SQL's rcll.recall reaches the embedder and the cross-encoder "
+                            "through dblink (registers it in the database)")
+    _model_service_options(s)
+    s.set_defaults(func=cmd_models)
 
     s = sub.add_parser("db", parents=[common], help="the embedded PostgreSQL cluster")
     s.add_argument("action", choices=["start", "stop", "status", "url"])

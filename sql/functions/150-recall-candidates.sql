@@ -95,6 +95,33 @@ $$;
 COMMENT ON FUNCTION rcll.fuse_candidates(rcll.recall_scope, text[], bigint[], double precision[], integer[], double precision, double precision, double precision, double precision, double precision, double precision, double precision, integer)
     IS 'Recall phase 3: channel lists (rcll.recall_channels'' rows as the parallel arrays channels, unit_ids, scores, ranks) fused by a per-query z-score sum: each channel''s scores standardised over its own list, a unit it did not return at its lowest z, a channel with fewer than two hits or flat scores silent; fused_score = sum of weight * z (a weight of 0 drops a channel). Of the best "limit" units, those that pass scope now (a unit out of it is dropped, not replaced), each with its axes, the fused score, its rank in each channel (NULL = not found there) and context, the last 16 words of the chunk before it in its document when that chunk passes the same scope (the reranker''s second view). Lists read side by side on several connections fuse exactly as lists read in one call.';
 
+CREATE OR REPLACE FUNCTION rcll._text_query_embedding(query text)
+RETURNS vector
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    -- PL/pgSQL, so that the model phase (sql/functions/175) may be defined after this file.
+    -- Without models: NULL, and rcll.recall_channels' NOTICE says the dense channel is skipped.
+    IF rcll._model_source() IS NULL THEN
+        RETURN NULL;
+    END IF;
+    RETURN rcll._model_embed(query, NULL, 'the dense channel is skipped');
+END
+$$;
+COMMENT ON FUNCTION rcll._text_query_embedding(text)
+    IS 'Internal: a text-only rcll.recall_candidates'' query embedding, from the model service or the in-database models (rcll._model_embed); NULL without models.';
+
+CREATE OR REPLACE FUNCTION rcll._text_query_entity_embedding(query text, bank_id integer)
+RETURNS vector
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    RETURN rcll._recall_entity_embedding(query, bank_id, NULL);
+END
+$$;
+COMMENT ON FUNCTION rcll._text_query_entity_embedding(text, integer)
+    IS 'Internal: a text-only rcll.recall_candidates'' entity-channel embedding (rcll._recall_entity_embedding: the query without the entities it names, embedded where the models are; NULL without models or names).';
+
 CREATE OR REPLACE FUNCTION rcll.recall_candidates(
     query                  text,
     scope                  rcll.recall_scope,
@@ -124,8 +151,14 @@ AS $$
                  array_agg(c.score) AS scores, array_agg(c.rank) AS ranks
           FROM rcll.recall_channels(
               query => recall_candidates.query, scope => recall_candidates.scope,
-              query_embedding => recall_candidates.query_embedding,
-              entity_query_embedding => recall_candidates.entity_query_embedding,
+              -- A text query alone is embedded where the models are (the model service, or
+              -- in-database models): rcll._recall_embedding, as rcll.recall does.
+              query_embedding => coalesce(recall_candidates.query_embedding,
+                                          rcll._text_query_embedding(recall_candidates.query)),
+              entity_query_embedding => CASE WHEN recall_candidates.query_embedding IS NULL
+                  THEN coalesce(recall_candidates.entity_query_embedding,
+                                rcll._text_query_entity_embedding(recall_candidates.query, (recall_candidates.scope).bank_id))
+                  ELSE recall_candidates.entity_query_embedding END,
               time_range => recall_candidates.time_range, reference_time => recall_candidates.reference_time,
               channel_limit => recall_candidates.channel_limit, dense_weight => recall_candidates.dense_weight,
               lexical_weight => recall_candidates.lexical_weight, graph_weight => recall_candidates.graph_weight,
@@ -141,4 +174,4 @@ AS $$
     ORDER BY f.fused_score DESC, f.unit_id
 $$;
 COMMENT ON FUNCTION rcll.recall_candidates(text, rcll.recall_scope, vector, vector, tstzrange, timestamptz, integer, double precision, double precision, double precision, double precision, double precision, double precision, double precision, integer)
-    IS 'Recall without the rerank: the dense, lexical, graph, temporal, entity (who: units linked to an entity the query names, ranked by entity_query_embedding - the query without its names, rcll.query_without_entities - else query_embedding) and session (where: documents by BM25 over their whole text) channels, each at most channel_limit units, all filtered before ranking, fused by a per-query z-score sum: each channel''s scores standardised over its own list, a unit it did not return at its lowest z, a channel with fewer than two hits or flat scores silent; fused_score = sum of weight * z. The context channel (dense hits read with the chunk before them) runs only with context_weight > 0. Each row: the unit, its axes, the fused score, its rank in each channel (NULL = not found there) and context, the last 16 words of the chunk before it in its document when that chunk passes the same scope (the reranker''s second view). What it may read is one value, scope (rcll.recall_scope: bank, rooms, authors, filters), built once by the caller and passed to every channel; a weight of 0 skips a channel. Without query_embedding the dense channel is skipped (NOTICE). From psql: SELECT * FROM rcll.recall_candidates(''deploy'', rcll.recall_scope(''fleet'', rooms => ''{deployment}'')).';
+    IS 'Recall without the rerank: the dense, lexical, graph, temporal, entity (who: units linked to an entity the query names, ranked by entity_query_embedding - the query without its names, rcll.query_without_entities - else query_embedding) and session (where: documents by BM25 over their whole text) channels, each at most channel_limit units, all filtered before ranking, fused by a per-query z-score sum: each channel''s scores standardised over its own list, a unit it did not return at its lowest z, a channel with fewer than two hits or flat scores silent; fused_score = sum of weight * z. The context channel (dense hits read with the chunk before them) runs only with context_weight > 0. Each row: the unit, its axes, the fused score, its rank in each channel (NULL = not found there) and context, the last 16 words of the chunk before it in its document when that chunk passes the same scope (the reranker''s second view). What it may read is one value, scope (rcll.recall_scope: bank, rooms, authors, filters), built once by the caller and passed to every channel; a weight of 0 skips a channel. Without query_embedding the query is embedded by the model service or the in-database models where registered (rcll.use_model_service, rcll.enable_in_database_models), else the dense channel is skipped (NOTICE). From psql: SELECT * FROM rcll.recall_candidates(''deploy'', rcll.recall_scope(''fleet'', rooms => ''{deployment}'')).';

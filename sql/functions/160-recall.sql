@@ -1,45 +1,51 @@
 -- Recall, all five phases from SQL: embed, the channels fused by a z-score sum, cross-encoder rerank, token-budget cut.
 
-CREATE OR REPLACE FUNCTION rcll._recall_embedding(query text, query_embedding vector)
+CREATE OR REPLACE FUNCTION rcll._recall_embedding(query text, query_embedding vector, deadline_ms integer DEFAULT NULL)
 RETURNS vector
 LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
-    -- Phase 1: embed the query here when the models live in the database.
-    IF NOT rcll.in_database_models() THEN
+    -- Phase 1: embed the query where the models are (rcll._model_source: the model service, else
+    -- in-database models); a given embedding is never recomputed.
+    IF _recall_embedding.query_embedding IS NOT NULL AND rcll._model_source() IS NOT NULL THEN
+        RETURN _recall_embedding.query_embedding;
+    END IF;
+    IF rcll._model_source() IS NULL THEN
         RAISE NOTICE 'recall: in-database models are not enabled: %',
             CASE WHEN _recall_embedding.query_embedding IS NULL THEN 'the dense channel and the rerank are skipped'
                  ELSE 'the rerank is skipped' END
             USING HINT = CASE WHEN EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'plpython3u')
-                              THEN 'A superuser can run SELECT rcll.enable_in_database_models(ARRAY[''<venv>/lib/python3.11/site-packages'', ''<repo>/python'']).'
-                              ELSE 'This server has no plpython3u: recall through the rcll client, which embeds and reranks outside the database.' END;
+                              THEN 'Register a model service (SELECT rcll.use_model_service(...): rcll serve and rcll models do it), or a superuser can run SELECT rcll.enable_in_database_models(ARRAY[''<venv>/lib/python3.11/site-packages'', ''<repo>/python'']).'
+                              ELSE 'This server has no plpython3u: register a model service (SELECT rcll.use_model_service(...): rcll serve and rcll models do it), or recall through the rcll client.' END;
         RETURN _recall_embedding.query_embedding;
     END IF;
-    -- COALESCE evaluates its second argument only when the first is NULL: a given embedding is never recomputed.
-    RETURN coalesce(_recall_embedding.query_embedding, rcll._model_embed_query(_recall_embedding.query));
+    RETURN rcll._model_embed(_recall_embedding.query, _recall_embedding.deadline_ms,
+                             'the dense channel and the rerank are skipped');
 END
 $$;
-COMMENT ON FUNCTION rcll._recall_embedding(text, vector)
-    IS 'Internal: rcll.recall''s phase 1 - the query embedding to use: the one given, else (with in-database models) the query embedded here; without in-database models a NOTICE says what recall skips.';
+COMMENT ON FUNCTION rcll._recall_embedding(text, vector, integer)
+    IS 'Internal: rcll.recall''s phase 1 - the query embedding to use: the one given, else the query embedded by the model service (rcll.use_model_service) or the in-database models; without either a NOTICE says what recall skips, and when the service does not answer within deadline_ms a NOTICE says why.';
 
-CREATE OR REPLACE FUNCTION rcll._recall_entity_embedding(query text, bank_id integer, entity_query_embedding vector)
+CREATE OR REPLACE FUNCTION rcll._recall_entity_embedding(query text, bank_id integer, entity_query_embedding vector,
+                                                         deadline_ms integer DEFAULT NULL)
 RETURNS vector
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     rest text;
 BEGIN
-    -- The entity channel's query: the one given, else (with in-database models) the query without
-    -- the entities it names embedded here, else NULL (recall_candidates then uses the query's).
-    IF _recall_entity_embedding.entity_query_embedding IS NOT NULL OR NOT rcll.in_database_models() THEN
+    -- The entity channel's query: the one given, else (with models) the query without the
+    -- entities it names embedded, else NULL (recall_candidates then uses the query's).
+    IF _recall_entity_embedding.entity_query_embedding IS NOT NULL OR rcll._model_source() IS NULL THEN
         RETURN _recall_entity_embedding.entity_query_embedding;
     END IF;
     rest := rcll._query_without_entities(_recall_entity_embedding.query, _recall_entity_embedding.bank_id);
-    RETURN CASE WHEN rest IS NULL THEN NULL ELSE rcll._model_embed_query(rest) END;
+    RETURN CASE WHEN rest IS NULL THEN NULL
+                ELSE rcll._model_embed(rest, _recall_entity_embedding.deadline_ms, 'the entity channel ranks by the query''s embedding') END;
 END
 $$;
-COMMENT ON FUNCTION rcll._recall_entity_embedding(text, integer, vector)
-    IS 'Internal: rcll.recall''s second query embedding, for the entity channel: the one given, else with in-database models the embedding of rcll.query_without_entities (NULL when the query names no entity), else NULL.';
+COMMENT ON FUNCTION rcll._recall_entity_embedding(text, integer, vector, integer)
+    IS 'Internal: rcll.recall''s second query embedding, for the entity channel: the one given, else with models (the service or in-database) the embedding of rcll.query_without_entities (NULL when the query names no entity), else NULL.';
 
 CREATE OR REPLACE FUNCTION rcll._recall_rerank(
     query         text,
@@ -55,7 +61,7 @@ LANGUAGE plpgsql STABLE
 AS $$
 #variable_conflict use_column
 DECLARE
-    models boolean := rcll.in_database_models();
+    models boolean := rcll._model_source() IS NOT NULL;
     depth  integer := greatest(coalesce(_recall_rerank.rerank_depth, 0), 0);
     lim    integer := greatest(coalesce(_recall_rerank."limit", (rcll.recall_defaults()).candidate_limit), 0);
     scores real[];
@@ -81,8 +87,10 @@ BEGIN
     -- while time is left (rcll._model_rerank_until); what is not read keeps its fused order.
     IF models AND depth > 0 THEN
         depth := least(depth, cardinality(texts));
-        scores := CASE WHEN ms IS NULL THEN rcll._model_rerank(_recall_rerank.query, texts[1:depth])
-                       ELSE rcll._model_rerank_until(_recall_rerank.query, texts[1:depth], ms, extract(epoch FROM statement_timestamp())) END;
+        scores := rcll._model_rerank_scores(_recall_rerank.query, texts[1:depth], ms);
+    END IF;
+    -- NULL scores: the model service did not answer (its NOTICE said why); no rerank then.
+    IF models AND depth > 0 AND scores IS NOT NULL THEN
         SELECT (array_agg(o.i ORDER BY scores[o.i] DESC, o.i))[1:greatest(coalesce(_recall_rerank.context_depth, 0), 0)]
         INTO head FROM generate_subscripts(scores, 1) AS o(i);
         SELECT array_agg(t.i ORDER BY t.pos), array_agg(contexts[t.i] || ' / ' || texts[t.i] ORDER BY t.pos)
@@ -92,8 +100,7 @@ BEGIN
             head := NULL;                        -- the deadline cut the first view: no second one
             RAISE NOTICE 'recall: the deadline (% ms) cut the rerank at depth % of %', ms, coalesce(cardinality(scores), 0), depth;
         ELSIF views IS NOT NULL THEN
-            second := CASE WHEN ms IS NULL THEN rcll._model_rerank(_recall_rerank.query, views)
-                           ELSE rcll._model_rerank_until(_recall_rerank.query, views, ms, extract(epoch FROM statement_timestamp())) END;
+            second := coalesce(rcll._model_rerank_scores(_recall_rerank.query, views, ms), '{}');
             FOR n IN 1 .. coalesce(cardinality(second), 0) LOOP
                 scores[top[n]] := (scores[top[n]] + second[n]) / 2;
             END LOOP;
@@ -114,7 +121,7 @@ BEGIN
     -- Phase 5: fill the token budget (fact text only): a fact that does not fit is skipped and
     -- the next, shorter one may still fit.
     IF models THEN
-        toks := rcll._model_count_tokens(texts);
+        toks := rcll._model_token_counts(texts);
     ELSE
         toks := rcll._approx_tokens(texts);
     END IF;
@@ -159,9 +166,9 @@ AS $$
     WITH c AS MATERIALIZED (
         SELECT * FROM rcll.recall_candidates(
             query => recall.query, scope => recall.scope,
-            query_embedding => rcll._recall_embedding(recall.query, recall.query_embedding),
+            query_embedding => rcll._recall_embedding(recall.query, recall.query_embedding, recall.deadline_ms),
             entity_query_embedding => rcll._recall_entity_embedding(recall.query, (recall.scope).bank_id,
-                                                                    recall.entity_query_embedding),
+                                                                    recall.entity_query_embedding, recall.deadline_ms),
             time_range => recall.time_range, reference_time => recall.reference_time,
             "limit" => greatest(greatest(coalesce(recall."limit", (rcll.recall_defaults()).candidate_limit), 0),
                                 greatest(coalesce(recall.rerank_depth, 0), 0))) WITH ORDINALITY AS c

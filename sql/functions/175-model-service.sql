@@ -1,0 +1,257 @@
+-- The model service: rcll.recall's query embedding, cross-encoder and token counts from one process
+-- outside the database (rcll serve, or rcll models), reached through dblink - no plpython3u.
+
+CREATE OR REPLACE FUNCTION rcll.model_service()
+RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    -- The foreign server's host and port are not secret (its password lives in a user mapping).
+    SELECT coalesce((SELECT o.option_value FROM pg_catalog.pg_options_to_table(s.srvoptions) o WHERE o.option_name = 'host'), '')
+           || ':' || coalesce((SELECT o.option_value FROM pg_catalog.pg_options_to_table(s.srvoptions) o WHERE o.option_name = 'port'), '')
+    FROM pg_catalog.pg_foreign_server s
+    WHERE s.srvname = 'rcll_models'
+      AND to_regprocedure('public.dblink_send_query(text,text)') IS NOT NULL
+$$;
+COMMENT ON FUNCTION rcll.model_service() IS 'Where rcll.recall reaches its model service (host or socket directory, then port), as registered by rcll.use_model_service; NULL when none is (or dblink is missing).';
+
+CREATE OR REPLACE FUNCTION rcll._model_source()
+RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    -- The service first: one copy of the models and one work queue for every backend; the
+    -- in-database models (plpython3u) where no service is registered.
+    SELECT CASE WHEN rcll.model_service() IS NOT NULL THEN 'service'
+                WHEN rcll.in_database_models() THEN 'in-database' END
+$$;
+COMMENT ON FUNCTION rcll._model_source() IS 'Internal: where rcll.recall''s model phases run - ''service'' (rcll.use_model_service), ''in-database'' (rcll.enable_in_database_models), or NULL (the caller passes the query embedding; no rerank).';
+
+CREATE OR REPLACE FUNCTION rcll._model_service_ask(
+    op          text,
+    query       text,
+    texts       text[],
+    deadline_ms double precision,
+    OUT answer  text[],
+    OUT failure text)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+AS $$
+DECLARE
+    conn    constant text := 'rcll_models';
+    started constant timestamptz := statement_timestamp();
+    -- How long this statement waits for the service: its deadline and a little for the answer to
+    -- arrive, else rcll.model_service_timeout_ms (default 10 s). A token count (cached, a few ms)
+    -- gets a second of its own: the budget cut needs it after the rerank spent the deadline.
+    budget  double precision := coalesce(_model_service_ask.deadline_ms + 50,
+                                         nullif(current_setting('rcll.model_service_timeout_ms', true), '')::double precision,
+                                         10000);
+    until   timestamptz := CASE WHEN op = 'count' THEN clock_timestamp() + interval '1 s'
+                                ELSE started + budget * interval '1 ms' END;
+    request text;
+    detail  text;
+BEGIN
+    -- One failure per statement is enough: the rest of its model phases are skipped at once.
+    IF current_setting('rcll.model_service_failed', true) = started::text THEN
+        RETURN;
+    END IF;
+    request := pg_catalog.json_build_object('op', op, 'query', query, 'texts', texts,
+                                            'deadline_ms', deadline_ms,
+                                            'started', extract(epoch FROM started))::text;
+    BEGIN
+        -- One connection per backend, kept for its next recalls (dblink's named connections live
+        -- as long as the session). Connecting reads the foreign server and this function's owner's
+        -- user mapping, so callers need neither.
+        IF NOT conn = ANY (coalesce(public.dblink_get_connections(), '{}')) THEN
+            PERFORM public.dblink_connect(conn, 'rcll_models');
+        END IF;
+        PERFORM public.dblink_send_query(conn, request);
+        WHILE public.dblink_is_busy(conn) = 1 LOOP
+            IF clock_timestamp() >= until THEN
+                -- Closing the connection drops the request; the next recall connects afresh.
+                PERFORM public.dblink_disconnect(conn);
+                failure := format('did not answer within %s ms', round(budget));
+                PERFORM set_config('rcll.model_service_failed', started::text, false);
+                RETURN;
+            END IF;
+            PERFORM pg_sleep(0.001);
+        END LOOP;
+        SELECT array_agg(t.a) INTO answer FROM public.dblink_get_result(conn) AS t(a text);
+        PERFORM FROM public.dblink_get_result(conn) AS t(a text);      -- the end of the request's results
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL;
+        answer := NULL;
+        -- dblink's message is generic ("could not establish connection"); libpq's reason is the detail.
+        failure := SQLERRM || coalesce(': ' || nullif(regexp_replace(detail, '\s+', ' ', 'g'), ''), '');
+        PERFORM set_config('rcll.model_service_failed', started::text, false);
+        IF conn = ANY (coalesce(public.dblink_get_connections(), '{}')) THEN
+            PERFORM public.dblink_disconnect(conn);
+        END IF;
+    END;
+END
+$$;
+-- STABLE as recall is: it writes nothing in the database (its volatile calls are dblink's, the
+-- clock, pg_sleep and a session setting: tests/test_recall_readonly.py), and its answer for the same
+-- texts is the same within a statement. EXECUTE: rcll_reader and rcll_agent (980-privileges.sql).
+
+CREATE OR REPLACE FUNCTION rcll._model_service(
+    op          text,
+    query       text,
+    texts       text[],
+    deadline_ms double precision,
+    OUT answer  text[],
+    OUT failure text)
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    -- A role that recalls without rcll_reader's or rcll_agent's grants gets a NOTICE, not an error.
+    IF NOT has_function_privilege('rcll._model_service_ask(text,text,text[],double precision)', 'EXECUTE') THEN
+        failure := format('is not this role''s to use (%s lacks EXECUTE on rcll._model_service_ask: GRANT rcll_reader TO %s)',
+                          current_user, current_user);
+        RETURN;
+    END IF;
+    SELECT a.answer, a.failure INTO answer, failure
+    FROM rcll._model_service_ask(op, query, texts, deadline_ms) a;
+END
+$$;
+COMMENT ON FUNCTION rcll._model_service(text, text, text[], double precision)
+    IS 'Internal: rcll._model_service_ask for the roles that may use it; for any other, no answer and a failure that names the grant.';
+
+COMMENT ON FUNCTION rcll._model_service_ask(text, text, text[], double precision)
+    IS 'Internal: one request to the model service (op embed, rerank or count over texts; deadline_ms counted from the statement''s start) through dblink, as the rcll schema''s owner (its user mapping holds the password). Waits at most until the deadline (or rcll.model_service_timeout_ms), polling, then closes the connection. answer: the service''s rows; on failure answer is NULL and failure says why (NULL too when an earlier request of this statement failed). Never raises.';
+
+CREATE OR REPLACE FUNCTION rcll._model_embed(query text, deadline_ms double precision, skipped text)
+RETURNS vector
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    r record;
+BEGIN
+    IF rcll._model_source() = 'in-database' THEN
+        RETURN rcll._model_embed_query(_model_embed.query);
+    END IF;
+    SELECT * INTO r FROM rcll._model_service('embed', NULL, ARRAY[_model_embed.query], _model_embed.deadline_ms);
+    IF r.answer IS NULL THEN
+        IF r.failure IS NOT NULL THEN
+            RAISE NOTICE 'recall: the model service (%) %: %', rcll.model_service(), r.failure, skipped
+                USING HINT = 'Start it (rcll serve, or rcll models), or check SELECT rcll.model_service(); recall answers from the other channels meanwhile.';
+        END IF;
+        RETURN NULL;
+    END IF;
+    RETURN r.answer[1]::public.vector;
+END
+$$;
+COMMENT ON FUNCTION rcll._model_embed(text, double precision, text)
+    IS 'Internal: the bge-small query embedding from the model service (or the in-database models); NULL when the service does not answer in time, with a NOTICE that says why and what recall skips (skipped).';
+
+CREATE OR REPLACE FUNCTION rcll._model_rerank_scores(query text, passages text[], deadline_ms double precision)
+RETURNS real[]
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    r record;
+BEGIN
+    IF rcll._model_source() = 'in-database' THEN
+        RETURN CASE WHEN deadline_ms IS NULL THEN rcll._model_rerank(query, passages)
+                    ELSE rcll._model_rerank_until(query, passages, deadline_ms, extract(epoch FROM statement_timestamp())) END;
+    END IF;
+    SELECT * INTO r FROM rcll._model_service('rerank', query, passages, deadline_ms);
+    IF r.answer IS NULL THEN
+        IF r.failure IS NOT NULL THEN
+            RAISE NOTICE 'recall: the model service (%) %: the rerank is skipped', rcll.model_service(), r.failure
+                USING HINT = 'Start it (rcll serve, or rcll models), or allow a longer deadline_ms; the candidates keep their fused order.';
+        END IF;
+        RETURN NULL;
+    END IF;
+    RETURN r.answer[1]::real[];
+END
+$$;
+COMMENT ON FUNCTION rcll._model_rerank_scores(text, text[], double precision)
+    IS 'Internal: cross-encoder logits of (query, passage) pairs in input order - with deadline_ms (from the statement''s start) only the prefix read while time was left - from the model service (or the in-database models); NULL when the service does not answer (a NOTICE says why).';
+
+CREATE OR REPLACE FUNCTION rcll._model_token_counts(texts text[])
+RETURNS integer[]
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    r record;
+BEGIN
+    IF rcll._model_source() = 'in-database' THEN
+        RETURN rcll._model_count_tokens(texts);
+    END IF;
+    SELECT * INTO r FROM rcll._model_service('count', NULL, texts, NULL);
+    IF r.answer IS NULL THEN
+        IF r.failure IS NOT NULL THEN
+            RAISE NOTICE 'recall: the model service (%) %: the token budget is estimated', rcll.model_service(), r.failure;
+        END IF;
+        RETURN rcll._approx_tokens(texts);
+    END IF;
+    RETURN r.answer[1]::integer[];
+END
+$$;
+COMMENT ON FUNCTION rcll._model_token_counts(text[])
+    IS 'Internal: bge wordpiece tokens per text for the budget cut, from the model service (or the in-database models); estimated (rcll._approx_tokens) when the service does not answer.';
+
+CREATE OR REPLACE FUNCTION rcll.use_model_service(host text, port integer DEFAULT 8767, password text DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    owner  regrole := (SELECT p.proowner::regrole FROM pg_catalog.pg_proc p
+                       WHERE p.oid = 'rcll._model_service_ask(text,text,text[],double precision)'::regprocedure);
+    schema name;
+    probe  record;
+BEGIN
+    IF host IS NULL OR host = '' THEN
+        RAISE EXCEPTION 'host: no address given' USING ERRCODE = 'RC001', COLUMN = 'host',
+            HINT = 'Pass the service''s socket directory (rcll serve prints it) or a loopback address.';
+    END IF;
+    IF port IS NULL OR port NOT BETWEEN 1 AND 65535 THEN
+        RAISE EXCEPTION 'port: % is not a port', port USING ERRCODE = 'RC001', COLUMN = 'port',
+            HINT = 'The service''s port (default 8767: its socket is <host>/.s.PGSQL.8767).';
+    END IF;
+    IF password IS NULL OR password = '' THEN
+        RAISE EXCEPTION 'password: required' USING ERRCODE = 'RC001', COLUMN = 'password',
+            HINT = 'The service''s password (RCLL_MODELS_PASSWORD; rcll serve and rcll models register their own): dblink connects with a password for any role but a superuser.';
+    END IF;
+    SELECT n.nspname INTO schema FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
+    WHERE e.extname = 'dblink';
+    IF schema IS NULL THEN
+        BEGIN
+            CREATE EXTENSION dblink SCHEMA public;
+        EXCEPTION WHEN insufficient_privilege THEN
+            RAISE EXCEPTION 'dblink: the extension is not installed, and this role may not install it' USING ERRCODE = 'RC006',
+                COLUMN = 'dblink', HINT = 'A superuser (on a managed service, its admin role) runs CREATE EXTENSION dblink SCHEMA public once; dblink ships with PostgreSQL.';
+        END;
+    ELSIF schema <> 'public' THEN
+        RAISE EXCEPTION 'dblink: installed in schema %, rcll calls it in public', schema USING ERRCODE = 'RC001',
+            COLUMN = 'dblink', HINT = 'ALTER EXTENSION dblink SET SCHEMA public.';
+    END IF;
+    -- The password goes in a user mapping for the rcll schema's owner alone: only that role (and
+    -- superusers) can read its options; recall's callers reach the service through
+    -- rcll._model_service_ask, which runs as that owner.
+    DROP SERVER IF EXISTS rcll_models CASCADE;
+    EXECUTE format('CREATE SERVER rcll_models FOREIGN DATA WRAPPER dblink_fdw OPTIONS (host %L, port %L, dbname %L, connect_timeout %L, application_name %L)',
+                   host, port::text, 'rcll', '2', 'rcll');
+    EXECUTE format('CREATE USER MAPPING FOR %I SERVER rcll_models OPTIONS (user %L, password %L)', owner::text, 'rcll', password);
+    -- A new address must not reuse this backend's connection to the old one.
+    IF 'rcll_models' = ANY (coalesce(public.dblink_get_connections(), '{}')) THEN
+        PERFORM public.dblink_disconnect('rcll_models');
+    END IF;
+    SELECT * INTO probe FROM rcll._model_service_ask('count', NULL, ARRAY['ok'], NULL);
+    PERFORM set_config('rcll.model_service_failed', '', false);
+    RETURN CASE WHEN probe.answer IS NOT NULL THEN format('model service at %s:%s registered and answering', host, port)
+                ELSE format('model service at %s:%s registered, but not answering yet (%s): recall skips the dense channel and the rerank until it does',
+                            host, port, probe.failure) END;
+END
+$$;
+COMMENT ON FUNCTION rcll.use_model_service(text, integer, text)
+    IS 'DBA, once: rcll.recall obtains its query embeddings, cross-encoder scores and token counts from the model service at host (a socket directory, or a loopback address) and port, with this password - rcll serve and rcll models run one and register it themselves. Creates dblink (if this role may) and the foreign server rcll_models with a user mapping for the rcll schema''s owner (the password readable by that role and superusers only). Needs no superuser at recall time; takes precedence over rcll.enable_in_database_models. Returns whether the service answers now.';
+
+CREATE OR REPLACE FUNCTION rcll.stop_using_model_service()
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    DROP SERVER IF EXISTS rcll_models CASCADE;
+    RETURN 'model service unregistered: recall uses the in-database models where enabled, else skips the dense channel and the rerank without a query_embedding';
+END
+$$;
+COMMENT ON FUNCTION rcll.stop_using_model_service() IS 'Drop the model service''s foreign server and user mapping (rcll.use_model_service).';
