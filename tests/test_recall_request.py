@@ -75,6 +75,8 @@ def test_the_channel_weights_default_as_in_sql(db: psycopg.Connection[Any]) -> N
         FROM pg_proc p, unnest(p.proargnames) WITH ORDINALITY AS a(name, n)
         WHERE p.oid = 'rcll.recall_candidates'::regproc AND a.name LIKE '%%_weight'""").fetchall()
     assert {name.removesuffix("_weight"): float(expr) for name, expr in rows} == dict(WEIGHTS)
+    # ... and SQL knows each by the same name (a list under another name is refused).
+    assert db.execute("SELECT rcll._known_channels(%s)", (list(CHANNELS),)).fetchone() == (True,)
 
 
 @pytest.mark.parametrize(("field", "value"), [
