@@ -177,6 +177,30 @@ class Listed:
         return self.pool
 
 
+class Slow(Listed):
+    """Listed, each SQL phase taking `seconds`."""
+
+    def __init__(self, pool: list[Fact], seconds: float) -> None:
+        super().__init__(pool)
+        self.seconds = seconds
+
+    def entity_text(self, request: R, deadline: Deadline) -> str | None:
+        time.sleep(self.seconds)
+        return None
+
+    def candidates(self, request: R, query_embedding: Any, entity_query_embedding: Any, limit: int,
+                   deadline: Deadline) -> list[Fact]:
+        time.sleep(self.seconds)
+        return self.pool
+
+
+def test_each_timing_measures_its_own_phase() -> None:
+    # Both SQL phases (the entity text before the embedding, the candidates after it) count as
+    # sql; embed is the model's work alone.
+    out = recall(Slow(facts(10), 0.1), R(query="q", bank="b", rerank_depth=0), embedder=FixedEmbedder())
+    assert out.timings.sql >= 200 and out.timings.embed < 100, out.timings
+
+
 class FixedEmbedder:
     def embed_query(self, text: str) -> npt.NDArray[np.float32]:
         return np.ones(384, dtype=np.float32)
