@@ -33,7 +33,7 @@ install:
 	$(MAKE) -C extension install PG_CONFIG=$(PG_CONFIG)
 
 lint: bootstrap-test
-	.venv/bin/ruff check python tests bench
+	.venv/bin/ruff check python tests bench research
 	.venv/bin/mypy
 
 bench: bench-retain bench-recall bench-locomo

@@ -34,7 +34,7 @@ from bench._common import connect, drop_indexes, fresh_database, table
 
 ROOT = Path(__file__).resolve().parents[1]   # the child runs as -m bench.export_memory from here
 
-# Peak RSS of the exporting process that the README promises at every size measured (MB): 81 MB was
+# Peak RSS of the exporting process that docs/benchmarks.md promises at every size measured (MB): 81 MB was
 # measured at both 10k and 100k units (it plateaus once a FETCH batch of 2000 rows is full).
 CEILING_MB = 100
 HNSW = "memory_units_embedding_hnsw"

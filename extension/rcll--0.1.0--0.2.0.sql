@@ -228,6 +228,83 @@ DROP INDEX rcll.unit_lexicon_lexical_gin;
 
 INSERT INTO rcll.migrations (name, sha256) VALUES ('016-bank-lexeme-index.sql', 'ebeb7a81d595c3f324158d1876ed6f6e23e33cfb13a3a5a81181f90305c2bd63');
 
+-- migration 017-sql-roles.sql
+-- Run-once: rcll_agent, the role a DBA grants to an agent's login role; what rcll_reader and
+-- rcll_agent may touch; and bank isolation's switch kept as a row, so that a restore brings it back.
+
+-- Roles are cluster-wide and many databases may install rcll, some at the same moment: create the
+-- role only if no other database has, and treat losing that race as success (as 006 does).
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'rcll_agent') THEN
+        CREATE ROLE rcll_agent NOLOGIN;
+    END IF;
+EXCEPTION WHEN duplicate_object OR unique_violation THEN
+    NULL;
+END
+$$;
+
+-- An agent reads what a reader reads (SELECT on the tables, EXECUTE granted to rcll_reader).
+DO $$
+BEGIN
+    IF NOT pg_catalog.pg_has_role('rcll_agent', 'rcll_reader', 'MEMBER') THEN
+        GRANT rcll_reader TO rcll_agent;
+    END IF;
+EXCEPTION WHEN duplicate_object OR unique_violation THEN
+    NULL;
+END
+$$;
+
+-- What the agent's verbs write as the agent (retain, facts, entities, links, state, merge
+-- proposals, moves, observations, the LLM ledger, audit rows) - and nothing else. The lexical
+-- copies, room registry and counts are kept by the owner's triggers; banks, grants, identities,
+-- classifier rules and BM25 statistics are the administrator's. No DELETE: no agent verb deletes.
+-- Audit rows can be added, never changed.
+GRANT INSERT, UPDATE ON rcll.memory_units, rcll.documents, rcll.entities, rcll.entity_aliases, rcll.links
+    TO rcll_agent;
+GRANT INSERT ON rcll.unit_entities, rcll.room_state, rcll.room_merge_proposals, rcll.llm_calls, rcll.audit_log
+    TO rcll_agent;
+-- A proposed merge holds the from-room provisional until a person decides (its status only).
+GRANT UPDATE (status) ON rcll.rooms TO rcll_agent;
+
+-- Who writes as whom is nobody's business but the owner's and rcll.current_agent()'s (a definer).
+REVOKE ALL ON rcll.identities FROM rcll_reader;
+
+-- A role sees its own grants (those of the roles it is a member of), not everyone's: a reader's
+-- export of a bank carries only those. Writing them stays the owner's (rcll.grant_bank).
+ALTER TABLE rcll.bank_grants ENABLE ROW LEVEL SECURITY;
+CREATE POLICY own_grants ON rcll.bank_grants FOR SELECT
+    USING (pg_catalog.pg_has_role(current_user, pg_catalog.to_regrole(pg_catalog.quote_ident(role_name)), 'MEMBER'));
+
+CREATE TABLE rcll.bank_isolation_state (
+    enabled      boolean PRIMARY KEY DEFAULT true CHECK (enabled),
+    enabled_at   timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE rcll.bank_isolation_state IS 'Whether bank isolation is on: one row when it is, none when it is off. A row, not only the tables'' row-level security, because pg_dump keeps rows of an extension''s tables but not their row-level security: restoring this row turns isolation back on (trigger bank_isolation_applied).';
+COMMENT ON COLUMN rcll.bank_isolation_state.enabled IS 'Always true: the key of the one row.';
+COMMENT ON COLUMN rcll.bank_isolation_state.enabled_at IS 'When bank isolation was turned on.';
+
+-- A store upgraded with isolation on keeps it on.
+INSERT INTO rcll.bank_isolation_state (enabled)
+SELECT true WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_policy p JOIN pg_catalog.pg_class c ON c.oid = p.polrelid
+                          WHERE p.polname = 'bank_isolation' AND c.relnamespace = 'rcll'::regnamespace);
+
+-- Marked for pg_dump (010-dump-with-pg-dump.sql).
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'rcll') THEN
+        PERFORM pg_catalog.pg_extension_config_dump('rcll.bank_isolation_state', '');
+    END IF;
+END
+$$;
+
+-- A recall's author filter (authors, mine) matches what the server resolved; a self-declared
+-- author - anyone may write author => 'alice' - counts only when the caller asks for it.
+ALTER TYPE rcll.recall_scope ADD ATTRIBUTE include_self_declared boolean;
+COMMENT ON COLUMN rcll.recall_scope.include_self_declared IS 'Whether units whose author was self-declared (tag author-source:self_declared) pass an author filter (authors, mine); false: only server-resolved authors do.';
+
+INSERT INTO rcll.migrations (name, sha256) VALUES ('017-sql-roles.sql', '860105723ba2fa7c535bbebf6a3d45ae178d58c8395f5d6fb0b35249db1a8d6b');
+
 -- triggers of 0.1.0 that are gone
 DROP TRIGGER units_room_changed ON rcll.memory_units;
 DROP TRIGGER units_rooms_deleted ON rcll.memory_units;
@@ -265,18 +342,18 @@ DECLARE
     id integer;
 BEGIN
     IF bank IS NULL THEN
-        RAISE EXCEPTION 'bank is required' USING ERRCODE = '22004',
+        RAISE EXCEPTION 'bank: a bank name is required' USING ERRCODE = 'RC001', COLUMN = 'bank',
             HINT = 'Pass bank => ''name''; list banks with SELECT * FROM rcll.banks.';
     END IF;
     SELECT b.bank_id INTO id FROM rcll.banks b WHERE b.name = bank;
     IF id IS NULL THEN
-        RAISE EXCEPTION 'bank: unknown bank "%"', bank USING ERRCODE = '42704',
+        RAISE EXCEPTION 'bank: unknown bank "%"', bank USING ERRCODE = 'RC002', COLUMN = 'bank',
             HINT = format('Create it first: SELECT rcll.create_bank(%L) or `rcll bank create %s`.', bank, bank);
     END IF;
     RETURN id;
 END
 $$;
-COMMENT ON FUNCTION rcll._bank_id(text) IS 'Internal: the bank_id of a bank name; raises 42704 naming the fix when the bank does not exist.';
+COMMENT ON FUNCTION rcll._bank_id(text) IS 'Internal: the bank_id of a bank name; raises RC002 (unknown bank, COLUMN bank) naming the fix when the bank does not exist.';
 
 CREATE OR REPLACE FUNCTION rcll.create_bank(name text, description text DEFAULT NULL,
                                             text_search_config regconfig DEFAULT 'english')
@@ -287,7 +364,7 @@ DECLARE
     id integer;
 BEGIN
     IF name IS NULL OR name !~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$' THEN
-        RAISE EXCEPTION 'bank: invalid bank name %', coalesce(quote_literal(name), 'NULL') USING ERRCODE = '22023',
+        RAISE EXCEPTION 'bank: invalid bank name %', coalesce(quote_literal(name), 'NULL') USING ERRCODE = 'RC001', COLUMN = 'bank',
             HINT = 'A bank name is 1-128 characters: letters, digits, _ . : - and starts with a letter or digit.';
     END IF;
     INSERT INTO rcll.banks AS b (name, description, text_search_config)
@@ -601,6 +678,35 @@ CREATE OR REPLACE TRIGGER units_author BEFORE INSERT ON rcll.memory_units
     FOR EACH ROW WHEN (current_setting('row_security') <> 'off' OR NOT rcll._restoring('rcll.memory_units'))
     EXECUTE FUNCTION rcll._units_author();
 
+CREATE OR REPLACE FUNCTION rcll._units_author_fixed()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    -- The author is resolved once, when the unit is written (units_author): an UPDATE that would
+    -- rewrite it - the column, how it was resolved, the author: tags or provenance's "who" - is
+    -- refused for every role, so a writer cannot claim or disown a unit after the fact.
+    IF NEW.author IS DISTINCT FROM OLD.author
+       OR NEW.author_source IS DISTINCT FROM OLD.author_source
+       OR NEW.provenance -> 'who' IS DISTINCT FROM OLD.provenance -> 'who'
+       OR NEW.provenance -> 'author_source' IS DISTINCT FROM OLD.provenance -> 'author_source'
+       OR ARRAY(SELECT t FROM unnest(NEW.tags) AS t WHERE t LIKE 'author:%' OR t LIKE 'author-source:%' ORDER BY t)
+          IS DISTINCT FROM
+          ARRAY(SELECT t FROM unnest(OLD.tags) AS t WHERE t LIKE 'author:%' OR t LIKE 'author-source:%' ORDER BY t) THEN
+        RAISE EXCEPTION 'author: unit % keeps the author it was written with', OLD.unit_id
+            USING ERRCODE = 'RC006', COLUMN = 'author',
+                  HINT = 'A unit''s author (author, author_source, author: tags, provenance who) is resolved when it is written and cannot be changed; write a new unit instead.';
+    END IF;
+    RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION rcll._units_author_fixed() IS 'Trigger: refuses an UPDATE of a unit that changes its author, author_source, author:/author-source: tags or provenance who/author_source (RC006): authorship is resolved at INSERT only.';
+
+CREATE OR REPLACE TRIGGER units_author_fixed BEFORE UPDATE OF author, author_source, tags, provenance ON rcll.memory_units
+    FOR EACH ROW WHEN (OLD.author IS DISTINCT FROM NEW.author OR OLD.author_source IS DISTINCT FROM NEW.author_source
+                       OR OLD.tags IS DISTINCT FROM NEW.tags OR OLD.provenance IS DISTINCT FROM NEW.provenance)
+    EXECUTE FUNCTION rcll._units_author_fixed();
+
 CREATE OR REPLACE FUNCTION rcll._documents_author()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
@@ -654,7 +760,7 @@ LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 AS $$
 BEGIN
     IF nullif(btrim(reason), '') IS NULL THEN
-        RAISE EXCEPTION 'reason: a % needs a reason', action USING ERRCODE = '22023', HINT = hint;
+        RAISE EXCEPTION 'reason: a % needs a reason', action USING ERRCODE = 'RC001', COLUMN = 'reason', HINT = hint;
     END IF;
     RETURN btrim(reason);
 END
@@ -712,12 +818,12 @@ DECLARE
         1048576);
 BEGIN
     IF content IS NULL OR btrim(content, E' \t\r\n\f\v') = '' THEN
-        RAISE EXCEPTION 'content: empty or whitespace-only text' USING ERRCODE = '22023',
+        RAISE EXCEPTION 'content: empty or whitespace-only text' USING ERRCODE = 'RC001', COLUMN = 'content',
             HINT = 'Pass the text to retain in content.';
     END IF;
     IF octet_length(content) > limit_bytes THEN
         RAISE EXCEPTION 'content: % bytes is over the limit of % bytes', octet_length(content), limit_bytes
-            USING ERRCODE = '54000',
+            USING ERRCODE = 'RC001', COLUMN = 'content',
             HINT = 'Split the document, or raise the limit (SET rcll.max_document_bytes, or the bank setting max_document_bytes).';
     END IF;
 END
@@ -747,11 +853,12 @@ DECLARE
 BEGIN
     -- The document fields every retain takes (the content itself is rcll._check_document's).
     IF layer IS NOT NULL AND layer NOT IN ('L0', 'L1', 'L2') THEN
-        RAISE EXCEPTION 'layer: % is not a layer', quote_literal(layer) USING ERRCODE = '22023',
+        RAISE EXCEPTION 'layer: % is not a layer', quote_literal(layer) USING ERRCODE = 'RC001', COLUMN = 'layer',
             HINT = 'Use L0 (rules and procedures), L1 (decisions) or L2 (observations).';
     END IF;
     IF metadata IS NULL OR jsonb_typeof(metadata) <> 'object' THEN
-        RAISE EXCEPTION 'metadata: must be a JSON object' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'metadata: must be a JSON object' USING ERRCODE = 'RC001', COLUMN = 'metadata',
+            HINT = 'Pass a JSON object (''{}'' for none).';
     END IF;
 
     SELECT r.author, r.author_source INTO author, author_source FROM rcll._resolve_author(claimed_author) r;
@@ -803,14 +910,16 @@ DECLARE
 BEGIN
     PERFORM rcll._check_document(b, content);
     IF n = 0 THEN
-        RAISE EXCEPTION 'chunks: at least one chunk is required' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'chunks: at least one chunk is required' USING ERRCODE = 'RC001', COLUMN = 'chunks',
+            HINT = 'Pass the document''s text split into chunks (rcll.chunk_text), one or more.';
     END IF;
     IF embeddings IS NOT NULL AND coalesce(array_length(embeddings, 1), 0) <> n THEN
         RAISE EXCEPTION 'embeddings: % embeddings for % chunks', coalesce(array_length(embeddings, 1), 0), n
-            USING ERRCODE = '22023', HINT = 'Pass one embedding per chunk, in the same order (or NULL for none).';
+            USING ERRCODE = 'RC001', COLUMN = 'embeddings', HINT = 'Pass one embedding per chunk, in the same order (or NULL for none).';
     END IF;
     IF EXISTS (SELECT 1 FROM unnest(chunks) c WHERE c IS NULL OR btrim(c, E' \t\r\n\f\v') = '') THEN
-        RAISE EXCEPTION 'chunks: a chunk is empty' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'chunks: a chunk is empty' USING ERRCODE = 'RC001', COLUMN = 'chunks',
+            HINT = 'Drop empty or whitespace-only chunks before retaining.';
     END IF;
 
     stored := rcll._store_document(b, content, source, thread, occurred_at, layer, metadata, via, author, 'chunks');
@@ -1223,7 +1332,7 @@ DECLARE
 BEGIN
     SELECT * INTO r FROM rcll.rooms x WHERE x.bank_id = _registry_room.bank_id AND x.name = room;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'room: no room "%" in this bank''s registry', room USING ERRCODE = '42704',
+        RAISE EXCEPTION 'room: no room "%" in this bank''s registry', room USING ERRCODE = 'RC003', COLUMN = 'room',
             HINT = 'List rooms with SELECT * FROM rcll.rooms(''<bank>''); name a room exactly as listed.';
     END IF;
     RETURN r;
@@ -1246,14 +1355,15 @@ BEGIN
     src := rcll._registry_room(b, from_room);
     dst := rcll._registry_room(b, into_room);
     IF src.name = dst.name THEN
-        RAISE EXCEPTION 'into_room: a room cannot merge into itself' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'into_room: a room cannot merge into itself' USING ERRCODE = 'RC001', COLUMN = 'into_room',
+            HINT = 'Name two different rooms: from_room merges into into_room.';
     END IF;
     IF src.status <> 'live' THEN
-        RAISE EXCEPTION 'from_room: room "%" is %', src.name, src.status USING ERRCODE = '55000',
+        RAISE EXCEPTION 'from_room: room "%" is %', src.name, src.status USING ERRCODE = 'RC004', COLUMN = 'from_room',
             HINT = 'Only a live room can be proposed for a merge; decide the pending proposal first (rcll.approve_room_merge / rcll.reject_room_merge).';
     END IF;
     IF dst.status <> 'live' THEN
-        RAISE EXCEPTION 'into_room: room "%" is %', dst.name, dst.status USING ERRCODE = '55000',
+        RAISE EXCEPTION 'into_room: room "%" is %', dst.name, dst.status USING ERRCODE = 'RC004', COLUMN = 'into_room',
             HINT = 'Merge into a live room (a merged room''s facts live in its merged_into).';
     END IF;
     UPDATE rcll.rooms r SET status = 'provisional' WHERE r.bank_id = b AND r.name = src.name;
@@ -1278,7 +1388,7 @@ BEGIN
     WHERE mp.bank_id = _pending_merge.bank_id AND mp.from_room = _pending_merge.from_room AND mp.status = 'pending'
     FOR UPDATE;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'from_room: no pending merge proposal for room "%"', from_room USING ERRCODE = '42704',
+        RAISE EXCEPTION 'from_room: no pending merge proposal for room "%"', from_room USING ERRCODE = 'RC003', COLUMN = 'from_room',
             HINT = 'Propose it first with rcll.propose_room_merge(bank, from_room, into_room, reason).';
     END IF;
     RETURN p;
@@ -1298,8 +1408,8 @@ DECLARE
 BEGIN
     -- A person decides: an agent (a mapped role, or rcll.agent set by the server) may propose only.
     IF rcll.current_agent() IS NOT NULL THEN
-        RAISE EXCEPTION 'approve_room_merge: agent "%" cannot approve a merge', rcll.current_agent()
-            USING ERRCODE = '42501',
+        RAISE EXCEPTION 'agent: agent "%" cannot approve a merge', rcll.current_agent()
+            USING ERRCODE = 'RC006', COLUMN = 'agent',
             HINT = 'A person approves: connect as a role not mapped in rcll.identities, with rcll.agent unset.';
     END IF;
     p := rcll._pending_merge(b, btrim(from_room));
@@ -1365,19 +1475,20 @@ DECLARE
 BEGIN
     dst := rcll._canonical_room(b, to_room);
     IF dst.room IS NULL THEN
-        RAISE EXCEPTION 'to_room: a room name is required' USING ERRCODE = '22023',
+        RAISE EXCEPTION 'to_room: a room name is required' USING ERRCODE = 'RC001', COLUMN = 'to_room',
             HINT = 'Name the room to move the units into (see rcll.rooms(bank)).';
     END IF;
     ids := ARRAY(SELECT DISTINCT i FROM unnest(unit_ids) AS i WHERE i IS NOT NULL ORDER BY 1);
     IF cardinality(ids) = 0 THEN
-        RAISE EXCEPTION 'unit_ids: no units given' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'unit_ids: no units given' USING ERRCODE = 'RC001', COLUMN = 'unit_ids',
+            HINT = 'Pass the ids of the units to move (recall returns them).';
     END IF;
     -- Lock in id order so two moves of overlapping sets cannot deadlock.
     PERFORM 1 FROM rcll.memory_units u WHERE u.unit_id = ANY (ids) AND u.bank_id = b ORDER BY u.unit_id FOR UPDATE;
     missing := ARRAY(SELECT i FROM unnest(ids) AS i
                      WHERE NOT EXISTS (SELECT 1 FROM rcll.memory_units u WHERE u.unit_id = i AND u.bank_id = b));
     IF cardinality(missing) > 0 THEN
-        RAISE EXCEPTION 'unit_ids: % not in bank "%"', missing, bank USING ERRCODE = '42704',
+        RAISE EXCEPTION 'unit_ids: % not in bank "%"', missing, bank USING ERRCODE = 'RC003', COLUMN = 'unit_ids',
             HINT = 'Pass unit ids recall returned for this bank.';
     END IF;
     SELECT jsonb_agg(jsonb_build_object('unit_id', u.unit_id, 'room', u.room) ORDER BY u.unit_id) INTO prior
@@ -1403,12 +1514,13 @@ BEGIN
     SELECT * INTO m FROM rcll.audit_log a
     WHERE a.audit_id = move_id AND a.bank_id = b AND a.action = 'room_move' FOR UPDATE;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'move_id: no room move % in bank "%"', move_id, bank USING ERRCODE = '42704',
+        RAISE EXCEPTION 'move_id: no room move % in bank "%"', move_id, bank USING ERRCODE = 'RC003', COLUMN = 'move_id',
             HINT = 'Use the id rcll.move_units returned (rcll.audit_log rows with action room_move).';
     END IF;
     IF EXISTS (SELECT 1 FROM rcll.audit_log a WHERE a.bank_id = b AND a.action = 'room_move_undo'
                AND (a.detail ->> 'move_id')::bigint = move_id) THEN
-        RAISE EXCEPTION 'move_id: move % was already undone', move_id USING ERRCODE = '55000';
+        RAISE EXCEPTION 'move_id: move % was already undone', move_id USING ERRCODE = 'RC004', COLUMN = 'move_id',
+            HINT = 'Nothing to do: the units are back where they were (rcll.audit_log has the undo).';
     END IF;
     -- Only units still where the move put them: a later move must be undone first.
     moved := ARRAY(SELECT f.unit_id::text
@@ -1416,7 +1528,7 @@ BEGIN
                    JOIN rcll.memory_units u ON u.unit_id = f.unit_id
                    WHERE u.room IS DISTINCT FROM m.target ->> 'to_room' ORDER BY f.unit_id);
     IF cardinality(moved) > 0 THEN
-        RAISE EXCEPTION 'move_id: units % were moved again after move %', moved, move_id USING ERRCODE = '55000',
+        RAISE EXCEPTION 'move_id: units % were moved again after move %', moved, move_id USING ERRCODE = 'RC004', COLUMN = 'move_id',
             HINT = 'Undo the later moves first (newest first).';
     END IF;
     UPDATE rcll.memory_units u SET room = f.room, updated_at = now()
@@ -1507,21 +1619,22 @@ DECLARE
     ok      boolean;
 BEGIN
     IF room IS NULL OR btrim(room) = '' THEN
-        RAISE EXCEPTION 'room: a room is required' USING ERRCODE = '22023',
+        RAISE EXCEPTION 'room: a room is required' USING ERRCODE = 'RC001', COLUMN = 'room',
             HINT = 'State is keyed by (room, key); the room string is used exactly as given.';
     END IF;
     IF key IS NULL OR key = '' THEN
-        RAISE EXCEPTION 'key: a key is required' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'key: a key is required' USING ERRCODE = 'RC001', COLUMN = 'key',
+            HINT = 'State is keyed by (room, key): pass a non-empty key.';
     END IF;
     IF value IS NULL THEN
-        RAISE EXCEPTION 'value: a JSON value is required' USING ERRCODE = '22004',
+        RAISE EXCEPTION 'value: a JSON value is required' USING ERRCODE = 'RC001', COLUMN = 'value',
             HINT = 'Pass ''null''::jsonb to store a JSON null.';
     END IF;
     SELECT max(s.version) INTO cur FROM rcll.room_state s
     WHERE s.bank_id = b AND s.room = put_state.room AND s.key = put_state.key;
     IF coalesce(expected_version, 0) IS DISTINCT FROM coalesce(cur, 0) THEN
         RAISE EXCEPTION 'expected_version: expected version %, current version is %',
-            coalesce(expected_version, 0), coalesce(cur, 0) USING ERRCODE = '40001',
+            coalesce(expected_version, 0), coalesce(cur, 0) USING ERRCODE = 'RC005', COLUMN = 'expected_version',
             HINT = 'Someone wrote this key since you read it: read it again (rcll.get_state) and retry with its version (0 = no state yet).';
     END IF;
     who := rcll._resolve_author(author);
@@ -1537,13 +1650,13 @@ BEGIN
         SELECT max(s.version) INTO cur FROM rcll.room_state s
         WHERE s.bank_id = b AND s.room = put_state.room AND s.key = put_state.key;
         RAISE EXCEPTION 'expected_version: expected version %, current version is %',
-            coalesce(expected_version, 0), cur USING ERRCODE = '40001',
+            coalesce(expected_version, 0), cur USING ERRCODE = 'RC005', COLUMN = 'expected_version',
             HINT = 'A concurrent put won: read the key again (rcll.get_state) and retry with its version.';
     END IF;
     RETURN coalesce(cur, 0) + 1;
 END
 $$;
-COMMENT ON FUNCTION rcll.put_state(text, text, text, jsonb, integer, text, text, text) IS 'Write a new version of a room''s keyed state if expected_version is the current version (0 or NULL when there is none); otherwise fail with SQLSTATE 40001 naming expected and current version. Every version is kept with its provenance (who, as the server resolved it; via; source; when). Returns the new version.';
+COMMENT ON FUNCTION rcll.put_state(text, text, text, jsonb, integer, text, text, text) IS 'Write a new version of a room''s keyed state if expected_version is the current version (0 or NULL when there is none); otherwise fail with SQLSTATE RC005 (version conflict, COLUMN expected_version) naming expected and current version. Every version is kept with its provenance (who, as the server resolved it; via; source; when). Returns the new version.';
 
 CREATE OR REPLACE FUNCTION rcll.state_history(bank text, room text, key text)
 RETURNS TABLE (version integer, value jsonb, provenance jsonb, created_at timestamptz)
@@ -1578,15 +1691,17 @@ CREATE OR REPLACE FUNCTION rcll._visible_banks(role_name name)
 RETURNS integer[]
 LANGUAGE sql STABLE STRICT PARALLEL SAFE
 -- Definer: policies call it for roles that cannot read rcll.bank_grants. The role is passed in
--- (the policy passes current_user), because inside a definer current_user is the owner.
+-- (the policy passes current_user), because inside a definer current_user is the owner. Only a
+-- role the session may act as is answered (current_user always is one: SET ROLE needs
+-- membership), so no caller can list another role's grants through it.
 SECURITY DEFINER
 AS $$
     SELECT coalesce(array_agg(DISTINCT g.bank_id), '{}')
     FROM rcll.bank_grants g
-    WHERE EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolname = g.role_name)
-      AND pg_has_role(_visible_banks.role_name, g.role_name, 'MEMBER')
+    WHERE pg_has_role(session_user, _visible_banks.role_name, 'MEMBER')
+      AND pg_has_role(_visible_banks.role_name, to_regrole(quote_ident(g.role_name)), 'MEMBER')
 $$;
-COMMENT ON FUNCTION rcll._visible_banks(name) IS 'Internal: ids of the banks a role may see under bank isolation (granted to it or to a role it is a member of).';
+COMMENT ON FUNCTION rcll._visible_banks(name) IS 'Internal: ids of the banks a role may see under bank isolation (granted to it or to a role it is a member of); empty for a role the session is not a member of. Executable by rcll_reader (and so rcll_agent): the policies call it as the querying role.';
 
 CREATE OR REPLACE FUNCTION rcll.grant_bank(role_name name, bank text)
 RETURNS void
@@ -1594,7 +1709,7 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolname = grant_bank.role_name) THEN
-        RAISE EXCEPTION 'role_name: no database role "%"', role_name USING ERRCODE = '42704',
+        RAISE EXCEPTION 'role_name: no database role "%"', role_name USING ERRCODE = 'RC003', COLUMN = 'role_name',
             HINT = 'Create the role first (CREATE ROLE ...); grants name roles, and their members inherit them.';
     END IF;
     INSERT INTO rcll.bank_grants (role_name, bank_id) VALUES (grant_bank.role_name, rcll._bank_id(bank))
@@ -1624,12 +1739,13 @@ AS $$
 $$;
 COMMENT ON FUNCTION rcll._bank_tables() IS 'Internal: the tables bank isolation covers (every rcll table with a bank_id column, bank_grants excepted).';
 
-CREATE OR REPLACE FUNCTION rcll._bank_isolation(enable boolean)
+CREATE OR REPLACE FUNCTION rcll._apply_bank_isolation()
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     t regclass;
+    enable boolean := EXISTS (SELECT 1 FROM rcll.bank_isolation_state);
     n integer := 0;
 BEGIN
     -- Superusers and the tables' owner bypass row-level security: the installing role stays an
@@ -1643,12 +1759,44 @@ BEGIN
         EXECUTE format('ALTER TABLE %s %s ROW LEVEL SECURITY', t, CASE WHEN enable THEN 'ENABLE' ELSE 'DISABLE' END);
         n := n + 1;
     END LOOP;
-    PERFORM rcll._audit(NULL, CASE WHEN enable THEN 'bank_isolation_enable' ELSE 'bank_isolation_disable' END,
-                        jsonb_build_object('tables', n));
     RETURN n;
 END
 $$;
-COMMENT ON FUNCTION rcll._bank_isolation(boolean) IS 'Internal: switch row-level security with the bank_isolation policy on (enable) or off on every table rcll._bank_tables() lists, audited; returns the number of tables.';
+COMMENT ON FUNCTION rcll._apply_bank_isolation() IS 'Internal: make every table rcll._bank_tables() lists match rcll.bank_isolation_state - row-level security with the bank_isolation policy when it holds a row, neither when it is empty; returns the number of tables.';
+
+CREATE OR REPLACE FUNCTION rcll._bank_isolation_applied()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    -- pg_dump keeps neither the row-level security nor the policies of an extension's tables, but
+    -- keeps this table's row: restoring it runs this trigger (CREATE EXTENSION made it before the
+    -- rows are loaded), so a restored store is isolated again with no step by hand.
+    PERFORM rcll._apply_bank_isolation();
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION rcll._bank_isolation_applied() IS 'Trigger: apply rcll.bank_isolation_state to the bank tables whenever it changes - by rcll.enable_bank_isolation / disable_bank_isolation, or by a restore loading its row.';
+
+CREATE OR REPLACE TRIGGER bank_isolation_applied AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON rcll.bank_isolation_state
+    FOR EACH STATEMENT EXECUTE FUNCTION rcll._bank_isolation_applied();
+
+CREATE OR REPLACE FUNCTION rcll._bank_isolation(enable boolean)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF enable THEN
+        INSERT INTO rcll.bank_isolation_state (enabled) VALUES (true) ON CONFLICT (enabled) DO NOTHING;
+    ELSE
+        DELETE FROM rcll.bank_isolation_state;
+    END IF;
+    PERFORM rcll._audit(NULL, CASE WHEN enable THEN 'bank_isolation_enable' ELSE 'bank_isolation_disable' END,
+                        jsonb_build_object('tables', (SELECT count(*) FROM rcll._bank_tables())));
+    RETURN (SELECT count(*) FROM rcll._bank_tables());
+END
+$$;
+COMMENT ON FUNCTION rcll._bank_isolation(boolean) IS 'Internal: switch bank isolation on (enable) or off in rcll.bank_isolation_state, whose trigger applies it to every table rcll._bank_tables() lists; audited; returns the number of tables.';
 
 CREATE OR REPLACE FUNCTION rcll.enable_bank_isolation()
 RETURNS integer
@@ -1656,7 +1804,7 @@ LANGUAGE sql VOLATILE
 AS $$
     SELECT rcll._bank_isolation(enable => true)
 $$;
-COMMENT ON FUNCTION rcll.enable_bank_isolation() IS 'Turn on bank isolation: row-level security on every rcll table with a bank_id, so a role sees and writes only the banks rcll.bank_grants gives it (superusers and the owner are exempt). Rooms stay a topic, not a permission. Returns the number of tables covered; an upgrade that adds tables covers them itself (end of 090-bank-isolation.sql).';
+COMMENT ON FUNCTION rcll.enable_bank_isolation() IS 'Turn on bank isolation: row-level security on every rcll table with a bank_id, so a role sees and writes only the banks rcll.bank_grants gives it (superusers and the owner are exempt). Rooms stay a topic, not a permission. Returns the number of tables covered. It stays on through upgrades (which cover the tables they add) and through pg_dump / pg_restore (the switch is a dumped row).';
 
 CREATE OR REPLACE FUNCTION rcll.disable_bank_isolation()
 RETURNS integer
@@ -1670,16 +1818,11 @@ COMMENT ON FUNCTION rcll.disable_bank_isolation() IS 'Turn bank isolation off ag
 -- when bank isolation is on, the tables those migrations added (rcll.unit_lexicon holds every
 -- unit's lexemes and scope columns) are covered before the upgrade commits, instead of being
 -- readable across banks by every role granted SELECT until an administrator re-runs
--- rcll.enable_bank_isolation(). Isolation is on when a bank table has the policy; nothing happens
--- in a fresh install or with isolation off.
+-- rcll.enable_bank_isolation(). Nothing happens in a fresh install or with isolation off.
 DO $$
 BEGIN
-    IF EXISTS (SELECT 1 FROM rcll._bank_tables() t JOIN pg_catalog.pg_policy p ON p.polrelid = t
-               WHERE p.polname = 'bank_isolation')
-       AND EXISTS (SELECT 1 FROM rcll._bank_tables() t JOIN pg_catalog.pg_class c ON c.oid = t
-                   WHERE NOT c.relrowsecurity
-                      OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_policy p WHERE p.polrelid = t AND p.polname = 'bank_isolation')) THEN
-        PERFORM rcll._bank_isolation(enable => true);
+    IF EXISTS (SELECT 1 FROM rcll.bank_isolation_state) THEN
+        PERFORM rcll._apply_bank_isolation();
     END IF;
 END
 $$;
@@ -1753,7 +1896,7 @@ CREATE OR REPLACE FUNCTION rcll.recall_defaults(
 RETURNS record
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-    -- Why these values: bench/locomo/RESEARCH.md and the README's depth table.
+    -- Why these values: research/locomo/RESEARCH.md and docs/benchmarks.md's depth table.
     SELECT 4096,  -- tokens of fact text returned (hindsight's default, counted with cl100k)
            40,    -- fused candidates the cross-encoder reads
            15,    -- of those, how many it reads again with the chunk before them
@@ -1834,7 +1977,8 @@ CREATE OR REPLACE FUNCTION rcll.recall_scope(
     tags_any             text[] DEFAULT NULL,
     tags_all             text[] DEFAULT NULL,
     thread               text DEFAULT NULL,
-    as_of                timestamptz DEFAULT now())
+    as_of                timestamptz DEFAULT now(),
+    include_self_declared boolean DEFAULT false)
 RETURNS rcll.recall_scope
 LANGUAGE sql STABLE PARALLEL SAFE
 AS $$
@@ -1842,11 +1986,12 @@ AS $$
     SELECT ROW(b.id, rcll._expand_rooms(b.id, recall_scope.rooms),
                rcll._recall_authors(recall_scope.authors, recall_scope.mine),
                coalesce(recall_scope.include_unattributed, false), recall_scope.halls, recall_scope.layers,
-               recall_scope.tags_any, recall_scope.tags_all, recall_scope.thread, recall_scope.as_of)::rcll.recall_scope
+               recall_scope.tags_any, recall_scope.tags_all, recall_scope.thread, recall_scope.as_of,
+               coalesce(recall_scope.include_self_declared, false))::rcll.recall_scope
     FROM (SELECT rcll._bank_id(recall_scope.bank) AS id) b
 $$;
-COMMENT ON FUNCTION rcll.recall_scope(text, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz)
-    IS 'The scope of a recall, resolved once: the bank''s id (unknown bank: error), rooms expanded through aliases and merges (rcll._expand_rooms; NULL = all rooms), authors narrowed by mine (rcll._recall_authors; NULL = all), and the other filters as given. rcll.recall_candidates builds it once and passes it to every channel.';
+COMMENT ON FUNCTION rcll.recall_scope(text, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, boolean)
+    IS 'The scope of a recall, resolved once: the bank''s id (unknown bank: error), rooms expanded through aliases and merges (rcll._expand_rooms; NULL = all rooms), authors narrowed by mine (rcll._recall_authors; NULL = all) - matched by server-resolved authors only, unless include_self_declared - and the other filters as given. rcll.recall_candidates builds it once and passes it to every channel.';
 
 CREATE OR REPLACE FUNCTION rcll._in_scope(u anyelement, scope rcll.recall_scope)
 RETURNS boolean
@@ -1863,7 +2008,9 @@ AS $$
     -- branches vanish and (u).bank_id = <id> is a plain qual that the (bank_id, ...) indexes serve.
     SELECT (u).bank_id = (scope).bank_id
        AND ((scope).rooms IS NULL OR (u).room = ANY ((scope).rooms))
-       AND ((scope).authors IS NULL OR (u).author = ANY ((scope).authors)
+       AND ((scope).authors IS NULL
+            OR ((u).author = ANY ((scope).authors)
+                AND ((scope).include_self_declared OR NOT 'author-source:self_declared' = ANY ((u).tags)))
             OR ((scope).include_unattributed AND (u).author IS NULL))
        AND ((scope).halls IS NULL OR (u).hall = ANY ((scope).halls))
        AND ((scope).layers IS NULL OR (u).layer = ANY ((scope).layers))
@@ -1873,7 +2020,7 @@ AS $$
        AND ((scope).as_of IS NULL OR (u).valid @> (scope).as_of)
 $$;
 COMMENT ON FUNCTION rcll._in_scope(anyelement, rcll.recall_scope)
-    IS 'Internal: whether a unit (a row of rcll.memory_units or rcll.unit_lexicon) passes a recall''s scope (bank, expanded rooms, resolved authors, halls, layers, tags, thread, validity as of). Every channel filters through it; it is inlined into their queries.';
+    IS 'Internal: whether a unit (a row of rcll.memory_units or rcll.unit_lexicon) passes a recall''s scope (bank, expanded rooms, resolved authors - a self-declared author only with include_self_declared -, halls, layers, tags, thread, validity as of). Every channel filters through it; it is inlined into their queries.';
 
 
 -- functions 106-session-start.sql
@@ -2004,13 +2151,12 @@ COMMENT ON FUNCTION rcll.channel_dense(vector, rcll.recall_scope, integer, integ
 -- WHERE bank_id = <id>; the global graph memory_units_embedding_hnsw then leaves those banks out
 -- (WHERE bank_id <> ALL (...)), so each unit is in exactly one graph. The dense and temporal
 -- channels plan with the bank id as a constant, so the planner proves which graph serves a bank.
--- Measured on a 1M-unit fleet (docs/scaling.md, python -m bench.recall --fleet 1000000 --split 20000):
--- a 29,922-unit bank's dense recall@10 against exact search 0.90-0.95 -> 1.00 (its 6 fleet queries,
--- two stores) and 0.92 -> 0.99 (40 harsher probe queries); the 333,333-unit bank's 0.79 -> 0.85-0.88
--- (probe); the SQL phase unchanged within noise; writes into the biggest bank at 0.87-0.93 of a
--- 100k fleet's rate (0.70-0.73 with one global graph). Hence the default min_units of 20,000.
--- Own graphs are built with m 32 and ef_construction 128 (pgvector's defaults: 16 and 64): the
--- 333,333-unit bank's recall@10 0.89 -> 0.98 on the same probe queries (0.96 in its big room).
+-- On a 1M-unit fleet (python -m bench.recall --fleet 1000000 --split 20000) an own graph raised the
+-- dense recall against exact search of banks from ~30,000 units up, left the SQL phase as it was, and
+-- let writes into the biggest bank keep more of a small fleet's rate than one global graph did: hence
+-- the default min_units of 20,000. Own graphs are built with m 32 and ef_construction 128 (pgvector's
+-- defaults: 16 and 64), which raised the biggest bank's recall further. The figures, dated, are in
+-- docs/scaling.md ("Figures behind the SQL comments").
 --
 -- Index builds cannot run inside a function (CREATE INDEX CONCURRENTLY refuses a transaction
 -- block), so this file only reads the catalog and says what to run: in psql,
@@ -2085,24 +2231,24 @@ BEGIN
     max_share := coalesce(max_share, 0.5);
     IF min_units < 1 THEN
         RAISE EXCEPTION 'min_units: must be a positive number of units (got %)', min_units
-            USING ERRCODE = 'invalid_parameter_value',
+            USING ERRCODE = 'RC001', COLUMN = 'min_units',
                   HINT = 'A bank of at least min_units units gets its own HNSW graph; 20000 is the default.';
     END IF;
     m := coalesce(m, 32);
     ef_construction := coalesce(ef_construction, 128);
     IF m < 2 OR m > 100 THEN
         RAISE EXCEPTION 'm: must be from 2 to 100 (got %)', m
-            USING ERRCODE = 'invalid_parameter_value',
+            USING ERRCODE = 'RC001', COLUMN = 'm',
                   HINT = 'The number of neighbours each unit keeps in a bank''s own HNSW graph; 32 is the default.';
     END IF;
     IF ef_construction < 2 * m OR ef_construction > 1000 THEN
         RAISE EXCEPTION 'ef_construction: must be from 2 x m (%) to 1000 (got %)', 2 * m, ef_construction
-            USING ERRCODE = 'invalid_parameter_value',
+            USING ERRCODE = 'RC001', COLUMN = 'ef_construction',
                   HINT = 'The candidate list an own graph''s build keeps per insert (pgvector requires at least 2 x m); 128 is the default.';
     END IF;
     IF max_share <= 0 OR max_share > 1 THEN
         RAISE EXCEPTION 'max_share: must be a fraction of the store''s units in (0, 1] (got %)', max_share
-            USING ERRCODE = 'invalid_parameter_value',
+            USING ERRCODE = 'RC001', COLUMN = 'max_share',
                   HINT = 'A bank holding more than max_share of the units keeps the global graph (it is most of it); 0.5 is the default.';
     END IF;
     -- A bank that is most of the store gains nothing from a graph of its own (the global graph is
@@ -2114,12 +2260,12 @@ BEGIN
     target := coalesce(target, '{}');
     IF cardinality(target) > max_own THEN
         RAISE EXCEPTION 'min_units: % banks hold at least % units; at most % can have their own graph', cardinality(target), min_units, max_own
-            USING ERRCODE = 'invalid_parameter_value',
+            USING ERRCODE = 'RC001', COLUMN = 'min_units',
                   HINT = 'Raise min_units (the planner proves the global graph''s predicate for at most 100 banks).';
     END IF;
     -- A bank's own graph is built denser than pgvector's default (m 16, ef_construction 64): a big
     -- bank's nearest neighbours are many and close together, and a sparser graph misses them
-    -- (docs/scaling.md: a 333,333-unit bank's dense recall@10 against exact 0.89 -> 0.97-0.98).
+    -- (the recall against exact search, measured: docs/scaling.md).
     own := format(' WITH (m = %s, ef_construction = %s)', m, ef_construction);
     wanted := ARRAY[format('m=%s', m), format('ef_construction=%s', ef_construction)];
     SELECT coalesce(array_agg(g.bank_id ORDER BY g.bank_id) FILTER (WHERE NOT g.half AND g.valid), '{}'),
@@ -2222,12 +2368,12 @@ CREATE OR REPLACE FUNCTION rcll._last_words(t text, n integer)
 RETURNS text
 LANGUAGE sql STABLE PARALLEL SAFE
 -- One expression, no FROM, no STRICT, and no search_path (990-search-path.sql leaves it out): the
--- planner inlines it into the 100 rows a recall returns, where a call cost ~20 us each (~2 ms of a
--- recall's fusion, measured on a 1M-unit fleet's small bank). NULL in, NULL out, as when strict.
+-- planner inlines it into the 100 rows a recall returns, where a function call per row was a
+-- visible share of a small bank's fusion (docs/scaling.md). NULL in, NULL out, as when strict.
 -- STABLE, as array_to_string is: a body more volatile than its declaration is not inlined.
 -- Words are split on ASCII whitespace (space, tab, LF, CR, VT, FF) by translate and
--- string_to_array, not by a regular expression: the fusion's 100 rows in ~0.9x the time (the
--- same words on every unit of bench.recall's 100k store; a regex's \s also takes what a locale
+-- string_to_array, not by a regular expression, which was measurably slower over the fusion's 100
+-- rows (the same words on every unit of bench.recall's 100k store); a regex's \s also takes what a locale
 -- calls a space, such as U+00A0, which is kept inside a word here). VT is written \x0B: an E''
 -- string's \v is not an escape on PostgreSQL 15 (E'\v' is a plain v there: a test caught it).
 AS $$
@@ -2360,10 +2506,11 @@ BEGIN
     -- so their document frequencies are exact counts over the candidates. Terms in more than
     -- prune_above of the n units (known from ANALYZE's lexeme statistics, ~1% accurate) generate
     -- no candidates but still score; their frequency comes back with them (each channel turns it
-    -- into a df; their IDF is small). Measured at 100k units: p50 ~500 ms exact vs ~30 ms pruned,
-    -- top-10 agreement 0.997. Small banks (estimated df of at most 1,000 units) are always exact:
+    -- into a df; their IDF is small). At 100k units exact BM25 is an order of magnitude slower
+    -- and the pruned top 10 all but agrees with it (bench.recall prints the agreement; figures in
+    -- docs/benchmarks.md). Small banks (estimated df of at most 1,000 units) are always exact:
     -- a bank of at most 1,000 units cannot have such a term, and skips the statistics (a read of
-    -- the whole table's most common lexemes, 2-3.5 ms in a 300k-unit fleet: docs/scaling.md).
+    -- the whole table's most common lexemes, milliseconds in a large fleet: docs/scaling.md).
     IF _bm25_pruned_terms.n <= 1000 OR coalesce(_bm25_pruned_terms.prune_above, 1) >= 1 THEN
         gen := _bm25_pruned_terms.terms;
         RETURN;
@@ -2423,7 +2570,7 @@ BEGIN
         -- Document statistics: N = the bank's documents, average length = the units' total
         -- length over N - all three from the same refresh of rcll.bank_stats (rcll._bm25_corpus);
         -- counted here only when never refreshed (counting them on every recall was an index scan
-        -- of 15-19 ms in a bank of 39,424 documents: migration 015).
+        -- over every document of the bank: migration 015, docs/scaling.md).
         ndocs := greatest(coalesce(corpus.ndocs, (SELECT count(*) FROM rcll.documents d WHERE d.bank_id = bk)), 1);
         avgdl := greatest(corpus.avgdl * corpus.n / ndocs, 1);
     END IF;
@@ -2432,8 +2579,8 @@ BEGIN
     -- session channel the documents holding it, were its units spread at random over documents of
     -- the average size m = N / ndocs: ndocs x (1 - (1 - f)^m). (f x N, capped at every document,
     -- overstated a term in 5% of the units of 10-unit documents by a quarter; on bench.recall's
-    -- 100k store, 100 queries, the session channel's top-10 overlap with exact BM25 went from 0.919
-    -- to 0.930 with this alone, 0.972 with the rescoring below: docs/scaling.md.)
+    -- 100k store the session channel's top-10 overlap with exact BM25 rose with this, and more with
+    -- the rescoring below: docs/scaling.md.)
     SELECT t.common, t.common_freq, t.gen INTO common, common_freq, gen
     FROM rcll._bm25_pruned_terms(terms, corpus.n, _bm25_channels.prune_above) t;
     -- The candidate-generating terms as keys of this bank's posting lists (migration 016).
@@ -2458,14 +2605,14 @@ BEGIN
     WITH hits AS MATERIALIZED (
         -- One scan for both channels: a row per candidate unit and query lexeme it holds, with
         -- the lexeme's tf. Only the query's lexemes are unnested: marking them with weight A and
-        -- filtering on it is ~3x cheaper than unnesting the whole tsvector of every candidate.
+        -- filtering on it is several times cheaper than unnesting the whole tsvector of every candidate.
         -- (lexical carries no weights - the units_lexical trigger writes plain to_tsvector - so
         -- nothing else is A.) unnest is in the select list (a ProjectSet, one row at a time) and
-        -- the candidates are not materialised first: measured at 100k units, this step 37 ms
-        -- against 45 with the candidates materialised and unnested in FROM (docs/scaling.md). Read
-        -- from rcll.unit_lexicon, the narrow copy (453 bytes a unit against 2.7 kB for a
-        -- memory_units row with its inline embedding): the same rows and scores, about half the
-        -- pages touched (migration 012, docs/scaling.md).
+        -- the candidates are not materialised first: at 100k units this step was faster than with
+        -- the candidates materialised and unnested in FROM (docs/scaling.md). Read from
+        -- rcll.unit_lexicon, the narrow copy (a fraction of a memory_units row, which carries its
+        -- embedding inline): the same rows and scores, about half the pages touched (migration
+        -- 012, docs/scaling.md).
         SELECT c.unit_id, c.document_id, c.keep, c.dl, (c.e).lexeme,
                coalesce(array_length((c.e).positions, 1), 1)::double precision AS tf
         FROM (
@@ -2474,7 +2621,7 @@ BEGIN
             FROM rcll.unit_lexicon u
             -- The bank's own posting lists of the terms (unit_lexicon_bank_lexemes, migration 016):
             -- a key names its bank, so no bank_id test - with one, the planner ANDed the bank
-            -- index's bitmap in (every unit of the bank: 10 ms in a 333,933-unit bank).
+            -- index's bitmap in (every unit of the bank, read on every recall: docs/scaling.md).
             WHERE rcll._bank_keys(u.bank_id, tsvector_to_array(u.lexical)) && gen_keys
             UNION ALL
             -- A small scope's units that match only pruned terms (above; none when scoped is NULL).
@@ -2527,8 +2674,8 @@ BEGIN
         SELECT t.document_id, t.lexeme, t.tf FROM s_dt t WHERE t.kept
     ), s_dl AS (
         -- Every touched document's length, one row each (rcll.document_lexicon, kept by triggers):
-        -- summed here from unit_lexicon it read ~12 index entries a document, ~18 of the
-        -- channel's ~70 ms at 100k units (docs/scaling.md).
+        -- summed here from unit_lexicon it read an index entry per unit of every touched document,
+        -- a quarter of the channel's time at 100k units (docs/scaling.md).
         SELECT m.document_id, m.lexical_length::double precision AS dl
         FROM rcll.document_lexicon m
         WHERE m.document_id IN (SELECT t.document_id FROM s_tf t)
@@ -2613,7 +2760,7 @@ COMMENT ON FUNCTION rcll.channel_lexical(text, rcll.recall_scope, integer, doubl
 -- the units linked to a named entity (rcll.unit_entities: keyless speaker and name links written at
 -- retain, sql/functions/205-keyless-entities.sql, or the extractor's) and ranks them by cosine to the
 -- query *with the names removed* ("What did research?"): with the name gone, the similarity
--- measures what is asked about the person, not that the person is named (bench/locomo/RESEARCH.md,
+-- measures what is asked about the person, not that the person is named (research/locomo/RESEARCH.md,
 -- third round: ranked by the whole query instead, R@40 0.873 vs 0.891 on conversations 0-4).
 
 CREATE OR REPLACE FUNCTION rcll._query_named_entities(query text, bank_id integer)
@@ -2729,7 +2876,7 @@ COMMENT ON FUNCTION rcll.channel_entity(text, rcll.recall_scope, vector, integer
 -- bank's documents), from the same candidate units the lexical channel reads (one scan for both:
 -- rcll._bm25_channels, 120-channel-lexical.sql), and lists the units
 -- of the best documents - inside a document by cosine to the query. On LoCoMo it is the first
--- stage's largest single gain (bench/locomo/RESEARCH.md, third round: -0.033 / -0.036 R@40 without it).
+-- stage's largest single gain (research/locomo/RESEARCH.md, third round: -0.033 / -0.036 R@40 without it).
 
 CREATE OR REPLACE FUNCTION rcll.channel_session(
     query           text,
@@ -3261,7 +3408,7 @@ BEGIN
     SELECT c INTO bad FROM unnest(channels) c WHERE c IS NULL OR c <> ALL (known) LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION 'channels: % is not a recall channel', coalesce('"' || bad || '"', 'NULL')
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'Name channels among ' || array_to_string(known, ', ') || ', or pass NULL for all.';
+            USING ERRCODE = 'RC001', COLUMN = 'channels', HINT = 'Name channels among ' || array_to_string(known, ', ') || ', or pass NULL for all.';
     END IF;
     RETURN true;
 END
@@ -3302,7 +3449,7 @@ AS $$
                 'recall: dense channel skipped: no query_embedding was passed',
                 'Pass query_embedding (the rcll Python client does), or let rcll.recall embed the query in the database (SELECT rcll.enable_in_database_models(...)).'))
     ), ctx AS (
-        -- Context (off by default since the session and entity channels: RESEARCH.md, third round):
+        -- Context (off by default since the session and entity channels: research/locomo/RESEARCH.md, third round):
         -- the top 100 dense hits and the chunk after each, scored with the chunk before them.
         SELECT c.unit_id, c.score, c.rank FROM rcll.channel_context(
             query_embedding => recall_channels.query_embedding,
@@ -3389,7 +3536,7 @@ AS $$
         FROM unnest(fuse_candidates.channels, fuse_candidates.unit_ids, fuse_candidates.scores,
                     fuse_candidates.ranks) AS h(channel, unit_id, score, rank)
     ), z AS (
-        -- Z-score sum (bench/locomo/RESEARCH.md, third round): each channel's scores standardised
+        -- Z-score sum (research/locomo/RESEARCH.md, third round): each channel's scores standardised
         -- over the list it returned for this query, z = (score - mean) / sd (population sd); a
         -- unit a channel did not return counts that channel's lowest z; a channel with fewer than
         -- two hits or flat scores says nothing about order and adds nothing. No k, no fitted
@@ -3497,7 +3644,7 @@ COMMENT ON FUNCTION rcll.recall_candidates(text, rcll.recall_scope, vector, vect
 
 
 -- functions 160-recall.sql
--- Recall, all five phases from SQL: embed, four channels + fusion, cross-encoder rerank, token-budget cut.
+-- Recall, all five phases from SQL: embed, the channels fused by a z-score sum, cross-encoder rerank, token-budget cut.
 
 CREATE OR REPLACE FUNCTION rcll._recall_embedding(query text, query_embedding vector)
 RETURNS vector
@@ -3708,11 +3855,11 @@ DECLARE
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'plpython3u') THEN
         RAISE EXCEPTION 'plpython3u: this server has no plpython3u, so models cannot run inside it'
-            USING ERRCODE = '0A000',
+            USING ERRCODE = '0A000', COLUMN = 'plpython3u',
             HINT = 'Install the server''s plpython3 package (Debian: postgresql-plpython3-NN), or keep embedding and reranking in the client: pass query_embedding to rcll.recall_candidates (the rcll Python client does).';
     END IF;
     IF paths IS NULL OR cardinality(paths) = 0 THEN
-        RAISE EXCEPTION 'python_path: no directories given' USING ERRCODE = '22023',
+        RAISE EXCEPTION 'python_path: no directories given' USING ERRCODE = 'RC001', COLUMN = 'python_path',
             HINT = 'Pass the venv''s site-packages and the directory holding the rcll package, readable by the server''s OS user: SELECT rcll.enable_in_database_models(ARRAY[''/srv/rcll/.venv/lib/python3.11/site-packages'', ''/srv/rcll/python'']), or set rcll.python_path (colon-separated) with ALTER DATABASE ... SET.';
     END IF;
     EXECUTE 'CREATE EXTENSION IF NOT EXISTS plpython3u';
@@ -3841,7 +3988,7 @@ DECLARE
     display text := btrim(regexp_replace(ltrim(_resolve_entity.name, '@'), '\s+', ' ', 'g'));
 BEGIN
     IF key IS NULL THEN
-        RAISE EXCEPTION 'name: entity name is empty' USING ERRCODE = '22023',
+        RAISE EXCEPTION 'name: entity name is empty' USING ERRCODE = 'RC001', COLUMN = 'name',
             HINT = 'Drop entities without a name before resolving.';
     END IF;
     SELECT array_agg(DISTINCT k) INTO keys
@@ -3943,7 +4090,7 @@ COMMENT ON FUNCTION rcll._known_entities(integer, text) IS 'Internal: entities o
 -- Keyless entities: who said a chunk and which names it writes, linked at retain with no model.
 --
 -- Chunk mode has no extractor, yet recall needs to know *who* a unit is about: on LoCoMo almost
--- every question names a speaker (bench/locomo/RESEARCH.md, third round). A chunk is linked to
+-- every question names a speaker (research/locomo/RESEARCH.md, third round). A chunk is linked to
 -- (a) its speaker - a leading "Name:" of its text (after an optional "[date]"), else its author -
 -- and (b) every word it writes capitalised away from a sentence start (stop words and one-letter
 -- words excepted): names, places, titles. The links go into the same entities / entity_aliases /
@@ -4186,18 +4333,22 @@ DECLARE
     o rcll.memory_units%ROWTYPE;
     nw rcll.memory_units%ROWTYPE;
     t timestamptz;
+    missing text;
 BEGIN
     IF old_unit = new_unit THEN
-        RAISE EXCEPTION 'new_unit: a unit cannot supersede itself' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'new_unit: a unit cannot supersede itself' USING ERRCODE = 'RC001', COLUMN = 'new_unit',
+            HINT = 'Pass the newer unit as new_unit and the unit it replaces as old_unit.';
     END IF;
     SELECT * INTO nw FROM rcll.memory_units u WHERE u.unit_id = new_unit;
     SELECT * INTO o FROM rcll.memory_units u WHERE u.unit_id = old_unit FOR UPDATE;
     IF o.unit_id IS NULL OR nw.unit_id IS NULL THEN
-        RAISE EXCEPTION '%: no such unit', CASE WHEN o.unit_id IS NULL THEN 'old_unit' ELSE 'new_unit' END
-            USING ERRCODE = '42704', HINT = 'Pass unit ids of one bank (SELECT unit_id FROM rcll.memory_units).';
+        missing := CASE WHEN o.unit_id IS NULL THEN 'old_unit' ELSE 'new_unit' END;
+        RAISE EXCEPTION '%: no such unit', missing
+            USING ERRCODE = 'RC003', COLUMN = missing, HINT = 'Pass unit ids of one bank (SELECT unit_id FROM rcll.memory_units).';
     END IF;
     IF o.bank_id <> nw.bank_id THEN
-        RAISE EXCEPTION 'new_unit: units % and % are in different banks', old_unit, new_unit USING ERRCODE = '22023';
+        RAISE EXCEPTION 'new_unit: units % and % are in different banks', old_unit, new_unit USING ERRCODE = 'RC001', COLUMN = 'new_unit',
+            HINT = 'A unit is superseded only by a unit of its own bank.';
     END IF;
     IF o.superseded_by IS NOT NULL OR NOT upper_inf(o.valid) THEN
         RETURN false;                       -- already closed; the first replacement stands
@@ -4205,7 +4356,7 @@ BEGIN
     t := coalesce(at, lower(nw.valid), now());
     IF t <= lower(o.valid) THEN
         RAISE EXCEPTION 'at: % is not after the start of unit %''s validity (%)', t, old_unit, lower(o.valid)
-            USING ERRCODE = '22023', HINT = 'A unit can only be superseded by something that became true after it did.';
+            USING ERRCODE = 'RC001', COLUMN = 'at', HINT = 'A unit can only be superseded by something that became true after it did.';
     END IF;
     UPDATE rcll.memory_units u
     SET valid = tstzrange(lower(u.valid), t), superseded_by = new_unit, updated_at = now()
@@ -4237,7 +4388,7 @@ BEGIN
     RETURN (fact ->> key)::timestamptz;
 EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow THEN
     RAISE EXCEPTION 'facts: fact % has % = % which is not a timestamp', i, key, quote_literal(fact ->> key)
-        USING ERRCODE = '22007', HINT = 'Use ISO 8601 (2026-08-26T14:00:00Z) or null.';
+        USING ERRCODE = 'RC001', COLUMN = 'facts', HINT = 'Use ISO 8601 (2026-08-26T14:00:00Z) or null.';
 END
 $$;
 COMMENT ON FUNCTION rcll._fact_time(jsonb, text, integer) IS 'Internal: a timestamp field of an extracted fact (ISO 8601 or null), with an error naming the fact and field.';
@@ -4258,7 +4409,7 @@ DECLARE
     n integer;
 BEGIN
     IF calls IS NULL OR jsonb_typeof(calls) <> 'array' THEN
-        RAISE EXCEPTION 'llm_calls: must be a JSON array of calls' USING ERRCODE = '22023',
+        RAISE EXCEPTION 'llm_calls: must be a JSON array of calls' USING ERRCODE = 'RC001', COLUMN = 'llm_calls',
             HINT = 'Pass [{"purpose": "extract", "provider": ..., "model": ..., "input_tokens": n, "output_tokens": n, "outcome": "ok"}].';
     END IF;
     INSERT INTO rcll.llm_calls (bank_id, document_id, purpose, provider, model, input_tokens, output_tokens, outcome)
@@ -4340,26 +4491,28 @@ DECLARE
 BEGIN
     PERFORM rcll._check_document(b, content);
     IF facts IS NULL OR jsonb_typeof(facts) <> 'array' OR n = 0 THEN
-        RAISE EXCEPTION 'facts: must be a non-empty JSON array of facts' USING ERRCODE = '22023',
+        RAISE EXCEPTION 'facts: must be a non-empty JSON array of facts' USING ERRCODE = 'RC001', COLUMN = 'facts',
             HINT = 'An extraction with no facts is a failed extraction: store chunks (rcll.retain_extraction_failed) instead.';
     END IF;
     IF coalesce(array_length(embeddings, 1), 0) <> n THEN
         RAISE EXCEPTION 'embeddings: % embeddings for % facts', coalesce(array_length(embeddings, 1), 0), n
-            USING ERRCODE = '22023', HINT = 'Pass one embedding per fact, in the same order.';
+            USING ERRCODE = 'RC001', COLUMN = 'embeddings', HINT = 'Pass one embedding per fact, in the same order.';
     END IF;
     IF coalesce(array_length(aux_texts, 1), 0) <> coalesce(array_length(aux_embeddings, 1), 0) THEN
         RAISE EXCEPTION 'aux_embeddings: % embeddings for % aux_texts', coalesce(array_length(aux_embeddings, 1), 0),
-            coalesce(array_length(aux_texts, 1), 0) USING ERRCODE = '22023';
+            coalesce(array_length(aux_texts, 1), 0) USING ERRCODE = 'RC001', COLUMN = 'aux_embeddings',
+            HINT = 'Pass one embedding per aux_text, in the same order.';
     END IF;
     IF extraction NOT IN ('llm', 'offline') THEN
-        RAISE EXCEPTION 'extraction: % is not an extraction mode', quote_literal(extraction) USING ERRCODE = '22023',
+        RAISE EXCEPTION 'extraction: % is not an extraction mode', quote_literal(extraction) USING ERRCODE = 'RC001', COLUMN = 'extraction',
             HINT = 'Use llm or offline (chunk mode is rcll.retain_chunks).';
     END IF;
     FOR i IN 0 .. n - 1 LOOP
         f := facts -> i;
         IF jsonb_typeof(f) <> 'object' OR jsonb_typeof(f -> 'text') <> 'string'
            OR btrim(f ->> 'text', E' \t\r\n\f\v') = '' THEN
-            RAISE EXCEPTION 'facts: fact % is not an object with a non-empty text', i USING ERRCODE = '22023';
+            RAISE EXCEPTION 'facts: fact % is not an object with a non-empty text', i USING ERRCODE = 'RC001', COLUMN = 'facts',
+                HINT = 'Each fact is a JSON object with a non-empty "text" (see rcll.extract.schema).';
         END IF;
     END LOOP;
 
@@ -4648,10 +4801,12 @@ DECLARE
     room_by text;
 BEGIN
     IF text IS NULL OR btrim(text, E' \t\r\n\f\v') = '' THEN
-        RAISE EXCEPTION 'text: an observation needs text' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'text: an observation needs text' USING ERRCODE = 'RC001', COLUMN = 'text',
+            HINT = 'Pass the observation''s text: what the source units say together.';
     END IF;
     IF coalesce(array_length(sources, 1), 0) = 0 THEN
-        RAISE EXCEPTION 'sources: an observation needs at least one source unit' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'sources: an observation needs at least one source unit' USING ERRCODE = 'RC001', COLUMN = 'sources',
+            HINT = 'Pass the ids of the units it consolidates (rcll.consolidation_groups lists them).';
     END IF;
     -- lock the sources: two consolidators must not fold the same unit twice
     PERFORM 1 FROM rcll.memory_units u WHERE u.unit_id = ANY (sources) ORDER BY u.unit_id FOR UPDATE;
@@ -4670,7 +4825,7 @@ BEGIN
     FROM rcll.memory_units u WHERE u.unit_id = ANY (sources);
     IF s.n <> coalesce(array_length(sources, 1), 0) OR s.ok <> s.n THEN
         RAISE EXCEPTION 'sources: % of % units are pending units of bank %', s.ok, array_length(sources, 1), bank
-            USING ERRCODE = '22023', HINT = 'Consolidate only units listed by rcll.consolidation_groups (pending, same bank).';
+            USING ERRCODE = 'RC001', COLUMN = 'sources', HINT = 'Consolidate only units listed by rcll.consolidation_groups (pending, same bank).';
     END IF;
 
     -- the room: given, else the sources'' majority room, else the classifier, else general
@@ -4770,7 +4925,7 @@ BEGIN
     RETURN QUERY SELECT e.* FROM rcll.export_tables() e WHERE e.table_name = name;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'table_name: % is not an exported table', coalesce(quote_literal(name), 'NULL')
-            USING ERRCODE = '22023',
+            USING ERRCODE = 'RC001', COLUMN = 'table_name',
             HINT = 'Name one of SELECT table_name FROM rcll.export_tables().';
     END IF;
 END
@@ -4893,7 +5048,7 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     IF to_regclass('pg_temp.rcll_import_state') IS NULL THEN
-        RAISE EXCEPTION 'import_begin: no import in progress in this session' USING ERRCODE = '55000',
+        RAISE EXCEPTION 'import_begin: no import in progress in this session' USING ERRCODE = 'RC008', COLUMN = 'import_begin',
             HINT = 'Call rcll.import_begin(bank_row, on_conflict, max_ids) first, in the same transaction.';
     END IF;
     RETURN QUERY EXECUTE 'SELECT s.bank_id, s.bank_name, s.fresh, s.on_conflict FROM pg_temp.rcll_import_state s';
@@ -4944,7 +5099,7 @@ BEGIN
         GET DIAGNOSTICS n = ROW_COUNT;
     EXCEPTION WHEN unique_violation THEN
         RAISE EXCEPTION 'on_conflict: a % row of this import already exists (%)', table_name, SQLERRM
-            USING ERRCODE = '23505',
+            USING ERRCODE = 'RC004', COLUMN = 'on_conflict',
             HINT = 'Import into an empty database, or choose on_conflict => ''skip'' (keep existing rows) or ''replace'' (overwrite them).';
     END;
     FOREACH t IN ARRAY trg LOOP
@@ -4987,15 +5142,15 @@ DECLARE
 BEGIN
     IF on_conflict IS NULL OR on_conflict NOT IN ('error', 'skip', 'replace') THEN
         RAISE EXCEPTION 'on_conflict: % is not a conflict policy', coalesce(quote_literal(on_conflict), 'NULL')
-            USING ERRCODE = '22023',
+            USING ERRCODE = 'RC001', COLUMN = 'on_conflict',
             HINT = 'Use error (the default: refuse rows that already exist), skip (keep what is there) or replace (overwrite it).';
     END IF;
     IF bank_row IS NULL OR jsonb_typeof(bank_row) <> 'object' OR bname IS NULL THEN
-        RAISE EXCEPTION 'bank_row: must be the exported banks row (a JSON object with a name)' USING ERRCODE = '22023',
+        RAISE EXCEPTION 'bank_row: must be the exported banks row (a JSON object with a name)' USING ERRCODE = 'RC008', COLUMN = 'bank_row',
             HINT = 'Pass the one line of banks.jsonl from the export.';
     END IF;
     IF max_ids IS NULL OR jsonb_typeof(max_ids) <> 'object' THEN
-        RAISE EXCEPTION 'max_ids: must be a JSON object' USING ERRCODE = '22023',
+        RAISE EXCEPTION 'max_ids: must be a JSON object' USING ERRCODE = 'RC008', COLUMN = 'max_ids',
             HINT = 'Pass the manifest''s max_ids, or ''{}''.';
     END IF;
     -- A fresh slate for this session's import bookkeeping.
@@ -5013,7 +5168,7 @@ BEGIN
     fresh := b IS NULL;
     IF NOT fresh THEN
         IF on_conflict = 'error' THEN
-            RAISE EXCEPTION 'bank: bank "%" already exists in this database', bname USING ERRCODE = '23505',
+            RAISE EXCEPTION 'bank: bank "%" already exists in this database', bname USING ERRCODE = 'RC004', COLUMN = 'bank',
                 HINT = 'Import into an empty database, or choose on_conflict => ''skip'' (keep existing rows) or ''replace'' (overwrite them).';
         ELSIF on_conflict = 'replace' THEN
             UPDATE rcll.banks x SET description = r.description, text_search_config = r.text_search_config,
@@ -5055,10 +5210,11 @@ BEGIN
     SELECT * INTO st FROM rcll._import_state();
     SELECT e.* INTO t FROM rcll._export_table(table_name) e;
     IF table_name = 'banks' THEN
-        RAISE EXCEPTION 'table_name: the banks row is imported by rcll.import_begin' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'table_name: the banks row is imported by rcll.import_begin' USING ERRCODE = 'RC008', COLUMN = 'table_name',
+            HINT = 'Pass the banks row to rcll.import_begin, and every other table''s rows here.';
     END IF;
     IF rows IS NULL OR jsonb_typeof(rows) <> 'array' THEN
-        RAISE EXCEPTION 'rows: must be a JSON array of exported rows' USING ERRCODE = '22023',
+        RAISE EXCEPTION 'rows: must be a JSON array of exported rows' USING ERRCODE = 'RC008', COLUMN = 'rows',
             HINT = 'Pass lines of <table>.jsonl as one JSON array.';
     END IF;
     IF jsonb_array_length(rows) = 0 THEN
@@ -5167,7 +5323,7 @@ BEGIN
         INTO missing;
     IF missing > 0 THEN
         RAISE EXCEPTION 'memory_units: % unit(s) are superseded by units the import does not contain', missing
-            USING ERRCODE = '23503', HINT = 'Import every table of the export (memory_units.jsonl in full).';
+            USING ERRCODE = 'RC008', COLUMN = 'memory_units', HINT = 'Import every table of the export (memory_units.jsonl in full).';
     END IF;
     PERFORM rcll._import_execute('memory_units',
         'UPDATE rcll.memory_units u SET superseded_by = (rcll._import_ref(''memory_units'', to_jsonb(p.superseded_by)) #>> ''{}'')::bigint '
@@ -5339,11 +5495,12 @@ BEGIN
     -- The person is the server's word, like rcll.agent: only a member of rcll_identity_server (the
     -- RCLL server, which authenticated them) may name one. Agents stay refused by approve itself.
     IF who IS NOT NULL AND NOT rcll._identity_server() THEN
-        RAISE EXCEPTION 'person: only the RCLL server names the person deciding' USING ERRCODE = '42501',
+        RAISE EXCEPTION 'person: only the RCLL server names the person deciding' USING ERRCODE = 'RC006', COLUMN = 'person',
             HINT = 'Decide as yourself: leave person NULL (the audit then names your role).';
     END IF;
     IF approve IS NULL THEN
-        RAISE EXCEPTION 'approve: say true (approve) or false (reject)' USING ERRCODE = '22004';
+        RAISE EXCEPTION 'approve: say true (approve) or false (reject)' USING ERRCODE = 'RC001', COLUMN = 'approve',
+            HINT = 'Pass approve => true to merge the room, or false to reject the proposal.';
     ELSIF approve THEN
         n := rcll.approve_room_merge(bank, from_room);
     ELSE
@@ -5364,6 +5521,44 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION rcll.decide_room_merge(text, text, boolean, text, text) IS 'A person decides a pending room merge: approve (rcll.approve_room_merge; refused for agents) or reject (rcll.reject_room_merge with reason). person names who decided, for the audit log (a room_merge_decision row with actor person:<name>); only the RCLL server (a member of rcll_identity_server) may pass it. Returns the number of units moved (0 for a rejection).';
+
+
+-- functions 980-privileges.sql
+-- Who may execute what. Functions are executable by PUBLIC when created, which is harmless for a
+-- SECURITY INVOKER function (it runs with the caller's table privileges) but not for a SECURITY
+-- DEFINER one (it runs as the owner, past row-level security and every grant): this file runs
+-- after every CREATE OR REPLACE, on CREATE EXTENSION, extension updates and `rcll install` alike,
+-- and takes EXECUTE away from PUBLIC on every definer function of the schema - a new one is the
+-- owner's alone until a line below grants it - and on the administrator's verbs, whose writes
+-- the table privileges already refuse to anyone else. tests/test_roles.py holds the result.
+DO $$
+DECLARE
+    routine regprocedure;
+BEGIN
+    FOR routine IN
+        SELECT p.oid::regprocedure
+        FROM pg_catalog.pg_proc p
+        WHERE p.pronamespace = 'rcll'::regnamespace
+          AND (p.prosecdef
+               OR p.proname IN ('create_bank', 'grant_bank', 'revoke_bank', 'enable_bank_isolation',
+                                'disable_bank_isolation', '_bank_isolation', '_apply_bank_isolation',
+                                'enable_in_database_models', 'disable_in_database_models',
+                                'refresh_bank_stats', 'link_keyless_entities'))
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', routine);
+    END LOOP;
+END
+$$;
+
+-- The definer functions a role needs, and only those. Trigger functions (the lexical copies,
+-- room counts, the room janitor) need no grant: a trigger fires whoever writes the row.
+-- rcll.fold_room_counts() is upkeep, the owner's (rcll serve runs it as the owner).
+-- The resolved identity: every writer's author trigger, recall's `mine`, the CLI's login_agent.
+GRANT EXECUTE ON FUNCTION rcll.current_agent() TO rcll_reader, rcll_agent, rcll_identity_server;
+-- Bank isolation's policies call it as the querying role.
+GRANT EXECUTE ON FUNCTION rcll._visible_banks(name) TO rcll_reader, rcll_agent;
+-- retain_chunks links the chunks it wrote to their keyless entities.
+GRANT EXECUTE ON FUNCTION rcll._link_written_keyless_entities(integer, bigint[]) TO rcll_agent;
 
 
 -- functions 990-search-path.sql

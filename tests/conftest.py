@@ -25,6 +25,10 @@ import rcll
 from rcll import cluster, install
 from rcll.db import configure
 
+# Starlette's TestClient sends Host: testserver; the HTTP app answers only the hosts it is told
+# (rcll.http_guard), so the suite tells it this one. Tests of the Host rule set their own.
+os.environ.setdefault("RCLL_ALLOWED_HOSTS", "testserver")
+
 LEGS = [leg for leg in os.environ.get("RCLL_TEST_LEGS", "pg18,pg15").split(",") if leg]
 PORTS = {"pg18": 55418, "pg15": 55415}
 TEMPLATE = "rcll_template"

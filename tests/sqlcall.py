@@ -6,9 +6,12 @@ placeholders for the values); no test assembles SQL text from strings.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+import pytest
 from psycopg import sql
 from psycopg.rows import dict_row
 
@@ -39,3 +42,13 @@ def scalar(conn: psycopg.Connection[Any], function: str, **args: Any) -> Any:
     """The value a function returning one scalar gives back."""
     (value,) = call_one(conn, function, **args).values()
     return value
+
+
+@contextmanager
+def refused(code: str, field: str, match: str | None = None) -> Iterator[pytest.ExceptionInfo[psycopg.Error]]:
+    """Expect rcll's SQL to refuse: SQLSTATE `code` (RC001...), the field at fault in the error's
+    COLUMN slot, a HINT with the fix, and (optionally) words matching `match`."""
+    with pytest.raises(psycopg.Error, match=match) as e:
+        yield e
+    assert (e.value.sqlstate, e.value.diag.column_name) == (code, field), e.value
+    assert e.value.diag.message_hint, f"no HINT: {e.value}"

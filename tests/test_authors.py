@@ -67,7 +67,7 @@ def test_no_identity_means_no_author_and_one_warning(db: Db, bank: str) -> None:
 
 
 def test_mapped_role_writes_as_its_agent(db: Db, bank: str, login_role: MakeLoginRole) -> None:
-    role, role_dsn = login_role("SELECT", "INSERT")     # may write to rcll
+    role, role_dsn = login_role(member_of="rcll_agent")      # may write to rcll
     db.execute("INSERT INTO rcll.identities (role_name, agent) VALUES (%s, 'deployer')", (role,))
     with psycopg.connect(role_dsn, autocommit=True) as conn:
         configure(conn)
@@ -78,7 +78,7 @@ def test_mapped_role_writes_as_its_agent(db: Db, bank: str, login_role: MakeLogi
 
 
 def test_rcll_agent_is_honoured_only_for_the_identity_server(db: Db, bank: str, login_role: MakeLoginRole) -> None:
-    role, role_dsn = login_role("SELECT", "INSERT")     # may write to rcll
+    role, role_dsn = login_role(member_of="rcll_agent")      # may write to rcll
     with psycopg.connect(role_dsn, autocommit=True) as conn:
         configure(conn)
         conn.execute("SET rcll.agent = 'alice'")                     # a psql user forging the server's GUC
@@ -101,7 +101,32 @@ def test_consolidation_may_carry_author_tags_only_as_the_server(db: Db, bank: st
                        '{"via": "consolidate"}' FROM rcll.banks WHERE name = 'b' RETURNING tags"""
     db.execute("SET rcll.carry_tags = on")
     assert db.execute(insert).fetchone() == (["author:alice", "author:bob"],)
-    role, role_dsn = login_role("SELECT", "INSERT")     # may write to rcll
+    role, role_dsn = login_role(member_of="rcll_agent")      # may write to rcll
     with psycopg.connect(role_dsn, autocommit=True) as conn:
         conn.execute("SET rcll.carry_tags = on")
         assert conn.execute(insert).fetchone() == ([],)
+
+
+def test_a_self_declared_author_does_not_count_as_mine(db: Db, bank: str) -> None:
+    """Anyone may write author => 'alice'; only what the server resolved as alice is hers in a
+    recall's mine or authors filter - unless the caller opts in with include_self_declared."""
+    def unit(text: str, **kw: Any) -> int:
+        return int(call_one(db, "rcll.retain_chunks", bank="b", content=text, chunks=[text], embeddings=None, **kw)
+                   ["unit_ids"][0])
+
+    with db.transaction():
+        db.execute("SET LOCAL rcll.agent = 'alice'")
+        hers = unit("alice rolled back the deploy")
+    claimed = unit("alice approved the deploy", author="alice")          # self-declared by whoever wrote it
+
+    def found(scope: str) -> set[int]:
+        with db.transaction():
+            db.execute("SET LOCAL rcll.agent = 'alice'")
+            rows = db.execute(f"SELECT unit_id FROM rcll.recall_channels('deploy', rcll.recall_scope('b'{scope}))")
+            return {int(r[0]) for r in rows}
+
+    assert found("") == {hers, claimed}
+    assert found(", mine => true") == {hers}
+    assert found(", authors => '{alice}'") == {hers}
+    assert found(", mine => true, include_self_declared => true") == {hers, claimed}
+    assert found(", authors => '{alice}', include_self_declared => true") == {hers, claimed}

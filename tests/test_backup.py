@@ -298,29 +298,42 @@ def test_a_restore_does_not_duplicate_the_seeded_rules(leg: Leg, databases: tupl
 
 
 @pytest.mark.parametrize("use_extension", [True, False], ids=["extension", "rcll_install"])
-def test_bank_isolation_comes_back_with_the_restore(leg: Leg, databases: tuple[str, str], use_extension: bool) -> None:
-    """`rcll install`: row-level security and its policies are in the dump. CREATE EXTENSION:
-    pg_dump dumps neither for an extension's tables, so the restore needs
-    SELECT rcll.enable_bank_isolation() again (docs/backup.md) - the grants themselves are kept."""
+def test_isolation_survives_pg_dump_and_restore(leg: Leg, databases: tuple[str, str], use_extension: bool) -> None:
+    """A restored store is isolated again with no step by hand: an agent's login sees only the bank
+    granted to it, in plain and custom-format dumps. `rcll install`: row-level security and its
+    policies are in the dump. CREATE EXTENSION: pg_dump dumps neither for an extension's tables,
+    but it keeps rcll.bank_isolation_state's row, and restoring that row switches isolation on."""
     if use_extension:
         install_extension_files(leg)
     source, target = databases
     isolation = """SELECT c.relname, c.relrowsecurity, count(p.polname) FROM pg_class c
-                   LEFT JOIN pg_policy p ON p.polrelid = c.oid
+                   LEFT JOIN pg_policy p ON p.polrelid = c.oid AND p.polname = 'bank_isolation'
                    WHERE c.relnamespace = 'rcll'::regnamespace AND c.relkind = 'r' GROUP BY 1, 2 ORDER BY 1"""
+    role = f"rcll_t_restore_{source}"
     with psycopg.connect(leg.url(source), autocommit=True) as conn:
         install.install(conn, use_extension=use_extension)
         fill(conn)
-        covered = conn.execute("SELECT rcll.enable_bank_isolation()").fetchone()
-        rows, isolated = snapshot(conn), conn.execute(isolation).fetchall()
-    assert covered is not None and sum(1 for _, on, n in isolated if on and n == 1) == covered[0] > 10
-    restore_plain(leg, run(leg, "pg_dump", "-d", leg.url(source)), target)
-    with psycopg.connect(leg.url(target), autocommit=True) as conn:
-        assert snapshot(conn) == rows
-        if use_extension:
-            assert not any(on or n for _, on, n in conn.execute(isolation).fetchall())
-            conn.execute("SELECT rcll.enable_bank_isolation()")
-        assert conn.execute(isolation).fetchall() == isolated
+        conn.execute(f"CREATE ROLE {role} LOGIN IN ROLE rcll_agent")
+        try:
+            conn.execute("SELECT rcll.grant_bank(%s, 'ops')", (role,))
+            covered = conn.execute("SELECT rcll.enable_bank_isolation()").fetchone()
+            rows, isolated = snapshot(conn), conn.execute(isolation).fetchall()
+            assert covered is not None and sum(1 for _, on, n in isolated if on and n == 1) == covered[0] > 10
+            dump = run(leg, "pg_dump", "-d", leg.url(source))
+            restore_plain(leg, dump, target)
+            for db in (source, target):
+                with psycopg.connect(leg.url(db).replace("postgres@", f"{role}@", 1), autocommit=True) as agent:
+                    assert agent.execute("SELECT name FROM rcll.banks").fetchall() == [("ops",)]
+                    assert {r[0] for r in agent.execute("SELECT DISTINCT bank_id FROM rcll.memory_units")} == \
+                        {r[0] for r in conn.execute("SELECT rcll._bank_id('ops')")}
+            with psycopg.connect(leg.url(target), autocommit=True) as restored:
+                assert snapshot(restored) == rows
+                assert restored.execute(isolation).fetchall() == isolated
+        finally:
+            for db in (source, target):
+                with psycopg.connect(leg.url(db), autocommit=True) as c:
+                    c.execute(f"DROP OWNED BY {role}")
+            conn.execute(f"DROP ROLE {role}")
 
 
 def test_only_the_tables_owner_loads_rows_past_the_triggers(leg: Leg) -> None:
@@ -331,8 +344,7 @@ def test_only_the_tables_owner_loads_rows_past_the_triggers(leg: Leg) -> None:
             conn.execute("SELECT rcll.create_bank('b')")
             conn.execute("DROP ROLE IF EXISTS backup_test_writer")
             conn.execute("CREATE ROLE backup_test_writer LOGIN")
-            conn.execute("GRANT USAGE ON SCHEMA rcll TO backup_test_writer")
-            conn.execute("GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA rcll TO backup_test_writer")
+            conn.execute("GRANT rcll_agent TO backup_test_writer")
         url = leg.url(name).replace("postgres@", "backup_test_writer@", 1)
         with psycopg.connect(url, autocommit=True) as writer:
             writer.execute("SET row_security = off")

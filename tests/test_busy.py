@@ -45,7 +45,7 @@ def test_http_answers_503_with_retry_after_at_once_when_full(dsn: str, queue: Wo
             r = client.post("/recall", json={"bank": "b", "query": "how do we deploy?"})
             assert r.status_code == 503 and time.perf_counter() - started < 1.0
             assert int(r.headers["retry-after"]) >= 1
-            assert r.json()["field"] == "server" and "busy" in r.json()["error"]
+            assert (r.json()["code"], r.json()["field"]) == ("RC010", "server") and "busy" in r.json()["error"]
             # Writes have their own places: a full read side does not refuse them.
             assert client.post("/retain", json={"bank": "b", "content": "Canary first."}).status_code == 200
         with queue.admit(WRITE):
@@ -95,7 +95,7 @@ def test_http_recall_keeps_its_deadline_while_writes_hold_every_model_slot(dsn: 
                 t.join()
         assert r.status_code == 503 and 0.25 < took < 1.0, (r.status_code, took, r.text)
         assert int(r.headers["retry-after"]) >= 1
-        assert r.json()["field"] == "deadline_ms" and "busy" in r.json()["error"]
+        assert (r.json()["code"], r.json()["field"]) == ("RC010", "deadline_ms") and "busy" in r.json()["error"]
         body = client.post("/recall", json={"bank": "b", "query": "how do we deploy?", "deadline_ms": 60_000}).json()
         assert body["facts"] and body["timings_ms"]["queue"] >= 0 and body["elapsed_ms"] >= body["timings_ms"]["embed"]
     assert queue.snapshot().active == {READ: 0, WRITE: 0}
@@ -123,4 +123,5 @@ def test_mcp_refuses_with_a_clear_error_when_full(dsn: str, queue: WorkQueue) ->
     assert refused.is_error
     text = refused.content[0].text
     error = json.loads(text[text.index("{"):])
-    assert error["field"] == "server" and "busy" in error["error"] and "retry after" in error["hint"]
+    assert (error["code"], error["kind"], error["field"]) == ("RC010", "unavailable", "server")
+    assert "busy" in error["error"] and "retry after" in error["hint"]

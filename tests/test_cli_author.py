@@ -67,7 +67,7 @@ def test_the_configured_identity_is_the_author(fleet: str) -> None:
 
 
 def test_a_mapped_role_writes_as_its_agent_whatever_is_configured(fleet: str, login_role: MakeLoginRole) -> None:
-    role, role_dsn = login_role("SELECT", "INSERT", "UPDATE", "DELETE")
+    role, role_dsn = login_role(member_of="rcll_agent")
     with psycopg.connect(fleet, autocommit=True) as conn:
         conn.execute("INSERT INTO rcll.identities (role_name, agent) VALUES (%s, 'carol')", (role,))
     p = rcll(role_dsn, "retain", "--bank", "fleet", "Carol owns billing.", agent="mallory")
@@ -79,7 +79,7 @@ def test_a_mapped_role_writes_as_its_agent_whatever_is_configured(fleet: str, lo
 def test_an_unmapped_plain_role_writes_no_author_and_is_told_why(fleet: str, login_role: MakeLoginRole) -> None:
     # The database cannot tell a person's login from an account many agents share: absent rather
     # than wrong, and $RCLL_AGENT is not honoured for a role outside rcll_identity_server.
-    role, role_dsn = login_role("SELECT", "INSERT", "UPDATE", "DELETE")
+    role, role_dsn = login_role(member_of="rcll_agent")
     p = rcll(role_dsn, "retain", "--bank", "fleet", "Invoices go out on the first.", agent="mallory")
     ok(p)
     assert p.stderr.startswith("rcll: note: the database has no identity for this login")

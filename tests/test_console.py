@@ -29,7 +29,7 @@ from conftest import Leg, _leg
 from rcll.auth import TokenMap
 from rcll.defaults import CHANNELS
 from rcll.request import PARAMETERS
-from sqlcall import call, call_one
+from sqlcall import call, call_one, refused
 
 Db = psycopg.Connection[Any]
 
@@ -111,7 +111,7 @@ def test_state_keys_show_each_key_at_its_current_version(db: Db, bank: str) -> N
 
 @pytest.mark.parametrize("function", ["rcll.floor_plan", "rcll.units", "rcll.merge_proposals", "rcll.state_keys"])
 def test_an_unknown_bank_is_an_error_even_in_an_empty_database(db: Db, function: str) -> None:
-    with pytest.raises(psycopg.errors.UndefinedObject, match='unknown bank "nope"'):
+    with refused("RC002", "bank", 'unknown bank "nope"'):
         call(db, function, bank="nope")
 
 
@@ -119,7 +119,7 @@ def test_a_person_decides_a_merge_and_the_audit_names_them(db: Db, bank: str) ->
     retain(db, "the agent", room="agent")
     retain(db, "the orchestrator", room="orchestrator")
     db.execute("SELECT rcll.propose_room_merge('b', 'agent', 'orchestrator', 'same subject')")
-    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="cannot approve"), db.transaction():
+    with refused("RC006", "agent", "cannot approve"), db.transaction():
         db.execute("SELECT set_config('rcll.agent', 'bot', true)")
         db.execute("SELECT rcll.decide_room_merge('b', 'agent', true, person => 'alice')")
     moved = call_one(db, "rcll.decide_room_merge", bank=bank, from_room="agent", approve=True, person="alice")
@@ -139,7 +139,7 @@ def test_only_the_server_names_the_person_deciding(db: Db, bank: str) -> None:
     db.execute("DROP ROLE IF EXISTS console_t_plain; CREATE ROLE console_t_plain")
     db.execute("GRANT USAGE ON SCHEMA rcll TO console_t_plain; GRANT ALL ON ALL TABLES IN SCHEMA rcll TO console_t_plain")
     try:
-        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="person"), db.transaction():
+        with refused("RC006", "person", "person"), db.transaction():
             db.execute("SET LOCAL SESSION AUTHORIZATION console_t_plain")
             db.execute("SELECT rcll.decide_room_merge('b', 'agent', true, person => 'mallory')")
     finally:

@@ -12,6 +12,7 @@ import pytest
 
 from rcll import graphs
 from rcll.cli import main as cli
+from sqlcall import refused
 from test_channel_plans import _chunks, _nested_plans, _scans
 
 BIG, OTHER = 6000, 1500      # units in the bank that gets its own graph (big enough that HNSW beats reading the bank: test_channel_plans), and in one that stays global
@@ -195,13 +196,13 @@ def test_an_own_graph_built_with_other_parameters_is_rebuilt_beside_it(small_fle
 
 
 def test_the_plan_refuses_a_bad_min_units(db: psycopg.Connection[Any]) -> None:
-    with pytest.raises(psycopg.errors.InvalidParameterValue, match="min_units: must be a positive number"):
+    with refused("RC001", "min_units", "min_units: must be a positive number"):
         db.execute("SELECT * FROM rcll.dense_graph_plan(0)")
-    with pytest.raises(psycopg.errors.InvalidParameterValue, match="max_share: must be a fraction"):
+    with refused("RC001", "max_share", "max_share: must be a fraction"):
         db.execute("SELECT * FROM rcll.dense_graph_plan(10, max_share => 1.5)")
-    with pytest.raises(psycopg.errors.InvalidParameterValue, match="m: must be from 2 to 100"):
+    with refused("RC001", "m", "m: must be from 2 to 100"):
         db.execute("SELECT * FROM rcll.dense_graph_plan(m => 1)")
-    with pytest.raises(psycopg.errors.InvalidParameterValue, match=r"ef_construction: must be from 2 x m \(64\)"):
+    with refused("RC001", "ef_construction", r"ef_construction: must be from 2 x m \(64\)"):
         db.execute("SELECT * FROM rcll.dense_graph_plan(m => 32, ef_construction => 40)")
     assert graphs.plan(db) == []                       # an empty store: one global graph, nothing to do
 

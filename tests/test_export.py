@@ -18,6 +18,7 @@ from rcll.errors import RcllError
 from rcll.export import export_bank, import_bank, read_manifest, validate_pam
 from rcll.recall import Direct, candidates, recall
 from rcll.request import RecallRequest as R
+from sqlcall import refused
 from test_recall_seed import BANK, seed
 
 
@@ -167,7 +168,7 @@ def test_psql_can_export_a_table(db: psycopg.Connection[Any]) -> None:
     _rich(db)
     rows = db.execute("SELECT rcll.export_rows('b', 'rooms')").fetchall()
     assert rows and all("bank_id" not in r[0] for r in rows)
-    with pytest.raises(psycopg.errors.InvalidParameterValue, match="table_name"):
+    with refused("RC001", "table_name", "is not an exported table"):
         db.execute("SELECT rcll.export_rows('b', 'pg_authid')")
 
 

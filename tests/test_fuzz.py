@@ -1,9 +1,9 @@
 """Bounded fuzzing: the HTTP API from its OpenAPI document, the MCP tools with generated arguments.
-No 500s, no crashes, every rejection names the field (bench/fuzz_*.py run the long versions)."""
+No 500s, no crashes, every rejection names the field (tests/harness/fuzz_*.py run the long versions)."""
 
 from __future__ import annotations
 
-from bench import fuzz_http, fuzz_mcp
+from harness import fuzz_http, fuzz_mcp
 
 
 def test_http_api_survives_schema_fuzzing(dsn: str) -> None:

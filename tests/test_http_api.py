@@ -14,6 +14,7 @@ from rcll.http import create_app
 
 ALICE = "alice-token-" + "x" * 20
 BOB = "bob-token-" + "y" * 20
+NDJSON = {"Content-Type": "application/x-ndjson"}
 
 
 @pytest.fixture
@@ -50,10 +51,11 @@ def test_every_verb_works_and_the_token_is_the_author(client: TestClient) -> Non
     assert r.json()["version"] == 1
     r = client.put("/state", json={"bank": "b", "room": "deployment", "key": "k", "value": [2], "expected_version": 0},
                    headers=h(ALICE))
-    assert r.status_code == 409 and r.json()["field"] == "expected_version"
+    assert (r.status_code, r.json()["code"], r.json()["field"]) == (409, "RC005", "expected_version")
     st = client.get("/state", params={"bank": "b", "room": "deployment", "key": "k"}, headers=h(ALICE)).json()
     assert st["value"] == [1] and st["provenance"]["who"] == "alice"
-    assert client.get("/health").json()["status"] == "ok"
+    assert client.get("/health", headers=h(ALICE)).json()["status"] == "ok"
+    assert client.get("/health").json() == {"status": "alive"}      # no token: no versions, no upkeep state
 
 
 def test_export_then_import_over_http(client: TestClient, dsn: str) -> None:
@@ -62,32 +64,39 @@ def test_export_then_import_over_http(client: TestClient, dsn: str) -> None:
     lines = body.splitlines()
     assert json.loads(lines[0])["format"] == "rcll-export-stream"
     assert any(json.loads(x)["table"] == "memory_units" for x in lines[1:])
-    r = client.post("/import", content=body, headers=h(ALICE))
-    assert r.status_code == 409 and r.json()["field"] == "bank"
-    r = client.post("/import", params={"on_conflict": "skip"}, content=body, headers=h(ALICE))
+    r = client.post("/import", content=body, headers=h(ALICE) | NDJSON)
+    assert (r.status_code, r.json()["code"], r.json()["field"]) == (409, "RC004", "bank")
+    r = client.post("/import", params={"on_conflict": "skip"}, content=body, headers=h(ALICE) | NDJSON)
     assert r.status_code == 200, r.text
     again = client.get("/export", params={"bank": "b"}, headers=h(ALICE)).content
     assert again.count(b'"table":"memory_units"') == body.count(b'"table":"memory_units"')
 
 
 def test_rejections_name_the_field(client: TestClient) -> None:
-    assert client.post("/recall", json={"bank": "b", "query": "x"}).json()["field"] == "authorization"
-    assert client.post("/recall", json={"bank": "b", "query": "x"}, headers=h("nope" * 5)).status_code == 401
+    r = client.post("/recall", json={"bank": "b", "query": "x"})
+    assert (r.status_code, r.json()["code"], r.json()["field"]) == (401, "RC009", "authorization")
+    r = client.post("/recall", json={"bank": "b", "query": "x"}, headers=h("nope" * 5))
+    assert (r.status_code, r.json()["code"], r.json()["field"]) == (401, "RC009", "authorization")
     cases = [
-        ("post", "/recall", {"json": {"bank": "nope", "query": "x"}}, 404, "bank"),
-        ("post", "/recall", {"json": {"bank": "b", "query": ""}}, 422, "query"),
-        ("post", "/retain", {"json": {"bank": "b", "content": "a\u0000b"}}, 400, "content"),
-        ("post", "/retain", {"json": {"bank": "b", "content": "ok", "layer": "L9"}}, 422, "layer"),
-        ("get", "/tags", {"params": {}}, 422, "bank"),
-        ("get", "/state", {"params": {"bank": "b", "room": "r", "key": "missing"}}, 400, "key"),
-        ("post", "/import", {"content": b"not json"}, 400, "body"),
+        ("post", "/recall", {"json": {"bank": "nope", "query": "x"}}, 404, "RC002", "bank"),
+        ("post", "/recall", {"json": {"bank": "b", "query": ""}}, 422, "RC001", "query"),
+        ("post", "/retain", {"json": {"bank": "b", "content": "a\u0000b"}}, 422, "RC001", "content"),
+        ("post", "/retain", {"json": {"bank": "b", "content": "ok", "layer": "L9"}}, 422, "RC001", "layer"),
+        ("get", "/tags", {"params": {}}, 422, "RC001", "bank"),
+        ("get", "/state", {"params": {"bank": "b", "room": "r", "key": "missing"}}, 404, "RC003", "key"),
+        ("post", "/import", {"content": b"not json", "headers": h(ALICE) | NDJSON}, 422, "RC008", "body"),
     ]
-    for method, path, kw, status, field in cases:
-        r = getattr(client, method)(path, headers=h(ALICE), **kw)
-        assert (r.status_code, r.json()["field"]) == (status, field), (path, r.text)
+    for method, path, kw, status, code, field in cases:
+        r = getattr(client, method)(path, **({"headers": h(ALICE)} | kw))
+        assert (r.status_code, r.json()["code"], r.json()["field"]) == (status, code, field), (path, r.text)
+        assert r.json()["error"] and r.json()["hint"], (path, r.text)
 
 
 def test_openapi_documents_every_verb(client: TestClient) -> None:
     paths = client.get("/openapi.json").json()["paths"]
     for p in ("/retain", "/recall", "/rooms", "/tags", "/stats", "/state", "/export", "/import", "/health"):
         assert p in paths
+    # Each error status documents the codes that answer with it (rcll.errors.CODES).
+    responses = paths["/recall"]["post"]["responses"]
+    assert "RC002" in responses["404"]["description"] and "RC005" in responses["409"]["description"]
+    assert "RC001" in responses["422"]["description"] and "RC010" in responses["503"]["description"]

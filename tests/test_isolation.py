@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 from conftest import LoginRole, MakeLoginRole
+from sqlcall import refused
 
 Db = psycopg.Connection[Any]
 
@@ -17,7 +18,7 @@ Db = psycopg.Connection[Any]
 def agent_role(db: Db, login_role: MakeLoginRole) -> Iterator[LoginRole]:
     """A login role that may read and write every rcll table; bank isolation is off again after."""
     try:
-        yield login_role("SELECT", "INSERT", "UPDATE", "DELETE")
+        yield login_role("SELECT", "INSERT", "UPDATE", "DELETE", member_of="rcll_agent")
     finally:
         db.execute("SELECT rcll.disable_bank_isolation()")
 
@@ -39,7 +40,7 @@ def test_bank_isolation_limits_a_role_to_its_banks(db: Db, agent_role: LoginRole
         assert conn.execute("SELECT name FROM rcll.banks").fetchall() == [("mine",)]
         assert conn.execute("SELECT text FROM rcll.memory_units").fetchall() == [("mine deploys",)]
         assert [r[0] for r in conn.execute("SELECT name FROM rcll.rooms('mine') WHERE fact_count > 0")] == ["deployment"]
-        with pytest.raises(psycopg.errors.UndefinedObject):            # another bank does not exist for it
+        with refused("RC002", "bank", 'unknown bank "theirs"'):      # another bank does not exist for it
             conn.execute("SELECT * FROM rcll.rooms('theirs')")
         with pytest.raises(psycopg.errors.InsufficientPrivilege):     # nor can it write there
             conn.execute("""INSERT INTO rcll.memory_units (bank_id, text, provenance)

@@ -19,7 +19,7 @@ import pytest
 
 from conftest import MakeLoginRole
 from rcll.auth import TokenMap
-from rcll.errors import RcllError
+from rcll.errors import Code, RcllError
 from rcll.mcp_server import READ_TOOLS, WRITE_TOOLS, build_server, http_app
 from rcll.memory import Memory
 
@@ -35,7 +35,7 @@ def payload(result: Any) -> Any:
 
 
 def tool_error(result: Any) -> dict[str, Any]:
-    """The {field, error, hint} of a failed tool call (the SDK prefixes "Error executing tool X: ")."""
+    """The {code, kind, field, error, hint} of a failed tool call (the SDK prefixes "Error executing tool X: ")."""
     text = result.content[0].text
     return dict(json.loads(text[text.index("{"):]))
 
@@ -150,7 +150,7 @@ def test_read_only_serves_reads_and_the_database_refuses_writes(dsn: str, login_
     try:
         with pytest.raises(RcllError) as e:
             build_server(svc, write_tools=True)
-        assert e.value.field == "write_tools"
+        assert (e.value.code, e.value.field) == (Code.NOT_PERMITTED, "write_tools")
         server = build_server(svc)
 
         async def go() -> tuple[set[str], Any, Any]:
@@ -170,7 +170,7 @@ def test_read_only_serves_reads_and_the_database_refuses_writes(dsn: str, login_
                          "embeddings => NULL)")
         with pytest.raises(RcllError) as e:
             svc.retain("sneaky", bank="b")
-        assert e.value.field == "read_only"
+        assert (e.value.code, e.value.field) == (Code.NOT_PERMITTED, "read_only")
     finally:
         svc.close()
 
@@ -191,8 +191,12 @@ def test_tool_errors_name_the_field(dsn: str) -> None:
                         await client.call_tool("memory_state_put", {"bank": "b", "room": "r", "key": "k",
                                                                     "value": 1, "expected_version": 5})]
 
-        for r, field in zip(anyio.run(go), ["bank", "content", "expected_version"]):
+        expected = [("RC002", "unknown_bank", "bank"), ("RC001", "invalid_input", "content"),
+                    ("RC005", "version_conflict", "expected_version")]
+        for r, (code, kind, field) in zip(anyio.run(go), expected, strict=True):
             assert r.is_error
-            assert tool_error(r)["field"] == field
+            error = tool_error(r)
+            assert (error["code"], error["kind"], error["field"]) == (code, kind, field), error
+            assert error["error"] and error["hint"], error
     finally:
         svc.close()

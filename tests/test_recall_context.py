@@ -96,7 +96,7 @@ def test_context_channel_is_filtered_like_every_channel(db: psycopg.Connection[A
 def test_candidates_carry_context_and_rank_context(db: psycopg.Connection[Any]) -> None:
     ids = seed(db)
     qe = models.get_embedder().embed_query(QUERY)
-    # The context channel is out of the fusion by default (RESEARCH.md, third round); the context
+    # The context channel is out of the fusion by default (research/locomo/RESEARCH.md, third round); the context
     # view (the chunk before) is always there for the cross-encoder.
     facts = {f.unit_id: f for f in candidates(db, R(query=QUERY, bank=BANK, weights={"context": 1.0}), query_embedding=qe)}
     assert facts[ids[1]].context == CONVERSATION[0]

@@ -1,4 +1,4 @@
-"""The first stage's who/where channels and their z-score fusion (bench/locomo/RESEARCH.md, third
+"""The first stage's who/where channels and their z-score fusion (research/locomo/RESEARCH.md, third
 round): keyless entity links at retain, the entity channel, the session channel, and the fused score."""
 
 from __future__ import annotations
@@ -161,14 +161,14 @@ def test_one_bm25_scan_serves_both_channels_exactly_as_each_alone(bank: psycopg.
     for authors, limit in ((None, 300), (["mel"], 300), (None, 2)):
         args = {"q": "charity race", "bank": BANK, "authors": authors, "qe": qe, "limit": limit}
         both = bank.execute("""SELECT channel, unit_id, score, rank FROM rcll._bm25_channels(
-                                   %(q)s, rcll.recall_scope(%(bank)s, authors => %(authors)s), %(qe)s::vector,
+                                   %(q)s, rcll.recall_scope(%(bank)s, authors => %(authors)s, include_self_declared => true), %(qe)s::vector,
                                    %(limit)s) ORDER BY channel, rank""", args).fetchall()
         alone = [("lexical", *r) for r in bank.execute(
                      """SELECT unit_id, score, rank FROM rcll.channel_lexical(%(q)s,
-                            rcll.recall_scope(%(bank)s, authors => %(authors)s), %(limit)s)""", args).fetchall()]
+                            rcll.recall_scope(%(bank)s, authors => %(authors)s, include_self_declared => true), %(limit)s)""", args).fetchall()]
         alone += [("session", *r) for r in bank.execute(
                       """SELECT unit_id, score, rank FROM rcll.channel_session(%(q)s,
-                             rcll.recall_scope(%(bank)s, authors => %(authors)s), %(qe)s::vector, %(limit)s)""",
+                             rcll.recall_scope(%(bank)s, authors => %(authors)s, include_self_declared => true), %(qe)s::vector, %(limit)s)""",
                       args).fetchall()]
         assert both == alone and any(c == "lexical" for c, *_ in both) and any(c == "session" for c, *_ in both)
         assert len([r for r in both if r[0] == "session"]) <= limit

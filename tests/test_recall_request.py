@@ -31,7 +31,7 @@ TOKEN = "alice-token-" + "x" * 20
 EVERY: dict[str, Any] = {
     "query": "how do we deploy?", "bank": "b", "rooms": ["deployment"], "authors": ["alice"], "mine": True,
     "include_unattributed": True, "halls": ["world"], "layers": ["L2"], "tags_any": ["ops"], "tags_all": ["ops"],
-    "thread": "t1", "as_of": "2024-06-01T00:00:00+00:00", "time_from": "2024-01-01T00:00:00+00:00",
+    "thread": "t1", "as_of": "2024-06-01T00:00:00+00:00", "include_self_declared": True, "time_from": "2024-01-01T00:00:00+00:00",
     "time_to": "2024-12-31T00:00:00+00:00", "reference_time": "2024-06-15T00:00:00+00:00",
     "weights": {"context": 0.5, "graph": 0.0}, "channel_limit": 50, "limit": 20, "rerank_depth": 5,
     "context_depth": 2, "budget": 1000, "deadline_ms": 60000,
@@ -81,7 +81,7 @@ def test_the_channel_weights_default_as_in_sql(db: psycopg.Connection[Any]) -> N
 
 @pytest.mark.parametrize(("field", "value"), [
     ("query", ""), ("query", "x" * 4001), ("bank", ""), ("rooms", "a" * 600), ("rooms", [""]), ("authors", 3),
-    ("mine", "yes"), ("include_unattributed", 1), ("halls", ["\x00"]), ("layers", [None]), ("tags_any", {}),
+    ("mine", "yes"), ("include_unattributed", 1), ("include_self_declared", "no"), ("halls", ["\x00"]), ("layers", [None]), ("tags_any", {}),
     ("tags_all", ["a"] * 300), ("thread", "\ud800"), ("as_of", "tomorrow"), ("time_from", "2024-13-01"),
     ("time_to", 20240101), ("reference_time", "noon"), ("weights", [1.0]), ("weights.dense", -1),
     ("weights.sparse", 1.0), ("weights.graph", float("nan")), ("channel_limit", 0), ("limit", 10_001),

@@ -50,15 +50,20 @@ def seed(conn: psycopg.Connection[Any]) -> dict[str, int]:
     conn.execute("SELECT rcll.create_bank(%s)", (BANK,))
     ids: dict[str, int] = {}
     for u, v in zip(UNITS, vectors, strict=True):
-        row = conn.execute(
-            """SELECT unit_ids[1] FROM rcll.retain_chunks(
-                   bank => %(bank)s, content => %(text)s, chunks => ARRAY[%(text)s], embeddings => ARRAY[%(v)s::vector],
-                   room => %(room)s, author => %(author)s, hall => %(hall)s, tags => %(tags)s,
-                   thread => %(thread)s, occurred_at => %(when)s::timestamptz)""",
-            {"bank": BANK, "text": u.text, "v": v, "room": u.room, "author": u.author, "hall": u.hall,
-             "tags": list(u.tags), "thread": u.thread, "when": u.when}).fetchone()
-        assert row is not None
-        ids[u.key] = int(row[0])
+        # Each unit written as its author, resolved by the server (the seeding role is a superuser,
+        # a member of rcll_identity_server), so author filters match it as they would in use.
+        with conn.transaction():
+            conn.execute("SELECT set_config('rcll.agent', coalesce(%s, ''), true)", (u.author,))
+            row = conn.execute(
+                """SELECT unit_ids[1] FROM rcll.retain_chunks(
+                       bank => %(bank)s, content => %(text)s, chunks => ARRAY[%(text)s], embeddings => ARRAY[%(v)s::vector],
+                       room => %(room)s, author => %(author)s, hall => %(hall)s, tags => %(tags)s,
+                       thread => %(thread)s, occurred_at => %(when)s::timestamptz)""",
+                {"bank": BANK, "text": u.text, "v": v, "room": u.room, "author": u.author, "hall": u.hall,
+                 "tags": list(u.tags), "thread": u.thread, "when": u.when}).fetchone()
+            assert row is not None
+            ids[u.key] = int(row[0])
+            conn.execute("SELECT set_config('rcll.agent', '', true)")   # an outer transaction goes on as before
     graph = {"Carol": ["carol", "caroline"], "Helm": ["helm"], "Kubernetes": ["kubernetes", "k8s"],
              "Berlin": ["berlin"]}
     ent: dict[str, int] = {}

@@ -15,6 +15,7 @@ from rcll import Memory, models
 from rcll.db import configure
 from rcll.recall import MAIN_CHANNELS, SIDE_CHANNELS, candidates
 from rcll.request import RecallRequest as R
+from sqlcall import refused
 from test_recall_seed import seed
 
 Q = "how do we deploy with helm and roll back, and what did Carol do last week"
@@ -67,11 +68,11 @@ def test_recall_channels_runs_only_the_channels_it_is_asked_for(db: psycopg.Conn
 
 def test_a_misspelt_channel_is_an_error_naming_the_field(db: psycopg.Connection[Any]) -> None:
     seed(db)
-    with pytest.raises(psycopg.errors.InvalidParameterValue) as e:
+    with refused("RC001", "channels") as e:
         db.execute("SELECT * FROM rcll.recall_channels('helm', rcll.recall_scope('b'), channels => '{lexcal}')")
     assert e.value.diag.message_primary == 'channels: "lexcal" is not a recall channel'
     assert "lexical" in (e.value.diag.message_hint or "")
-    with pytest.raises(psycopg.errors.InvalidParameterValue, match='channels: "lexcal"'):
+    with refused("RC001", "channels", 'channels: "lexcal"'):
         db.execute("""SELECT * FROM rcll.fuse_candidates(rcll.recall_scope('b'), channels => '{lexcal}',
                           unit_ids => '{1}', scores => '{1.0}', ranks => '{1}')""")
 

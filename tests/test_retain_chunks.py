@@ -10,9 +10,10 @@ import psycopg
 import pytest
 
 from rcll.chunking import chunk_text
-from rcll.errors import RcllError
+from rcll.errors import Code, RcllError
 from rcll.retain import Document, retain, retain_many
 from rcll.validate import decode_text
+from sqlcall import refused
 
 
 @pytest.fixture
@@ -75,19 +76,19 @@ def test_invalid_utf8_names_the_byte() -> None:
 def test_unknown_bank_says_how_to_create_it(db: psycopg.Connection[Any]) -> None:
     with pytest.raises(RcllError) as e:
         retain(db, "nobank", Document(content="hello"))
-    assert e.value.field == "bank" and "unknown bank" in e.value.message
+    assert (e.value.code, e.value.field, e.value.message) == (Code.UNKNOWN_BANK, "bank", 'unknown bank "nobank"')
     assert e.value.hint is not None and "create_bank" in e.value.hint
     assert counts(db) == (0, 0)
 
 
 def test_sql_refuses_empty_and_oversized_documents(db: psycopg.Connection[Any], bank: str) -> None:
-    with pytest.raises(psycopg.errors.InvalidParameterValue, match="content: empty"):
+    with refused("RC001", "content", "content: empty"):
         db.execute("SELECT * FROM rcll.retain_chunks(bank => 'b', content => ' ', chunks => '{x}', embeddings => NULL)")
     db.execute("SET rcll.max_document_bytes = 10")
-    with pytest.raises(psycopg.errors.ProgramLimitExceeded, match="content: 11 bytes is over the limit of 10"):
+    with refused("RC001", "content", "content: 11 bytes is over the limit of 10"):
         db.execute("SELECT * FROM rcll.retain_chunks(bank => 'b', content => 'hello world', chunks => '{x}',"
                    " embeddings => NULL)")
-    with pytest.raises(psycopg.errors.InvalidParameterValue, match="embeddings: 0 embeddings for 1 chunks"):
+    with refused("RC001", "embeddings", "embeddings: 0 embeddings for 1 chunks"):
         db.execute("SELECT * FROM rcll.retain_chunks(bank => 'b', content => 'hello', chunks => '{x}',"
                    " embeddings => '{}')")
     assert counts(db) == (0, 0)

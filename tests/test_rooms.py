@@ -7,7 +7,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from sqlcall import call_one
+from sqlcall import call_one, refused
 
 Db = psycopg.Connection[Any]
 
@@ -169,12 +169,12 @@ def test_semantic_merge_needs_approval(db: Db, bank: str) -> None:
     assert a not in [u for u, _ in recall_rooms(db, "planner agent retries tool calls", ["orchestrator"])]
     # An agent cannot approve (here: the server set rcll.agent for this session).
     db.execute("SET rcll.agent = 'planner'")
-    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+    with refused("RC006", "agent", 'agent "planner" cannot approve'):
         db.execute("SELECT rcll.approve_room_merge('b', 'agent')")
     db.execute("RESET rcll.agent")
     db.execute("SELECT rcll.reject_room_merge('b', 'agent', 'they are different jobs')")
     assert rooms(db)["agent"]["status"] == "live" and unit(db, a)["room"] == "agent"
-    with pytest.raises(psycopg.errors.UndefinedObject):
+    with refused("RC003", "from_room", "no pending merge proposal"):
         db.execute("SELECT rcll.approve_room_merge('b', 'agent')")
     db.execute("SELECT rcll.propose_room_merge('b', 'agent', 'orchestrator', 'yes, same subject')")
     assert db.execute("SELECT rcll.approve_room_merge('b', 'agent')").fetchone() == (1,)
@@ -194,17 +194,17 @@ def test_move_is_reversible(db: Db, bank: str) -> None:
     assert db.execute("SELECT rcll.undo_move('b', %s)", (move,)).fetchone() == (3,)
     assert [unit(db, i)["room"] for i in ids] == ["deployment", "ui", "deployment"]
     counts_match(db)
-    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
+    with refused("RC004", "move_id", "already undone"):
         db.execute("SELECT rcll.undo_move('b', %s)", (move,))
     # A unit moved again after a move blocks undoing the earlier one.
     m1 = db.execute("SELECT rcll.move_units('b', %s, 'api', 'r1')", (ids[:1],)).fetchone()[0]  # type: ignore[index]
     m2 = db.execute("SELECT rcll.move_units('b', %s, 'schema', 'r2')", (ids[:1],)).fetchone()[0]  # type: ignore[index]
-    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
+    with refused("RC004", "move_id", "moved again"):
         db.execute("SELECT rcll.undo_move('b', %s)", (m1,))
     db.execute("SELECT rcll.undo_move('b', %s)", (m2,))
     db.execute("SELECT rcll.undo_move('b', %s)", (m1,))
     assert unit(db, ids[0])["room"] == "deployment"
-    with pytest.raises(psycopg.errors.UndefinedObject):
+    with refused("RC003", "unit_ids", 'not in bank "b"'):
         db.execute("SELECT rcll.move_units('b', ARRAY[999999]::bigint[], 'ui', 'nope')")
 
 

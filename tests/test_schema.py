@@ -10,6 +10,7 @@ import psycopg
 from conftest import Leg
 from rcll import install
 from rcll.db import configure
+from rcll.errors import Code
 from rcll.sqlsource import extension_dir
 
 
@@ -89,6 +90,18 @@ SELECT kind, name, detail FROM (
     FROM pg_type t WHERE t.typnamespace = 'rcll'::regnamespace AND t.typrelid = 0 AND t.typelem = 0
     UNION ALL
     SELECT 'row', 'migrations', string_agg(name || '=' || sha256, ',' ORDER BY name) FROM rcll.migrations
+    UNION ALL
+    SELECT 'privileges', c.relname, c.relrowsecurity || ' ' || coalesce((SELECT string_agg(a::text, ',' ORDER BY a::text)
+                                                                      FROM unnest(c.relacl) a), '')
+    FROM pg_class c WHERE c.relnamespace = 'rcll'::regnamespace
+    UNION ALL
+    SELECT 'privileges', p.oid::regprocedure::text, coalesce((SELECT string_agg(a::text, ',' ORDER BY a::text)
+                                                              FROM unnest(p.proacl) a), '')
+    FROM pg_proc p WHERE p.pronamespace = 'rcll'::regnamespace
+    UNION ALL
+    SELECT 'policy', p.polrelid::regclass::text || '.' || p.polname,
+           p.polcmd::text || ' ' || coalesce(pg_get_expr(p.polqual, p.polrelid), '') || ' ' || coalesce(pg_get_expr(p.polwithcheck, p.polrelid), '')
+    FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid WHERE c.relnamespace = 'rcll'::regnamespace
 ) catalog ORDER BY kind, name
 """
 
@@ -121,6 +134,6 @@ def test_reinstall_is_idempotent_and_refuses_edited_migrations(db: psycopg.Conne
     try:
         install.install(db)
     except install.InstallError as e:
-        assert "changed after it was applied" in str(e)
+        assert (e.code, e.field) == (Code.UNAVAILABLE, "migrations") and "changed after it was applied" in e.message
     else:
         raise AssertionError("an edited migration was accepted")

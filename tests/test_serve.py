@@ -68,8 +68,8 @@ def test_retain_then_recall_returns_the_text(server: str) -> None:
 
 def test_bad_retain_names_the_field(server: str) -> None:
     r = httpx.post(f"{server}/retain", json={"bank": "default", "content": "   "}, timeout=30)
-    assert r.status_code == 400 and r.json()["field"] == "content"
+    assert (r.status_code, r.json()["code"], r.json()["field"]) == (422, "RC001", "content")
     r = httpx.post(f"{server}/retain", json={"bank": "nope", "content": "hello"}, timeout=30)
-    assert r.status_code == 404 and r.json()["field"] == "bank"
+    assert (r.status_code, r.json()["code"], r.json()["field"]) == (404, "RC002", "bank")
     r = httpx.post(f"{server}/retain", json={"bank": "default"}, timeout=30)
-    assert r.status_code == 422 and r.json()["field"] == "content"
+    assert (r.status_code, r.json()["code"], r.json()["field"]) == (422, "RC001", "content")

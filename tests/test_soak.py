@@ -1,11 +1,12 @@
-"""The short soak (bench/soak.py --short): load over HTTP, kill -9 of PostgreSQL and of the server, and
+"""The short soak (tests/harness/soak.py --short): load over HTTP, kill -9 of PostgreSQL and of the server, and
 the audit holds - every acknowledged write stored whole, once, registry counts exact, no HTTP 500.
 The rates and latencies it prints depend on the machine and are not asserted here."""
 
 from __future__ import annotations
 
 import pytest
-from bench import soak
+
+from harness import soak
 
 
 @pytest.mark.slow

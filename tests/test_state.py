@@ -10,7 +10,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from rcll.db import configure
-from sqlcall import scalar
+from sqlcall import refused, scalar
 
 Db = psycopg.Connection[Any]
 
@@ -56,10 +56,10 @@ def test_unknown_state_key_is_not_nearest(db: Db, bank: str) -> None:
 def test_stale_put_fails_cleanly_naming_both_versions(db: Db, bank: str) -> None:
     put(db, "r", "k", 1, 0)
     put(db, "r", "k", 2, 1)
-    with pytest.raises(psycopg.errors.SerializationFailure) as e:
+    with refused("RC005", "expected_version") as e:
         put(db, "r", "k", 3, 1)
     assert "expected version 1, current version is 2" in str(e.value)
-    with pytest.raises(psycopg.errors.SerializationFailure):
+    with refused("RC005", "expected_version", "expected version 0, current version is 2"):
         put(db, "r", "k", 3, None)                  # "no state yet" is stale too
     assert get(db, "r", "k") == (2, 2)
 
@@ -85,7 +85,8 @@ def test_concurrent_puts_with_one_version_one_wins(db: Db, bank: str, dsn: str) 
         assert t.is_alive(), "the second put should wait for the first"
         a.commit()
         t.join(10)
-    assert len(errors) == 1 and isinstance(errors[0], psycopg.errors.SerializationFailure)
+    assert len(errors) == 1 and isinstance(errors[0], psycopg.Error)
+    assert (errors[0].sqlstate, errors[0].diag.column_name) == ("RC005", "expected_version")
     assert "current version is 2" in str(errors[0])
     assert get(db, "r", "k") == ("from a", 2)
 

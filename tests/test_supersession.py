@@ -11,6 +11,7 @@ import pytest
 from rcll import extract
 from rcll.models import get_embedder
 from rcll.retain import Document, retain
+from sqlcall import refused
 from test_extract_anthropic import Recorded
 
 T1 = datetime(2026, 8, 1, 9, 0, tzinfo=UTC)
@@ -76,7 +77,7 @@ def test_supersede_refuses_a_replacement_that_is_not_newer(db: psycopg.Connectio
     db.execute("SELECT rcll.create_bank('b')")
     a = retain(db, "b", Document("We deploy with Helm.", occurred_at=T2)).unit_ids[0]
     b = retain(db, "b", Document("Our cluster runs in Frankfurt.", occurred_at=T1)).unit_ids[0]
-    with pytest.raises(psycopg.errors.InvalidParameterValue, match="at: "):
+    with refused("RC001", "at", "at: .* is not after the start"):
         db.execute("SELECT rcll.supersede(%s, %s)", (a, b))
     assert db.execute("SELECT rcll.supersede(%s, %s)", (b, a)).fetchone() == (True,)
     assert db.execute("SELECT rcll.supersede(%s, %s)", (b, a)).fetchone() == (False,)

@@ -17,8 +17,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from conftest import MakeLoginRole
-from rcll.auth import VERBS, Caller, TokenMap, unknown_bank
-from rcll.errors import RcllError
+from rcll.auth import VERBS, Caller, TokenMap
+from rcll.errors import CODES, Code, RcllError, unknown_bank
 from rcll.http import create_app
 from rcll.mcp_server import build_server, http_app
 from rcll.memory import Memory
@@ -29,6 +29,7 @@ BANKS = {"alpha": "qxalphaq", "alpha-2": "qxalphatwoq", "beta": "qxbetaq", "gamm
 MISSING = ("alpha-9", "betamax", "delta", "gamma-1")       # names that never exist
 TOKEN = "scope-token-" + "s" * 24
 OTHER = "other-token-" + "o" * 24
+NDJSON = {"Content-Type": "application/x-ndjson"}
 
 
 @dataclass
@@ -122,7 +123,8 @@ HTTP: dict[str, tuple[str, HttpCall]] = {
     "export": ("export", lambda c, b, w: c.get("/export", params={"bank": b})),
     # Into an existing bank its own export (skip: nothing changes); into a missing one an empty bank.
     "import": ("import", lambda c, b, w: c.post("/import", params={"on_conflict": "skip"},
-                                                content=w.exports[b] if b in w.exports else renamed(w.exports["gamma"], b))),
+                                                content=w.exports[b] if b in w.exports else renamed(w.exports["gamma"], b),
+                                                headers=NDJSON)),
 }
 
 MCP: dict[str, tuple[str, Callable[[str], dict[str, Any]]]] = {
@@ -158,9 +160,9 @@ def mcp_answer(result: Any) -> Answer:
     text = "".join(getattr(c, "text", "") for c in result.content)
     if result.is_error:
         body = json.loads(text[text.index("{"):])
-        status = 404 if body.get("field") == "bank" and str(body.get("error", "")).startswith("unknown bank") \
-            else 403 if body.get("field") == "authorization" else 400
-        return Answer(False, status, body, text)
+        code = Code(body["code"])
+        assert body.pop("kind") == code.kind, body          # the rest is the body HTTP sends
+        return Answer(False, CODES[code].status, body, text)     # HTTP's status for the code
     body = result.structured_content if result.structured_content is not None else json.loads(text)
     return Answer(True, 200, body, text + json.dumps(body))
 
@@ -222,9 +224,10 @@ def check(answer: Answer, caller: Caller, bank: str, verb: str, w: World, what: 
     status, body = expected(caller, bank, verb)
     assert answer.status == status, (what, bank, caller, answer.raw[:300])
     if body is not None:
-        assert {k: answer.body.get(k) for k in ("field", "error", "hint")} == body, (what, answer.body)
+        assert {k: answer.body.get(k) for k in body} == body, (what, answer.body)
     if status == 403:
-        assert answer.body["field"] == "authorization" and verb in answer.body["error"], (what, answer.body)
+        assert (answer.body["code"], answer.body["field"]) == ("RC006", "authorization"), (what, answer.body)
+        assert verb in answer.body["error"], (what, answer.body)
     assert not foreign_leaks(answer, w, caller), (what, bank, caller, foreign_leaks(answer, w, caller))
 
 
@@ -302,12 +305,13 @@ def test_an_import_goes_only_to_a_bank_in_reach_whatever_its_header_says(world: 
     assert json.loads(sneaky.splitlines()[0])["bank"] == "alpha"
     for body in (sneaky, world.exports["beta"], renamed(world.exports["gamma"], "delta")):
         for policy in ("error", "skip", "replace"):
-            r = c.post("/import", params={"on_conflict": policy}, content=body)
+            r = c.post("/import", params={"on_conflict": policy}, content=body, headers=NDJSON)
             bank = "delta" if b'"name": "delta"' in body else "beta"
             assert (r.status_code, r.json()) == (404, unknown_bank(bank).as_dict()), (policy, r.text)
     with psycopg.connect(world.dsn) as conn:
         assert conn.execute("SELECT count(*) FROM rcll.banks WHERE name = 'delta'").fetchone() == (0,)
-    assert c.post("/import", params={"on_conflict": "skip"}, content=world.exports["alpha"]).status_code == 200
+    assert c.post("/import", params={"on_conflict": "skip"}, content=world.exports["alpha"],
+                  headers=NDJSON).status_code == 200
 
 
 def test_every_mcp_tool_checks_the_bank_and_the_verb(world: World) -> None:
@@ -342,7 +346,7 @@ def test_the_console_lists_only_the_banks_in_reach_and_merges_need_admin(world: 
     assert (r.status_code, r.json()) == (404, unknown_bank("beta").as_dict())
     admin = http(world.svc, tokens(token=Caller("person:dana", ("alpha",), frozenset({"admin"}))))
     r = admin.post("/merges/decide", json={"bank": "alpha", **decide})    # past the scope: no merge pending
-    assert r.status_code not in (403, 404) and r.json()["field"] != "authorization", r.text
+    assert (r.status_code, r.json()["code"], r.json()["field"]) == (404, "RC003", "from_room"), r.text
 
 
 def test_a_read_only_server_refuses_writes_even_to_a_token_that_may_write(world: World,
@@ -353,7 +357,7 @@ def test_a_read_only_server_refuses_writes_even_to_a_token_that_may_write(world:
         c = http(ro, tokens(token=writer))
         for name in ("retain", "state_put", "import"):
             r = HTTP[name][1](c, "alpha", world)
-            assert r.status_code == 400 and r.json()["field"] == "read_only", (name, r.text)
+            assert (r.status_code, r.json()["code"], r.json()["field"]) == (403, "RC006", "read_only"), (name, r.text)
         assert HTTP["recall"][1](c, "alpha", world).status_code == 200
     finally:
         ro.close()

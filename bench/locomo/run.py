@@ -162,7 +162,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sample", type=int, default=0, help="questions to score (stratified by category); 0 = all")
     ap.add_argument("--every", type=int, default=1,
-                    help="score every N-th question only (RESEARCH.md's fixed 1-in-3 sample: --every 3)")
+                    help="score every N-th question only (research/locomo/RESEARCH.md's fixed 1-in-3 sample: --every 3)")
     ap.add_argument("--per-conversation", action="store_true",
                     help="also print, per conversation, the fused pool against the best single channel (nDCG@5, R@50)")
     ap.add_argument("--no-rerank", action="store_true",

@@ -13,7 +13,8 @@ optionally, a scope: the banks it reaches (names or patterns with * and ?) and t
     "team-a-*"], "can": ["read", "write"]}};
   - or lines "<token> <agent> [banks=<pattern>,...] [can=<verb>,...]" (# comments; inline, entries
     are separated by newlines or ";", and a line without banks=/can= may list several
-    "<token> <agent>" entries separated by commas, as before).
+    "<token> <agent>" entries separated by commas, as before). A line is read completely or
+    refused, naming it: a misspelled word is never taken as part of the agent's name.
 
 A token without banks= reaches every bank; without can= it may use every verb. So a token written
 the old way ("<token> <agent>") keeps its old meaning: every bank, every verb. Only SHA-256 digests
@@ -27,6 +28,7 @@ body), so a token cannot even learn which other banks exist.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import hmac
 import ipaddress
@@ -40,7 +42,7 @@ from typing import Any
 
 import psycopg
 
-from rcll.errors import RcllError
+from rcll.errors import Code, RcllError, unknown_bank
 
 # What a token may do. read: recall, rooms, tags, stats, state get, session start. write: retain,
 # state put. export / import: a whole bank out or in. admin: approve room merges, create banks and
@@ -62,15 +64,11 @@ def _glob(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern) + r"\Z")
 
 
-def unknown_bank(bank: str) -> RcllError:
-    """The error for a bank that does not exist, word for word what rcll._bank_id raises
-    (sql/functions/010-banks.sql): a bank outside a token's scope answers the same."""
-    return RcllError("bank", f'unknown bank "{bank}"',
-                     f"Create it first: SELECT rcll.create_bank('{bank}') or `rcll bank create {bank}`.")
-
-
 class Forbidden(RcllError):
-    """A bank in the token's scope, a verb the token may not use (HTTP 403)."""
+    """A bank in the token's scope, a verb the token may not use (RC006, HTTP 403)."""
+
+    def __init__(self, field: str, message: str, hint: str | None = None) -> None:
+        super().__init__(field, message, hint, code=Code.NOT_PERMITTED)
 
 
 @dataclass(frozen=True)
@@ -171,25 +169,31 @@ def _parse_json(text: str, where: str) -> dict[str, Caller]:
 
 
 def _parse_line(line: str, where: str) -> tuple[str, Caller]:
-    """One entry. With a scope: "<token> <agent> banks=... can=..." (whitespace-separated, the
-    scope last). Without: the old forms "<token> <agent>" and "<token>=<agent>"."""
-    if not _FIELD.search(" " + line):
-        token, _, agent = line.replace("=", " ", 1).partition(" ")
-        if not agent.strip():
-            raise RcllError(where, "expected '<token> <agent> [banks=...] [can=...]'")
-        return token, _caller(agent, None, None, where)
+    """One entry, read completely or refused: "<token> <agent> [banks=...] [can=...]" (whitespace-
+    separated) or the old "<token>=<agent>". Any other word - a misspelled bank=, a second word of
+    an agent name - is an error naming the line: read loosely, a typo would widen the token to
+    every bank and every verb. The error never repeats the token."""
     words = line.split()
+    if len(words) == 1 and "=" in words[0]:
+        token, _, agent = words[0].partition("=")
+        words = [token, agent]
+    if len(words) < 2 or "=" in words[0] or "=" in words[1] or not words[1]:
+        raise RcllError(where, "expected '<token> <agent> [banks=...] [can=...]'",
+                        "the token first, then the agent, then banks= and can=")
     scope: dict[str, str] = {}
-    while words and (m := _SCOPE_WORD.match(words[-1])):
+    for word in words[2:]:
+        m = _SCOPE_WORD.match(word)
+        if m is None:
+            key = word.partition("=")[0].lower()
+            near = difflib.get_close_matches(key, ("banks", "can"), n=1, cutoff=0.5)
+            raise RcllError(where, f"cannot read {word!r}: after the agent only banks=... and can=... may follow",
+                            f"did you mean {near[0]}=?" if near and "=" in word else
+                            "an agent name is one word; scope it with banks=<pattern,...> can=<verb,...>")
         key = m.group(1).lower()
         if key in scope:
             raise RcllError(where, f"{key}= given twice")
         scope[key] = m.group(2)
-        words.pop()
-    if any(_SCOPE_WORD.match(w) for w in words) or len(words) < 2:
-        raise RcllError(where, "expected '<token> <agent> [banks=...] [can=...]'",
-                        "the token first, then the agent, then banks= and can=")
-    return words[0], _caller(" ".join(words[1:]), scope.get("banks"), scope.get("can"), where)
+    return words[0], _caller(words[1], scope.get("banks"), scope.get("can"), where)
 
 
 def _parse(text: str, where: str) -> dict[str, Caller]:
@@ -261,17 +265,20 @@ class TokenMap:
             return ANONYMOUS
         if not authorization:
             raise RcllError("authorization", "missing bearer token",
-                            "send Authorization: Bearer <token> (tokens come from RCLL_TOKENS / RCLL_TOKENS_FILE)")
+                            "send Authorization: Bearer <token> (tokens come from RCLL_TOKENS / RCLL_TOKENS_FILE)",
+                            code=Code.UNAUTHENTICATED)
         scheme, _, token = authorization.strip().partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            raise RcllError("authorization", "expected a bearer token", "send Authorization: Bearer <token>")
+            raise RcllError("authorization", "expected a bearer token", "send Authorization: Bearer <token>",
+                            code=Code.UNAUTHENTICATED)
         d = _digest(token.strip())
         found: Caller | None = None
         for known, caller in self._callers.items():
             if hmac.compare_digest(known, d):
                 found = caller
         if found is None:
-            raise RcllError("authorization", "unknown token", "ask the operator for a token mapped to your agent")
+            raise RcllError("authorization", "unknown token", "ask the operator for a token mapped to your agent",
+                            code=Code.UNAUTHENTICATED)
         return found
 
     def agent_for(self, authorization: str | None) -> str | None:
@@ -309,7 +316,7 @@ def check_listen(host: str, tokens: TokenMap, *, allow_anonymous: bool, flag: st
     raise RcllError("host", f"refusing to listen on {host} (not loopback) without tokens",
                     "set RCLL_TOKENS or RCLL_TOKENS_FILE (see README: token scopes), or listen on 127.0.0.1, "
                     f"or pass {flag} (RCLL_ALLOW_ANONYMOUS_NETWORK=1) to serve every bank to anyone who can "
-                    "reach the port")
+                    "reach the port", code=Code.NOT_PERMITTED)
 
 
 # -- the database side -------------------------------------------------------------------------------

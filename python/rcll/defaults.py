@@ -1,7 +1,7 @@
 """Recall's defaults and its channel names, the one Python source (SQL's twins: rcll.recall_defaults()
 and the parameters of rcll.recall_candidates; tests/test_defaults.py holds them equal).
 
-Why these values: bench/locomo/RESEARCH.md and the README's depth table.
+Why these values: research/locomo/RESEARCH.md and docs/benchmarks.md's depth table.
 """
 
 from __future__ import annotations

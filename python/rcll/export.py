@@ -36,7 +36,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.string import TextLoader
 
-from rcll.errors import RcllError, database_errors
+from rcll.errors import Code, RcllError, database_errors
 from rcll.sqlsource import extension_version
 from rcll.validate import on_conflict_arg
 
@@ -248,7 +248,8 @@ def export_bank(conn: psycopg.Connection[Any], bank: str, out: Path | str, *,
     REPEATABLE READ snapshot. `progress(table, rows)` is called as rows are written."""
     out = Path(out)
     if (out / MANIFEST).exists():
-        raise RcllError("out", f"{out} already holds an export", "choose an empty or new directory")
+        raise RcllError("out", f"{out} already holds an export", "choose an empty or new directory",
+                        code=Code.CONFLICT)
     (out / "rcll").mkdir(parents=True, exist_ok=True)
     summary = ExportSummary(bank, out)
     manifest_tables: list[dict[str, Any]] = []
@@ -338,11 +339,13 @@ def import_stream(conn: psycopg.Connection[Any], lines: Any, *, on_conflict: str
     try:
         head = json.loads(next(it))
     except StopIteration as e:
-        raise RcllError("body", "empty import", "send the output of GET /export") from e
+        raise RcllError("body", "empty import", "send the output of GET /export", code=Code.INVALID_STREAM) from e
     except json.JSONDecodeError as e:
-        raise RcllError("body", f"line 1 is not valid JSON: {e.msg}", "send the output of GET /export") from e
+        raise RcllError("body", f"line 1 is not valid JSON: {e.msg}", "send the output of GET /export",
+                        code=Code.INVALID_STREAM) from e
     if not isinstance(head, dict) or head.get("format") != STREAM_FORMAT:
-        raise RcllError("body", f"line 1 is not an {STREAM_FORMAT} header", "send the output of GET /export")
+        raise RcllError("body", f"line 1 is not an {STREAM_FORMAT} header", "send the output of GET /export",
+                        code=Code.INVALID_STREAM)
 
     def rows() -> Iterator[tuple[str, bytes]]:
         for n, raw in enumerate(it, 2):
@@ -356,9 +359,9 @@ def import_stream(conn: psycopg.Connection[Any], lines: Any, *, on_conflict: str
             try:
                 obj = json.loads(raw)
             except json.JSONDecodeError as e:
-                raise RcllError(f"line {n}", f"not valid JSON: {e.msg}") from e
+                raise RcllError(f"line {n}", f"not valid JSON: {e.msg}", code=Code.INVALID_STREAM) from e
             if not isinstance(obj, dict) or not isinstance(obj.get("table"), str) or "row" not in obj:
-                raise RcllError(f"line {n}", 'expected {"table": ..., "row": {...}}')
+                raise RcllError(f"line {n}", 'expected {"table": ..., "row": {...}}', code=Code.INVALID_STREAM)
             yield obj["table"], json.dumps(obj["row"]).encode()
 
     return _import_rows(conn, rows(), head.get("max_ids") or {}, on_conflict, None, allow)
@@ -376,7 +379,7 @@ def _import_rows(conn: psycopg.Connection[Any], rows: Iterator[tuple[str, bytes]
         with database_errors(), conn.transaction():
             first = next(rows, None)
             if first is None or first[0] != "banks":
-                raise RcllError("banks", "an import starts with the bank's row")
+                raise RcllError("banks", "an import starts with the bank's row", code=Code.INVALID_STREAM)
             if allow is not None:    # the bank import_begin would write to, before it is asked
                 allow(_bank_row_name(first[1]))
             conn.execute("SELECT rcll.import_begin(bank_row => %s::jsonb, on_conflict => %s, max_ids => %s::jsonb)",
@@ -396,7 +399,7 @@ def _import_rows(conn: psycopg.Connection[Any], rows: Iterator[tuple[str, bytes]
 
             for table, raw in rows:
                 if table == "banks":
-                    raise RcllError("banks", "an import holds exactly one bank row")
+                    raise RcllError("banks", "an import holds exactly one bank row", code=Code.INVALID_STREAM)
                 if table != current or len(batch) >= IMPORT_BATCH_ROWS or size >= IMPORT_BATCH_BYTES:
                     flush()
                     current = table
@@ -419,14 +422,16 @@ def read_manifest(path: Path | str) -> dict[str, Any]:
     try:
         manifest: dict[str, Any] = json.loads((path / MANIFEST).read_text())
     except FileNotFoundError as e:
-        raise RcllError("path", f"{path} holds no {MANIFEST}", "pass the directory `rcll export` wrote") from e
+        raise RcllError("path", f"{path} holds no {MANIFEST}", "pass the directory `rcll export` wrote",
+                        code=Code.NOT_FOUND) from e
     except json.JSONDecodeError as e:
-        raise RcllError(MANIFEST, f"not valid JSON: {e.msg}") from e
+        raise RcllError(MANIFEST, f"not valid JSON: {e.msg}", code=Code.INVALID_STREAM) from e
     if manifest.get("format") != FORMAT:
-        raise RcllError(f"{MANIFEST}.format", f"expected {FORMAT!r}, got {manifest.get('format')!r}")
+        raise RcllError(f"{MANIFEST}.format", f"expected {FORMAT!r}, got {manifest.get('format')!r}",
+                        code=Code.INVALID_STREAM)
     if manifest.get("format_version") != FORMAT_VERSION:
         raise RcllError(f"{MANIFEST}.format_version", f"this rcll reads version {FORMAT_VERSION}, "
-                        f"the export is version {manifest.get('format_version')!r}", "upgrade rcll")
+                        f"the export is version {manifest.get('format_version')!r}", "upgrade rcll", code=Code.INVALID_STREAM)
     return manifest
 
 
@@ -439,7 +444,7 @@ def _lines(path: Path, expected_sha: str, name: str) -> Iterator[bytes]:
                 yield line.rstrip(b"\n")
     if h.hexdigest() != expected_sha:
         raise RcllError(name, "file does not match the manifest's SHA-256 (truncated or edited)",
-                        "export again, or restore the file")
+                        "export again, or restore the file", code=Code.INVALID_STREAM)
 
 
 def _batches(lines: Iterator[bytes]) -> Iterator[tuple[bytes, int]]:
@@ -474,7 +479,7 @@ def import_bank(conn: psycopg.Connection[Any], path: Path | str, *, on_conflict:
     manifest = read_manifest(path)
     tables = manifest["tables"]
     if not tables or tables[0]["name"] != "banks":
-        raise RcllError(f"{MANIFEST}.tables", "the first table must be banks")
+        raise RcllError(f"{MANIFEST}.tables", "the first table must be banks", code=Code.INVALID_STREAM)
     for t in tables:   # every file whole and as exported before anything is written
         for _ in _lines(path / t["file"], t["sha256"], t["file"]):
             pass

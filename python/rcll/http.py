@@ -3,7 +3,8 @@
 Identity for the author axis comes from authentication only: a bearer token mapped to an agent
 (RCLL_TOKENS / RCLL_TOKENS_FILE, see rcll.auth). The token's scope decides what it reaches: a bank
 outside it answers 404 exactly as a bank that does not exist; a verb it does not grant, 403. The server sets rcll.agent for each transaction;
-nothing in a request body can name the author. Every error body is {field, error, hint}.
+nothing in a request body can name the author. Every error body is {code, field, error, hint}; the
+status is the code's (rcll.errors.CODES, the one table; docs/errors.md).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import psycopg
 import uvicorn
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from starlette.concurrency import run_in_threadpool
@@ -25,10 +27,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rcll import upkeep
 from rcll.auth import Caller, Forbidden, TokenMap
-from rcll.errors import RcllError, from_database
+from rcll.errors import CODES, Code, RcllError, from_database, status
 from rcll.http_console import explain
 from rcll.http_console import router as console_router
-from rcll.memory import Busy, Memory, bounded_model_work, server_deadline_ms
+from rcll.http_guard import Guard, GuardConfig
+from rcll.memory import Memory, bounded_model_work, server_deadline_ms
 from rcll.request import ANNOTATIONS, MAX_DEADLINE_MS, PARAMETERS, RecallRequest
 from rcll.sqlsource import extension_version
 from rcll.upkeep import Upkeeper
@@ -52,20 +55,16 @@ class _Arrival:
 
 
 class ErrorBody(BaseModel):
+    code: str = Field(description="RCLL's error code (docs/errors.md); the status follows from it")
     field: str | None
     error: str
     hint: str | None = None
 
 
+# The documented error statuses: each with the codes that answer with it (rcll.errors.CODES).
 ERRORS: dict[int | str, dict[str, Any]] = {
-    400: {"model": ErrorBody, "description": "refused: the field at fault and the fix"},
-    401: {"model": ErrorBody, "description": "missing or unknown bearer token"},
-    403: {"model": ErrorBody, "description": "the token's scope does not grant this verb on this bank"},
-    404: {"model": ErrorBody, "description": "unknown bank (or a bank outside the token's scope: the same answer)"},
-    409: {"model": ErrorBody, "description": "conflict (stale state version, existing rows)"},
-    422: {"model": ErrorBody, "description": "the request does not match the schema"},
-    503: {"model": ErrorBody, "description": "the database is unavailable, or the server is at its limit of "
-                                             "requests in progress (retry after Retry-After seconds)"},
+    s: {"model": ErrorBody, "description": "; ".join(f"{c.value} {m.text}" for c, m in CODES.items() if m.status == s)}
+    for s in sorted({m.status for m in CODES.values()})
 }
 
 
@@ -152,29 +151,27 @@ Who = Annotated[Caller, Depends(_caller)]
 Bank = Annotated[str, Query(min_length=1, max_length=128, pattern=NAME, description="bank name")]
 
 
-def _status(e: RcllError) -> int:
-    """The one mapping of RcllError to an HTTP status."""
-    if isinstance(e, Forbidden):
-        return 403
-    if e.field == "authorization":
-        return 401
-    if e.message.startswith("unknown bank"):
-        return 404
-    if e.field in ("expected_version", "on_conflict") or "already exists" in e.message:
-        return 409
-    if e.field == "dsn" and not e.message.startswith("refused by the database"):
-        return 503                             # cannot connect, or no schema: the server's state, not the request
-    return 400
+def _error_response(e: RcllError) -> JSONResponse:
+    """An RcllError as HTTP: the status its code has in rcll.errors.CODES, the body as_dict()."""
+    answer = status(e.code)
+    headers = ({"WWW-Authenticate": 'Bearer error="insufficient_scope"'} if isinstance(e, Forbidden)
+               else {"WWW-Authenticate": "Bearer"} if e.code is Code.UNAUTHENTICATED
+               else {"Retry-After": str(getattr(e, "retry_after", 1))} if e.code is Code.UNAVAILABLE else None)
+    return JSONResponse(status_code=answer, content=e.as_dict(), headers=headers)
 
 
 def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | None = None,
-               tokens: TokenMap | None = None, read_only: bool = False, upkeep_seconds: float = 0) -> FastAPI:
+               tokens: TokenMap | None = None, read_only: bool = False, upkeep_seconds: float = 0,
+               host: str | None = None, guard: GuardConfig | None = None) -> FastAPI:
     """The HTTP API over `service` (default: a Memory on `dsn`, opened when the app starts). Every
     endpoint calls the Memory acting as the agent the request's bearer token authenticates. With
     upkeep_seconds > 0 (`rcll serve`: RCLL_UPKEEP_SECONDS, default 300) a read-write, unscoped
-    service runs Memory.upkeep() when the app starts and then that often (rcll.upkeep)."""
+    service runs Memory.upkeep() when the app starts and then that often (rcll.upkeep). host: the
+    address it is served on; guard: the Host, Origin and body-size rules (rcll.http_guard; default
+    from the environment for that host)."""
     svc = service if service is not None else Memory(dsn, read_only=read_only, pool_size=pool_size, open=False)
     auth = tokens if tokens is not None else TokenMap.from_env()
+    rules = guard if guard is not None else GuardConfig.from_env(host)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> Any:
@@ -196,20 +193,15 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | 
 
     app.state.tokens = auth
     app.state.memory = svc
+    if rules.cors_origins:      # no CORS header at all unless the operator names origins
+        app.add_middleware(CORSMiddleware, allow_origins=list(rules.cors_origins), allow_credentials=False,
+                           allow_methods=["GET", "POST", "PUT"], allow_headers=["authorization", "content-type"])
+    app.add_middleware(Guard, config=rules)    # before the body is read, before authentication
     app.add_middleware(_Arrival)
 
     @app.exception_handler(RcllError)
     async def rcll_error(request: Request, exc: RcllError) -> JSONResponse:
-        headers = ({"WWW-Authenticate": 'Bearer error="insufficient_scope"'} if isinstance(exc, Forbidden)
-                   else {"WWW-Authenticate": "Bearer"} if exc.field == "authorization" else None)
-        status = _status(exc)
-        if status == 503:
-            headers = {"Retry-After": "1"}
-        return JSONResponse(status_code=status, content=exc.as_dict(), headers=headers)
-
-    @app.exception_handler(Busy)
-    async def busy(request: Request, exc: Busy) -> JSONResponse:
-        return JSONResponse(status_code=503, content=exc.as_dict(), headers={"Retry-After": str(exc.retry_after)})
+        return _error_response(exc)      # Busy and DeadlinePassed too: 503 with their Retry-After
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -217,24 +209,38 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | 
                                                         ("body", "query", "path", "header") else e["loc"])) or "body",
                    "error": e["msg"]} for e in exc.errors()]
         first = errors[0] if errors else {"field": "body", "error": "invalid request"}
-        return JSONResponse(status_code=422, content={**first, "hint": None, "errors": errors})
+        return JSONResponse(status_code=status(Code.INVALID_INPUT),
+                            content={"code": Code.INVALID_INPUT.value, **first,
+                                     "hint": "the request schema, field by field, is at /openapi.json", "errors": errors})
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # Starlette's own refusals keep their status; the code is the nearest of the table's.
         field = "path" if exc.status_code == 404 else "method" if exc.status_code == 405 else "body"
-        return JSONResponse(status_code=exc.status_code, content={"field": field, "error": str(exc.detail), "hint": None})
+        code = Code.NOT_FOUND if exc.status_code == 404 else Code.INVALID_INPUT
+        return JSONResponse(status_code=exc.status_code,
+                            content={"code": code.value, "field": field, "error": str(exc.detail), "hint": None})
 
     @app.exception_handler(psycopg.Error)
     async def database_error(request: Request, exc: psycopg.Error) -> JSONResponse:
         mapped = from_database(exc, read_only=svc.read_only)
         if mapped is not None:
-            return JSONResponse(status_code=_status(mapped), content=mapped.as_dict())
-        return JSONResponse(status_code=503, content={"field": None, "error": "database error",
-                                                      "hint": str(exc).strip().splitlines()[0] if str(exc) else None},
+            return _error_response(mapped)
+        # Not the caller's to fix (a bug or an outage): unavailable, with the database's first line.
+        return JSONResponse(status_code=status(Code.UNAVAILABLE),
+                            content={"code": Code.UNAVAILABLE.value, "field": None, "error": "database error",
+                                     "hint": str(exc).strip().splitlines()[0] if str(exc) else None},
                             headers={"Retry-After": "1"})
 
     @app.get("/health")
-    def health() -> dict[str, Any]:
+    def health(request: Request) -> dict[str, Any]:
+        """alive, to anyone; the versions, read-only mode and the periodic jobs' state (its last
+        error among them) to a caller with a token, or to anyone on a server without tokens."""
+        tokens: TokenMap = request.app.state.tokens
+        header = request.headers.get("authorization")
+        if tokens.enabled and not header:
+            return {"status": "alive"}
+        tokens.caller_for(header)                # a wrong token: 401, as everywhere
         # upkeep: the periodic jobs of this server (rcll.upkeep), or every_seconds 0 when it runs none
         keeper = getattr(app.state, "upkeep", None)
         return {**svc.health().as_dict(), "upkeep": keeper.status() if keeper is not None else {"every_seconds": 0}}
@@ -275,7 +281,7 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | 
         st = svc.as_caller(who).get_state(room, key, bank=bank, version=version)
         if st is None:
             raise RcllError("key", f"no state for room {room!r} key {key!r}" + (f" version {version}" if version else ""),
-                            "put it first (PUT /state with expected_version 0)")
+                            "put it first (PUT /state with expected_version 0)", code=Code.NOT_FOUND)
         return st.as_dict()
 
     @app.put("/state", response_model=StatePutResponse)
@@ -304,4 +310,5 @@ def serve(memory: Memory, *, host: str, port: int, upkeep_seconds: float | None 
     """Serve the HTTP API over `memory` until stopped (tokens from RCLL_TOKENS / RCLL_TOKENS_FILE),
     running the periodic jobs every upkeep_seconds (None: RCLL_UPKEEP_SECONDS, default 300)."""
     every = upkeep.interval() if upkeep_seconds is None else upkeep_seconds
-    uvicorn.run(create_app(service=memory, upkeep_seconds=every), host=host, port=port, log_level="warning")
+    uvicorn.run(create_app(service=memory, upkeep_seconds=every, host=host), host=host, port=port,
+                log_level="warning")

@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from rcll.auth import Caller, Forbidden, TokenMap
+from rcll.errors import Code, status
 from rcll.memory import Memory, RecallResult
 from rcll.results import plain
 
@@ -100,7 +101,8 @@ def router(memory: Memory) -> APIRouter:
     @r.get("/console/{name}", include_in_schema=False)
     def static(name: str) -> Response:
         if name not in STATIC:
-            return JSONResponse(status_code=404, content={"field": "path", "error": "Not Found", "hint": None})
+            return JSONResponse(status_code=status(Code.NOT_FOUND),
+                                content={"code": Code.NOT_FOUND.value, "field": "path", "error": "Not Found", "hint": None})
         return _static(name, STATIC[name])
 
     @r.get("/whoami")

@@ -7,14 +7,19 @@ from typing import Any, cast
 import psycopg
 from psycopg import sql
 
+from rcll.errors import Code, RcllError
 from rcll.sqlsource import extension_version, functions, migrations, read_catalog_manifest, record_migration
 
 # One advisory lock key for every installer, so two servers starting at once do not race.
 _INSTALL_LOCK = 0x52434C4C  # "RCLL"
 
 
-class InstallError(RuntimeError):
-    pass
+class InstallError(RcllError):
+    """The database cannot hold rcll as it is (an extension missing or misplaced, a released
+    migration edited): the server's state, not a request's (RC010, unavailable)."""
+
+    def __init__(self, field: str, message: str, hint: str | None = None) -> None:
+        super().__init__(field, message, hint, code=Code.UNAVAILABLE)
 
 
 def _has_table(conn: psycopg.Connection[tuple[object, ...]], name: str) -> bool:
@@ -32,16 +37,16 @@ def ensure_required_extensions(conn: psycopg.Connection[tuple[object, ...]]) -> 
         row = conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = %s", (ext,)).fetchone()
         if row is None:
             raise InstallError(
-                f"dsn: the server has no {ext} extension available; install it on the server "
-                f"({'pgvector' if ext == 'vector' else 'postgresql-contrib'}) and retry"
+                "dsn", f"the server has no {ext} extension available",
+                f"install it on the server ({'pgvector' if ext == 'vector' else 'postgresql-contrib'}) and retry"
             )
         conn.execute(sql.SQL("CREATE EXTENSION IF NOT EXISTS {} SCHEMA public").format(sql.Identifier(ext)))
         row = conn.execute("SELECT extnamespace::regnamespace::text FROM pg_extension WHERE extname = %s",
                            (ext,)).fetchone()
         if row is None or row[0] != "public":
             raise InstallError(
-                f"dsn: extension {ext} is installed in schema {row[0] if row else '?'}; rcll's functions expect "
-                f"it in public (ALTER EXTENSION {ext} SET SCHEMA public)"
+                "dsn", f"extension {ext} is installed in schema {row[0] if row else '?'}; rcll's functions expect "
+                "it in public", f"ALTER EXTENSION {ext} SET SCHEMA public"
             )
 
 
@@ -75,8 +80,8 @@ def install(conn: psycopg.Connection[tuple[object, ...]], *, use_extension: bool
             if m.name in applied:
                 if applied[m.name] != m.sha256:
                     raise InstallError(
-                        f"migration {m.name} changed after it was applied (hash differs); released "
-                        "migrations are frozen - add a new migration instead"
+                        "migrations", f"migration {m.name} changed after it was applied (hash differs)",
+                        "released migrations are frozen - add a new migration instead"
                     )
                 continue
             conn.execute(m.text.encode())

@@ -5,6 +5,9 @@ memory_state_put, memory_session_start. Read tools carry readOnlyHint. Read-only
 only the read tools, connects as a role that cannot write (refusing to start otherwise), never
 needs an LLM key, and refuses to start if write tools are asked for too.
 
+Errors: a refused call is an MCP error result (isError) whose text is the JSON of
+{code, kind, field, error, hint} - the code and its kind from rcll.errors' one table (docs/errors.md).
+
 Identity: over stdio the agent is the server's configuration (--agent / RCLL_AGENT), set by whoever
 launched the process; over HTTP it is the bearer token's agent (RCLL_TOKENS). A tool argument never
 names the author.
@@ -27,7 +30,8 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from rcll.auth import Caller, TokenMap
-from rcll.errors import RcllError
+from rcll.errors import Code, RcllError, status
+from rcll.http_guard import GuardConfig, body_capped
 from rcll.memory import Memory, bounded_model_work, server_deadline_ms
 from rcll.request import ANNOTATIONS, PARAMETERS, RecallRequest
 from rcll.sqlsource import extension_version
@@ -64,8 +68,14 @@ def recall_request(fields: dict[str, Any], default_bank: str) -> RecallRequest:
     return RecallRequest(**given)
 
 
+def error_result(e: RcllError) -> dict[str, str | None]:
+    """What an MCP error result says about an RcllError: its body as HTTP sends it, and the kind
+    of its code (rcll.errors.Code.kind), which an agent reads more easily than the code."""
+    return {"code": e.code.value, "kind": e.code.kind} | e.as_dict()
+
+
 def _error(e: RcllError) -> ToolError:
-    return ToolError(json.dumps(e.as_dict()))
+    return ToolError(json.dumps(error_result(e)))
 
 
 def build_server(service: Memory, *, agent: str | None = None, tokens: TokenMap | None = None,
@@ -77,7 +87,7 @@ def build_server(service: Memory, *, agent: str | None = None, tokens: TokenMap 
         write_tools = not service.read_only
     if write_tools and service.read_only:
         raise RcllError("write_tools", "a read-only server cannot serve write tools",
-                        "drop --write-tools, or run a read-write server")
+                        "drop --write-tools, or run a read-write server", code=Code.NOT_PERMITTED)
     tokens = tokens or TokenMap()
     bank_default = default_bank or os.environ.get("RCLL_BANK") or "default"
     mcp = MCPServer(name="rcll", version=extension_version(),
@@ -182,8 +192,10 @@ def http_app(mcp: MCPServer, tokens: TokenMap, *, path: str = "/mcp", host: str 
     are configured (401 with {field, error, hint}). host: where it listens; on loopback the SDK
     also refuses Host headers that are not loopback (DNS rebinding), beyond it they are accepted."""
     app = mcp.streamable_http_app(streamable_http_path=path, json_response=True, host=host)
+    # Every body capped before it is read or the token checked (rcll.http_guard, RCLL_MAX_BODY_BYTES).
+    limit = GuardConfig.from_env(host).max_body_bytes
     if not tokens.enabled:
-        return app
+        return body_capped(app, limit)
 
     async def guarded(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
@@ -192,14 +204,14 @@ def http_app(mcp: MCPServer, tokens: TokenMap, *, path: str = "/mcp", host: str 
                 tokens.agent_for(headers.get("authorization"))
             except RcllError as e:
                 body = json.dumps(e.as_dict()).encode()
-                await send({"type": "http.response.start", "status": 401,
+                await send({"type": "http.response.start", "status": status(e.code),
                             "headers": [(b"content-type", b"application/json"),
                                         (b"www-authenticate", b"Bearer")]})
                 await send({"type": "http.response.body", "body": body})
                 return
         await app(scope, receive, send)
 
-    return guarded
+    return body_capped(guarded, limit)
 
 
 

@@ -21,6 +21,7 @@ No verb takes an author.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -43,7 +44,7 @@ from rcll.db import configure, connect, resolve_dsn, retried_once
 from rcll.db import pool as db_pool
 from rcll.deadline import server_deadline_ms
 from rcll.document import Document, RetainResult
-from rcll.errors import RcllError, database_errors
+from rcll.errors import Code, RcllError, database_errors
 from rcll.export import ExportSummary, ImportSummary, export_bank, import_bank, import_stream, iter_export
 from rcll.recall import Pooled, RecallResult, recall
 from rcll.request import PARAMETERS, RecallRequest
@@ -66,15 +67,17 @@ from rcll.results import (
 )
 from rcll.retain import prepare, retain, retain_many
 from rcll.sqlsource import extension_version, migrations
+from rcll.streams import ExportBudget
 from rcll.validate import (
     MAX_VERSION,
     bool_arg,
     check_bank,
     int_arg,
-    json_arg,
     list_arg,
+    metadata_arg,
     on_conflict_arg,
     required_text,
+    state_value_arg,
     text_arg,
     time_arg,
 )
@@ -104,6 +107,7 @@ class _Pool:
     opened: bool = False
     identity_honoured: bool = False
     installed: str | None = None
+    exports: ExportBudget = dataclasses.field(default_factory=ExportBudget.from_env)   # export streams' own connections
 
 
 @contextmanager
@@ -157,7 +161,7 @@ class Memory:
             target = resolve_dsn(dsn)
         except cluster.ClusterError as e:
             raise RcllError("dsn", f"the embedded database cannot start: {e}",
-                            "set RCLL_DSN (or pass dsn=) to use another PostgreSQL") from e
+                            "set RCLL_DSN (or pass dsn=) to use another PostgreSQL", code=Code.UNAVAILABLE) from e
         self._shared = _Pool(target, read_only, pool_size, self._configure)
         if open:
             self.open()
@@ -230,13 +234,8 @@ class Memory:
                 raise RcllError("dsn", "read-only mode connects as a role that can write",
                                 "connect as a SELECT-only role (e.g. rcll_reader); see sql/migrations/006-reader-role.sql")
             if not shared.read_only and (self._install or (self._install is None and not schema_is_current(conn))):
-                try:
-                    with database_errors():
-                        shared.installed = install.install(conn, use_extension=self._extension)
-                except install.InstallError as e:
-                    field, _, message = str(e).partition(": ")
-                    ok = message and field.replace("_", "").isalnum()
-                    raise (RcllError(field, message) if ok else RcllError("install", str(e))) from e
+                with database_errors():          # an InstallError is an RcllError already
+                    shared.installed = install.install(conn, use_extension=self._extension)
             if not shared.read_only and can_write(conn):
                 # The default bank, on a fresh schema or one another tool installed, as `rcll serve` does.
                 row = conn.execute("SELECT EXISTS (SELECT 1 FROM rcll.list_banks() WHERE name = %s)",
@@ -266,24 +265,27 @@ class Memory:
         self.close()
 
     @contextmanager
-    def _tx(self, bank: str | None = None, *, timeout: float | None = None) -> Iterator[psycopg.Connection[Any]]:
+    def _tx(self, bank: str | None = None, *, resolve: bool = True,
+            timeout: float | None = None) -> Iterator[psycopg.Connection[Any]]:
         """One transaction on a pooled connection, acting as this Memory's agent. With `bank`, the
-        bank is resolved first: a missing bank is then the same error on every verb, whatever plan
-        the verb's SQL gets (a set-returning function over an empty table may never evaluate it),
-        and the same as a bank outside the caller's scope. timeout: seconds to wait for a pooled
-        connection (default rcll.db.POOL_TIMEOUT), then psycopg_pool.PoolTimeout."""
-        with (self._connection(timeout) as conn, database_errors(read_only=self.read_only),
+        bank is resolved first (unless resolve=False: the verb's own SQL resolves it): a missing
+        bank is then the same error on every verb, whatever plan the verb's SQL gets (a
+        set-returning function over an empty table may never evaluate it), and the unknown bank
+        the database reports is answered as one outside the caller's scope
+        (rcll.errors.unknown_bank). timeout: seconds to wait for a pooled connection (default
+        rcll.db.POOL_TIMEOUT), then psycopg_pool.PoolTimeout."""
+        with (self._connection(timeout) as conn, database_errors(read_only=self.read_only, bank=bank),
               conn.transaction()):
             act_as(conn, self.agent)
-            if bank is not None:
+            if bank is not None and resolve:
                 conn.execute("SELECT rcll._bank_id(%s)", (bank,))
             yield conn
 
     @contextmanager
-    def _session(self) -> Iterator[psycopg.Connection[Any]]:
+    def _session(self, bank: str) -> Iterator[psycopg.Connection[Any]]:
         """A pooled connection in autocommit mode acting as the agent for the whole session, for
-        work that commits its own transactions (bulk retain, consolidation)."""
-        with self._connection() as conn, database_errors(read_only=self.read_only):
+        work on `bank` that commits its own transactions (bulk retain, consolidation)."""
+        with self._connection() as conn, database_errors(read_only=self.read_only, bank=bank):
             conn.autocommit = True
             try:
                 act_as(conn, self.agent, session=True)
@@ -295,7 +297,8 @@ class Memory:
 
     def _pool(self) -> ConnectionPool[psycopg.Connection[Any]]:
         if not self._shared.opened or self._shared.pool is None:
-            raise RcllError("memory", "this Memory is closed", "open() it, or use it in a with block")
+            raise RcllError("memory", "this Memory is closed", "open() it, or use it in a with block",
+                            code=Code.UNAVAILABLE)
         return self._shared.pool
 
     def _connection(self, timeout: float | None = None) -> AbstractContextManager[psycopg.Connection[Any]]:
@@ -310,14 +313,15 @@ class Memory:
 
     def _known_bank(self, bank: str | None, verb: str = "read") -> str:
         b = self._bank(bank, verb)
-        with self._tx() as conn:
-            conn.execute("SELECT rcll._bank_id(%s)", (b,))   # an unknown bank is an error, not silence
+        with self._tx(b):             # resolves it: an unknown bank is an error, not silence
+            pass
         return b
 
     def check_writable(self) -> None:
         """Raise RcllError(read_only) on a read-only Memory."""
         if self.read_only:
-            raise RcllError("read_only", "this server is read-only", "send writes to a read-write RCLL server")
+            raise RcllError("read_only", "this server is read-only", "send writes to a read-write RCLL server",
+                            code=Code.NOT_PERMITTED)
 
     # -- banks ------------------------------------------------------------------------------------
 
@@ -367,7 +371,7 @@ class Memory:
             tags=list_arg(tags, "tags") or [],
             hall=text_arg(hall, "hall"),
             layer=text_arg(layer, "layer"),
-            metadata=json_arg(dict(metadata or {}), "metadata"),
+            metadata=metadata_arg(dict(metadata or {})),
         )
         v = required_text(via, "via")
         # rcll.agent is transaction-local (a session setting would leak to the next user of the
@@ -376,7 +380,7 @@ class Memory:
         # writers queued behind the models hold no connection a reader needs, and vice versa.
         with admitted(WRITE):
             prepared = prepare(doc)
-            with self._tx() as conn:
+            with self._tx(b, resolve=False) as conn:
                 return retain(conn, b, doc, via=v, prepared=prepared)
 
     def retain_many(self, docs: Iterable[Document | str], *, bank: str | None = None, via: str = "python",
@@ -389,7 +393,7 @@ class Memory:
         v = required_text(via, "via")
         size = int_arg(batch_size, "batch_size", 1, 100_000) or 512
         items = (Document(content=d) if isinstance(d, str) else d for d in docs)
-        with self._session() as conn:
+        with self._session(b) as conn:
             return retain_many(conn, b, items, via=v, batch_size=size, on_progress=on_progress)
 
     # -- recall -----------------------------------------------------------------------------------
@@ -482,8 +486,8 @@ class Memory:
         b = self._bank(bank, "write")
         r, k = required_text(room, "room"), required_text(key, "key")
         ev = int_arg(expected_version, "expected_version", 0, MAX_VERSION, 0)
-        json_arg(value, "value")
-        with self._tx() as conn:
+        state_value_arg(value)
+        with self._tx(b, resolve=False) as conn:
             row = conn.execute("SELECT rcll.put_state(bank => %s, room => %s, key => %s, value => %s, "
                                "expected_version => %s, via => %s)",
                                (b, r, k, Jsonb(value), ev, required_text(via, "via"))).fetchone()
@@ -564,7 +568,7 @@ class Memory:
         audit log - a server passes the person it authenticated. Returns the units moved."""
         self.check_writable()
         b = self._bank(bank, "admin")
-        with self._tx() as conn:
+        with self._tx(b, resolve=False) as conn:
             row = conn.execute(
                 "SELECT rcll.decide_room_merge(bank => %s, from_room => %s, approve => %s, reason => %s, person => %s)",
                 (b, required_text(from_room, "from_room"), bool_arg(approve, "approve"),
@@ -601,14 +605,12 @@ class Memory:
     @retried_once
     def export_lines(self, *, bank: str | None = None) -> Iterator[bytes]:
         """The bank as NDJSON lines from one snapshot: a header, then {"table", "row"} per row. An
-        unknown bank is refused here, before the first line."""
+        unknown bank is refused here, before the first line; so is an export beyond the budget of
+        connections exports may hold (rcll.streams: Busy, HTTP 503). Close the iterator (or read it
+        to the end) to give its connection back."""
         b = self._known_bank(bank, "export")
-
-        def lines() -> Iterator[bytes]:
-            with self._connection() as conn:
-                yield from iter_export(conn, b)
-
-        return lines()
+        # Not from the pool: a download lasts as long as its client reads (rcll.streams).
+        return self._shared.exports.stream(self.dsn, lambda conn: iter_export(conn, b))
 
     def import_(self, source: str | os.PathLike[str] | IO[bytes], *, on_conflict: str = "error",
                 progress: Progress | None = None) -> ImportSummary:
@@ -644,7 +646,8 @@ class Memory:
     def _whole_store(self, what: str, field: str = "graphs") -> None:
         if not self.whole_store:
             raise RcllError(field, f"{what} is an operation on the whole store; this memory is scoped "
-                            "or read-only", "run it as the database's owner, with no token scope")
+                            "or read-only", "run it as the database's owner, with no token scope",
+                            code=Code.NOT_PERMITTED)
 
     def dense_graphs(self) -> list[graphs.Graph]:
         """The HNSW graphs of the store (rcll.dense_graphs): the global one and big banks' own."""
@@ -694,5 +697,5 @@ class Memory:
         b = self._bank(bank, "write")
         lo = int_arg(min_size, "min_size", 2, 10_000) or 2
         groups = int_arg(max_groups, "max_groups", 1, 1_000_000) or 100
-        with self._session() as conn:
+        with self._session(b) as conn:
             return consolidate(conn, b, time_window=time_window, min_size=lo, max_groups=groups)

@@ -98,7 +98,7 @@ def _session(model_dir: Path, threads: int | None, spinning: bool = False) -> An
     options.inter_op_num_threads = 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     # Idle spinning would burn the cores that PostgreSQL needs between calls (it bought the
-    # cross-encoder 4-6% of wall time for 3-4% more CPU: `python -m bench.rerank_speed`).
+    # cross-encoder 4-6% of wall time for 3-4% more CPU: `python -m research.rerank_speed`).
     options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
     return ort.InferenceSession(str(model_dir / "model.onnx"), options, providers=["CPUExecutionProvider"])
 

@@ -221,22 +221,22 @@ class _Transactions:
             yield conn
 
     @contextmanager
-    def _transaction(self, conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:
-        with database_errors(read_only=self.read_only), conn.transaction():
+    def _transaction(self, conn: psycopg.Connection[Any], bank: str) -> Iterator[psycopg.Connection[Any]]:
+        with database_errors(read_only=self.read_only, bank=bank), conn.transaction():
             act_as(conn, self.agent)
             yield conn
 
     @retried_once
     def entity_text(self, request: RecallRequest, deadline: Deadline) -> str | None:
         # An unknown bank is refused here, before any model works (query_without_entities resolves it).
-        with self._within(deadline) as conn, database_errors(read_only=self.read_only):
+        with self._within(deadline) as conn, database_errors(read_only=self.read_only, bank=request.bank):
             return entity_query(conn, request)
 
     @retried_once
     def candidates(self, request: RecallRequest, query_embedding: Vector | None,
                    entity_query_embedding: Vector | None, limit: int, deadline: Deadline) -> list[Fact]:
-        with (self._within(deadline) as conn, self._transaction(conn), self.spare() as free,
-              self._transaction(free) if free is not None else nullcontext() as side):
+        with (self._within(deadline) as conn, self._transaction(conn, request.bank), self.spare() as free,
+              self._transaction(free, request.bank) if free is not None else nullcontext() as side):
             return candidates(conn, request, query_embedding=query_embedding,
                               entity_query_embedding=entity_query_embedding, limit=limit, side=side)
 

@@ -75,6 +75,8 @@ class RecallRequest:
     tags_all: Sequence[str] | None = _f("names", "units carrying all of these tags", scope=True)
     thread: str | None = _f("text", "only this thread", scope=True)
     as_of: datetime | str | None = _f("time", "what was valid at this time (ISO 8601; default now)", scope=True)
+    include_self_declared: bool = _f("flag", "with authors or mine: also units whose author was declared by the "
+                                             "writer, not resolved by the server", False, scope=True)
     time_from: datetime | str | None = _f("time", "what happened at or after this time (ISO 8601)")
     time_to: datetime | str | None = _f("time", "what happened before this time (ISO 8601)")
     reference_time: datetime | str | None = _f("time", "the 'now' a relative date in the query counts from "
@@ -97,6 +99,7 @@ class RecallRequest:
             "bank": check_bank(self.bank),
             "mine": bool(bool_arg(self.mine, "mine")),
             "include_unattributed": bool(bool_arg(self.include_unattributed, "include_unattributed")),
+            "include_self_declared": bool(bool_arg(self.include_self_declared, "include_self_declared")),
             "thread": text_arg(self.thread, "thread"),
             "weights": _weights(self.weights),
             # None: the default (these have no "none")

@@ -7,6 +7,7 @@ anything reaches the database; HTTP's schema checks shapes first, these check wh
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from datetime import datetime
@@ -15,6 +16,11 @@ from typing import Any
 from rcll.errors import RcllError
 
 DEFAULT_MAX_DOCUMENT_BYTES = 1_048_576
+# Every version of a state is kept, and metadata rides on every unit: both are bounded.
+DEFAULT_MAX_METADATA_BYTES = 65_536
+DEFAULT_MAX_STATE_BYTES = 1_048_576
+# One line of an import stream (the largest row: a unit with its embedding and a 1 MiB text, escaped).
+DEFAULT_MAX_IMPORT_LINE_BYTES = 16 * 1_048_576
 MAX_QUERY = 4000
 MAX_NAME = 512
 MAX_BANK_NAME = 128
@@ -26,6 +32,49 @@ LAYERS = ("L0", "L1", "L2")
 
 def max_document_bytes() -> int:
     return int(os.environ.get("RCLL_MAX_DOCUMENT_BYTES", DEFAULT_MAX_DOCUMENT_BYTES))
+
+
+def _bytes_setting(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or int(raw) < 1:
+        raise RcllError(name, f"{raw!r} is not a positive number of bytes", f"e.g. {name}={default}")
+    return int(raw)
+
+
+def max_metadata_bytes() -> int:
+    """The most JSON a document's metadata may be (RCLL_MAX_METADATA_BYTES, default 64 KiB)."""
+    return _bytes_setting("RCLL_MAX_METADATA_BYTES", DEFAULT_MAX_METADATA_BYTES)
+
+
+def max_state_bytes() -> int:
+    """The most JSON one version of a room's state may be (RCLL_MAX_STATE_BYTES, default 1 MiB)."""
+    return _bytes_setting("RCLL_MAX_STATE_BYTES", DEFAULT_MAX_STATE_BYTES)
+
+
+def max_import_line_bytes() -> int:
+    """The longest line an import stream may carry (RCLL_MAX_IMPORT_LINE_BYTES, default 16 MiB): for
+    the streaming import path to refuse a line as it reads it, whatever the whole body's cap."""
+    return _bytes_setting("RCLL_MAX_IMPORT_LINE_BYTES", DEFAULT_MAX_IMPORT_LINE_BYTES)
+
+
+def json_size_arg(value: Any, field: str, limit: int, setting: str) -> Any:
+    """A JSON value (json_arg) whose compact encoding is at most `limit` bytes."""
+    json_arg(value, field)
+    size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass"))
+    if size > limit:
+        raise RcllError(field, f"{size} bytes of JSON is over the limit of {limit} bytes",
+                        f"store less here (a document's text goes in content), or raise {setting}")
+    return value
+
+
+def metadata_arg(value: Any, field: str = "metadata") -> Any:
+    return json_size_arg(value, field, max_metadata_bytes(), "RCLL_MAX_METADATA_BYTES")
+
+
+def state_value_arg(value: Any, field: str = "value") -> Any:
+    return json_size_arg(value, field, max_state_bytes(), "RCLL_MAX_STATE_BYTES")
 
 
 def decode_text(raw: bytes, field: str = "content") -> str:
@@ -66,6 +115,7 @@ def check_document(content: Any, tags: Any, metadata: Any, layer: Any) -> None:
         raise RcllError("tags", "must be a list of strings")
     if not isinstance(metadata, dict):
         raise RcllError("metadata", "must be a JSON object")
+    metadata_arg(metadata)
     if layer is not None and layer not in LAYERS:
         raise RcllError("layer", f"{layer!r} is not a layer", "use L0, L1 or L2")
 

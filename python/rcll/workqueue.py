@@ -17,7 +17,7 @@ chunks each). So model work goes through one WorkQueue per process:
   get the larger share because a recall under its deadline degrades gracefully (it reranks fewer
   candidates) while a write has nothing to drop, and a recall also spends CPU outside the slots
   (its SQL phase in PostgreSQL): at an even share writers kept 42-52% of their alone rate in the
-  soak (bench.soak). A kind below its share takes the next free slot, so a write waits about one
+  soak (tests/harness/soak.py). A kind below its share takes the next free slot, so a write waits about one
   batch behind a flood of recalls, and a read one batch behind a bulk retain. (The rule before -
   while one kind waits the other never holds the last free slot - split 2 slots one a kind
   whatever the shares.) A recall's query embedding (a few milliseconds, one per recall,
@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rcll.errors import RcllError
+from rcll.errors import Code, RcllError
 
 __all__ = ["READ", "WRITE", "Busy", "Kind", "WorkQueue", "admitted", "install", "installed", "model_slot"]
 
@@ -59,7 +59,8 @@ class Busy(RcllError):
 
     def __init__(self, kind: Kind, limit: int, retry_after: int) -> None:
         super().__init__("server", f"busy: {limit} {_WHAT[kind]} in progress is the limit",
-                         f"retry after {retry_after} s (Retry-After), or raise RCLL_{kind.upper()}_LIMIT")
+                         f"retry after {retry_after} s (Retry-After), or raise RCLL_{kind.upper()}_LIMIT",
+                         code=Code.UNAVAILABLE)
         self.kind = kind
         self.retry_after = retry_after
 

@@ -8,18 +8,18 @@ DECLARE
     id integer;
 BEGIN
     IF bank IS NULL THEN
-        RAISE EXCEPTION 'bank is required' USING ERRCODE = '22004',
+        RAISE EXCEPTION 'bank: a bank name is required' USING ERRCODE = 'RC001', COLUMN = 'bank',
             HINT = 'Pass bank => ''name''; list banks with SELECT * FROM rcll.banks.';
     END IF;
     SELECT b.bank_id INTO id FROM rcll.banks b WHERE b.name = bank;
     IF id IS NULL THEN
-        RAISE EXCEPTION 'bank: unknown bank "%"', bank USING ERRCODE = '42704',
+        RAISE EXCEPTION 'bank: unknown bank "%"', bank USING ERRCODE = 'RC002', COLUMN = 'bank',
             HINT = format('Create it first: SELECT rcll.create_bank(%L) or `rcll bank create %s`.', bank, bank);
     END IF;
     RETURN id;
 END
 $$;
-COMMENT ON FUNCTION rcll._bank_id(text) IS 'Internal: the bank_id of a bank name; raises 42704 naming the fix when the bank does not exist.';
+COMMENT ON FUNCTION rcll._bank_id(text) IS 'Internal: the bank_id of a bank name; raises RC002 (unknown bank, COLUMN bank) naming the fix when the bank does not exist.';
 
 CREATE OR REPLACE FUNCTION rcll.create_bank(name text, description text DEFAULT NULL,
                                             text_search_config regconfig DEFAULT 'english')
@@ -30,7 +30,7 @@ DECLARE
     id integer;
 BEGIN
     IF name IS NULL OR name !~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$' THEN
-        RAISE EXCEPTION 'bank: invalid bank name %', coalesce(quote_literal(name), 'NULL') USING ERRCODE = '22023',
+        RAISE EXCEPTION 'bank: invalid bank name %', coalesce(quote_literal(name), 'NULL') USING ERRCODE = 'RC001', COLUMN = 'bank',
             HINT = 'A bank name is 1-128 characters: letters, digits, _ . : - and starts with a letter or digit.';
     END IF;
     INSERT INTO rcll.banks AS b (name, description, text_search_config)

@@ -117,6 +117,35 @@ CREATE OR REPLACE TRIGGER units_author BEFORE INSERT ON rcll.memory_units
     FOR EACH ROW WHEN (current_setting('row_security') <> 'off' OR NOT rcll._restoring('rcll.memory_units'))
     EXECUTE FUNCTION rcll._units_author();
 
+CREATE OR REPLACE FUNCTION rcll._units_author_fixed()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    -- The author is resolved once, when the unit is written (units_author): an UPDATE that would
+    -- rewrite it - the column, how it was resolved, the author: tags or provenance's "who" - is
+    -- refused for every role, so a writer cannot claim or disown a unit after the fact.
+    IF NEW.author IS DISTINCT FROM OLD.author
+       OR NEW.author_source IS DISTINCT FROM OLD.author_source
+       OR NEW.provenance -> 'who' IS DISTINCT FROM OLD.provenance -> 'who'
+       OR NEW.provenance -> 'author_source' IS DISTINCT FROM OLD.provenance -> 'author_source'
+       OR ARRAY(SELECT t FROM unnest(NEW.tags) AS t WHERE t LIKE 'author:%' OR t LIKE 'author-source:%' ORDER BY t)
+          IS DISTINCT FROM
+          ARRAY(SELECT t FROM unnest(OLD.tags) AS t WHERE t LIKE 'author:%' OR t LIKE 'author-source:%' ORDER BY t) THEN
+        RAISE EXCEPTION 'author: unit % keeps the author it was written with', OLD.unit_id
+            USING ERRCODE = 'RC006', COLUMN = 'author',
+                  HINT = 'A unit''s author (author, author_source, author: tags, provenance who) is resolved when it is written and cannot be changed; write a new unit instead.';
+    END IF;
+    RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION rcll._units_author_fixed() IS 'Trigger: refuses an UPDATE of a unit that changes its author, author_source, author:/author-source: tags or provenance who/author_source (RC006): authorship is resolved at INSERT only.';
+
+CREATE OR REPLACE TRIGGER units_author_fixed BEFORE UPDATE OF author, author_source, tags, provenance ON rcll.memory_units
+    FOR EACH ROW WHEN (OLD.author IS DISTINCT FROM NEW.author OR OLD.author_source IS DISTINCT FROM NEW.author_source
+                       OR OLD.tags IS DISTINCT FROM NEW.tags OR OLD.provenance IS DISTINCT FROM NEW.provenance)
+    EXECUTE FUNCTION rcll._units_author_fixed();
+
 CREATE OR REPLACE FUNCTION rcll._documents_author()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE

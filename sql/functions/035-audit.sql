@@ -25,7 +25,7 @@ LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 AS $$
 BEGIN
     IF nullif(btrim(reason), '') IS NULL THEN
-        RAISE EXCEPTION 'reason: a % needs a reason', action USING ERRCODE = '22023', HINT = hint;
+        RAISE EXCEPTION 'reason: a % needs a reason', action USING ERRCODE = 'RC001', COLUMN = 'reason', HINT = hint;
     END IF;
     RETURN btrim(reason);
 END

@@ -28,12 +28,12 @@ DECLARE
         1048576);
 BEGIN
     IF content IS NULL OR btrim(content, E' \t\r\n\f\v') = '' THEN
-        RAISE EXCEPTION 'content: empty or whitespace-only text' USING ERRCODE = '22023',
+        RAISE EXCEPTION 'content: empty or whitespace-only text' USING ERRCODE = 'RC001', COLUMN = 'content',
             HINT = 'Pass the text to retain in content.';
     END IF;
     IF octet_length(content) > limit_bytes THEN
         RAISE EXCEPTION 'content: % bytes is over the limit of % bytes', octet_length(content), limit_bytes
-            USING ERRCODE = '54000',
+            USING ERRCODE = 'RC001', COLUMN = 'content',
             HINT = 'Split the document, or raise the limit (SET rcll.max_document_bytes, or the bank setting max_document_bytes).';
     END IF;
 END
@@ -63,11 +63,12 @@ DECLARE
 BEGIN
     -- The document fields every retain takes (the content itself is rcll._check_document's).
     IF layer IS NOT NULL AND layer NOT IN ('L0', 'L1', 'L2') THEN
-        RAISE EXCEPTION 'layer: % is not a layer', quote_literal(layer) USING ERRCODE = '22023',
+        RAISE EXCEPTION 'layer: % is not a layer', quote_literal(layer) USING ERRCODE = 'RC001', COLUMN = 'layer',
             HINT = 'Use L0 (rules and procedures), L1 (decisions) or L2 (observations).';
     END IF;
     IF metadata IS NULL OR jsonb_typeof(metadata) <> 'object' THEN
-        RAISE EXCEPTION 'metadata: must be a JSON object' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'metadata: must be a JSON object' USING ERRCODE = 'RC001', COLUMN = 'metadata',
+            HINT = 'Pass a JSON object (''{}'' for none).';
     END IF;
 
     SELECT r.author, r.author_source INTO author, author_source FROM rcll._resolve_author(claimed_author) r;

@@ -27,14 +27,16 @@ DECLARE
 BEGIN
     PERFORM rcll._check_document(b, content);
     IF n = 0 THEN
-        RAISE EXCEPTION 'chunks: at least one chunk is required' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'chunks: at least one chunk is required' USING ERRCODE = 'RC001', COLUMN = 'chunks',
+            HINT = 'Pass the document''s text split into chunks (rcll.chunk_text), one or more.';
     END IF;
     IF embeddings IS NOT NULL AND coalesce(array_length(embeddings, 1), 0) <> n THEN
         RAISE EXCEPTION 'embeddings: % embeddings for % chunks', coalesce(array_length(embeddings, 1), 0), n
-            USING ERRCODE = '22023', HINT = 'Pass one embedding per chunk, in the same order (or NULL for none).';
+            USING ERRCODE = 'RC001', COLUMN = 'embeddings', HINT = 'Pass one embedding per chunk, in the same order (or NULL for none).';
     END IF;
     IF EXISTS (SELECT 1 FROM unnest(chunks) c WHERE c IS NULL OR btrim(c, E' \t\r\n\f\v') = '') THEN
-        RAISE EXCEPTION 'chunks: a chunk is empty' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'chunks: a chunk is empty' USING ERRCODE = 'RC001', COLUMN = 'chunks',
+            HINT = 'Drop empty or whitespace-only chunks before retaining.';
     END IF;
 
     stored := rcll._store_document(b, content, source, thread, occurred_at, layer, metadata, via, author, 'chunks');

@@ -9,7 +9,7 @@ DECLARE
 BEGIN
     SELECT * INTO r FROM rcll.rooms x WHERE x.bank_id = _registry_room.bank_id AND x.name = room;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'room: no room "%" in this bank''s registry', room USING ERRCODE = '42704',
+        RAISE EXCEPTION 'room: no room "%" in this bank''s registry', room USING ERRCODE = 'RC003', COLUMN = 'room',
             HINT = 'List rooms with SELECT * FROM rcll.rooms(''<bank>''); name a room exactly as listed.';
     END IF;
     RETURN r;
@@ -32,14 +32,15 @@ BEGIN
     src := rcll._registry_room(b, from_room);
     dst := rcll._registry_room(b, into_room);
     IF src.name = dst.name THEN
-        RAISE EXCEPTION 'into_room: a room cannot merge into itself' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'into_room: a room cannot merge into itself' USING ERRCODE = 'RC001', COLUMN = 'into_room',
+            HINT = 'Name two different rooms: from_room merges into into_room.';
     END IF;
     IF src.status <> 'live' THEN
-        RAISE EXCEPTION 'from_room: room "%" is %', src.name, src.status USING ERRCODE = '55000',
+        RAISE EXCEPTION 'from_room: room "%" is %', src.name, src.status USING ERRCODE = 'RC004', COLUMN = 'from_room',
             HINT = 'Only a live room can be proposed for a merge; decide the pending proposal first (rcll.approve_room_merge / rcll.reject_room_merge).';
     END IF;
     IF dst.status <> 'live' THEN
-        RAISE EXCEPTION 'into_room: room "%" is %', dst.name, dst.status USING ERRCODE = '55000',
+        RAISE EXCEPTION 'into_room: room "%" is %', dst.name, dst.status USING ERRCODE = 'RC004', COLUMN = 'into_room',
             HINT = 'Merge into a live room (a merged room''s facts live in its merged_into).';
     END IF;
     UPDATE rcll.rooms r SET status = 'provisional' WHERE r.bank_id = b AND r.name = src.name;
@@ -64,7 +65,7 @@ BEGIN
     WHERE mp.bank_id = _pending_merge.bank_id AND mp.from_room = _pending_merge.from_room AND mp.status = 'pending'
     FOR UPDATE;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'from_room: no pending merge proposal for room "%"', from_room USING ERRCODE = '42704',
+        RAISE EXCEPTION 'from_room: no pending merge proposal for room "%"', from_room USING ERRCODE = 'RC003', COLUMN = 'from_room',
             HINT = 'Propose it first with rcll.propose_room_merge(bank, from_room, into_room, reason).';
     END IF;
     RETURN p;
@@ -84,8 +85,8 @@ DECLARE
 BEGIN
     -- A person decides: an agent (a mapped role, or rcll.agent set by the server) may propose only.
     IF rcll.current_agent() IS NOT NULL THEN
-        RAISE EXCEPTION 'approve_room_merge: agent "%" cannot approve a merge', rcll.current_agent()
-            USING ERRCODE = '42501',
+        RAISE EXCEPTION 'agent: agent "%" cannot approve a merge', rcll.current_agent()
+            USING ERRCODE = 'RC006', COLUMN = 'agent',
             HINT = 'A person approves: connect as a role not mapped in rcll.identities, with rcll.agent unset.';
     END IF;
     p := rcll._pending_merge(b, btrim(from_room));

@@ -15,19 +15,20 @@ DECLARE
 BEGIN
     dst := rcll._canonical_room(b, to_room);
     IF dst.room IS NULL THEN
-        RAISE EXCEPTION 'to_room: a room name is required' USING ERRCODE = '22023',
+        RAISE EXCEPTION 'to_room: a room name is required' USING ERRCODE = 'RC001', COLUMN = 'to_room',
             HINT = 'Name the room to move the units into (see rcll.rooms(bank)).';
     END IF;
     ids := ARRAY(SELECT DISTINCT i FROM unnest(unit_ids) AS i WHERE i IS NOT NULL ORDER BY 1);
     IF cardinality(ids) = 0 THEN
-        RAISE EXCEPTION 'unit_ids: no units given' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'unit_ids: no units given' USING ERRCODE = 'RC001', COLUMN = 'unit_ids',
+            HINT = 'Pass the ids of the units to move (recall returns them).';
     END IF;
     -- Lock in id order so two moves of overlapping sets cannot deadlock.
     PERFORM 1 FROM rcll.memory_units u WHERE u.unit_id = ANY (ids) AND u.bank_id = b ORDER BY u.unit_id FOR UPDATE;
     missing := ARRAY(SELECT i FROM unnest(ids) AS i
                      WHERE NOT EXISTS (SELECT 1 FROM rcll.memory_units u WHERE u.unit_id = i AND u.bank_id = b));
     IF cardinality(missing) > 0 THEN
-        RAISE EXCEPTION 'unit_ids: % not in bank "%"', missing, bank USING ERRCODE = '42704',
+        RAISE EXCEPTION 'unit_ids: % not in bank "%"', missing, bank USING ERRCODE = 'RC003', COLUMN = 'unit_ids',
             HINT = 'Pass unit ids recall returned for this bank.';
     END IF;
     SELECT jsonb_agg(jsonb_build_object('unit_id', u.unit_id, 'room', u.room) ORDER BY u.unit_id) INTO prior
@@ -53,12 +54,13 @@ BEGIN
     SELECT * INTO m FROM rcll.audit_log a
     WHERE a.audit_id = move_id AND a.bank_id = b AND a.action = 'room_move' FOR UPDATE;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'move_id: no room move % in bank "%"', move_id, bank USING ERRCODE = '42704',
+        RAISE EXCEPTION 'move_id: no room move % in bank "%"', move_id, bank USING ERRCODE = 'RC003', COLUMN = 'move_id',
             HINT = 'Use the id rcll.move_units returned (rcll.audit_log rows with action room_move).';
     END IF;
     IF EXISTS (SELECT 1 FROM rcll.audit_log a WHERE a.bank_id = b AND a.action = 'room_move_undo'
                AND (a.detail ->> 'move_id')::bigint = move_id) THEN
-        RAISE EXCEPTION 'move_id: move % was already undone', move_id USING ERRCODE = '55000';
+        RAISE EXCEPTION 'move_id: move % was already undone', move_id USING ERRCODE = 'RC004', COLUMN = 'move_id',
+            HINT = 'Nothing to do: the units are back where they were (rcll.audit_log has the undo).';
     END IF;
     -- Only units still where the move put them: a later move must be undone first.
     moved := ARRAY(SELECT f.unit_id::text
@@ -66,7 +68,7 @@ BEGIN
                    JOIN rcll.memory_units u ON u.unit_id = f.unit_id
                    WHERE u.room IS DISTINCT FROM m.target ->> 'to_room' ORDER BY f.unit_id);
     IF cardinality(moved) > 0 THEN
-        RAISE EXCEPTION 'move_id: units % were moved again after move %', moved, move_id USING ERRCODE = '55000',
+        RAISE EXCEPTION 'move_id: units % were moved again after move %', moved, move_id USING ERRCODE = 'RC004', COLUMN = 'move_id',
             HINT = 'Undo the later moves first (newest first).';
     END IF;
     UPDATE rcll.memory_units u SET room = f.room, updated_at = now()

@@ -12,21 +12,22 @@ DECLARE
     ok      boolean;
 BEGIN
     IF room IS NULL OR btrim(room) = '' THEN
-        RAISE EXCEPTION 'room: a room is required' USING ERRCODE = '22023',
+        RAISE EXCEPTION 'room: a room is required' USING ERRCODE = 'RC001', COLUMN = 'room',
             HINT = 'State is keyed by (room, key); the room string is used exactly as given.';
     END IF;
     IF key IS NULL OR key = '' THEN
-        RAISE EXCEPTION 'key: a key is required' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'key: a key is required' USING ERRCODE = 'RC001', COLUMN = 'key',
+            HINT = 'State is keyed by (room, key): pass a non-empty key.';
     END IF;
     IF value IS NULL THEN
-        RAISE EXCEPTION 'value: a JSON value is required' USING ERRCODE = '22004',
+        RAISE EXCEPTION 'value: a JSON value is required' USING ERRCODE = 'RC001', COLUMN = 'value',
             HINT = 'Pass ''null''::jsonb to store a JSON null.';
     END IF;
     SELECT max(s.version) INTO cur FROM rcll.room_state s
     WHERE s.bank_id = b AND s.room = put_state.room AND s.key = put_state.key;
     IF coalesce(expected_version, 0) IS DISTINCT FROM coalesce(cur, 0) THEN
         RAISE EXCEPTION 'expected_version: expected version %, current version is %',
-            coalesce(expected_version, 0), coalesce(cur, 0) USING ERRCODE = '40001',
+            coalesce(expected_version, 0), coalesce(cur, 0) USING ERRCODE = 'RC005', COLUMN = 'expected_version',
             HINT = 'Someone wrote this key since you read it: read it again (rcll.get_state) and retry with its version (0 = no state yet).';
     END IF;
     who := rcll._resolve_author(author);
@@ -42,13 +43,13 @@ BEGIN
         SELECT max(s.version) INTO cur FROM rcll.room_state s
         WHERE s.bank_id = b AND s.room = put_state.room AND s.key = put_state.key;
         RAISE EXCEPTION 'expected_version: expected version %, current version is %',
-            coalesce(expected_version, 0), cur USING ERRCODE = '40001',
+            coalesce(expected_version, 0), cur USING ERRCODE = 'RC005', COLUMN = 'expected_version',
             HINT = 'A concurrent put won: read the key again (rcll.get_state) and retry with its version.';
     END IF;
     RETURN coalesce(cur, 0) + 1;
 END
 $$;
-COMMENT ON FUNCTION rcll.put_state(text, text, text, jsonb, integer, text, text, text) IS 'Write a new version of a room''s keyed state if expected_version is the current version (0 or NULL when there is none); otherwise fail with SQLSTATE 40001 naming expected and current version. Every version is kept with its provenance (who, as the server resolved it; via; source; when). Returns the new version.';
+COMMENT ON FUNCTION rcll.put_state(text, text, text, jsonb, integer, text, text, text) IS 'Write a new version of a room''s keyed state if expected_version is the current version (0 or NULL when there is none); otherwise fail with SQLSTATE RC005 (version conflict, COLUMN expected_version) naming expected and current version. Every version is kept with its provenance (who, as the server resolved it; via; source; when). Returns the new version.';
 
 CREATE OR REPLACE FUNCTION rcll.state_history(bank text, room text, key text)
 RETURNS TABLE (version integer, value jsonb, provenance jsonb, created_at timestamptz)

@@ -4,15 +4,17 @@ CREATE OR REPLACE FUNCTION rcll._visible_banks(role_name name)
 RETURNS integer[]
 LANGUAGE sql STABLE STRICT PARALLEL SAFE
 -- Definer: policies call it for roles that cannot read rcll.bank_grants. The role is passed in
--- (the policy passes current_user), because inside a definer current_user is the owner.
+-- (the policy passes current_user), because inside a definer current_user is the owner. Only a
+-- role the session may act as is answered (current_user always is one: SET ROLE needs
+-- membership), so no caller can list another role's grants through it.
 SECURITY DEFINER
 AS $$
     SELECT coalesce(array_agg(DISTINCT g.bank_id), '{}')
     FROM rcll.bank_grants g
-    WHERE EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolname = g.role_name)
-      AND pg_has_role(_visible_banks.role_name, g.role_name, 'MEMBER')
+    WHERE pg_has_role(session_user, _visible_banks.role_name, 'MEMBER')
+      AND pg_has_role(_visible_banks.role_name, to_regrole(quote_ident(g.role_name)), 'MEMBER')
 $$;
-COMMENT ON FUNCTION rcll._visible_banks(name) IS 'Internal: ids of the banks a role may see under bank isolation (granted to it or to a role it is a member of).';
+COMMENT ON FUNCTION rcll._visible_banks(name) IS 'Internal: ids of the banks a role may see under bank isolation (granted to it or to a role it is a member of); empty for a role the session is not a member of. Executable by rcll_reader (and so rcll_agent): the policies call it as the querying role.';
 
 CREATE OR REPLACE FUNCTION rcll.grant_bank(role_name name, bank text)
 RETURNS void
@@ -20,7 +22,7 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolname = grant_bank.role_name) THEN
-        RAISE EXCEPTION 'role_name: no database role "%"', role_name USING ERRCODE = '42704',
+        RAISE EXCEPTION 'role_name: no database role "%"', role_name USING ERRCODE = 'RC003', COLUMN = 'role_name',
             HINT = 'Create the role first (CREATE ROLE ...); grants name roles, and their members inherit them.';
     END IF;
     INSERT INTO rcll.bank_grants (role_name, bank_id) VALUES (grant_bank.role_name, rcll._bank_id(bank))
@@ -50,12 +52,13 @@ AS $$
 $$;
 COMMENT ON FUNCTION rcll._bank_tables() IS 'Internal: the tables bank isolation covers (every rcll table with a bank_id column, bank_grants excepted).';
 
-CREATE OR REPLACE FUNCTION rcll._bank_isolation(enable boolean)
+CREATE OR REPLACE FUNCTION rcll._apply_bank_isolation()
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     t regclass;
+    enable boolean := EXISTS (SELECT 1 FROM rcll.bank_isolation_state);
     n integer := 0;
 BEGIN
     -- Superusers and the tables' owner bypass row-level security: the installing role stays an
@@ -69,12 +72,44 @@ BEGIN
         EXECUTE format('ALTER TABLE %s %s ROW LEVEL SECURITY', t, CASE WHEN enable THEN 'ENABLE' ELSE 'DISABLE' END);
         n := n + 1;
     END LOOP;
-    PERFORM rcll._audit(NULL, CASE WHEN enable THEN 'bank_isolation_enable' ELSE 'bank_isolation_disable' END,
-                        jsonb_build_object('tables', n));
     RETURN n;
 END
 $$;
-COMMENT ON FUNCTION rcll._bank_isolation(boolean) IS 'Internal: switch row-level security with the bank_isolation policy on (enable) or off on every table rcll._bank_tables() lists, audited; returns the number of tables.';
+COMMENT ON FUNCTION rcll._apply_bank_isolation() IS 'Internal: make every table rcll._bank_tables() lists match rcll.bank_isolation_state - row-level security with the bank_isolation policy when it holds a row, neither when it is empty; returns the number of tables.';
+
+CREATE OR REPLACE FUNCTION rcll._bank_isolation_applied()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    -- pg_dump keeps neither the row-level security nor the policies of an extension's tables, but
+    -- keeps this table's row: restoring it runs this trigger (CREATE EXTENSION made it before the
+    -- rows are loaded), so a restored store is isolated again with no step by hand.
+    PERFORM rcll._apply_bank_isolation();
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION rcll._bank_isolation_applied() IS 'Trigger: apply rcll.bank_isolation_state to the bank tables whenever it changes - by rcll.enable_bank_isolation / disable_bank_isolation, or by a restore loading its row.';
+
+CREATE OR REPLACE TRIGGER bank_isolation_applied AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON rcll.bank_isolation_state
+    FOR EACH STATEMENT EXECUTE FUNCTION rcll._bank_isolation_applied();
+
+CREATE OR REPLACE FUNCTION rcll._bank_isolation(enable boolean)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF enable THEN
+        INSERT INTO rcll.bank_isolation_state (enabled) VALUES (true) ON CONFLICT (enabled) DO NOTHING;
+    ELSE
+        DELETE FROM rcll.bank_isolation_state;
+    END IF;
+    PERFORM rcll._audit(NULL, CASE WHEN enable THEN 'bank_isolation_enable' ELSE 'bank_isolation_disable' END,
+                        jsonb_build_object('tables', (SELECT count(*) FROM rcll._bank_tables())));
+    RETURN (SELECT count(*) FROM rcll._bank_tables());
+END
+$$;
+COMMENT ON FUNCTION rcll._bank_isolation(boolean) IS 'Internal: switch bank isolation on (enable) or off in rcll.bank_isolation_state, whose trigger applies it to every table rcll._bank_tables() lists; audited; returns the number of tables.';
 
 CREATE OR REPLACE FUNCTION rcll.enable_bank_isolation()
 RETURNS integer
@@ -82,7 +117,7 @@ LANGUAGE sql VOLATILE
 AS $$
     SELECT rcll._bank_isolation(enable => true)
 $$;
-COMMENT ON FUNCTION rcll.enable_bank_isolation() IS 'Turn on bank isolation: row-level security on every rcll table with a bank_id, so a role sees and writes only the banks rcll.bank_grants gives it (superusers and the owner are exempt). Rooms stay a topic, not a permission. Returns the number of tables covered; an upgrade that adds tables covers them itself (end of 090-bank-isolation.sql).';
+COMMENT ON FUNCTION rcll.enable_bank_isolation() IS 'Turn on bank isolation: row-level security on every rcll table with a bank_id, so a role sees and writes only the banks rcll.bank_grants gives it (superusers and the owner are exempt). Rooms stay a topic, not a permission. Returns the number of tables covered. It stays on through upgrades (which cover the tables they add) and through pg_dump / pg_restore (the switch is a dumped row).';
 
 CREATE OR REPLACE FUNCTION rcll.disable_bank_isolation()
 RETURNS integer
@@ -96,16 +131,11 @@ COMMENT ON FUNCTION rcll.disable_bank_isolation() IS 'Turn bank isolation off ag
 -- when bank isolation is on, the tables those migrations added (rcll.unit_lexicon holds every
 -- unit's lexemes and scope columns) are covered before the upgrade commits, instead of being
 -- readable across banks by every role granted SELECT until an administrator re-runs
--- rcll.enable_bank_isolation(). Isolation is on when a bank table has the policy; nothing happens
--- in a fresh install or with isolation off.
+-- rcll.enable_bank_isolation(). Nothing happens in a fresh install or with isolation off.
 DO $$
 BEGIN
-    IF EXISTS (SELECT 1 FROM rcll._bank_tables() t JOIN pg_catalog.pg_policy p ON p.polrelid = t
-               WHERE p.polname = 'bank_isolation')
-       AND EXISTS (SELECT 1 FROM rcll._bank_tables() t JOIN pg_catalog.pg_class c ON c.oid = t
-                   WHERE NOT c.relrowsecurity
-                      OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_policy p WHERE p.polrelid = t AND p.polname = 'bank_isolation')) THEN
-        PERFORM rcll._bank_isolation(enable => true);
+    IF EXISTS (SELECT 1 FROM rcll.bank_isolation_state) THEN
+        PERFORM rcll._apply_bank_isolation();
     END IF;
 END
 $$;

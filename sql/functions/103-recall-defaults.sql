@@ -9,7 +9,7 @@ CREATE OR REPLACE FUNCTION rcll.recall_defaults(
 RETURNS record
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-    -- Why these values: bench/locomo/RESEARCH.md and the README's depth table.
+    -- Why these values: research/locomo/RESEARCH.md and docs/benchmarks.md's depth table.
     SELECT 4096,  -- tokens of fact text returned (hindsight's default, counted with cl100k)
            40,    -- fused candidates the cross-encoder reads
            15,    -- of those, how many it reads again with the chunk before them

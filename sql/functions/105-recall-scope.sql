@@ -67,7 +67,8 @@ CREATE OR REPLACE FUNCTION rcll.recall_scope(
     tags_any             text[] DEFAULT NULL,
     tags_all             text[] DEFAULT NULL,
     thread               text DEFAULT NULL,
-    as_of                timestamptz DEFAULT now())
+    as_of                timestamptz DEFAULT now(),
+    include_self_declared boolean DEFAULT false)
 RETURNS rcll.recall_scope
 LANGUAGE sql STABLE PARALLEL SAFE
 AS $$
@@ -75,11 +76,12 @@ AS $$
     SELECT ROW(b.id, rcll._expand_rooms(b.id, recall_scope.rooms),
                rcll._recall_authors(recall_scope.authors, recall_scope.mine),
                coalesce(recall_scope.include_unattributed, false), recall_scope.halls, recall_scope.layers,
-               recall_scope.tags_any, recall_scope.tags_all, recall_scope.thread, recall_scope.as_of)::rcll.recall_scope
+               recall_scope.tags_any, recall_scope.tags_all, recall_scope.thread, recall_scope.as_of,
+               coalesce(recall_scope.include_self_declared, false))::rcll.recall_scope
     FROM (SELECT rcll._bank_id(recall_scope.bank) AS id) b
 $$;
-COMMENT ON FUNCTION rcll.recall_scope(text, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz)
-    IS 'The scope of a recall, resolved once: the bank''s id (unknown bank: error), rooms expanded through aliases and merges (rcll._expand_rooms; NULL = all rooms), authors narrowed by mine (rcll._recall_authors; NULL = all), and the other filters as given. rcll.recall_candidates builds it once and passes it to every channel.';
+COMMENT ON FUNCTION rcll.recall_scope(text, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, boolean)
+    IS 'The scope of a recall, resolved once: the bank''s id (unknown bank: error), rooms expanded through aliases and merges (rcll._expand_rooms; NULL = all rooms), authors narrowed by mine (rcll._recall_authors; NULL = all) - matched by server-resolved authors only, unless include_self_declared - and the other filters as given. rcll.recall_candidates builds it once and passes it to every channel.';
 
 CREATE OR REPLACE FUNCTION rcll._in_scope(u anyelement, scope rcll.recall_scope)
 RETURNS boolean
@@ -96,7 +98,9 @@ AS $$
     -- branches vanish and (u).bank_id = <id> is a plain qual that the (bank_id, ...) indexes serve.
     SELECT (u).bank_id = (scope).bank_id
        AND ((scope).rooms IS NULL OR (u).room = ANY ((scope).rooms))
-       AND ((scope).authors IS NULL OR (u).author = ANY ((scope).authors)
+       AND ((scope).authors IS NULL
+            OR ((u).author = ANY ((scope).authors)
+                AND ((scope).include_self_declared OR NOT 'author-source:self_declared' = ANY ((u).tags)))
             OR ((scope).include_unattributed AND (u).author IS NULL))
        AND ((scope).halls IS NULL OR (u).hall = ANY ((scope).halls))
        AND ((scope).layers IS NULL OR (u).layer = ANY ((scope).layers))
@@ -106,4 +110,4 @@ AS $$
        AND ((scope).as_of IS NULL OR (u).valid @> (scope).as_of)
 $$;
 COMMENT ON FUNCTION rcll._in_scope(anyelement, rcll.recall_scope)
-    IS 'Internal: whether a unit (a row of rcll.memory_units or rcll.unit_lexicon) passes a recall''s scope (bank, expanded rooms, resolved authors, halls, layers, tags, thread, validity as of). Every channel filters through it; it is inlined into their queries.';
+    IS 'Internal: whether a unit (a row of rcll.memory_units or rcll.unit_lexicon) passes a recall''s scope (bank, expanded rooms, resolved authors - a self-declared author only with include_self_declared -, halls, layers, tags, thread, validity as of). Every channel filters through it; it is inlined into their queries.';

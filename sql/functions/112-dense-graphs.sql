@@ -6,13 +6,12 @@
 -- WHERE bank_id = <id>; the global graph memory_units_embedding_hnsw then leaves those banks out
 -- (WHERE bank_id <> ALL (...)), so each unit is in exactly one graph. The dense and temporal
 -- channels plan with the bank id as a constant, so the planner proves which graph serves a bank.
--- Measured on a 1M-unit fleet (docs/scaling.md, python -m bench.recall --fleet 1000000 --split 20000):
--- a 29,922-unit bank's dense recall@10 against exact search 0.90-0.95 -> 1.00 (its 6 fleet queries,
--- two stores) and 0.92 -> 0.99 (40 harsher probe queries); the 333,333-unit bank's 0.79 -> 0.85-0.88
--- (probe); the SQL phase unchanged within noise; writes into the biggest bank at 0.87-0.93 of a
--- 100k fleet's rate (0.70-0.73 with one global graph). Hence the default min_units of 20,000.
--- Own graphs are built with m 32 and ef_construction 128 (pgvector's defaults: 16 and 64): the
--- 333,333-unit bank's recall@10 0.89 -> 0.98 on the same probe queries (0.96 in its big room).
+-- On a 1M-unit fleet (python -m bench.recall --fleet 1000000 --split 20000) an own graph raised the
+-- dense recall against exact search of banks from ~30,000 units up, left the SQL phase as it was, and
+-- let writes into the biggest bank keep more of a small fleet's rate than one global graph did: hence
+-- the default min_units of 20,000. Own graphs are built with m 32 and ef_construction 128 (pgvector's
+-- defaults: 16 and 64), which raised the biggest bank's recall further. The figures, dated, are in
+-- docs/scaling.md ("Figures behind the SQL comments").
 --
 -- Index builds cannot run inside a function (CREATE INDEX CONCURRENTLY refuses a transaction
 -- block), so this file only reads the catalog and says what to run: in psql,
@@ -87,24 +86,24 @@ BEGIN
     max_share := coalesce(max_share, 0.5);
     IF min_units < 1 THEN
         RAISE EXCEPTION 'min_units: must be a positive number of units (got %)', min_units
-            USING ERRCODE = 'invalid_parameter_value',
+            USING ERRCODE = 'RC001', COLUMN = 'min_units',
                   HINT = 'A bank of at least min_units units gets its own HNSW graph; 20000 is the default.';
     END IF;
     m := coalesce(m, 32);
     ef_construction := coalesce(ef_construction, 128);
     IF m < 2 OR m > 100 THEN
         RAISE EXCEPTION 'm: must be from 2 to 100 (got %)', m
-            USING ERRCODE = 'invalid_parameter_value',
+            USING ERRCODE = 'RC001', COLUMN = 'm',
                   HINT = 'The number of neighbours each unit keeps in a bank''s own HNSW graph; 32 is the default.';
     END IF;
     IF ef_construction < 2 * m OR ef_construction > 1000 THEN
         RAISE EXCEPTION 'ef_construction: must be from 2 x m (%) to 1000 (got %)', 2 * m, ef_construction
-            USING ERRCODE = 'invalid_parameter_value',
+            USING ERRCODE = 'RC001', COLUMN = 'ef_construction',
                   HINT = 'The candidate list an own graph''s build keeps per insert (pgvector requires at least 2 x m); 128 is the default.';
     END IF;
     IF max_share <= 0 OR max_share > 1 THEN
         RAISE EXCEPTION 'max_share: must be a fraction of the store''s units in (0, 1] (got %)', max_share
-            USING ERRCODE = 'invalid_parameter_value',
+            USING ERRCODE = 'RC001', COLUMN = 'max_share',
                   HINT = 'A bank holding more than max_share of the units keeps the global graph (it is most of it); 0.5 is the default.';
     END IF;
     -- A bank that is most of the store gains nothing from a graph of its own (the global graph is
@@ -116,12 +115,12 @@ BEGIN
     target := coalesce(target, '{}');
     IF cardinality(target) > max_own THEN
         RAISE EXCEPTION 'min_units: % banks hold at least % units; at most % can have their own graph', cardinality(target), min_units, max_own
-            USING ERRCODE = 'invalid_parameter_value',
+            USING ERRCODE = 'RC001', COLUMN = 'min_units',
                   HINT = 'Raise min_units (the planner proves the global graph''s predicate for at most 100 banks).';
     END IF;
     -- A bank's own graph is built denser than pgvector's default (m 16, ef_construction 64): a big
     -- bank's nearest neighbours are many and close together, and a sparser graph misses them
-    -- (docs/scaling.md: a 333,333-unit bank's dense recall@10 against exact 0.89 -> 0.97-0.98).
+    -- (the recall against exact search, measured: docs/scaling.md).
     own := format(' WITH (m = %s, ef_construction = %s)', m, ef_construction);
     wanted := ARRAY[format('m=%s', m), format('ef_construction=%s', ef_construction)];
     SELECT coalesce(array_agg(g.bank_id ORDER BY g.bank_id) FILTER (WHERE NOT g.half AND g.valid), '{}'),

@@ -10,12 +10,12 @@ CREATE OR REPLACE FUNCTION rcll._last_words(t text, n integer)
 RETURNS text
 LANGUAGE sql STABLE PARALLEL SAFE
 -- One expression, no FROM, no STRICT, and no search_path (990-search-path.sql leaves it out): the
--- planner inlines it into the 100 rows a recall returns, where a call cost ~20 us each (~2 ms of a
--- recall's fusion, measured on a 1M-unit fleet's small bank). NULL in, NULL out, as when strict.
+-- planner inlines it into the 100 rows a recall returns, where a function call per row was a
+-- visible share of a small bank's fusion (docs/scaling.md). NULL in, NULL out, as when strict.
 -- STABLE, as array_to_string is: a body more volatile than its declaration is not inlined.
 -- Words are split on ASCII whitespace (space, tab, LF, CR, VT, FF) by translate and
--- string_to_array, not by a regular expression: the fusion's 100 rows in ~0.9x the time (the
--- same words on every unit of bench.recall's 100k store; a regex's \s also takes what a locale
+-- string_to_array, not by a regular expression, which was measurably slower over the fusion's 100
+-- rows (the same words on every unit of bench.recall's 100k store); a regex's \s also takes what a locale
 -- calls a space, such as U+00A0, which is kept inside a word here). VT is written \x0B: an E''
 -- string's \v is not an escape on PostgreSQL 15 (E'\v' is a plain v there: a test caught it).
 AS $$

@@ -46,10 +46,11 @@ BEGIN
     -- so their document frequencies are exact counts over the candidates. Terms in more than
     -- prune_above of the n units (known from ANALYZE's lexeme statistics, ~1% accurate) generate
     -- no candidates but still score; their frequency comes back with them (each channel turns it
-    -- into a df; their IDF is small). Measured at 100k units: p50 ~500 ms exact vs ~30 ms pruned,
-    -- top-10 agreement 0.997. Small banks (estimated df of at most 1,000 units) are always exact:
+    -- into a df; their IDF is small). At 100k units exact BM25 is an order of magnitude slower
+    -- and the pruned top 10 all but agrees with it (bench.recall prints the agreement; figures in
+    -- docs/benchmarks.md). Small banks (estimated df of at most 1,000 units) are always exact:
     -- a bank of at most 1,000 units cannot have such a term, and skips the statistics (a read of
-    -- the whole table's most common lexemes, 2-3.5 ms in a 300k-unit fleet: docs/scaling.md).
+    -- the whole table's most common lexemes, milliseconds in a large fleet: docs/scaling.md).
     IF _bm25_pruned_terms.n <= 1000 OR coalesce(_bm25_pruned_terms.prune_above, 1) >= 1 THEN
         gen := _bm25_pruned_terms.terms;
         RETURN;
@@ -109,7 +110,7 @@ BEGIN
         -- Document statistics: N = the bank's documents, average length = the units' total
         -- length over N - all three from the same refresh of rcll.bank_stats (rcll._bm25_corpus);
         -- counted here only when never refreshed (counting them on every recall was an index scan
-        -- of 15-19 ms in a bank of 39,424 documents: migration 015).
+        -- over every document of the bank: migration 015, docs/scaling.md).
         ndocs := greatest(coalesce(corpus.ndocs, (SELECT count(*) FROM rcll.documents d WHERE d.bank_id = bk)), 1);
         avgdl := greatest(corpus.avgdl * corpus.n / ndocs, 1);
     END IF;
@@ -118,8 +119,8 @@ BEGIN
     -- session channel the documents holding it, were its units spread at random over documents of
     -- the average size m = N / ndocs: ndocs x (1 - (1 - f)^m). (f x N, capped at every document,
     -- overstated a term in 5% of the units of 10-unit documents by a quarter; on bench.recall's
-    -- 100k store, 100 queries, the session channel's top-10 overlap with exact BM25 went from 0.919
-    -- to 0.930 with this alone, 0.972 with the rescoring below: docs/scaling.md.)
+    -- 100k store the session channel's top-10 overlap with exact BM25 rose with this, and more with
+    -- the rescoring below: docs/scaling.md.)
     SELECT t.common, t.common_freq, t.gen INTO common, common_freq, gen
     FROM rcll._bm25_pruned_terms(terms, corpus.n, _bm25_channels.prune_above) t;
     -- The candidate-generating terms as keys of this bank's posting lists (migration 016).
@@ -144,14 +145,14 @@ BEGIN
     WITH hits AS MATERIALIZED (
         -- One scan for both channels: a row per candidate unit and query lexeme it holds, with
         -- the lexeme's tf. Only the query's lexemes are unnested: marking them with weight A and
-        -- filtering on it is ~3x cheaper than unnesting the whole tsvector of every candidate.
+        -- filtering on it is several times cheaper than unnesting the whole tsvector of every candidate.
         -- (lexical carries no weights - the units_lexical trigger writes plain to_tsvector - so
         -- nothing else is A.) unnest is in the select list (a ProjectSet, one row at a time) and
-        -- the candidates are not materialised first: measured at 100k units, this step 37 ms
-        -- against 45 with the candidates materialised and unnested in FROM (docs/scaling.md). Read
-        -- from rcll.unit_lexicon, the narrow copy (453 bytes a unit against 2.7 kB for a
-        -- memory_units row with its inline embedding): the same rows and scores, about half the
-        -- pages touched (migration 012, docs/scaling.md).
+        -- the candidates are not materialised first: at 100k units this step was faster than with
+        -- the candidates materialised and unnested in FROM (docs/scaling.md). Read from
+        -- rcll.unit_lexicon, the narrow copy (a fraction of a memory_units row, which carries its
+        -- embedding inline): the same rows and scores, about half the pages touched (migration
+        -- 012, docs/scaling.md).
         SELECT c.unit_id, c.document_id, c.keep, c.dl, (c.e).lexeme,
                coalesce(array_length((c.e).positions, 1), 1)::double precision AS tf
         FROM (
@@ -160,7 +161,7 @@ BEGIN
             FROM rcll.unit_lexicon u
             -- The bank's own posting lists of the terms (unit_lexicon_bank_lexemes, migration 016):
             -- a key names its bank, so no bank_id test - with one, the planner ANDed the bank
-            -- index's bitmap in (every unit of the bank: 10 ms in a 333,933-unit bank).
+            -- index's bitmap in (every unit of the bank, read on every recall: docs/scaling.md).
             WHERE rcll._bank_keys(u.bank_id, tsvector_to_array(u.lexical)) && gen_keys
             UNION ALL
             -- A small scope's units that match only pruned terms (above; none when scoped is NULL).
@@ -213,8 +214,8 @@ BEGIN
         SELECT t.document_id, t.lexeme, t.tf FROM s_dt t WHERE t.kept
     ), s_dl AS (
         -- Every touched document's length, one row each (rcll.document_lexicon, kept by triggers):
-        -- summed here from unit_lexicon it read ~12 index entries a document, ~18 of the
-        -- channel's ~70 ms at 100k units (docs/scaling.md).
+        -- summed here from unit_lexicon it read an index entry per unit of every touched document,
+        -- a quarter of the channel's time at 100k units (docs/scaling.md).
         SELECT m.document_id, m.lexical_length::double precision AS dl
         FROM rcll.document_lexicon m
         WHERE m.document_id IN (SELECT t.document_id FROM s_tf t)

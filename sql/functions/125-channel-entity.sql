@@ -4,7 +4,7 @@
 -- the units linked to a named entity (rcll.unit_entities: keyless speaker and name links written at
 -- retain, sql/functions/205-keyless-entities.sql, or the extractor's) and ranks them by cosine to the
 -- query *with the names removed* ("What did research?"): with the name gone, the similarity
--- measures what is asked about the person, not that the person is named (bench/locomo/RESEARCH.md,
+-- measures what is asked about the person, not that the person is named (research/locomo/RESEARCH.md,
 -- third round: ranked by the whole query instead, R@40 0.873 vs 0.891 on conversations 0-4).
 
 CREATE OR REPLACE FUNCTION rcll._query_named_entities(query text, bank_id integer)

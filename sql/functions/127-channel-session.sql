@@ -7,7 +7,7 @@
 -- bank's documents), from the same candidate units the lexical channel reads (one scan for both:
 -- rcll._bm25_channels, 120-channel-lexical.sql), and lists the units
 -- of the best documents - inside a document by cosine to the query. On LoCoMo it is the first
--- stage's largest single gain (bench/locomo/RESEARCH.md, third round: -0.033 / -0.036 R@40 without it).
+-- stage's largest single gain (research/locomo/RESEARCH.md, third round: -0.033 / -0.036 R@40 without it).
 
 CREATE OR REPLACE FUNCTION rcll.channel_session(
     query           text,

@@ -19,7 +19,7 @@ BEGIN
     SELECT c INTO bad FROM unnest(channels) c WHERE c IS NULL OR c <> ALL (known) LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION 'channels: % is not a recall channel', coalesce('"' || bad || '"', 'NULL')
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'Name channels among ' || array_to_string(known, ', ') || ', or pass NULL for all.';
+            USING ERRCODE = 'RC001', COLUMN = 'channels', HINT = 'Name channels among ' || array_to_string(known, ', ') || ', or pass NULL for all.';
     END IF;
     RETURN true;
 END
@@ -60,7 +60,7 @@ AS $$
                 'recall: dense channel skipped: no query_embedding was passed',
                 'Pass query_embedding (the rcll Python client does), or let rcll.recall embed the query in the database (SELECT rcll.enable_in_database_models(...)).'))
     ), ctx AS (
-        -- Context (off by default since the session and entity channels: RESEARCH.md, third round):
+        -- Context (off by default since the session and entity channels: research/locomo/RESEARCH.md, third round):
         -- the top 100 dense hits and the chunk after each, scored with the chunk before them.
         SELECT c.unit_id, c.score, c.rank FROM rcll.channel_context(
             query_embedding => recall_channels.query_embedding,

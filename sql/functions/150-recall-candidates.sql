@@ -37,7 +37,7 @@ AS $$
         FROM unnest(fuse_candidates.channels, fuse_candidates.unit_ids, fuse_candidates.scores,
                     fuse_candidates.ranks) AS h(channel, unit_id, score, rank)
     ), z AS (
-        -- Z-score sum (bench/locomo/RESEARCH.md, third round): each channel's scores standardised
+        -- Z-score sum (research/locomo/RESEARCH.md, third round): each channel's scores standardised
         -- over the list it returned for this query, z = (score - mean) / sd (population sd); a
         -- unit a channel did not return counts that channel's lowest z; a channel with fewer than
         -- two hits or flat scores says nothing about order and adds nothing. No k, no fitted

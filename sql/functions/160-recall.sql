@@ -1,4 +1,4 @@
--- Recall, all five phases from SQL: embed, four channels + fusion, cross-encoder rerank, token-budget cut.
+-- Recall, all five phases from SQL: embed, the channels fused by a z-score sum, cross-encoder rerank, token-budget cut.
 
 CREATE OR REPLACE FUNCTION rcll._recall_embedding(query text, query_embedding vector)
 RETURNS vector

@@ -24,11 +24,11 @@ DECLARE
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'plpython3u') THEN
         RAISE EXCEPTION 'plpython3u: this server has no plpython3u, so models cannot run inside it'
-            USING ERRCODE = '0A000',
+            USING ERRCODE = '0A000', COLUMN = 'plpython3u',
             HINT = 'Install the server''s plpython3 package (Debian: postgresql-plpython3-NN), or keep embedding and reranking in the client: pass query_embedding to rcll.recall_candidates (the rcll Python client does).';
     END IF;
     IF paths IS NULL OR cardinality(paths) = 0 THEN
-        RAISE EXCEPTION 'python_path: no directories given' USING ERRCODE = '22023',
+        RAISE EXCEPTION 'python_path: no directories given' USING ERRCODE = 'RC001', COLUMN = 'python_path',
             HINT = 'Pass the venv''s site-packages and the directory holding the rcll package, readable by the server''s OS user: SELECT rcll.enable_in_database_models(ARRAY[''/srv/rcll/.venv/lib/python3.11/site-packages'', ''/srv/rcll/python'']), or set rcll.python_path (colon-separated) with ALTER DATABASE ... SET.';
     END IF;
     EXECUTE 'CREATE EXTENSION IF NOT EXISTS plpython3u';

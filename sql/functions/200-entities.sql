@@ -41,7 +41,7 @@ DECLARE
     display text := btrim(regexp_replace(ltrim(_resolve_entity.name, '@'), '\s+', ' ', 'g'));
 BEGIN
     IF key IS NULL THEN
-        RAISE EXCEPTION 'name: entity name is empty' USING ERRCODE = '22023',
+        RAISE EXCEPTION 'name: entity name is empty' USING ERRCODE = 'RC001', COLUMN = 'name',
             HINT = 'Drop entities without a name before resolving.';
     END IF;
     SELECT array_agg(DISTINCT k) INTO keys

@@ -1,7 +1,7 @@
 -- Keyless entities: who said a chunk and which names it writes, linked at retain with no model.
 --
 -- Chunk mode has no extractor, yet recall needs to know *who* a unit is about: on LoCoMo almost
--- every question names a speaker (bench/locomo/RESEARCH.md, third round). A chunk is linked to
+-- every question names a speaker (research/locomo/RESEARCH.md, third round). A chunk is linked to
 -- (a) its speaker - a leading "Name:" of its text (after an optional "[date]"), else its author -
 -- and (b) every word it writes capitalised away from a sentence start (stop words and one-letter
 -- words excepted): names, places, titles. The links go into the same entities / entity_aliases /

@@ -114,18 +114,22 @@ DECLARE
     o rcll.memory_units%ROWTYPE;
     nw rcll.memory_units%ROWTYPE;
     t timestamptz;
+    missing text;
 BEGIN
     IF old_unit = new_unit THEN
-        RAISE EXCEPTION 'new_unit: a unit cannot supersede itself' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'new_unit: a unit cannot supersede itself' USING ERRCODE = 'RC001', COLUMN = 'new_unit',
+            HINT = 'Pass the newer unit as new_unit and the unit it replaces as old_unit.';
     END IF;
     SELECT * INTO nw FROM rcll.memory_units u WHERE u.unit_id = new_unit;
     SELECT * INTO o FROM rcll.memory_units u WHERE u.unit_id = old_unit FOR UPDATE;
     IF o.unit_id IS NULL OR nw.unit_id IS NULL THEN
-        RAISE EXCEPTION '%: no such unit', CASE WHEN o.unit_id IS NULL THEN 'old_unit' ELSE 'new_unit' END
-            USING ERRCODE = '42704', HINT = 'Pass unit ids of one bank (SELECT unit_id FROM rcll.memory_units).';
+        missing := CASE WHEN o.unit_id IS NULL THEN 'old_unit' ELSE 'new_unit' END;
+        RAISE EXCEPTION '%: no such unit', missing
+            USING ERRCODE = 'RC003', COLUMN = missing, HINT = 'Pass unit ids of one bank (SELECT unit_id FROM rcll.memory_units).';
     END IF;
     IF o.bank_id <> nw.bank_id THEN
-        RAISE EXCEPTION 'new_unit: units % and % are in different banks', old_unit, new_unit USING ERRCODE = '22023';
+        RAISE EXCEPTION 'new_unit: units % and % are in different banks', old_unit, new_unit USING ERRCODE = 'RC001', COLUMN = 'new_unit',
+            HINT = 'A unit is superseded only by a unit of its own bank.';
     END IF;
     IF o.superseded_by IS NOT NULL OR NOT upper_inf(o.valid) THEN
         RETURN false;                       -- already closed; the first replacement stands
@@ -133,7 +137,7 @@ BEGIN
     t := coalesce(at, lower(nw.valid), now());
     IF t <= lower(o.valid) THEN
         RAISE EXCEPTION 'at: % is not after the start of unit %''s validity (%)', t, old_unit, lower(o.valid)
-            USING ERRCODE = '22023', HINT = 'A unit can only be superseded by something that became true after it did.';
+            USING ERRCODE = 'RC001', COLUMN = 'at', HINT = 'A unit can only be superseded by something that became true after it did.';
     END IF;
     UPDATE rcll.memory_units u
     SET valid = tstzrange(lower(u.valid), t), superseded_by = new_unit, updated_at = now()

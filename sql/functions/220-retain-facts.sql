@@ -13,7 +13,7 @@ BEGIN
     RETURN (fact ->> key)::timestamptz;
 EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow THEN
     RAISE EXCEPTION 'facts: fact % has % = % which is not a timestamp', i, key, quote_literal(fact ->> key)
-        USING ERRCODE = '22007', HINT = 'Use ISO 8601 (2026-08-26T14:00:00Z) or null.';
+        USING ERRCODE = 'RC001', COLUMN = 'facts', HINT = 'Use ISO 8601 (2026-08-26T14:00:00Z) or null.';
 END
 $$;
 COMMENT ON FUNCTION rcll._fact_time(jsonb, text, integer) IS 'Internal: a timestamp field of an extracted fact (ISO 8601 or null), with an error naming the fact and field.';
@@ -34,7 +34,7 @@ DECLARE
     n integer;
 BEGIN
     IF calls IS NULL OR jsonb_typeof(calls) <> 'array' THEN
-        RAISE EXCEPTION 'llm_calls: must be a JSON array of calls' USING ERRCODE = '22023',
+        RAISE EXCEPTION 'llm_calls: must be a JSON array of calls' USING ERRCODE = 'RC001', COLUMN = 'llm_calls',
             HINT = 'Pass [{"purpose": "extract", "provider": ..., "model": ..., "input_tokens": n, "output_tokens": n, "outcome": "ok"}].';
     END IF;
     INSERT INTO rcll.llm_calls (bank_id, document_id, purpose, provider, model, input_tokens, output_tokens, outcome)
@@ -116,26 +116,28 @@ DECLARE
 BEGIN
     PERFORM rcll._check_document(b, content);
     IF facts IS NULL OR jsonb_typeof(facts) <> 'array' OR n = 0 THEN
-        RAISE EXCEPTION 'facts: must be a non-empty JSON array of facts' USING ERRCODE = '22023',
+        RAISE EXCEPTION 'facts: must be a non-empty JSON array of facts' USING ERRCODE = 'RC001', COLUMN = 'facts',
             HINT = 'An extraction with no facts is a failed extraction: store chunks (rcll.retain_extraction_failed) instead.';
     END IF;
     IF coalesce(array_length(embeddings, 1), 0) <> n THEN
         RAISE EXCEPTION 'embeddings: % embeddings for % facts', coalesce(array_length(embeddings, 1), 0), n
-            USING ERRCODE = '22023', HINT = 'Pass one embedding per fact, in the same order.';
+            USING ERRCODE = 'RC001', COLUMN = 'embeddings', HINT = 'Pass one embedding per fact, in the same order.';
     END IF;
     IF coalesce(array_length(aux_texts, 1), 0) <> coalesce(array_length(aux_embeddings, 1), 0) THEN
         RAISE EXCEPTION 'aux_embeddings: % embeddings for % aux_texts', coalesce(array_length(aux_embeddings, 1), 0),
-            coalesce(array_length(aux_texts, 1), 0) USING ERRCODE = '22023';
+            coalesce(array_length(aux_texts, 1), 0) USING ERRCODE = 'RC001', COLUMN = 'aux_embeddings',
+            HINT = 'Pass one embedding per aux_text, in the same order.';
     END IF;
     IF extraction NOT IN ('llm', 'offline') THEN
-        RAISE EXCEPTION 'extraction: % is not an extraction mode', quote_literal(extraction) USING ERRCODE = '22023',
+        RAISE EXCEPTION 'extraction: % is not an extraction mode', quote_literal(extraction) USING ERRCODE = 'RC001', COLUMN = 'extraction',
             HINT = 'Use llm or offline (chunk mode is rcll.retain_chunks).';
     END IF;
     FOR i IN 0 .. n - 1 LOOP
         f := facts -> i;
         IF jsonb_typeof(f) <> 'object' OR jsonb_typeof(f -> 'text') <> 'string'
            OR btrim(f ->> 'text', E' \t\r\n\f\v') = '' THEN
-            RAISE EXCEPTION 'facts: fact % is not an object with a non-empty text', i USING ERRCODE = '22023';
+            RAISE EXCEPTION 'facts: fact % is not an object with a non-empty text', i USING ERRCODE = 'RC001', COLUMN = 'facts',
+                HINT = 'Each fact is a JSON object with a non-empty "text" (see rcll.extract.schema).';
         END IF;
     END LOOP;
 

@@ -76,10 +76,12 @@ DECLARE
     room_by text;
 BEGIN
     IF text IS NULL OR btrim(text, E' \t\r\n\f\v') = '' THEN
-        RAISE EXCEPTION 'text: an observation needs text' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'text: an observation needs text' USING ERRCODE = 'RC001', COLUMN = 'text',
+            HINT = 'Pass the observation''s text: what the source units say together.';
     END IF;
     IF coalesce(array_length(sources, 1), 0) = 0 THEN
-        RAISE EXCEPTION 'sources: an observation needs at least one source unit' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'sources: an observation needs at least one source unit' USING ERRCODE = 'RC001', COLUMN = 'sources',
+            HINT = 'Pass the ids of the units it consolidates (rcll.consolidation_groups lists them).';
     END IF;
     -- lock the sources: two consolidators must not fold the same unit twice
     PERFORM 1 FROM rcll.memory_units u WHERE u.unit_id = ANY (sources) ORDER BY u.unit_id FOR UPDATE;
@@ -98,7 +100,7 @@ BEGIN
     FROM rcll.memory_units u WHERE u.unit_id = ANY (sources);
     IF s.n <> coalesce(array_length(sources, 1), 0) OR s.ok <> s.n THEN
         RAISE EXCEPTION 'sources: % of % units are pending units of bank %', s.ok, array_length(sources, 1), bank
-            USING ERRCODE = '22023', HINT = 'Consolidate only units listed by rcll.consolidation_groups (pending, same bank).';
+            USING ERRCODE = 'RC001', COLUMN = 'sources', HINT = 'Consolidate only units listed by rcll.consolidation_groups (pending, same bank).';
     END IF;
 
     -- the room: given, else the sources'' majority room, else the classifier, else general

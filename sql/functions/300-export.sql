@@ -47,7 +47,7 @@ BEGIN
     RETURN QUERY SELECT e.* FROM rcll.export_tables() e WHERE e.table_name = name;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'table_name: % is not an exported table', coalesce(quote_literal(name), 'NULL')
-            USING ERRCODE = '22023',
+            USING ERRCODE = 'RC001', COLUMN = 'table_name',
             HINT = 'Name one of SELECT table_name FROM rcll.export_tables().';
     END IF;
 END

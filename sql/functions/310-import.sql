@@ -18,7 +18,7 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     IF to_regclass('pg_temp.rcll_import_state') IS NULL THEN
-        RAISE EXCEPTION 'import_begin: no import in progress in this session' USING ERRCODE = '55000',
+        RAISE EXCEPTION 'import_begin: no import in progress in this session' USING ERRCODE = 'RC008', COLUMN = 'import_begin',
             HINT = 'Call rcll.import_begin(bank_row, on_conflict, max_ids) first, in the same transaction.';
     END IF;
     RETURN QUERY EXECUTE 'SELECT s.bank_id, s.bank_name, s.fresh, s.on_conflict FROM pg_temp.rcll_import_state s';
@@ -69,7 +69,7 @@ BEGIN
         GET DIAGNOSTICS n = ROW_COUNT;
     EXCEPTION WHEN unique_violation THEN
         RAISE EXCEPTION 'on_conflict: a % row of this import already exists (%)', table_name, SQLERRM
-            USING ERRCODE = '23505',
+            USING ERRCODE = 'RC004', COLUMN = 'on_conflict',
             HINT = 'Import into an empty database, or choose on_conflict => ''skip'' (keep existing rows) or ''replace'' (overwrite them).';
     END;
     FOREACH t IN ARRAY trg LOOP
@@ -112,15 +112,15 @@ DECLARE
 BEGIN
     IF on_conflict IS NULL OR on_conflict NOT IN ('error', 'skip', 'replace') THEN
         RAISE EXCEPTION 'on_conflict: % is not a conflict policy', coalesce(quote_literal(on_conflict), 'NULL')
-            USING ERRCODE = '22023',
+            USING ERRCODE = 'RC001', COLUMN = 'on_conflict',
             HINT = 'Use error (the default: refuse rows that already exist), skip (keep what is there) or replace (overwrite it).';
     END IF;
     IF bank_row IS NULL OR jsonb_typeof(bank_row) <> 'object' OR bname IS NULL THEN
-        RAISE EXCEPTION 'bank_row: must be the exported banks row (a JSON object with a name)' USING ERRCODE = '22023',
+        RAISE EXCEPTION 'bank_row: must be the exported banks row (a JSON object with a name)' USING ERRCODE = 'RC008', COLUMN = 'bank_row',
             HINT = 'Pass the one line of banks.jsonl from the export.';
     END IF;
     IF max_ids IS NULL OR jsonb_typeof(max_ids) <> 'object' THEN
-        RAISE EXCEPTION 'max_ids: must be a JSON object' USING ERRCODE = '22023',
+        RAISE EXCEPTION 'max_ids: must be a JSON object' USING ERRCODE = 'RC008', COLUMN = 'max_ids',
             HINT = 'Pass the manifest''s max_ids, or ''{}''.';
     END IF;
     -- A fresh slate for this session's import bookkeeping.
@@ -138,7 +138,7 @@ BEGIN
     fresh := b IS NULL;
     IF NOT fresh THEN
         IF on_conflict = 'error' THEN
-            RAISE EXCEPTION 'bank: bank "%" already exists in this database', bname USING ERRCODE = '23505',
+            RAISE EXCEPTION 'bank: bank "%" already exists in this database', bname USING ERRCODE = 'RC004', COLUMN = 'bank',
                 HINT = 'Import into an empty database, or choose on_conflict => ''skip'' (keep existing rows) or ''replace'' (overwrite them).';
         ELSIF on_conflict = 'replace' THEN
             UPDATE rcll.banks x SET description = r.description, text_search_config = r.text_search_config,
@@ -180,10 +180,11 @@ BEGIN
     SELECT * INTO st FROM rcll._import_state();
     SELECT e.* INTO t FROM rcll._export_table(table_name) e;
     IF table_name = 'banks' THEN
-        RAISE EXCEPTION 'table_name: the banks row is imported by rcll.import_begin' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'table_name: the banks row is imported by rcll.import_begin' USING ERRCODE = 'RC008', COLUMN = 'table_name',
+            HINT = 'Pass the banks row to rcll.import_begin, and every other table''s rows here.';
     END IF;
     IF rows IS NULL OR jsonb_typeof(rows) <> 'array' THEN
-        RAISE EXCEPTION 'rows: must be a JSON array of exported rows' USING ERRCODE = '22023',
+        RAISE EXCEPTION 'rows: must be a JSON array of exported rows' USING ERRCODE = 'RC008', COLUMN = 'rows',
             HINT = 'Pass lines of <table>.jsonl as one JSON array.';
     END IF;
     IF jsonb_array_length(rows) = 0 THEN
@@ -292,7 +293,7 @@ BEGIN
         INTO missing;
     IF missing > 0 THEN
         RAISE EXCEPTION 'memory_units: % unit(s) are superseded by units the import does not contain', missing
-            USING ERRCODE = '23503', HINT = 'Import every table of the export (memory_units.jsonl in full).';
+            USING ERRCODE = 'RC008', COLUMN = 'memory_units', HINT = 'Import every table of the export (memory_units.jsonl in full).';
     END IF;
     PERFORM rcll._import_execute('memory_units',
         'UPDATE rcll.memory_units u SET superseded_by = (rcll._import_ref(''memory_units'', to_jsonb(p.superseded_by)) #>> ''{}'')::bigint '

@@ -135,11 +135,12 @@ BEGIN
     -- The person is the server's word, like rcll.agent: only a member of rcll_identity_server (the
     -- RCLL server, which authenticated them) may name one. Agents stay refused by approve itself.
     IF who IS NOT NULL AND NOT rcll._identity_server() THEN
-        RAISE EXCEPTION 'person: only the RCLL server names the person deciding' USING ERRCODE = '42501',
+        RAISE EXCEPTION 'person: only the RCLL server names the person deciding' USING ERRCODE = 'RC006', COLUMN = 'person',
             HINT = 'Decide as yourself: leave person NULL (the audit then names your role).';
     END IF;
     IF approve IS NULL THEN
-        RAISE EXCEPTION 'approve: say true (approve) or false (reject)' USING ERRCODE = '22004';
+        RAISE EXCEPTION 'approve: say true (approve) or false (reject)' USING ERRCODE = 'RC001', COLUMN = 'approve',
+            HINT = 'Pass approve => true to merge the room, or false to reject the proposal.';
     ELSIF approve THEN
         n := rcll.approve_room_merge(bank, from_room);
     ELSE

@@ -22,7 +22,7 @@ from psycopg.types.json import Jsonb
 
 from rcll.chunking import chunk_text
 from rcll.document import Document, RetainResult
-from rcll.errors import RcllError, database_errors
+from rcll.errors import Code, RcllError, database_errors
 from rcll.extract import anthropic_extractor, offline
 from rcll.extract.anthropic_extractor import ExtractionFailed
 from rcll.extract.schema import Fact
@@ -122,7 +122,8 @@ def _failed(conn: psycopg.Connection[Any], bank: str, doc: Document, via: str, p
                 _db(lambda: conn.execute("SELECT rcll.record_llm_calls(bank => %(bank)s, calls => %(calls)s)",
                                          {"bank": bank, "calls": Jsonb(calls)}))
         raise RcllError("extraction", error, "retry later, or set RCLL_EXTRACTION_FAILURE=chunks to store "
-                                             "failed documents as chunks tagged extraction:failed")
+                                             "failed documents as chunks tagged extraction:failed",
+                        code=Code.UNAVAILABLE)
     chunks = chunk_text(doc.content)
     vectors = _embed(chunks)
     with conn.transaction():

@@ -1,6 +1,8 @@
 """Fuzz the MCP tools with generated arguments (hypothesis): no crashes, every error names a field.
 
-    .venv/bin/python -m bench.fuzz_mcp [--examples 200]
+    PYTHONPATH=tests .venv/bin/python -m harness.fuzz_mcp [--examples 200]   (RCLL_BENCH_DSN to reuse a database)
+
+tests/test_fuzz.py runs it with 12 examples per tool.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import collections
 import json
 from typing import Any
 
-from bench._common import fresh_database
+from ._database import fresh_database
 
 JSON = None
 

@@ -1,7 +1,9 @@
 """Fuzz the HTTP API from its own OpenAPI document (schemathesis): no 500s, every rejection names
 the field. Prints requests, statuses and 5xx counts per operation.
 
-    .venv/bin/python -m bench.fuzz_http [--examples 200]   (RCLL_BENCH_DSN to reuse a database)
+    PYTHONPATH=tests .venv/bin/python -m harness.fuzz_http [--examples 200]   (RCLL_BENCH_DSN to reuse a database)
+
+tests/test_fuzz.py runs it with 12 examples per operation.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import argparse
 import collections
 from typing import Any
 
-from bench._common import fresh_database
+from ._database import fresh_database
 
 TOKEN = "fuzz-token-" + "z" * 24
 
@@ -66,8 +68,8 @@ def _run_operation(client: Any, op: Any, label: str, examples: int,
             failures.append(f"{label} -> {r.status_code}: {r.text[:200]}")
         elif r.status_code >= 400:
             body = r.json()
-            if not isinstance(body, dict) or "field" not in body or "error" not in body:
-                failures.append(f"{label} -> {r.status_code} without field/error: {r.text[:200]}")
+            if not isinstance(body, dict) or not {"code", "field", "error"} <= set(body):
+                failures.append(f"{label} -> {r.status_code} without code/field/error: {r.text[:200]}")
 
     run()
 
@@ -76,7 +78,7 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--examples", type=int, default=200, help="generated requests per operation")
     args = p.parse_args()
-    with fresh_database("fuzzhttp") as dsn:
+    with fresh_database("fuzzhttp", port=55490) as dsn:
         out = fuzz(dsn, args.examples)
     total = sum(sum(v.values()) for v in out["statuses"].values())
     print(f"{'operation':<16} {'requests':>8}  statuses")

@@ -1,11 +1,11 @@
 """Soak: writers and readers over HTTP, PostgreSQL and the server killed with -9 midway, then an audit.
 
-    .venv/bin/python -m bench.soak --writers 12 --readers 4 --seconds 40
-    .venv/bin/python -m bench.soak --short          # <= 60 s; tests/test_soak.py runs it in CI
+    PYTHONPATH=tests .venv/bin/python -m harness.soak --writers 12 --readers 4 --seconds 40
+    PYTHONPATH=tests .venv/bin/python -m harness.soak --short          # <= 60 s; tests/test_soak.py runs it in CI
 
 It starts its own embedded PostgreSQL (in a temporary RCLL_HOME) and `rcll serve` on 127.0.0.1
 only, and stops both when done. Phases, each --seconds long: writers alone, readers alone, both
-(the rates and latencies the README quotes), then a chaos phase under both loads: kill -9 of the
+(the rates and latencies docs/benchmarks.md quotes), then a chaos phase under both loads: kill -9 of the
 postmaster and every backend, `rcll db start`; later kill -9 of the RCLL server and a restart.
 Writers retry a refused or unanswered write (503, connection error) until it is acknowledged, so
 retried writes must come back as the same document (retain is idempotent on content).

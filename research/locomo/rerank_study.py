@@ -2,8 +2,8 @@
 question, so rerank policies (depth, context view, reading the second view only where the first
 is uncertain) are compared offline on identical scores.
 
-    .venv/bin/python -m bench.locomo.rerank_study collect --out /tmp/rerank_study.jsonl [--max-depth 60]
-    .venv/bin/python -m bench.locomo.rerank_study compare --scores /tmp/rerank_study.jsonl
+    .venv/bin/python -m research.locomo.rerank_study collect --out /tmp/rerank_study.jsonl [--max-depth 60]
+    .venv/bin/python -m research.locomo.rerank_study compare --scores /tmp/rerank_study.jsonl
 
 collect: retains LoCoMo as bench.locomo.run does (chunk mode, one bank per conversation), and for
 every question keeps the fused pool (top 100 turn ids), the first-view logits of its top

@@ -1,13 +1,13 @@
 """LoCoMo first-stage (pool) research for issue 14, outside the product code.
 
-    cd /work/main && PYTHONPATH=python:bench .venv/bin/python -m locomo.pool dump     # once: DB + models -> cache
-    cd /work/main && PYTHONPATH=python:bench .venv/bin/python -m locomo.pool study    # pool-recall tables
-    cd /work/main && PYTHONPATH=python:bench .venv/bin/python -m locomo.pool perconv  # fused vs best channel per conversation
-    cd /work/main && PYTHONPATH=python:bench .venv/bin/python -m locomo.pool rerank --offsets 0   # CE, depth 40 (slow)
+    .venv/bin/python -m research.locomo.pool dump     # once: DB + models -> cache
+    .venv/bin/python -m research.locomo.pool study    # pool-recall tables
+    .venv/bin/python -m research.locomo.pool perconv  # fused vs best channel per conversation
+    .venv/bin/python -m research.locomo.pool rerank --offsets 0   # CE, depth 40 (slow)
 
-`dump` retains LoCoMo exactly as bench/locomo/run.py does (one bank per conversation, one chunk per
-turn "[<session date>] <speaker>: <text>", the session date as occurred_at) in a fresh embedded
-PostgreSQL with rcll installed, then stores in --cache:
+(from the repository root). `dump` retains LoCoMo exactly as bench/locomo/run.py does (one bank
+per conversation, one chunk per turn "[<session date>] <speaker>: <text>", the session date as
+occurred_at) in a fresh embedded PostgreSQL with rcll installed, then stores in --cache:
   * per question, rcll.recall_candidates' fused order (the shipped list) and every channel's rank
     (dense, lexical, graph, temporal, context), channel_limit 300;
   * every turn's lexemes and lexical_length from the database (to_tsvector('english', ...)), and
@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from locomo.dataset import Conversation, load
+from bench.locomo.dataset import Conversation, load
 
 CACHE = Path("/tmp/rcll_pool_cache")
 CHANNELS = ("dense", "lexical", "graph", "temporal", "context")
@@ -56,7 +56,7 @@ def turn_text(t: Any) -> str:
 def dump(cache: Path, port: int) -> None:
     import psycopg
 
-    from _common import fresh_database
+    from bench._common import fresh_database
     from rcll import models
     from rcll.db import configure
     from rcll.recall import candidates

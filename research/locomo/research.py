@@ -5,7 +5,7 @@ stemming + PostgreSQL's english.stop), bge-small dense over several passage form
 temporal channel, a capitalised-name entity channel, weighted RRF, and cross-encoder reranking
 of the fused pool. Everything expensive is cached under --cache (default /tmp/lcm/cache).
 
-    PYTHONPATH=/path/to/snowballstemmer .venv/bin/python -m bench.locomo.research first
+    PYTHONPATH=/path/to/snowballstemmer .venv/bin/python -m research.locomo.research first
     ... research rerank --kind date --depths 20,30,50 --sample 3
     ... research rerank --kind date+prevdate --depths 20,30 --sample 3   (two views, averaged)
 

@@ -1,6 +1,6 @@
 """How fast the cross-encoder reads one recall's passages, run in different ways on this machine.
 
-    .venv/bin/python -m bench.rerank_speed [--questions 24]
+    .venv/bin/python -m research.rerank_speed [--questions 24]
 
 Per LoCoMo question, the passages a default recall reads (40 in the first view, "[date] speaker:
 text"; the top 15 again with the last 16 words of the turn before them): the question's evidence
