@@ -283,7 +283,8 @@ def measure_case(conn: psycopg.Connection[Any], side: psycopg.Connection[Any], b
     The channels run side by side on `conn` and `side`, as rcll.Memory runs them with a spare
     pooled connection; SQL CPU is both servers'."""
     from rcll.defaults import CONTEXT_DEPTH, RERANK_DEPTH
-    from rcll.recall import candidates, recall
+    from rcll.recall import Direct, candidates, recall
+    from rcll.request import RecallRequest as R
     pids = [c.execute("SELECT pg_backend_pid()").fetchone()[0] for c in (conn, side)]  # type: ignore[index]
 
     def backend_cpu() -> int:
@@ -301,19 +302,16 @@ def measure_case(conn: psycopg.Connection[Any], side: psycopg.Connection[Any], b
             emb.embed_query(q["text"])
             embed_ms = (time.perf_counter() - t) * 1000
             b0 = backend_cpu()
-            r = recall(conn, q["text"], bank, query_embedding=q["qe"], rerank_depth=RERANK_DEPTH,
-                       context_depth=CONTEXT_DEPTH, reference_time="2024-06-01", side=side, **q["filters"])
+            r = recall(Direct(conn, side=side), R(query=q["text"], bank=bank, rerank_depth=RERANK_DEPTH, context_depth=CONTEXT_DEPTH, reference_time="2024-06-01", **q["filters"]), query_embedding=q["qe"])
             phases["sql cpu"].append((backend_cpu() - b0) / 1e6)
             for k, v in (("embed", embed_ms), ("sql", r.timings.sql), ("rerank", r.timings.rerank), ("cut", r.timings.cut)):
                 phases[k].append(v)
             phases["total"].append(embed_ms + r.timings.sql + r.timings.rerank + r.timings.cut)
         else:
-            candidates(conn, q["text"], bank, query_embedding=q["qe"], reference_time="2024-06-01", side=side,
-                       **q["filters"])
+            candidates(conn, R(query=q["text"], bank=bank, reference_time="2024-06-01", **q["filters"]), query_embedding=q["qe"], side=side)
             b0 = backend_cpu()
             t = time.perf_counter()
-            candidates(conn, q["text"], bank, query_embedding=q["qe"], reference_time="2024-06-01", side=side,
-                       **q["filters"])
+            candidates(conn, R(query=q["text"], bank=bank, reference_time="2024-06-01", **q["filters"]), query_embedding=q["qe"], side=side)
             phases["sql"].append((time.perf_counter() - t) * 1000)
             phases["sql cpu"].append((backend_cpu() - b0) / 1e6)
     out: dict[str, Any] = {k: (statistics.median(v), pct(v, 0.95)) for k, v in phases.items() if v}

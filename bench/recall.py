@@ -44,8 +44,9 @@ from bench._common import (
 )
 from bench.locomo.dataset import vocabulary
 from rcll import models
-from rcll.defaults import CANDIDATE_LIMIT
-from rcll.recall import DEFAULT_CONTEXT_DEPTH, DEFAULT_RERANK_DEPTH, candidates, recall
+from rcll.defaults import CANDIDATE_LIMIT, CONTEXT_DEPTH, RERANK_DEPTH
+from rcll.recall import Direct, candidates, recall
+from rcll.request import RecallRequest as R
 
 TOPICS = 200
 DIM = 384
@@ -222,13 +223,11 @@ def _measure_recall(conn: psycopg.Connection[Any], side: psycopg.Connection[Any]
         embed_cpu = (time.process_time() - c0) * 1000
         b0 = cpu_ns(backend) + cpu_ns(side_backend)
         c0 = time.process_time()
-        r = recall(conn, q["text"], BANK, query_embedding=q["qe"], rerank_depth=rerank_depth,
-                   context_depth=context_depth, reference_time="2024-06-01", side=side, **q["filters"])
+        r = recall(Direct(conn, side=side), R(query=q["text"], bank=BANK, rerank_depth=rerank_depth, context_depth=context_depth, reference_time="2024-06-01", **q["filters"]), query_embedding=q["qe"])
         client_cpu = (time.process_time() - c0) * 1000
         sql_cpu = (cpu_ns(backend) + cpu_ns(side_backend) - b0) / 1e6
         t = time.perf_counter()
-        candidates(conn, q["text"], BANK, query_embedding=q["qe"], reference_time="2024-06-01",
-                   limit=max(CANDIDATE_LIMIT, rerank_depth), side=side, **q["filters"])
+        candidates(conn, R(query=q["text"], bank=BANK, reference_time="2024-06-01", **q["filters"]), query_embedding=q["qe"], limit=max(CANDIDATE_LIMIT, rerank_depth), side=side)
         phases["sql again"].append((time.perf_counter() - t) * 1000)
         for k, v in (("embed", embed_ms), ("sql", r.timings.sql), ("rerank", r.timings.rerank), ("cut", r.timings.cut)):
             phases[k].append(v)
@@ -280,8 +279,7 @@ def measure(conn: psycopg.Connection[Any], side: psycopg.Connection[Any], qs: li
             for name, sql in CHANNELS.items()]
     rows.append(timed_row(
         "SQL fused, channels side by side (2 connections)",
-        lambda q: candidates(conn, q["text"], BANK, query_embedding=q["qe"], reference_time="2024-06-01",
-                             side=side, **q["filters"]),
+        lambda q: candidates(conn, R(query=q["text"], bank=BANK, reference_time="2024-06-01", **q["filters"]), query_embedding=q["qe"], side=side),
         qs, [backend, side_backend]))
     emb = models.get_embedder()
     models.get_reranker()
@@ -303,8 +301,7 @@ def deadlines(conn: psycopg.Connection[Any], side: psycopg.Connection[Any], qs: 
         for q in qs:
             t = time.perf_counter()
             emb.embed_query(q["text"])      # the bench's embeddings are synthetic; the time is real
-            r = recall(conn, q["text"], BANK, query_embedding=q["qe"], deadline_ms=ms, started=t,
-                       reference_time="2024-06-01", side=side, **q["filters"])
+            r = recall(Direct(conn, side=side), R(query=q["text"], bank=BANK, deadline_ms=ms, reference_time="2024-06-01", **q["filters"]), query_embedding=q["qe"], started=t)
             lat.append((time.perf_counter() - t) * 1000)
             depth.append(r.rerank_depth_reached)
             cut += r.deadline_cut
@@ -378,7 +375,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="10000,100000")
     ap.add_argument("--queries", type=int, default=60)
-    ap.add_argument("--configs", default=f"{DEFAULT_RERANK_DEPTH}:{DEFAULT_CONTEXT_DEPTH}",
+    ap.add_argument("--configs", default=f"{RERANK_DEPTH}:{CONTEXT_DEPTH}",
                     help="rerank configurations to time, DEPTH:CONTEXT_DEPTH,... (default: the shipped one)")
     ap.add_argument("--port", type=int, default=55530)
     ap.add_argument("--deadlines", default="",

@@ -27,6 +27,8 @@ from selenium.webdriver.support.ui import Select
 
 from conftest import Leg, _leg
 from rcll.auth import TokenMap
+from rcll.defaults import CHANNELS
+from rcll.request import PARAMETERS
 from sqlcall import call, call_one, refused
 
 Db = psycopg.Connection[Any]
@@ -356,7 +358,14 @@ def test_units_are_browsed_by_room_from_the_plan_and_filtered_by_author(page: An
 def test_recall_shows_each_units_rank_in_every_channel_and_the_phase_timings(page: Any, site: Site) -> None:
     open_console(page, site.base, DANA, view="recall")
     # A deadline no busy machine misses, so the page and the API read to the same depth.
-    page.find_element(By.CSS_SELECTOR, "#recall-form [name=deadline]").send_keys("120000")
+    # The form offers every field of the recall request (read from the server's schema).
+    for p in PARAMETERS:
+        if p.name == "weights":
+            for c in CHANNELS:
+                assert page.find_elements(By.CSS_SELECTOR, f'#recall-form [name="weights.{c}"]'), c
+        elif p.name != "bank":                                  # the bank is the page's
+            assert page.find_elements(By.CSS_SELECTOR, f"#recall-form [name={p.name}]"), p.name
+    page.find_element(By.CSS_SELECTOR, "#recall-form [name=deadline_ms]").send_keys("120000")
     page.find_element(By.CSS_SELECTOR, "#recall-form [name=query]").send_keys("how do we deploy" + Keys.ENTER)
     ready(page, "recall-done", timeout=180)
     api = httpx.post(f"{site.base}/recall", headers=bearer(DANA), timeout=180, json={
@@ -365,7 +374,7 @@ def test_recall_shows_each_units_rank_in_every_channel_and_the_phase_timings(pag
     facts = {f["unit_id"]: f for f in api["facts"]}
     rows = page.find_elements(By.CSS_SELECTOR, "#recall-table tbody tr[data-unit-id]")
     assert sorted(int(r.get_attribute("data-unit-id")) for r in rows) == sorted(facts)
-    channels = ("dense", "lexical", "graph", "temporal", "entity", "session", "context")
+    channels = CHANNELS
     scores = []
     for row in rows:
         fact = facts[int(row.get_attribute("data-unit-id"))]

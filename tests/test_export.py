@@ -16,7 +16,8 @@ from rcll import models
 from rcll.db import configure
 from rcll.errors import RcllError
 from rcll.export import export_bank, import_bank, read_manifest, validate_pam
-from rcll.recall import candidates, recall
+from rcll.recall import Direct, candidates, recall
+from rcll.request import RecallRequest as R
 from sqlcall import refused
 from test_recall_seed import BANK, seed
 
@@ -95,15 +96,15 @@ def test_round_trip_is_byte_identical_and_recalls_the_same(leg: Leg, db: psycopg
 
             q = "how do we deploy with helm"
             qe = models.get_embedder().embed_query(q)
-            kw: dict[str, Any] = {"query_embedding": qe, "reference_time": "2024-06-15", "as_of": "2024-06-15"}
-            before = candidates(db, q, BANK, **kw)
-            after = candidates(fresh, q, BANK, **kw)
+            ask = R(query=q, bank=BANK, reference_time="2024-06-15", as_of="2024-06-15")
+            before = candidates(db, ask, query_embedding=qe)
+            after = candidates(fresh, ask, query_embedding=qe)
             assert before and [(f.unit_id, f.text, f.rank_dense, f.rank_lexical, f.rank_graph, f.rank_temporal)
                                for f in before] == \
                    [(f.unit_id, f.text, f.rank_dense, f.rank_lexical, f.rank_graph, f.rank_temporal)
                     for f in after]
-            r1 = recall(db, q, BANK, rooms=["deployment"])
-            r2 = recall(fresh, q, BANK, rooms=["deployment"])
+            r1 = recall(Direct(db), R(query=q, bank=BANK, rooms=["deployment"]))
+            r2 = recall(Direct(fresh), R(query=q, bank=BANK, rooms=["deployment"]))
             assert [f.unit_id for f in r1.facts] == [f.unit_id for f in r2.facts]
             # Supersession, state versions and the merge proposal came back as they were.
             assert fresh.execute("SELECT superseded_by FROM rcll.memory_units WHERE unit_id = %s",

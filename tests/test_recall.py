@@ -12,7 +12,8 @@ from conftest import Leg, pg15_only
 from rcll import models
 from rcll.budget import cut_to_budget
 from rcll.db import configure
-from rcll.recall import candidates, recall
+from rcll.recall import Direct, candidates, recall
+from rcll.request import RecallRequest as R
 from test_recall_seed import seed
 
 CHANNEL_SQL = {
@@ -33,17 +34,17 @@ def test_wrong_room_scores_zero(db: psycopg.Connection[Any]) -> None:
     for channel, sql in CHANNEL_SQL.items():
         assert db.execute(sql, {"q": q, "qe": qe, "rooms": None}).fetchone() != (0,), channel
         assert db.execute(sql, {"q": q, "qe": qe, "rooms": ["kitchen"]}).fetchone() == (0,), channel
-    facts = candidates(db, q, "b", query_embedding=qe, rooms=["kitchen"], reference_time="2024-05-15")
+    facts = candidates(db, R(query=q, bank="b", rooms=["kitchen"], reference_time="2024-05-15"), query_embedding=qe)
     assert facts == []
     # A named room that exists reads only that room, in every channel and fused.
-    facts = candidates(db, q, "b", query_embedding=qe, rooms=["social"], reference_time="2024-05-15")
+    facts = candidates(db, R(query=q, bank="b", rooms=["social"], reference_time="2024-05-15"), query_embedding=qe)
     assert facts and {f.room for f in facts} == {"social"}
 
 
 def test_room_alias_reads_the_canonical_room(db: psycopg.Connection[Any]) -> None:
     ids = seed(db)
     db.execute("INSERT INTO rcll.room_aliases (bank_id, alias, room, reason) VALUES (rcll._bank_id('b'), 'deploys', 'deployment', 'spelling')")
-    facts = candidates(db, "helm rollback", "b", rooms=["deploys"], dense_weight=0)
+    facts = candidates(db, R(query="helm rollback", bank="b", rooms=["deploys"], weights={"dense": 0}))
     assert facts and {f.room for f in facts} == {"deployment"}
     assert facts[0].unit_id == ids["rollback"]
 
@@ -52,9 +53,8 @@ def test_fused_score_is_a_weighted_sum_of_channel_z_scores(db: psycopg.Connectio
     seed(db)
     q = "helm deploy kubernetes last week"
     qe = models.get_embedder().embed_query(q)
-    one = {f.unit_id: f for f in candidates(db, q, "b", query_embedding=qe, reference_time="2024-05-15", limit=1000)}
-    two = {f.unit_id: f for f in candidates(db, q, "b", query_embedding=qe, reference_time="2024-05-15", limit=1000,
-                                            lexical_weight=2.0)}
+    one = {f.unit_id: f for f in candidates(db, R(query=q, bank="b", reference_time="2024-05-15"), query_embedding=qe, limit=1000)}
+    two = {f.unit_id: f for f in candidates(db, R(query=q, bank="b", reference_time="2024-05-15", weights={"lexical": 2.0}), query_embedding=qe, limit=1000)}
     # Doubling the lexical weight adds the lexical z-score once more: z = (score - mean) / sd over
     # the channel's own list, a unit it did not return at its lowest z.
     lex = dict(db.execute("SELECT unit_id, score FROM rcll.channel_lexical(%s, rcll.recall_scope('b'))", (q,)).fetchall())
@@ -71,13 +71,13 @@ def test_fused_score_is_a_weighted_sum_of_channel_z_scores(db: psycopg.Connectio
 
 def test_recall_reranks_and_times_every_phase(db: psycopg.Connection[Any]) -> None:
     ids = seed(db)
-    result = recall(db, "how do we roll back a bad release?", "b")
+    result = recall(Direct(db), R(query="how do we roll back a bad release?", bank="b"))
     assert result.facts[0].unit_id == ids["rollback"]
     scored = [f.rerank_score for f in result.facts if f.rerank_score is not None]
     assert scored == sorted(scored, reverse=True) and len(scored) == len(result.facts)
     t = result.timings
-    assert t.embed > 0 and t.sql > 0 and t.rerank > 0 and t.cut > 0
-    assert t.total == pytest.approx(t.embed + t.sql + t.rerank + t.cut)
+    assert t.embed > 0 and t.sql > 0 and t.rerank > 0 and t.cut > 0 and t.queue >= 0
+    assert t.total == pytest.approx(t.queue + t.embed + t.sql + t.rerank + t.cut)
 
 
 def test_budget_cut_skips_what_does_not_fit_and_keeps_filling() -> None:
@@ -89,9 +89,9 @@ def test_budget_cut_skips_what_does_not_fit_and_keeps_filling() -> None:
 
 def test_recall_fills_the_token_budget(db: psycopg.Connection[Any]) -> None:
     seed(db)
-    full = recall(db, "deploy", "b", budget=None)
+    full = recall(Direct(db), R(query="deploy", bank="b", budget=None))
     budget = sum(f.tokens for f in full.facts[:2]) + 1
-    cut = recall(db, "deploy", "b", budget=budget)
+    cut = recall(Direct(db), R(query="deploy", bank="b", budget=budget))
     assert sum(f.tokens for f in cut.facts) <= budget
     assert [f.unit_id for f in cut.facts[:2]] == [f.unit_id for f in full.facts[:2]]
 
@@ -140,7 +140,7 @@ def test_in_database_rerank_agrees_with_the_client(models_dsn: str) -> None:
         seed(db)
         q = "where does carol work now?"
         sql_rows = db.execute("SELECT unit_id, rerank_score FROM rcll.recall(%s, scope => rcll.recall_scope('b'), budget => NULL)", (q,)).fetchall()
-        client = recall(db, q, "b", budget=None)
+        client = recall(Direct(db), R(query=q, bank="b", budget=None))
         assert [r[0] for r in sql_rows][:3] == [f.unit_id for f in client.facts][:3]
         for (_uid, score), f in zip(sql_rows, client.facts, strict=False):
             assert score == pytest.approx(f.rerank_score, abs=0.5)

@@ -13,7 +13,9 @@ import pytest
 from conftest import pg15_only
 from rcll import models
 from rcll.db import configure
-from rcll.recall import Fact, candidates, context_passage, recall, rerank
+from rcll.deadline import context_passage, rerank_within
+from rcll.recall import Direct, Fact, candidates, recall
+from rcll.request import RecallRequest as R
 
 BANK = "c"
 CONVERSATION = [
@@ -96,13 +98,13 @@ def test_candidates_carry_context_and_rank_context(db: psycopg.Connection[Any]) 
     qe = models.get_embedder().embed_query(QUERY)
     # The context channel is out of the fusion by default (research/locomo/RESEARCH.md, third round); the context
     # view (the chunk before) is always there for the cross-encoder.
-    facts = {f.unit_id: f for f in candidates(db, QUERY, BANK, query_embedding=qe, context_weight=1.0)}
+    facts = {f.unit_id: f for f in candidates(db, R(query=QUERY, bank=BANK, weights={"context": 1.0}), query_embedding=qe)}
     assert facts[ids[1]].context == CONVERSATION[0]
     assert facts[ids[0]].context is None
     assert facts[ids[1]].rank_context is not None
     assert context_passage(facts[ids[1]]) == f"{CONVERSATION[0]} / {CONVERSATION[1]}"
     assert context_passage(facts[ids[0]]) is None
-    no_ctx = {f.unit_id: f for f in candidates(db, QUERY, BANK, query_embedding=qe)}
+    no_ctx = {f.unit_id: f for f in candidates(db, R(query=QUERY, bank=BANK), query_embedding=qe)}
     assert all(f.rank_context is None for f in no_ctx.values())
     assert no_ctx[ids[1]].context == CONVERSATION[0]
 
@@ -112,7 +114,7 @@ def test_context_is_the_end_of_the_chunk_before(db: psycopg.Connection[Any]) -> 
     long = " ".join(f"w{i}" for i in range(40))
     db.execute("UPDATE rcll.memory_units SET text = %s WHERE unit_id = %s", (long + "\n ", ids[0]))
     qe = models.get_embedder().embed_query(QUERY)
-    facts = {f.unit_id: f for f in candidates(db, QUERY, BANK, query_embedding=qe)}
+    facts = {f.unit_id: f for f in candidates(db, R(query=QUERY, bank=BANK), query_embedding=qe)}
     assert facts[ids[1]].context == " ".join(f"w{i}" for i in range(24, 40))
     assert db.execute("SELECT rcll._last_words(E'  a\tb\n c  ', 2), rcll._last_words('a b', 5)").fetchone() == ("b c", "a b")
     # ASCII whitespace of every kind, runs of it, an empty or blank text, NULL
@@ -144,18 +146,18 @@ def _fact(uid: int, text: str, context: str | None = None) -> Fact:
 def test_rerank_reads_the_head_again_with_its_context_and_averages() -> None:
     pool = [_fact(1, "a"), _fact(2, "b", "q"), _fact(3, "c"), _fact(4, "d", "p"), _fact(5, "e")]
     scorer = _Scores({"a": 3.0, "b": 2.0, "c": 1.0, "d": 0.5, "q / b": 6.0, "p / d": 9.0})
-    out = rerank("query", pool, scorer, depth=4, context_depth=2)
+    out = rerank_within("query", pool, scorer, depth=4, context_depth=2)[0]
     # First view over the top 4; the second only over its top 2 (a has no context): b -> (2+6)/2.
     assert scorer.calls == [["a", "b", "c", "d"], ["q / b"]]
     assert [f.unit_id for f in out] == [2, 1, 3, 4, 5]
     assert [f.rerank_score for f in out[:4]] == [4.0, 3.0, 1.0, 0.5]
     assert out[4].rerank_score is None
-    assert [f.unit_id for f in rerank("query", pool, scorer, depth=4, context_depth=0)] == [1, 2, 3, 4, 5]
+    assert [f.unit_id for f in rerank_within("query", pool, scorer, depth=4, context_depth=0)[0]] == [1, 2, 3, 4, 5]
 
 
 def test_recall_ranks_the_reply_first_with_the_context_view(db: psycopg.Connection[Any]) -> None:
     ids = seed(db)
-    with_view = recall(db, QUERY, BANK, budget=None)
+    with_view = recall(Direct(db), R(query=QUERY, bank=BANK, budget=None))
     assert with_view.facts[0].unit_id in (ids[0], ids[1])
     assert ids[1] in [f.unit_id for f in with_view.facts[:2]]
 
@@ -167,7 +169,7 @@ def test_in_database_two_view_rerank_agrees_with_the_client(models_dsn: str) -> 
         seed(db)
         sql_rows = db.execute("""SELECT unit_id, rerank_score, rank_context FROM rcll.recall(
                                      %s, scope => rcll.recall_scope(%s), budget => NULL)""", (QUERY, BANK)).fetchall()
-        client = recall(db, QUERY, BANK, budget=None)
+        client = recall(Direct(db), R(query=QUERY, bank=BANK, budget=None))
         assert [r[0] for r in sql_rows] == [f.unit_id for f in client.facts]
         for (_, score, _), f in zip(sql_rows, client.facts, strict=True):
             assert (score is None) == (f.rerank_score is None)

@@ -18,7 +18,8 @@ from conftest import pg15_only
 from rcll import models
 from rcll.db import configure
 from rcll.deadline import Deadline, DeadlinePassed, Depth, call_tokens, pair_cost, rerank_within
-from rcll.recall import Fact, recall, recall_with
+from rcll.recall import Direct, Fact, recall
+from rcll.request import RecallRequest as R
 from rcll.retain import Document, retain_many
 from rcll.workqueue import WRITE, Busy, WorkQueue
 
@@ -47,8 +48,8 @@ def ranked(result: Any) -> list[tuple[int, float | None]]:
 def test_a_generous_deadline_returns_exactly_the_undeadlined_result(db: psycopg.Connection[Any]) -> None:
     store(db)
     q = "what changed in the deploys process after review?"
-    plain = recall(db, q, BANK)
-    timed = recall(db, q, BANK, deadline_ms=600_000)
+    plain = recall(Direct(db), R(query=q, bank=BANK))
+    timed = recall(Direct(db), R(query=q, bank=BANK, deadline_ms=600_000))
     assert plain.candidates > 40
     assert ranked(timed) == ranked(plain)
     assert (timed.rerank_depth_reached, timed.context_depth_reached, timed.deadline_cut) == (40, 15, False)
@@ -58,8 +59,8 @@ def test_a_generous_deadline_returns_exactly_the_undeadlined_result(db: psycopg.
 def test_a_one_millisecond_deadline_still_returns_fused_results_flagged(db: psycopg.Connection[Any]) -> None:
     store(db)
     q = "billing runbook"
-    full = recall(db, q, BANK, rerank_depth=0)            # the fused order, no rerank
-    cut = recall(db, q, BANK, deadline_ms=1)
+    full = recall(Direct(db), R(query=q, bank=BANK, rerank_depth=0))            # the fused order, no rerank
+    cut = recall(Direct(db), R(query=q, bank=BANK, deadline_ms=1))
     assert cut.facts and cut.deadline_cut
     assert (cut.rerank_depth_reached, cut.context_depth_reached) == (0, 0)
     assert [f.unit_id for f in cut.facts] == [f.unit_id for f in full.facts]
@@ -161,6 +162,46 @@ def test_rerank_waits_for_a_model_slot_only_while_time_is_left() -> None:
         t.join()
 
 
+class Listed:
+    """A store that answers every recall with the same candidates (the phases around the SQL, alone)."""
+
+    waited = 0.0
+
+    def __init__(self, pool: list[Fact]) -> None:
+        self.pool = pool
+
+    def entity_text(self, request: R, deadline: Deadline) -> str | None:
+        return None
+
+    def candidates(self, request: R, query_embedding: Any, entity_query_embedding: Any, limit: int,
+                   deadline: Deadline) -> list[Fact]:
+        return self.pool
+
+
+class Slow(Listed):
+    """Listed, each SQL phase taking `seconds`."""
+
+    def __init__(self, pool: list[Fact], seconds: float) -> None:
+        super().__init__(pool)
+        self.seconds = seconds
+
+    def entity_text(self, request: R, deadline: Deadline) -> str | None:
+        time.sleep(self.seconds)
+        return None
+
+    def candidates(self, request: R, query_embedding: Any, entity_query_embedding: Any, limit: int,
+                   deadline: Deadline) -> list[Fact]:
+        time.sleep(self.seconds)
+        return self.pool
+
+
+def test_each_timing_measures_its_own_phase() -> None:
+    # Both SQL phases (the entity text before the embedding, the candidates after it) count as
+    # sql; embed is the model's work alone.
+    out = recall(Slow(facts(10), 0.1), R(query="q", bank="b", rerank_depth=0), embedder=FixedEmbedder())
+    assert out.timings.sql >= 200 and out.timings.embed < 100, out.timings
+
+
 class FixedEmbedder:
     def embed_query(self, text: str) -> npt.NDArray[np.float32]:
         return np.ones(384, dtype=np.float32)
@@ -173,8 +214,7 @@ def test_the_deadline_counts_from_the_requests_arrival_not_from_the_start_of_rec
     # Issue 13: a request that waited 2 s for a worker thread has no time left for the rerank;
     # it answers the fused order at once, and says how long it queued.
     started = time.perf_counter() - 2.0
-    out = recall_with(lambda embedding, n, entity_embedding: facts(60), "q", embedder=FixedEmbedder(), reranker=SlowScores(0.001),
-                      deadline_ms=1000, started=started, queue=WorkQueue(2))
+    out = recall(Listed(facts(60)), R(query="q", bank="b", deadline_ms=1000), embedder=FixedEmbedder(), reranker=SlowScores(0.001), started=started, queue=WorkQueue(2))
     assert out.deadline_cut and out.rerank_depth_reached == 0
     assert [f.unit_id for f in out.ranked] == list(range(60))
     assert out.timings.queue >= 2000 and time.perf_counter() - started < 2.5
@@ -200,8 +240,7 @@ def test_with_every_model_slot_taken_by_writes_a_recall_answers_the_fused_order_
     held.wait()
     try:
         started = time.perf_counter()
-        out = recall_with(lambda embedding, n, entity_embedding: facts(60), "q", embedder=FixedEmbedder(), reranker=SlowScores(0),
-                          deadline_ms=300, started=started, queue=q)
+        out = recall(Listed(facts(60)), R(query="q", bank="b", deadline_ms=300), embedder=FixedEmbedder(), reranker=SlowScores(0), started=started, queue=q)
         took = time.perf_counter() - started
     finally:
         release.set()
@@ -232,8 +271,7 @@ def test_no_model_slot_for_the_query_embedding_within_the_deadline_is_refused_at
     try:
         started = time.perf_counter()
         with pytest.raises(DeadlinePassed) as refused:
-            recall_with(lambda embedding, n, entity_embedding: facts(60), "q", embedder=FixedEmbedder(), reranker=SlowScores(0),
-                        deadline_ms=150, started=started, queue=q)
+            recall(Listed(facts(60)), R(query="q", bank="b", deadline_ms=150), embedder=FixedEmbedder(), reranker=SlowScores(0), started=started, queue=q)
         assert 0.14 < time.perf_counter() - started < 0.6
         assert isinstance(refused.value, Busy) and refused.value.retry_after >= 1
         assert refused.value.field == "deadline_ms" and "busy" in refused.value.message

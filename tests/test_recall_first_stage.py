@@ -12,6 +12,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from rcll.recall import candidates, entity_query
+from rcll.request import RecallRequest as R
 from sqlcall import scalar
 
 BANK = "fs"
@@ -110,12 +111,12 @@ def test_link_keyless_entities_backfills_a_store_written_before_it(bank: psycopg
 
 def test_the_query_without_the_entities_it_names(bank: psycopg.Connection[Any]) -> None:
     retain(bank, ["Caroline: I went to the support group with Melanie."])
-    assert entity_query(bank, "What did Caroline's group discuss with Melanie?", BANK) == "What did group discuss with ?"
+    assert entity_query(bank, R(query="What did Caroline's group discuss with Melanie?", bank=BANK)) == "What did group discuss with ?"
     # Only names written capitalised and known in the bank; none: NULL (the entity channel is silent).
-    assert entity_query(bank, "what did caroline discuss?", BANK) is None
-    assert entity_query(bank, "What did Gina discuss?", BANK) is None
+    assert entity_query(bank, R(query="what did caroline discuss?", bank=BANK)) is None
+    assert entity_query(bank, R(query="What did Gina discuss?", bank=BANK)) is None
     # Nothing but the name: the whole query.
-    assert entity_query(bank, "Caroline?", BANK) == "Caroline?"
+    assert entity_query(bank, R(query="Caroline?", bank=BANK)) == "Caroline?"
 
 
 def test_entity_channel_ranks_the_named_entitys_units_by_the_rest_of_the_query(bank: psycopg.Connection[Any]) -> None:
@@ -180,7 +181,7 @@ def test_fused_score_is_the_sum_of_each_channels_z_score(bank: psycopg.Connectio
     retain(bank, chunks[:3], [axis((i, 1), (9, 0.3 * i)) for i in range(3)], source="s1")
     retain(bank, chunks[3:], [axis((i, 1), (9, 0.2 * i)) for i in range(3, 6)], source="s2")
     q, qe, qe_entity = "Did Caroline run a charity race?", axis((0, 1), (9, 0.5)), axis((2, 1))
-    facts = candidates(bank, q, BANK, query_embedding=qe, entity_query_embedding=qe_entity, limit=50)
+    facts = candidates(bank, R(query=q, bank=BANK), query_embedding=qe, entity_query_embedding=qe_entity, limit=50)
     # Recompute from the channels themselves: z over each channel's own list, a missing unit at
     # the channel's lowest z, a channel with < 2 hits or flat scores silent.
     lists = {
@@ -218,7 +219,7 @@ def test_fused_score_is_the_sum_of_each_channels_z_score(bank: psycopg.Connectio
 
 def test_a_channel_with_one_hit_or_flat_scores_is_silent(bank: psycopg.Connection[Any]) -> None:
     ids = retain(bank, ["zebra crossing", "plain text here", "another plain line"])
-    rows = candidates(bank, "zebra", BANK, limit=10)
+    rows = candidates(bank, R(query="zebra", bank=BANK), limit=10)
     # Lexical and session each found what they found, but one hit (or one document, every unit
     # alike) orders nothing: every fused score is 0 and the units come in unit order.
     assert [(f.unit_id, f.fused_score) for f in rows] == [(u, 0.0) for u in ids]
@@ -227,7 +228,7 @@ def test_a_channel_with_one_hit_or_flat_scores_is_silent(bank: psycopg.Connectio
 
 def test_a_weight_of_zero_skips_the_new_channels(bank: psycopg.Connection[Any]) -> None:
     retain(bank, ["Caroline: I ran a charity race.", "Melanie: Which race?"], [axis((0, 1)), axis((1, 1))])
-    facts = candidates(bank, "Caroline race", BANK, query_embedding=axis((0, 1)), entity_weight=0, session_weight=0)
+    facts = candidates(bank, R(query="Caroline race", bank=BANK, weights={"entity": 0, "session": 0}), query_embedding=axis((0, 1)))
     assert facts and all(f.rank_entity is None and f.rank_session is None for f in facts)
 
 

@@ -14,6 +14,7 @@ from psycopg import conninfo
 from rcll import Memory, models
 from rcll.db import configure
 from rcll.recall import MAIN_CHANNELS, SIDE_CHANNELS, candidates
+from rcll.request import RecallRequest as R
 from sqlcall import refused
 from test_recall_seed import seed
 
@@ -45,8 +46,8 @@ def test_channels_side_by_side_return_what_one_call_returns(db: psycopg.Connecti
     seed(db)
     qe = models.get_embedder().embed_query(Q)
     for scope in SCOPES:
-        one = candidates(db, Q, "b", query_embedding=qe, reference_time="2024-05-15", limit=1000, **scope)
-        two = candidates(db, Q, "b", query_embedding=qe, reference_time="2024-05-15", limit=1000, side=side, **scope)
+        one = candidates(db, R(query=Q, bank="b", reference_time="2024-05-15", **scope), query_embedding=qe, limit=1000)
+        two = candidates(db, R(query=Q, bank="b", reference_time="2024-05-15", **scope), query_embedding=qe, limit=1000, side=side)
         assert one, scope
         # Exactly equal, scores to the last bit: the fusion sums each channel in rank order.
         assert _rows(two) == _rows(one), scope
@@ -114,6 +115,6 @@ def test_an_error_on_the_side_connection_reaches_the_caller_and_frees_both(dsn: 
     with psycopg.connect(conninfo.make_conninfo(dsn, dbname="postgres"), autocommit=True) as other:
         configure(other)
         with pytest.raises(psycopg.errors.InvalidSchemaName):
-            candidates(db, Q, "b", reference_time="2024-05-15", side=other)
+            candidates(db, R(query=Q, bank="b", reference_time="2024-05-15"), side=other)
         assert other.execute("SELECT 1").fetchone() == (1,)
-    assert candidates(db, Q, "b", reference_time="2024-05-15")
+    assert candidates(db, R(query=Q, bank="b", reference_time="2024-05-15"))

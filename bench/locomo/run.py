@@ -11,12 +11,12 @@ sample) and scores turn-level nDCG@5, R@5, R@10 and MRR per category and overall
 (its "now"). One recall_candidates call per question yields every channel's own ranking (its
 rank columns) and the fused one. The cross-encoder reads each (question, passage) once; every
 rerank configuration (depth, and how many of its top are read again with the chunk before them)
-is ranked by rcll.recall.rerank from those scores, and its latency is the measured time of the
+is ranked by rcll.deadline.rerank_within from those scores, and its latency is the measured time of the
 pairs it reads. Also reported: the share of evidence ranked in the top 10 that
 survives the 4,096-token cut at the default settings.
 
 --deadlines D1,D2,... also runs, per question and deadline, the whole recall a server runs
-(rcll.recall.recall_with at the default depths: query embedding, recall_candidates, the
+(rcll.recall.recall at the default depths: query embedding, recall_candidates, the
 cross-encoder reading fused candidates while time is left, with no cache), plus once without a
 deadline, and prints beside the depth table the quality at each deadline, how deep the
 cross-encoder read, how often the deadline cut it, the measured latency, and how many questions
@@ -44,18 +44,15 @@ from bench._common import connect, create_database, embedded_cluster
 from bench.locomo.dataset import CATEGORY_NAMES, Conversation, load
 from bench.locomo.metrics import Aggregate
 from rcll import models
-from rcll.budget import DEFAULT_BUDGET, cut_to_budget
-from rcll.recall import (
-    DEFAULT_CONTEXT_DEPTH,
-    DEFAULT_RERANK_DEPTH,
-    RecallResult,
-    candidates,
-    entity_query,
-    recall_with,
-    rerank,
-)
+from rcll.budget import cut_to_budget
+from rcll.deadline import rerank_within
+from rcll.defaults import BUDGET as DEFAULT_BUDGET
+from rcll.defaults import CHANNELS
+from rcll.defaults import CONTEXT_DEPTH as DEFAULT_CONTEXT_DEPTH
+from rcll.defaults import RERANK_DEPTH as DEFAULT_RERANK_DEPTH
+from rcll.recall import Direct, RecallResult, candidates, entity_query, recall
+from rcll.request import RecallRequest as R
 
-CHANNELS = ("dense", "lexical", "graph", "temporal", "entity", "session", "context")
 FUSED = "fused (z-sum), no rerank"
 NO_GRAPH = "fused (z-sum) without the graph channel, no rerank"
 # Selection discipline (issue 14): choices are made on conversations 0-4 and reported on 5-9 and all ten.
@@ -183,7 +180,7 @@ def main() -> int:
                     help="write, per question, the default configuration's final ranking (with --no-rerank: the fused list; unit ids and their dia ids) "
                          "as JSON lines, for exact before/after comparisons of runs with the same arguments")
     ap.add_argument("--deadlines", default="",
-                    help="also recall at these deadlines (ms, e.g. 150,300,500) through rcll.recall.recall_with at the "
+                    help="also recall at these deadlines (ms, e.g. 150,300,500) through rcll.recall.recall at the "
                          "default depths, and once without a deadline; printed beside the depth table")
     ap.add_argument("--conversations", default="",
                     help="only these conversations (e.g. 0,1): retain and ask only theirs, for a quick check")
@@ -242,21 +239,18 @@ def main() -> int:
             bank = f"locomo{q.conv}"
             t = time.perf_counter()
             # the query, and the query without the names it gives (the entity channel's), as recall does
-            rest = entity_query(conn, q.question, bank)
+            rest = entity_query(conn, R(query=q.question, bank=bank))
             qe = emb.embed_query(q.question)
             qe_entity = emb.embed_query(rest) if rest is not None and rest != q.question else None
             lat["embed"].append((time.perf_counter() - t) * 1000)
             t = time.perf_counter()
-            pool = candidates(conn, q.question, bank, query_embedding=qe, entity_query_embedding=qe_entity,
-                              reference_time=now[q.conv], limit=max(depths + [100]))
+            pool = candidates(conn, R(query=q.question, bank=bank, reference_time=now[q.conv]), query_embedding=qe, entity_query_embedding=qe_entity, limit=max(depths + [100]))
             lat["sql"].append((time.perf_counter() - t) * 1000)
             # Every channel's own ranking, from its rank column (recall_candidates returns
             # the union when the limit is above what the channels found); the context channel,
             # out of the fusion by default, is run here to be reported alone.
-            full = candidates(conn, q.question, bank, query_embedding=qe, entity_query_embedding=qe_entity,
-                              reference_time=now[q.conv], limit=1500, context_weight=1.0)
-            no_graph = candidates(conn, q.question, bank, query_embedding=qe, entity_query_embedding=qe_entity,
-                                  reference_time=now[q.conv], limit=100, graph_weight=0.0)
+            full = candidates(conn, R(query=q.question, bank=bank, reference_time=now[q.conv], weights={"context": 1.0}), query_embedding=qe, entity_query_embedding=qe_entity, limit=1500)
+            no_graph = candidates(conn, R(query=q.question, bank=bank, reference_time=now[q.conv], weights={"graph": 0.0}), query_embedding=qe, entity_query_embedding=qe_entity, limit=100)
             score(NO_GRAPH, q, dedupe([unit_dia[f.unit_id] for f in no_graph]))
             for ch in CHANNELS:
                 ranked = sorted((f for f in full if getattr(f, f"rank_{ch}") is not None),
@@ -272,13 +266,13 @@ def main() -> int:
                     print(f"  {n + 1} questions", flush=True)
                 continue
             # The cross-encoder reads each (question, passage) once; every configuration is
-            # then ranked by rcll.recall.rerank from the cached scores, and its latency is the
+            # then ranked by rcll.deadline.rerank_within from the cached scores, and its latency is the
             # measured time of the pairs it reads.
             scorer = CachedScorer(rr)
             scorer.score(q.question, [f.text for f in pool[: depths[-1]]])
             for d, m in configs:
                 scorer.spent = 0.0
-                ranked = rerank(q.question, pool, scorer, depth=d, context_depth=m)
+                ranked = rerank_within(q.question, pool, scorer, depth=d, context_depth=m)[0]
                 lat[config_name(d, m)].append(scorer.spent)
                 ids = [unit_dia[f.unit_id] for f in ranked]
                 score(config_name(d, m), q, dedupe(ids))
@@ -293,16 +287,9 @@ def main() -> int:
             # The whole recall at each deadline (and without one), as a server runs it: no cache.
             reference: list[int] | None = None
             for ms in deadlines:
-                def fetch(embedding: Any, n: int, entity_embedding: Any, q: Any = q, bank: str = bank) -> list[Any]:
-                    return candidates(conn, q.question, bank, query_embedding=embedding,
-                                      entity_query_embedding=entity_embedding, reference_time=now[q.conv], limit=n)
-
-                def rest_of_query(q: Any = q, bank: str = bank) -> str | None:
-                    return entity_query(conn, q.question, bank)
-
                 t = time.perf_counter()
-                live: RecallResult = recall_with(fetch, q.question, embedder=emb, reranker=rr, deadline_ms=ms,
-                                                 entity_text=rest_of_query)
+                live: RecallResult = recall(Direct(conn), R(query=q.question, bank=bank, reference_time=now[q.conv],
+                                                            deadline_ms=ms), embedder=emb, reranker=rr)
                 took = (time.perf_counter() - t) * 1000
                 live_ids = [f.unit_id for f in live.ranked]
                 reference = live_ids if ms is None else reference
@@ -311,7 +298,7 @@ def main() -> int:
                                     live_ids == reference))
                 score(deadline_name(ms), q, dedupe([unit_dia[u] for u in live_ids]))
             if dump is not None:
-                ranked = rerank(q.question, pool, scorer, depth=default[0], context_depth=default[1])
+                ranked = rerank_within(q.question, pool, scorer, depth=default[0], context_depth=default[1])[0]
                 dump.write(json.dumps({"conv": q.conv, "qid": q.qid, "category": q.category,
                                        "unit_ids": [f.unit_id for f in ranked],
                                        "dia_ids": [unit_dia[f.unit_id] for f in ranked]}) + "\n")
@@ -347,7 +334,7 @@ def main() -> int:
             mark = " (default)" if name == config_name(*default) else ""
             print(f"| {name}{mark} | {a['ndcg@5']:.3f} | {a['r@5']:.3f} | {a['r@10']:.3f} | {a['mrr']:.3f} | {cats} |")
         if deadlines:
-            print(f"\nthe same questions through the whole recall (rcll.recall.recall_with, {config_name(*default)}),"
+            print(f"\nthe same questions through the whole recall (rcll.recall.recall, {config_name(*default)}),"
                   f" at each deadline; wall clock, machine load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores\n")
             print("| recall | nDCG@5 | R@5 | R@10 | MRR | rerank depth p50 (min) | context depth p50 | cut by the deadline "
                   "| latency p50 / p95 ms | ranking = no deadline |")

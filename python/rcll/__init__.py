@@ -16,9 +16,10 @@ from rcll.sqlsource import extension_version
 
 if TYPE_CHECKING:
     from rcll.memory import Memory
+    from rcll.request import RecallRequest
 
 __version__ = extension_version()
-__all__ = ["Memory", "__version__"]
+__all__ = ["Memory", "RecallRequest", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -27,4 +28,8 @@ def __getattr__(name: str) -> Any:
         from rcll.memory import Memory
 
         return Memory
+    if name == "RecallRequest":
+        from rcll.request import RecallRequest  # deferred, as Memory
+
+        return RecallRequest
     raise AttributeError(f"module 'rcll' has no attribute {name!r}")

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rcll.defaults import BUDGET as DEFAULT_BUDGET  # the one source; this name is kept for bench/
-
-__all__ = ["DEFAULT_BUDGET", "cut_to_budget"]
+__all__ = ["cut_to_budget"]
 
 
 def cut_to_budget(tokens: Sequence[int], budget: int | None, limit: int | None = None) -> list[int]:

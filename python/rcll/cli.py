@@ -15,7 +15,7 @@ from typing import IO, Any
 import psycopg
 from tqdm import tqdm
 
-from rcll import cluster, defaults, model_service, models, upkeep
+from rcll import cluster, model_service, models, upkeep
 from rcll.auth import TokenMap, allow_anonymous_network, check_listen, is_loopback
 from rcll.db import embedded_dsn, redacted, resolve_dsn
 from rcll.document import Document
@@ -23,6 +23,7 @@ from rcll.errors import Code, RcllError, from_database
 from rcll.export import read_manifest, validate_pam
 from rcll.install import InstallError
 from rcll.memory import DEFAULT_BANK, Memory, bounded_model_work
+from rcll.request import PARAMETERS, RecallRequest
 from rcll.validate import decode_text
 
 DEFAULT_PORT = 8765
@@ -151,12 +152,55 @@ def cmd_retain(args: argparse.Namespace) -> int:
 
 # -- recall -------------------------------------------------------------------------------------
 
+# The flags `rcll recall` had before it offered every field, kept as aliases.
+_RECALL_ALIASES = {"rooms": ["--room"], "authors": ["--author"], "halls": ["--hall"], "layers": ["--layer"],
+                   "tags_any": ["--tag"]}
+
+
+def _weight(text: str) -> tuple[str, float]:
+    name, sep, value = text.partition("=")
+    try:
+        return name.strip(), float(value) if sep else float("nan")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r} is not CHANNEL=WEIGHT (e.g. context=0.5)") from e
+
+
+def _recall_flags(s: argparse.ArgumentParser) -> None:
+    """One flag per RecallRequest field (rcll.request.PARAMETERS, so none is left out)."""
+    for p in PARAMETERS:
+        if p.name == "query":
+            continue
+        flags = [f"--{p.name.replace('_', '-')}", *_RECALL_ALIASES.get(p.name, [])]
+        shown = "" if p.default in (None, False) or p.kind == "weights" else f" (default {p.default})"
+        if p.name == "bank":
+            s.add_argument(*flags, dest=p.name, required=True, help=p.help)
+        elif p.kind == "names":
+            s.add_argument(*flags, dest=p.name, action="append", metavar=p.name.split("_")[0].rstrip("s").upper(),
+                           help=p.help + " (repeat the flag for several)")
+        elif p.kind == "flag":
+            s.add_argument(*flags, dest=p.name, action="store_true", default=None, help=p.help)
+        elif p.kind == "int":
+            s.add_argument(*flags, dest=p.name, type=int, help=p.help + shown)
+        elif p.kind == "weights":
+            s.add_argument("--weight", dest=p.name, action="append", type=_weight, metavar="CHANNEL=WEIGHT",
+                           help=p.help + " (repeat the flag for several)")
+        else:
+            s.add_argument(*flags, dest=p.name, help=p.help)
+    s.add_argument("query", help=PARAMETERS[0].help)
+
+
+def recall_request(args: argparse.Namespace) -> RecallRequest:
+    """The one place the CLI builds a recall: the flags given (the others at their defaults)."""
+    given = {p.name: getattr(args, p.name) for p in PARAMETERS if getattr(args, p.name, None) is not None}
+    if "weights" in given:
+        given["weights"] = dict(given["weights"])
+    return RecallRequest(**given)
+
+
 def cmd_recall(args: argparse.Namespace) -> int:
+    request = recall_request(args)
     with _memory(args) as memory:
-        result = memory.recall(args.query, bank=args.bank, rooms=args.room, halls=args.hall, layers=args.layer,
-                               authors=args.author, tags_any=args.tag, thread=args.thread, mine=args.mine or None,
-                               budget=args.budget, rerank_depth=args.rerank_depth, context_depth=args.context_depth,
-                               deadline_ms=args.deadline_ms)
+        result = memory.recall(request)
     if args.json:
         print(result.to_json())
         return 0
@@ -474,22 +518,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_retain)
 
     s = sub.add_parser("recall", parents=[common], help="recall facts for a query")
-    s.add_argument("--bank", required=True)
-    s.add_argument("--room", action="append")
-    s.add_argument("--hall", action="append")
-    s.add_argument("--layer", action="append")
-    s.add_argument("--author", action="append")
-    s.add_argument("--tag", action="append")
-    s.add_argument("--thread")
-    s.add_argument("--mine", action="store_true")
-    s.add_argument("--budget", type=int, default=defaults.BUDGET)
-    s.add_argument("--rerank-depth", type=int,
-                   help=f"candidates the cross-encoder reads (default {defaults.RERANK_DEPTH}; 0 = no rerank)")
-    s.add_argument("--context-depth", type=int,
-                   help=f"of those, how many it reads again with the chunk before them (default {defaults.CONTEXT_DEPTH})")
-    s.add_argument("--deadline-ms", type=int,
-                   help="latency budget: the cross-encoder reads while time is left (default: none, the full depths)")
-    s.add_argument("query")
+    _recall_flags(s)
     s.set_defaults(func=cmd_recall)
 
     s = sub.add_parser("rooms", parents=[common], help="list a bank's rooms (topics) with counts and aliases")

@@ -274,7 +274,7 @@ def rerank_within(
     deadline: Deadline | None = None,
     queue: WorkQueue | None = None,
 ) -> tuple[list[Fact], Depth]:
-    """rcll.recall.rerank under a deadline. The cross-encoder reads the top `depth` facts in fused
+    """Recall's rerank (phase 4), under a deadline or none. The cross-encoder reads the top `depth` facts in fused
     order while time is left (first view); the top `context_depth` of the facts it read, in its
     order, are read again with the chunk before them (second view) while time is left, and ordered
     by the mean of both logits. Only a fused-order prefix counts as read: a batch scored beyond

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Mapping
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import psycopg
 import uvicorn
@@ -21,11 +22,11 @@ from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from rcll import defaults, upkeep
+from rcll import upkeep
 from rcll.auth import Caller, Forbidden, TokenMap
 from rcll.errors import CODES, Code, RcllError, from_database, status
 from rcll.export import MAX_LINE
@@ -33,9 +34,10 @@ from rcll.http_console import explain
 from rcll.http_console import router as console_router
 from rcll.http_guard import Guard, GuardConfig
 from rcll.memory import Memory, bounded_model_work, server_deadline_ms
+from rcll.request import ANNOTATIONS, MAX_DEADLINE_MS, PARAMETERS, RecallRequest
 from rcll.sqlsource import extension_version
 from rcll.upkeep import Upkeeper
-from rcll.validate import MAX_BUDGET, MAX_QUERY
+from rcll.validate import MAX_QUERY
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 ARRIVED = "rcll.arrived"   # the ASGI scope key holding a request's arrival (time.perf_counter())
@@ -89,32 +91,40 @@ class RetainResponse(BaseModel):
     mode: str
 
 
-class RecallRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    bank: str = Field(min_length=1, max_length=128, pattern=NAME)
-    query: str = Field(min_length=1, max_length=MAX_QUERY)
-    rooms: list[str] | None = Field(default=None, max_length=256)
-    authors: list[str] | None = Field(default=None, max_length=256)
-    mine: bool = False
-    include_unattributed: bool | None = None
-    halls: list[str] | None = Field(default=None, max_length=256)
-    layers: list[str] | None = Field(default=None, max_length=256)
-    tags_any: list[str] | None = Field(default=None, max_length=256)
-    tags_all: list[str] | None = Field(default=None, max_length=256)
-    thread: str | None = Field(default=None, max_length=512)
-    as_of: datetime | None = None
-    time_from: datetime | None = None
-    time_to: datetime | None = None
-    budget: int = Field(default=defaults.BUDGET, ge=1, le=MAX_BUDGET)
-    deadline_ms: int = Field(default_factory=server_deadline_ms, ge=1, le=600_000,
-                             description="latency budget from the request's arrival (waits for a thread, a model "
-                                         "slot and a connection count): the cross-encoder reads candidates in fused "
-                                         "order while time is left (default 1000, RCLL_DEADLINE_MS); the response says "
-                                         "how deep it read (rerank_depth_reached, context_depth_reached) and "
-                                         "deadline_cut. Passed before the query is embedded or the candidates fetched: "
-                                         "503 with Retry-After at once")
-    explain: bool = Field(default=False, description="add each fact's final rank, what the budget cut, the budget "
-                                                     "and the total time (rcll.http_console.explain)")
+def _recall_body() -> type[BaseModel]:
+    """POST /recall's body: every RecallRequest field (rcll.request.PARAMETERS, so none is left
+    out), plus explain. The schema checks shapes; RecallRequest checks the values."""
+    fields: dict[str, Any] = {}
+    for p in PARAMETERS:
+        if p.name == "query":
+            fields[p.name] = (str, Field(min_length=1, max_length=MAX_QUERY, description=p.help))
+        elif p.name == "bank":
+            fields[p.name] = (str, Field(min_length=1, max_length=128, pattern=NAME, description=p.help))
+        elif p.name == "deadline_ms":
+            fields[p.name] = (int, Field(default_factory=server_deadline_ms, ge=1, le=MAX_DEADLINE_MS, description=(
+                "latency budget from the request's arrival (waits for a thread, a model slot and a connection "
+                "count): the cross-encoder reads candidates in fused order while time is left (default 1000, "
+                "RCLL_DEADLINE_MS); the response says how deep it read (rerank_depth_reached, "
+                "context_depth_reached) and deadline_cut. Passed before the query is embedded or the candidates "
+                "fetched: 503 with Retry-After at once")))
+        else:
+            default = dict(p.default) if isinstance(p.default, Mapping) else p.default
+            fields[p.name] = (ANNOTATIONS[p.kind], Field(default=default, description=p.help))
+    fields["explain"] = (bool, Field(default=False, description="add each fact's final rank, what the budget cut, "
+                                     "the budget and the total time (rcll.http_console.explain)"))
+    model: type[BaseModel] = create_model("RecallBody", __config__=ConfigDict(extra="forbid"), **fields)
+    return model
+
+
+if TYPE_CHECKING:
+    RecallBody = BaseModel
+else:
+    RecallBody = _recall_body()
+
+
+def recall_request(body: BaseModel) -> RecallRequest:
+    """The one place HTTP builds a recall: the body's fields, explain aside."""
+    return RecallRequest(**body.model_dump(exclude={"explain"}))
 
 
 class StatePut(BaseModel):
@@ -248,14 +258,11 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | 
                                         via="http").as_dict()
 
     @app.post("/recall")
-    def recall_endpoint(req: RecallRequest, who: Who, request: Request) -> dict[str, Any]:
+    def recall_endpoint(req: RecallBody, who: Who, request: Request) -> dict[str, Any]:
         started = float(request.scope.get(ARRIVED) or time.perf_counter())
-        filters = req.model_dump(exclude={"bank", "query", "budget", "explain", "deadline_ms"}, exclude_none=True)
-        if not filters.get("mine"):
-            filters.pop("mine", None)
-        result = svc.as_caller(who).recall(req.query, bank=req.bank, budget=req.budget,
-                                           deadline_ms=req.deadline_ms, started=started, **filters)
-        out = result.as_dict() | (explain(result, req.budget) if req.explain else {})
+        recall = recall_request(req)
+        result = svc.as_caller(who).recall(recall, started=started)
+        out = result.as_dict() | (explain(result, recall.budget) if getattr(req, "explain", False) else {})
         out["elapsed_ms"] = round((time.perf_counter() - started) * 1000, 1)
         return out
 

@@ -68,7 +68,7 @@ def person_of(tokens: TokenMap, agent: str | None) -> str | None:
     return None
 
 
-def explain(result: RecallResult, budget: int) -> dict[str, Any]:
+def explain(result: RecallResult, budget: int | None) -> dict[str, Any]:
     """What POST /recall adds with explain: true - from the RecallResult recall computed: each
     returned fact's final rank, every ranked candidate the token budget (or the limit) left out,
     the budget, and the total of the phase timings."""

@@ -15,21 +15,25 @@ names the author.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import sys
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import Annotated, Any
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
+from pydantic import Field
 
 from rcll.auth import Caller, TokenMap
 from rcll.errors import Code, RcllError, status
 from rcll.http_guard import GuardConfig, body_capped
 from rcll.memory import Memory, bounded_model_work, server_deadline_ms
+from rcll.request import ANNOTATIONS, PARAMETERS, RecallRequest
 from rcll.sqlsource import extension_version
 
 READ_TOOLS = ("memory_recall", "memory_rooms", "memory_tags", "memory_state_get", "memory_session_start")
@@ -37,6 +41,31 @@ WRITE_TOOLS = ("memory_retain", "memory_state_put")
 
 _READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 _WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
+
+
+def _recall_signature() -> inspect.Signature:
+    """memory_recall's parameters: every RecallRequest field (rcll.request.PARAMETERS, so none is
+    left out), bank optional (the server's default bank), then the SDK's context."""
+    params = [inspect.Parameter("query", inspect.Parameter.KEYWORD_ONLY,
+                                annotation=Annotated[str, Field(description=PARAMETERS[0].help)])]
+    for p in PARAMETERS[1:]:
+        default = None if p.name in ("bank", "deadline_ms") or isinstance(p.default, Mapping) else p.default
+        params.append(inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                        annotation=Annotated[ANNOTATIONS[p.kind], Field(description=p.help)]))
+    params.append(inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Context | None))
+    return inspect.Signature(params, return_annotation=dict[str, Any])
+
+
+RECALL_SIGNATURE = _recall_signature()
+
+
+def recall_request(fields: dict[str, Any], default_bank: str) -> RecallRequest:
+    """The one place MCP builds a recall: the tool's arguments (None: the field's default; no bank:
+    the server's default bank; no deadline_ms: the server's)."""
+    given = {k: v for k, v in fields.items() if v is not None}
+    given.setdefault("bank", default_bank)
+    given.setdefault("deadline_ms", server_deadline_ms())
+    return RecallRequest(**given)
 
 
 def error_result(e: RcllError) -> dict[str, str | None]:
@@ -85,25 +114,20 @@ def build_server(service: Memory, *, agent: str | None = None, tokens: TokenMap 
         except RcllError as e:
             raise _error(e) from e
 
-    @mcp.tool(annotations=_READ, description="Recall facts for a query. Filters: rooms (topics), mine (only what "
-              "you wrote), authors, halls (fact types), layers (L0 rules, L1 decisions, L2 observations), tags, "
-              "thread, time_from/time_to (ISO 8601), as_of; budget is the token budget of the answer; deadline_ms "
-              "the latency budget (default 1000: the reranker reads while time is left, and the answer says how "
-              "deep it read). A busy server refuses at once with field 'server': retry after the hint's seconds.")
-    async def memory_recall(query: str, bank: str | None = None, rooms: list[str] | None = None,
-                            mine: bool | None = None, authors: list[str] | None = None,
-                            halls: list[str] | None = None, layers: list[str] | None = None,
-                            tags: list[str] | None = None, thread: str | None = None, budget: int | None = None,
-                            time_from: str | None = None, time_to: str | None = None, as_of: str | None = None,
-                            deadline_ms: int | None = None, ctx: Context | None = None) -> dict[str, Any]:
+    async def memory_recall(ctx: Context | None = None, **fields: Any) -> dict[str, Any]:
         started = time.perf_counter()
         a = await call(who, ctx)
-        result = await call(service.as_caller(a).recall, query, bank=bank or bank_default, rooms=rooms, mine=mine,
-                            authors=authors, halls=halls, layers=layers, tags=tags, thread=thread,
-                            budget=budget, time_from=time_from, time_to=time_to, as_of=as_of,
-                            deadline_ms=server_deadline_ms() if deadline_ms is None else deadline_ms,
-                            started=started)
+        request = await call(recall_request, fields, bank_default)
+        result = await call(service.as_caller(a).recall, request, started=started)
         return dict(result.as_dict())
+
+    memory_recall.__signature__ = RECALL_SIGNATURE  # type: ignore[attr-defined]
+    mcp.tool(annotations=_READ, description="Recall facts for a query. Filters: rooms (topics), mine (only what "
+             "you wrote), authors, halls (fact types), layers (L0 rules, L1 decisions, L2 observations), tags_any, "
+             "tags_all, thread, time_from/time_to (ISO 8601), as_of; budget is the token budget of the answer; "
+             "deadline_ms the latency budget (default 1000: the reranker reads while time is left, and the answer "
+             "says how deep it read). A busy server refuses at once with field 'server': retry after the hint's "
+             "seconds.")(memory_recall)
 
     @mcp.tool(annotations=_READ, description="The rooms (topics) of a bank with unit counts, status and aliases; "
               "pattern takes * and ? wildcards.")

@@ -25,7 +25,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, ExitStack, contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -35,18 +35,19 @@ from typing import IO, Any
 import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool
 
-from rcll import cluster, defaults, graphs, install
+from rcll import cluster, graphs, install
 from rcll.auth import ANONYMOUS, Caller, act_as, can_write, identity_server_ok
 from rcll.consolidate import Observation, consolidate
-from rcll.db import POOL_TIMEOUT, configure, connect, resolve_dsn, retried_once
+from rcll.db import configure, connect, resolve_dsn, retried_once
 from rcll.db import pool as db_pool
-from rcll.deadline import Deadline, DeadlinePassed, server_deadline_ms
+from rcll.deadline import server_deadline_ms
 from rcll.document import Document, RetainResult
 from rcll.errors import Code, RcllError, database_errors
 from rcll.export import ExportSummary, ImportSummary, export_bank, import_bank, import_stream, iter_export
-from rcll.recall import Fact, RecallResult, candidates, entity_query, recall_with
+from rcll.recall import Pooled, RecallResult, recall
+from rcll.request import PARAMETERS, RecallRequest
 from rcll.results import (
     Bank,
     FloorRoom,
@@ -68,8 +69,6 @@ from rcll.retain import prepare, retain, retain_many
 from rcll.sqlsource import extension_version, migrations
 from rcll.streams import ExportBudget
 from rcll.validate import (
-    MAX_BUDGET,
-    MAX_QUERY,
     MAX_VERSION,
     bool_arg,
     check_bank,
@@ -82,7 +81,7 @@ from rcll.validate import (
     text_arg,
     time_arg,
 )
-from rcll.workqueue import READ, WRITE, Busy, WorkQueue, admitted
+from rcll.workqueue import WRITE, Busy, WorkQueue, admitted
 from rcll.workqueue import install as install_queue
 from rcll.workqueue import installed as installed_queue
 
@@ -93,11 +92,6 @@ __all__ = [
 ]
 
 DEFAULT_BANK = "default"
-MAX_DEPTH = 1000
-MAX_DEADLINE_MS = 600_000
-# A recall's wait for a pooled connection is bounded by its deadline's time left, but never below
-# this: a connection is usually free within a round trip, and a passed deadline still reads fused.
-MIN_CONNECTION_WAIT = 0.05
 Progress = Callable[[str, int], None]
 
 
@@ -288,19 +282,6 @@ class Memory:
             yield conn
 
     @contextmanager
-    def _spare_tx(self) -> Iterator[psycopg.Connection[Any] | None]:
-        """Like _tx(), on a pooled connection that is free right now - or None, without waiting,
-        when every one is in use: a recall then runs its channels on one connection (under load a
-        second connection would only take one from another request). The bank is not resolved
-        again: the recall's own transaction did (one round trip fewer before the channels start)."""
-        with ExitStack() as stack:
-            try:
-                conn = stack.enter_context(self._tx(timeout=0.0))
-            except PoolTimeout:
-                conn = None
-            yield conn
-
-    @contextmanager
     def _session(self, bank: str) -> Iterator[psycopg.Connection[Any]]:
         """A pooled connection in autocommit mode acting as the agent for the whole session, for
         work on `bank` that commits its own transactions (bulk retain, consolidation)."""
@@ -314,11 +295,14 @@ class Memory:
                     act_as(conn, None, session=True)
                     conn.autocommit = False
 
-    def _connection(self, timeout: float | None = None) -> AbstractContextManager[psycopg.Connection[Any]]:
+    def _pool(self) -> ConnectionPool[psycopg.Connection[Any]]:
         if not self._shared.opened or self._shared.pool is None:
             raise RcllError("memory", "this Memory is closed", "open() it, or use it in a with block",
                             code=Code.UNAVAILABLE)
-        return self._shared.pool.connection(timeout)
+        return self._shared.pool
+
+    def _connection(self, timeout: float | None = None) -> AbstractContextManager[psycopg.Connection[Any]]:
+        return self._pool().connection(timeout)
 
     def _bank(self, bank: str | None, verb: str = "read") -> str:
         """The bank a verb acts on, checked against this view's scope (rcll.auth.Caller.check): a
@@ -414,99 +398,35 @@ class Memory:
 
     # -- recall -----------------------------------------------------------------------------------
 
-    def recall(self, query: str, *, bank: str | None = None, rooms: Sequence[str] | None = None,
-               authors: Sequence[str] | None = None, mine: bool | None = None,
-               include_unattributed: bool | None = None, halls: Sequence[str] | None = None,
-               layers: Sequence[str] | None = None, tags_any: Sequence[str] | None = None,
-               tags_all: Sequence[str] | None = None, tags: Sequence[str] | None = None,
-               thread: str | None = None, as_of: datetime | str | None = None,
-               time_from: datetime | str | None = None, time_to: datetime | str | None = None,
-               budget: int | None = None, rerank_depth: int | None = None,
-               context_depth: int | None = None, deadline_ms: int | None = None,
-               started: float | None = None) -> RecallResult:
-        """The facts for a query that fit `budget` tokens (default rcll.defaults.BUDGET), best
-        first, with per-phase timings. Filters: rooms (aliases and merges followed), authors, mine
-        (only what this Memory's agent wrote), halls, layers, tags_any (tags is the same), tags_all,
-        thread, as_of (what was valid then), time_from/time_to (when it happened).
+    def recall(self, query: str | RecallRequest, *, started: float | None = None, **fields: Any) -> RecallResult:
+        """The facts for a query that fit the token budget (default rcll.defaults.BUDGET), best
+        first, with per-phase timings. `query` is the query (the keywords are RecallRequest's fields:
+        bank - default this Memory's -, rooms (aliases and merges followed), authors, mine (only
+        what this Memory's agent wrote), include_unattributed, halls, layers, tags_any, tags_all,
+        thread, as_of (what was valid then), time_from/time_to (when it happened), reference_time,
+        weights, the depths, budget, deadline_ms) or a whole RecallRequest (the keywords then
+        replace its fields). A keyword given as None is left at its default.
 
         deadline_ms (default None: no deadline) bounds the latency from `started` (a
         time.perf_counter() value, default now): the cross-encoder reads candidates in fused order
         while time is left, and the result says how deep it read (rerank_depth_reached,
-        context_depth_reached) and whether the deadline cut it (deadline_cut)."""
-        b = self._bank(bank)
-        q = required_text(query, "query", limit=MAX_QUERY)
-        filters: dict[str, Any] = {}
-        for name, field, value in (("rooms", "rooms", rooms), ("authors", "authors", authors),
-                                   ("halls", "halls", halls), ("layers", "layers", layers),
-                                   ("tags_any", "tags_any", tags_any), ("tags_all", "tags_all", tags_all),
-                                   ("tags_any", "tags", tags)):
-            checked = list_arg(value, field)
-            if checked is not None:
-                filters[name] = checked
-        if thread is not None:
-            filters["thread"] = text_arg(thread, "thread")
-        if bool_arg(mine, "mine") is not None:
-            filters["mine"] = mine
-        if bool_arg(include_unattributed, "include_unattributed") is not None:
-            filters["include_unattributed"] = include_unattributed
-        at = time_arg(as_of, "as_of")
-        if at is not None:
-            filters["as_of"] = at
-        lo, hi = time_arg(time_from, "time_from"), time_arg(time_to, "time_to")
-        if lo is not None or hi is not None:
-            if lo is not None and hi is not None and lo > hi:
-                raise RcllError("time_to", "is before time_from")
-            filters["time_range"] = f"[{lo.isoformat() if lo else ''},{hi.isoformat() if hi else ''})"
-        tokens = int_arg(budget, "budget", 1, MAX_BUDGET, defaults.BUDGET)
-        depth = int_arg(rerank_depth, "rerank_depth", 0, MAX_DEPTH, defaults.RERANK_DEPTH) or 0
-        second = int_arg(context_depth, "context_depth", 0, MAX_DEPTH, defaults.CONTEXT_DEPTH) or 0
-        limit_ms = int_arg(deadline_ms, "deadline_ms", 1, MAX_DEADLINE_MS)
-        if filters.get("mine") and self.agent is None:
+        context_depth_reached) and whether the deadline cut it (deadline_cut). The recall itself
+        is rcll.recall.recall over this Memory's pool."""
+        unknown = sorted(set(fields) - {p.name for p in PARAMETERS})
+        if unknown:
+            raise RcllError(unknown[0], "is not a recall field",
+                            f"use {', '.join(p.name for p in PARAMETERS if p.name != 'query')}")
+        given = {k: v for k, v in fields.items() if v is not None}
+        if isinstance(query, RecallRequest):
+            request = replace(query, **given) if given else query
+        else:
+            request = RecallRequest(query=query, **({"bank": self.bank} | given))
+        self._bank(request.bank)
+        if request.mine and self.agent is None:
             raise RcllError("mine", "this server has no identity for you",
                             "authenticate (bearer token or --agent), or filter by authors")
-
-        # The deadline counts from `started` (a server passes the request's arrival): the waits for
-        # a worker thread, an admission place, a model slot and a connection all spend it.
-        deadline = Deadline(limit_ms, time.perf_counter() if started is None else started)
-        waited = [0.0]
-
-        @contextmanager
-        def recall_tx() -> Iterator[psycopg.Connection[Any]]:
-            # A transaction for recall's SQL (the models run outside it). The wait for a connection
-            # is bounded by the time left: without candidates there is nothing to answer, so past
-            # it the caller is refused at once. An unknown bank is an error, not silence (_tx(b)).
-            t = time.perf_counter()
-            timeout = None if limit_ms is None else min(POOL_TIMEOUT, max(deadline.left(), MIN_CONNECTION_WAIT))
-            with ExitStack() as stack:
-                try:
-                    conn = stack.enter_context(self._tx(b, timeout=timeout))
-                except PoolTimeout as e:
-                    if timeout is not None and timeout < POOL_TIMEOUT:
-                        assert limit_ms is not None
-                        raise DeadlinePassed(limit_ms, "a database connection") from e
-                    raise
-                finally:
-                    waited[0] += time.perf_counter() - t
-                yield conn
-
-        @retried_once
-        def fetch(embedding: Any, n: int, entity_embedding: Any) -> list[Fact]:
-            # The SQL phases in a transaction of their own, retried once if the connection broke;
-            # with a second pooled connection free at once, the channels run side by side on both.
-            with recall_tx() as conn, self._spare_tx() as side:
-                return candidates(conn, q, b, query_embedding=embedding, entity_query_embedding=entity_embedding,
-                                  limit=n, side=side, **filters)
-
-        @retried_once
-        def rest_of_query() -> str | None:
-            # The query without the entities it names, for the entity channel's second embedding.
-            with recall_tx() as conn:
-                return entity_query(conn, q, b)
-
-        with admitted(READ):
-            result = recall_with(fetch, q, budget=tokens, rerank_depth=depth, context_depth=second,
-                                 deadline_ms=limit_ms, started=deadline.started, entity_text=rest_of_query)
-        return replace(result, timings=replace(result.timings, connection_wait=waited[0] * 1000.0))
+        store = Pooled(self._pool(), agent=self.agent, read_only=self.read_only)
+        return recall(store, request, started=started)
 
     # -- rooms, tags, stats -------------------------------------------------------------------------
 

@@ -274,10 +274,13 @@ class Fact:
 
 @dataclass(frozen=True, slots=True)
 class Timings:
-    """Milliseconds per recall phase. queue: from the request's arrival (`started`) to the start of
-    recall - a server's wait for a worker thread and an admission place - counted against the
-    deadline like every phase. The waits inside the phases, for a model slot (embed and rerank)
-    and for a database connection (sql), are shown apart as well; they are parts of those phases."""
+    """Milliseconds per recall phase. embed: the query embeddings (model work only); sql: the
+    database's part - the query's entity names (rcll.query_without_entities), which runs before
+    the embedding, and the channels with their fusion; rerank: the cross-encoder; cut: the token
+    budget. queue: from the request's arrival (`started`) to the start of recall - a server's wait
+    for a worker thread and an admission place - counted against the deadline like every phase.
+    The waits inside the phases, for a model slot (embed and rerank) and for a database
+    connection (sql), are shown apart as well; they are parts of those phases."""
 
     embed: float = 0.0
     sql: float = 0.0

@@ -60,6 +60,7 @@ def dump(cache: Path, port: int) -> None:
     from rcll import models
     from rcll.db import configure
     from rcll.recall import candidates
+    from rcll.request import RecallRequest as R
 
     cache.mkdir(parents=True, exist_ok=True)
     convs, qs = load()
@@ -111,8 +112,7 @@ def dump(cache: Path, port: int) -> None:
         now = {c.index: max(t.date for t in c.turns) for c in convs}
         rows: list[dict[str, Any]] = []
         for n, q in enumerate(qs):
-            full = candidates(conn, q.question, f"locomo{q.conv}", query_embedding=Q[n], reference_time=now[q.conv],
-                              limit=1500)
+            full = candidates(conn, R(query=q.question, bank=f"locomo{q.conv}", reference_time=now[q.conv]), query_embedding=Q[n], limit=1500)
             rec: dict[str, Any] = {"fused": [unit_turn[f.unit_id][1] for f in full]}
             for ch in CHANNELS:
                 hits = sorted((getattr(f, f"rank_{ch}"), unit_turn[f.unit_id][1]) for f in full
@@ -676,7 +676,7 @@ def _last_words(t: str, n: int = 16) -> str:
 def rerank_study(lab: Lab, depth: int, ctx: int, every: int, offsets: Sequence[int], report_only: bool) -> None:
     """Cross-encoder over each pool's top `depth` (view A "[date] speaker: text"); the top `ctx` of
     its order read again as "<last 16 words of the chunk before> / <view A>" and ordered by the mean
-    of both logits (rcll.recall.rerank). Each (question, passage) is scored once, cached."""
+    of both logits (rcll.deadline.rerank_within). Each (question, passage) is scored once, cached."""
     path = lab.cache / "ce.pkl"
     ce: dict[tuple[int, str], float] = pickle.loads(path.read_bytes()) if path.exists() else {}
     order = [j for o in offsets for j in range(o, len(lab.qs), every)]

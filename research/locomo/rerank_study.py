@@ -11,7 +11,7 @@ every question keeps the fused pool (top 100 turn ids), the first-view logits of
 any policy below could read twice (the top 20 by first view of each depth's prefix), with the
 tokens each pair costs (rows x longest pair of a batch, as rcll.deadline counts them).
 
-compare: ranks every policy from those scores exactly as rcll.recall.rerank orders them (the
+compare: ranks every policy from those scores exactly as rcll.deadline.rerank_within orders them (the
 facts read twice by the mean of both logits, then the rest of those read once, then the unread in
 fused order) and prints nDCG@5 / R@10 for conversations 0-4 (choose), 5-9 (report) and all ten,
 with the mean tokens read per question relative to today's default (rerank@40 + context view 15).
@@ -34,6 +34,7 @@ from bench.locomo.run import ALL, HALVES, dedupe, retain
 from rcll import models
 from rcll.deadline import call_tokens, context_passage
 from rcll.recall import candidates, entity_query
+from rcll.request import RecallRequest as R
 
 DEPTHS = (30, 40, 50, 60)
 TWICE = 20
@@ -56,11 +57,10 @@ def collect(args: argparse.Namespace) -> None:
         emb, rr = models.get_embedder(), models.get_reranker()
         for n, q in enumerate(questions[: args.limit or None]):
             bank = f"locomo{q.conv}"
-            rest = entity_query(conn, q.question, bank)
+            rest = entity_query(conn, R(query=q.question, bank=bank))
             qe = emb.embed_query(q.question)
             qe_entity = emb.embed_query(rest) if rest is not None and rest != q.question else None
-            pool = candidates(conn, q.question, bank, query_embedding=qe, entity_query_embedding=qe_entity,
-                              reference_time=now[q.conv], limit=100)
+            pool = candidates(conn, R(query=q.question, bank=bank, reference_time=now[q.conv]), query_embedding=qe, entity_query_embedding=qe_entity, limit=100)
             head = pool[: args.max_depth]
             texts = [f.text for f in head]
             t = time.perf_counter()
@@ -89,7 +89,7 @@ Policy = Callable[[dict[str, Any]], tuple[int, ...]]
 
 
 def ranked(rec: dict[str, Any], depth: int, twice: int, prior: float = 0.0) -> tuple[list[str], int]:
-    """The turn ranking rcll.recall.rerank gives, and the tokens it read. prior > 0: the facts
+    """The turn ranking rcll.deadline.rerank_within gives, and the tokens it read. prior > 0: the facts
     read twice are still the first view's top `twice`, but both groups are ordered by their logit
     less prior * log2(2 + the fact's fused position)."""
     pool, first = rec["pool"], rec["first"]

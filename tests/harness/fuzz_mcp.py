@@ -30,8 +30,9 @@ def _strategies() -> dict[str, Any]:
     return {
         "memory_recall": st.fixed_dictionaries({"query": st.one_of(text, anything)}, optional={
             "bank": bank, "rooms": texts, "mine": maybe(st.booleans()), "authors": texts, "halls": texts,
-            "layers": texts, "tags": texts, "thread": maybe(text), "budget": maybe(st.integers()),
-            "time_from": maybe(text), "time_to": maybe(text), "as_of": maybe(text)}),
+            "layers": texts, "tags_any": texts, "tags_all": texts, "include_unattributed": maybe(st.booleans()),
+            "thread": maybe(text), "budget": maybe(st.integers()), "time_from": maybe(text), "time_to": maybe(text),
+            "as_of": maybe(text), "reference_time": maybe(text)}),
         "memory_retain": st.fixed_dictionaries({"content": st.one_of(text, anything)}, optional={
             "bank": bank, "room": maybe(text), "thread": maybe(text), "tags": texts, "hall": maybe(text),
             "layer": maybe(text), "source": maybe(text), "occurred_at": maybe(text), "metadata": anything}),

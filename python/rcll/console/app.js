@@ -209,10 +209,86 @@ async function loadUnits() {
   $("#units-next").disabled = state.unitsOffset + out.units.length >= out.total;
 }
 
+// The recall form offers every field of POST /recall's body, read from the server's own schema
+// (RecallBody in /openapi.json: one field per rcll.request.RecallRequest field), so the page
+// cannot fall behind the request. The bank and the query come from the page.
+const RECALL_FIRST = ["rooms", "budget", "deadline_ms"];
+const RECALL_FROM_PAGE = ["bank", "query", "explain"];
+let recallFields = null;
+
+function fieldKind(prop) {
+  const s = (prop.type ? [prop] : (prop.anyOf || []).filter((x) => x.type !== "null"))[0] || {};
+  if (s.type === "array") return "list";
+  if (s.type === "boolean") return "flag";
+  if (s.type === "integer" || s.type === "number") return "number";
+  if (s.type === "object") return "weights";
+  if (s.format === "date-time") return "time";
+  return "text";
+}
+
+function fieldInputs(f) {
+  const title = f.prop.description || "";
+  const label = f.name.replaceAll("_", " ");
+  const given = f.prop.default;
+  if (f.kind === "weights") {
+    return CHANNELS.map((c) => el("label", { title }, `${c} weight`, el("input", {
+      name: `weights.${c}`, type: "number", min: "0", step: "any",
+      placeholder: given && given[c] !== undefined ? String(given[c]) : "" })));
+  }
+  if (f.kind === "flag") {
+    return [el("label", { class: "check", title }, el("input", { name: f.name, type: "checkbox" }), label)];
+  }
+  const attrs = { name: f.name, placeholder: given === null || given === undefined ? "" : String(given) };
+  if (f.kind === "number") Object.assign(attrs, { type: "number", min: "0", step: "1" });
+  if (f.kind === "time") attrs.type = "datetime-local";
+  if (f.kind === "list") attrs.placeholder = "comma-separated";
+  if (f.name === "rooms") attrs.list = "room-list";
+  if (f.name === "deadline_ms") attrs.placeholder = "server default";
+  return [el("label", { title }, label, el("input", attrs))];
+}
+
+async function recallForm() {
+  if (recallFields) return;
+  const spec = await api("/openapi.json");
+  const props = spec.components.schemas.RecallBody.properties;
+  recallFields = Object.entries(props).filter(([name]) => !RECALL_FROM_PAGE.includes(name))
+    .map(([name, prop]) => ({ name, prop, kind: fieldKind(prop) }));
+  for (const f of recallFields) {
+    $(RECALL_FIRST.includes(f.name) ? "#recall-fields" : "#recall-more-fields").append(...fieldInputs(f));
+  }
+}
+
+// The one place the page builds a recall: every field given in the form (the others at their defaults).
+function recallBody(form) {
+  const body = { bank: state.bank, query: form.query.value, explain: true };
+  for (const f of recallFields) {
+    if (f.kind === "weights") {
+      const w = {};
+      for (const c of CHANNELS) {
+        const v = form.elements[`weights.${c}`].value;
+        if (v !== "") w[c] = Number(v);
+      }
+      if (Object.keys(w).length) body.weights = w;
+      continue;
+    }
+    const input = form.elements[f.name];
+    if (f.kind === "flag") {
+      if (input.checked) body[f.name] = true;
+      continue;
+    }
+    const v = input.value.trim();
+    if (v === "") continue;
+    if (f.kind === "list") body[f.name] = v.split(",").map((x) => x.trim()).filter(Boolean);
+    else if (f.kind === "number") body[f.name] = Number(v);
+    else if (f.kind === "time") body[f.name] = v + (v.length === 16 ? ":00Z" : "Z");
+    else body[f.name] = v;
+  }
+  return body;
+}
+
 async function runRecall(form) {
-  const body = { bank: state.bank, query: form.query.value, budget: Number(form.budget.value) || 4096, explain: true };
-  if (form.room.value.trim()) body.rooms = [form.room.value.trim()];
-  if (form.deadline.value) body.deadline_ms = Number(form.deadline.value);
+  await recallForm();
+  const body = recallBody(form);
   say("Recalling…");
   const out = await api("/recall", { method: "POST", body });
   say("");
@@ -332,7 +408,7 @@ async function downloadExport() {
 const VIEWS = {
   plan: renderPlan,
   units: loadUnits,
-  recall: async () => {},
+  recall: recallForm,
   merges: loadMerges,
   state: loadState,
   export: async () => { $("#export-name").textContent = `${state.bank}.rcll.ndjson`; },

@@ -1,0 +1,185 @@
+"""One recall request: every field a recall takes, typed, validated once, frozen.
+
+Every interface builds one RecallRequest in one place - Memory.recall from its keywords, HTTP from
+the POST /recall body, MCP from the memory_recall tool's arguments, the CLI from `rcll recall`'s
+flags (the console posts to HTTP) - and the three that describe their parameters derive them from
+the fields below (`PARAMETERS`), so a new field reaches every one of them
+(tests/test_recall_request.py proves each accepts each field).
+
+The scope fields are rcll.recall_scope's parameters, the rest rcll.recall_candidates' (time_from
+and time_to are its time_range) plus the client's phases: the rerank depths, the token budget
+and the deadline. The test holds those lists equal to the functions' arguments in the catalog.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import MISSING, dataclass, field, fields
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any, Final, Literal
+
+from rcll import defaults
+from rcll.defaults import CHANNELS
+from rcll.errors import RcllError
+from rcll.validate import (
+    MAX_BUDGET,
+    MAX_QUERY,
+    bool_arg,
+    check_bank,
+    int_arg,
+    list_arg,
+    required_text,
+    text_arg,
+    time_arg,
+)
+
+__all__ = ["ANNOTATIONS", "CHANNELS", "MAX_DEADLINE_MS", "MAX_DEPTH", "MAX_LIMIT", "PARAMETERS", "SCOPE", "Parameter",
+           "RecallRequest"]
+
+MAX_DEPTH: Final = 1000
+MAX_DEADLINE_MS: Final = 600_000
+MAX_LIMIT: Final = 10_000
+MAX_WEIGHT: Final = 1000.0
+
+Kind = Literal["text", "names", "flag", "time", "int", "weights"]
+
+
+def _f(kind: Kind, help: str, default: Any = None, *, scope: bool = False) -> Any:
+    """A field with what an interface needs to offer it (default MISSING: required)."""
+    meta = {"kind": kind, "help": help, "scope": scope}
+    if isinstance(default, Mapping):
+        return field(default_factory=lambda: default, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecallRequest:
+    """A recall, checked when it is made: a value that exists is valid (an RcllError names the
+    field otherwise). Lists are kept as tuples, timestamps as datetimes (ISO 8601 strings are
+    read), weights as every channel's weight (the ones not given at their default)."""
+
+    query: str = _f("text", "what to recall (at most 4000 characters)", MISSING)
+    bank: str = _f("text", "the bank to read", MISSING, scope=True)
+    rooms: Sequence[str] | None = _f("names", "only these rooms (topics; aliases and approved merges followed)",
+                                     scope=True)
+    authors: Sequence[str] | None = _f("names", "only what these authors wrote", scope=True)
+    mine: bool = _f("flag", "only what the caller's identity wrote", False, scope=True)
+    include_unattributed: bool = _f("flag", "with authors or mine: also units that have no author", False,
+                                    scope=True)
+    halls: Sequence[str] | None = _f("names", "only these halls (fact types)", scope=True)
+    layers: Sequence[str] | None = _f("names", "only these layers (L0 rules, L1 decisions, L2 observations)",
+                                      scope=True)
+    tags_any: Sequence[str] | None = _f("names", "units carrying any of these tags", scope=True)
+    tags_all: Sequence[str] | None = _f("names", "units carrying all of these tags", scope=True)
+    thread: str | None = _f("text", "only this thread", scope=True)
+    as_of: datetime | str | None = _f("time", "what was valid at this time (ISO 8601; default now)", scope=True)
+    include_self_declared: bool = _f("flag", "with authors or mine: also units whose author was declared by the "
+                                             "writer, not resolved by the server", False, scope=True)
+    time_from: datetime | str | None = _f("time", "what happened at or after this time (ISO 8601)")
+    time_to: datetime | str | None = _f("time", "what happened before this time (ISO 8601)")
+    reference_time: datetime | str | None = _f("time", "the 'now' a relative date in the query counts from "
+                                                       "(ISO 8601; default now)")
+    weights: Mapping[str, float] = _f("weights", "each channel's weight in the fusion, by channel name "
+                                                 f"({', '.join(CHANNELS)}); 0 skips a channel", defaults.WEIGHTS)
+    channel_limit: int = _f("int", "candidates each channel returns", defaults.CHANNEL_LIMIT)
+    limit: int = _f("int", "facts returned at most (fused candidates kept)", defaults.CANDIDATE_LIMIT)
+    rerank_depth: int = _f("int", "fused candidates the cross-encoder reads (0: no rerank)", defaults.RERANK_DEPTH)
+    context_depth: int = _f("int", "of those, how many it reads again with the chunk before them",
+                            defaults.CONTEXT_DEPTH)
+    budget: int | None = _f("int", "tokens of fact text returned at most (none: only the limit cuts)",
+                            defaults.BUDGET)
+    deadline_ms: int | None = _f("int", "latency budget in ms: the cross-encoder reads candidates in fused order "
+                                        "while time is left, and the answer says how deep it read (none: no deadline)")
+
+    def __post_init__(self) -> None:
+        checked: dict[str, Any] = {
+            "query": required_text(self.query, "query", limit=MAX_QUERY),
+            "bank": check_bank(self.bank),
+            "mine": bool(bool_arg(self.mine, "mine")),
+            "include_unattributed": bool(bool_arg(self.include_unattributed, "include_unattributed")),
+            "include_self_declared": bool(bool_arg(self.include_self_declared, "include_self_declared")),
+            "thread": text_arg(self.thread, "thread"),
+            "weights": _weights(self.weights),
+            # None: the default (these have no "none")
+            "channel_limit": int_arg(self.channel_limit, "channel_limit", 1, MAX_LIMIT, defaults.CHANNEL_LIMIT),
+            "limit": int_arg(self.limit, "limit", 1, MAX_LIMIT, defaults.CANDIDATE_LIMIT),
+            "rerank_depth": int_arg(self.rerank_depth, "rerank_depth", 0, MAX_DEPTH, defaults.RERANK_DEPTH),
+            "context_depth": int_arg(self.context_depth, "context_depth", 0, MAX_DEPTH, defaults.CONTEXT_DEPTH),
+            "budget": int_arg(self.budget, "budget", 1, MAX_BUDGET),
+            "deadline_ms": int_arg(self.deadline_ms, "deadline_ms", 1, MAX_DEADLINE_MS),
+        }
+        for name in ("rooms", "authors", "halls", "layers", "tags_any", "tags_all"):
+            names = list_arg(getattr(self, name), name)
+            checked[name] = None if names is None else tuple(names)
+        for name in ("as_of", "time_from", "time_to", "reference_time"):
+            checked[name] = time_arg(getattr(self, name), name)
+        lo, hi = checked["time_from"], checked["time_to"]
+        if lo is not None and hi is not None and lo > hi:
+            raise RcllError("time_to", "is before time_from", "swap them, or leave one out")
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
+
+    @property
+    def scope(self) -> dict[str, Any]:
+        """rcll.recall_scope's arguments (as_of None: the transaction's time, the SQL default)."""
+        return {name: _sql(getattr(self, name)) for name in SCOPE} | {"as_of": self.as_of or "now"}
+
+    @property
+    def time_range(self) -> str | None:
+        """time_from/time_to as the tstzrange literal rcll.recall_candidates takes: [from, to)."""
+        lo, hi = self.time_from, self.time_to
+        if lo is None and hi is None:
+            return None
+        return f"[{_iso(lo)},{_iso(hi)})"
+
+
+def _sql(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _iso(value: datetime | str | None) -> str:
+    return "" if value is None else value.isoformat() if isinstance(value, datetime) else value
+
+
+def _weights(value: Any) -> Mapping[str, float]:
+    if value is None:
+        return defaults.WEIGHTS
+    if not isinstance(value, Mapping):
+        raise RcllError("weights", f"must be an object of channel weights, got {type(value).__name__}",
+                        f"e.g. {{\"dense\": 1.0, \"context\": 0.5}}; channels: {', '.join(CHANNELS)}")
+    out = dict(defaults.WEIGHTS)
+    for name, w in value.items():
+        if name not in out:
+            raise RcllError(f"weights.{name}", "is not a recall channel", f"use {', '.join(CHANNELS)}")
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w):
+            raise RcllError(f"weights.{name}", "must be a finite number")
+        if not 0 <= w <= MAX_WEIGHT:
+            raise RcllError(f"weights.{name}", f"{w} is out of range", f"use 0..{MAX_WEIGHT:g} (0 skips the channel)")
+        out[name] = float(w)
+    return MappingProxyType(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Parameter:
+    """One field of RecallRequest as an interface offers it: its name, kind, help and default."""
+
+    name: str
+    kind: Kind
+    help: str
+    default: Any
+    scope: bool
+
+
+# The type an interface's schema gives each kind of field (a JSON Schema through pydantic: HTTP's body,
+# MCP's tool); RecallRequest reads the values and checks them.
+ANNOTATIONS: Final[Mapping[Kind, Any]] = MappingProxyType({
+    "text": str | None, "names": list[str] | None, "flag": bool, "time": datetime | None, "int": int | None,
+    "weights": dict[str, float] | None})
+
+PARAMETERS: Final = tuple(
+    Parameter(f.name, f.metadata["kind"], f.metadata["help"],
+              f.default_factory() if f.default_factory is not MISSING else f.default, f.metadata["scope"])
+    for f in fields(RecallRequest))
+SCOPE: Final = tuple(p.name for p in PARAMETERS if p.scope)
