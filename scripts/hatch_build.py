@@ -19,8 +19,9 @@ class ExtensionScripts(BuildHookInterface):  # type: ignore[type-arg]
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
         root = Path(self.root)
-        # Prepended: pip's isolated build environment reaches its packages through PYTHONPATH too,
-        # and this tree's rcll must win over any installed one.
-        path = os.pathsep.join(p for p in (str(root / "python"), os.environ.get("PYTHONPATH", "")) if p)
-        subprocess.run([sys.executable, "-m", "rcll.build_extension"], cwd=root, check=True,
-                       env={**os.environ, "PYTHONPATH": path})
+        # pip's isolated build environment drops PYTHONPATH's entries from sys.path (its
+        # sitecustomize keeps only the build environment's own), so this tree's python/ is put
+        # first on sys.path by the child itself: this tree's rcll wins over any installed one.
+        run = ("import runpy, sys; sys.path.insert(0, sys.argv[1]); "
+               "runpy.run_module('rcll.build_extension', run_name='__main__')")
+        subprocess.run([sys.executable, "-c", run, str(root / "python")], cwd=root, check=True, env=os.environ.copy())

@@ -98,7 +98,7 @@ BODY_VERBS = {("post", "/retain"): {"bank", "content"}, ("post", "/recall"): {"b
               ("put", "/state"): {"bank", "room", "key", "value"}}
 QUERY_VERBS = {("get", "/rooms"): {"bank"}, ("get", "/tags"): {"bank"}, ("get", "/stats"): {"bank"},
                ("get", "/state"): {"bank", "room", "key"}, ("get", "/export"): {"bank"}}
-ERRORS = ("400", "401", "403", "404", "409", "422", "503")
+ERRORS = ("401", "403", "404", "409", "422", "503")   # the statuses of rcll.errors.CODES
 
 
 def test_openapi_documents_every_verb(client: TestClient) -> None:
@@ -117,7 +117,7 @@ def test_openapi_documents_every_verb(client: TestClient) -> None:
     assert served and served <= {(m, p) for p, ops in paths.items() for m in ops}
     verbs = {**BODY_VERBS, **QUERY_VERBS, ("post", "/import"): set(), ("get", "/health"): set()}
     assert set(verbs) <= served
-    assert set(schemas["ErrorBody"]["required"]) == {"field", "error"}
+    assert set(schemas["ErrorBody"]["required"]) == {"code", "field", "error"}
     for (method, path), required in verbs.items():
         op = paths[path][method]
         assert "200" in op["responses"], (method, path)
