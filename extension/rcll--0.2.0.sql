@@ -4628,7 +4628,8 @@ CREATE OR REPLACE FUNCTION rcll._link_units(
     entity_fanout integer DEFAULT 20,
     semantic_k   integer DEFAULT 5,
     semantic_min real DEFAULT 0.80,
-    temporal_window interval DEFAULT '7 days')
+    temporal_window interval DEFAULT '7 days',
+    horizon      bigint DEFAULT NULL)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -4645,7 +4646,7 @@ BEGIN
             SELECT o.unit_id, count(*) AS shared
             FROM rcll.unit_entities me
             JOIN rcll.unit_entities o ON o.entity_id = me.entity_id AND o.unit_id <> me.unit_id
-            WHERE me.unit_id = src.unit_id AND o.bank_id = b
+            WHERE me.unit_id = src.unit_id AND o.bank_id = b AND (horizon IS NULL OR o.unit_id <= horizon)
             GROUP BY o.unit_id
             ORDER BY count(*) DESC, o.unit_id DESC
             LIMIT entity_fanout
@@ -4674,11 +4675,13 @@ BEGIN
         CROSS JOIN LATERAL (
             (SELECT o.unit_id, o.occurred_start FROM rcll.memory_units o
              WHERE o.bank_id = b AND o.unit_id <> me.unit_id AND o.thread IS NOT DISTINCT FROM me.thread
+               AND (horizon IS NULL OR o.unit_id <= horizon)
                AND o.occurred_start <= me.occurred_start AND o.occurred_start >= me.occurred_start - temporal_window
              ORDER BY o.occurred_start DESC, o.unit_id DESC LIMIT 1)
             UNION ALL
             (SELECT o.unit_id, o.occurred_start FROM rcll.memory_units o
              WHERE o.bank_id = b AND o.unit_id <> me.unit_id AND o.thread IS NOT DISTINCT FROM me.thread
+               AND (horizon IS NULL OR o.unit_id <= horizon)
                AND o.occurred_start > me.occurred_start AND o.occurred_start <= me.occurred_start + temporal_window
              ORDER BY o.occurred_start, o.unit_id LIMIT 1)
         ) nb
@@ -4706,6 +4709,7 @@ BEGIN
             SELECT o.unit_id, (1 - (o.embedding OPERATOR(public.<=>) me.embedding))::real AS sim
             FROM rcll.memory_units o
             WHERE o.bank_id = b AND o.unit_id <> me.unit_id AND o.embedding IS NOT NULL
+              AND (horizon IS NULL OR o.unit_id <= horizon)
             ORDER BY o.embedding OPERATOR(public.<=>) me.embedding
             LIMIT semantic_k
         ) nb
@@ -4722,8 +4726,8 @@ BEGIN
     RETURN n + k;
 END
 $$;
-COMMENT ON FUNCTION rcll._link_units(integer, bigint[], integer, integer, real, interval)
-    IS 'Internal: link newly written units to the bank - entity (units sharing an entity, at most entity_fanout per unit), temporal (nearest unit before and after by occurred_start within temporal_window, and consecutive units of one document), semantic (semantic_k nearest by embedding with cosine similarity >= semantic_min). Symmetric links are stored both ways. Returns the number of links written.';
+COMMENT ON FUNCTION rcll._link_units(integer, bigint[], integer, integer, real, interval, bigint)
+    IS 'Internal: link newly written units to the bank (horizon: only to units up to that id, the ones that existed when they were written - a forget re-links survivors so) - entity (units sharing an entity, at most entity_fanout per unit), temporal (nearest unit before and after by occurred_start within temporal_window, and consecutive units of one document), semantic (semantic_k nearest by embedding with cosine similarity >= semantic_min). Symmetric links are stored both ways. Returns the number of links written.';
 
 CREATE OR REPLACE FUNCTION rcll.supersede(old_unit bigint, new_unit bigint, at timestamptz DEFAULT NULL,
                                           reason jsonb DEFAULT '{}')
@@ -5337,6 +5341,9 @@ DECLARE
     orphans   bigint[];
     rooms_in  text[];
     dead_rooms text[];
+    relink    bigint[];
+    gone_new_rooms text[];
+    grp       record;
     counts    jsonb;
     st        record;
 BEGIN
@@ -5401,6 +5408,14 @@ BEGIN
     IF dry_run THEN
         RETURN counts;
     END IF;
+    gone_new_rooms := ARRAY(SELECT DISTINCT u.room FROM rcll.memory_units u
+                            WHERE u.unit_id = ANY (gone) AND u.room IS NOT NULL AND u.tags @> ARRAY['room-new:' || u.room]);
+    -- Extracted facts and observations linked to a forgotten unit: the links a retain made are its
+    -- nearest neighbours among the units that existed then (rcll._link_units), so a survivor that
+    -- lost a neighbour is linked again, to the neighbours it would have had without it.
+    relink := ARRAY(SELECT DISTINCT l.from_unit FROM rcll.links l JOIN rcll.memory_units u ON u.unit_id = l.from_unit
+                    WHERE l.bank_id = b AND l.to_unit = ANY (gone) AND l.link_type IN ('entity', 'temporal', 'semantic')
+                      AND u.kind IN ('fact', 'observation') AND NOT l.from_unit = ANY (gone));
 
     -- The BM25 statistics a refresh counted lose exactly what goes: the units and documents that
     -- existed when it ran (written at or before refreshed_at). Later ones it never counted.
@@ -5438,10 +5453,41 @@ BEGIN
           FROM rcll.memory_units u WHERE u.document_id = ANY (part_docs) GROUP BY u.document_id) k
     WHERE d.document_id = k.document_id;
 
+    FOR grp IN SELECT array_agg(u.unit_id ORDER BY u.unit_id) AS ids,
+                      coalesce((SELECT max(x.unit_id) FROM rcll.memory_units x WHERE x.document_id = min(u.document_id)),
+                               max(u.unit_id)) AS horizon
+               FROM rcll.memory_units u WHERE u.unit_id = ANY (relink)
+               GROUP BY coalesce(u.document_id, -u.unit_id) ORDER BY 2 LOOP
+        PERFORM rcll._link_units(b, grp.ids, horizon => grp.horizon);
+    END LOOP;
+
     DELETE FROM rcll.entities e WHERE e.entity_id = ANY (orphans);
+    -- Survivors are recounted; one that only chunks still name (keyless links,
+    -- rcll._link_keyless_entities, which give no type) loses the type and embedding a forgotten
+    -- extracted fact gave it.
     UPDATE rcll.entities e
-    SET mention_count = (SELECT count(*) FROM rcll.unit_entities ue WHERE ue.entity_id = e.entity_id)
-    WHERE e.entity_id = ANY (touched) AND NOT e.entity_id = ANY (orphans);
+    SET mention_count = k.n,
+        entity_type = CASE WHEN k.chunks_only THEN NULL ELSE e.entity_type END,
+        embedding = CASE WHEN k.chunks_only THEN NULL ELSE e.embedding END
+    FROM (SELECT x.entity_id, count(*) AS n, bool_and(u.kind = 'chunk') AS chunks_only
+          FROM unnest(touched) x(entity_id) JOIN rcll.unit_entities ue ON ue.entity_id = x.entity_id
+          JOIN rcll.memory_units u ON u.unit_id = ue.unit_id
+          GROUP BY x.entity_id) k
+    WHERE e.entity_id = k.entity_id AND NOT e.entity_id = ANY (orphans);
+
+    -- A room whose first units went: the janitor tags a room's first write room-new:<room>, and
+    -- had the forgotten units never been written, that was the first surviving write - all the
+    -- chunks of its statement, or the one fact (facts are inserted one by one).
+    UPDATE rcll.memory_units u SET tags = u.tags || ('room-new:' || u.room)
+    FROM (SELECT DISTINCT ON (s.room) s.room, s.unit_id, s.document_id, s.kind
+          FROM rcll.memory_units s
+          WHERE s.bank_id = b AND s.room = ANY (rooms_in) AND NOT s.room = ANY (dead_rooms)
+          ORDER BY s.room, s.unit_id) f
+    WHERE u.bank_id = b AND u.room = f.room
+      AND (u.unit_id = f.unit_id OR (f.kind = 'chunk' AND u.kind = 'chunk' AND u.document_id = f.document_id))
+      AND NOT EXISTS (SELECT 1 FROM rcll.memory_units x WHERE x.bank_id = b AND x.room = f.room
+                      AND x.tags @> ARRAY['room-new:' || f.room])
+      AND EXISTS (SELECT 1 FROM unnest(gone_new_rooms) g WHERE g = f.room);
 
     IF coalesce(array_length(dead_rooms, 1), 0) > 0 THEN
         -- The fold reads and deletes the count queue: it and this must not interleave.
@@ -5739,7 +5785,9 @@ AS $$
         (13, 'room_merge_proposals', ARRAY['proposal_id'],                  'proposal_id', '{}'),
         (14, 'room_state',           ARRAY['room', 'key', 'version'],       NULL,          '{}'),
         (15, 'audit_log',            ARRAY['audit_id'],                     'audit_id',    '{}'),
-        (16, 'llm_calls',            ARRAY['call_id'],                      'call_id',     '{"document_id": "documents"}')
+        (16, 'llm_calls',            ARRAY['call_id'],                      'call_id',     '{"document_id": "documents"}'),
+        (17, 'unit_versions',        ARRAY['unit_id', 'version'],           NULL,          '{"unit_id": "memory_units"}'),
+        (18, 'forget_log',           ARRAY['forget_id'],                    'forget_id',   '{}')
     ) AS t(table_position, table_name, key_columns, id_column, refs)
     ORDER BY 1
 $$;
