@@ -36,7 +36,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from rcll import cluster, defaults, graphs, install
+from rcll import cluster, defaults, graphs, install, models
 from rcll.auth import ANONYMOUS, Caller, act_as, can_write, identity_server_ok
 from rcll.consolidate import Observation, consolidate
 from rcll.db import POOL_TIMEOUT, configure, connect, resolve_dsn, retried_once
@@ -49,6 +49,7 @@ from rcll.recall import Fact, RecallResult, candidates, entity_query, recall_wit
 from rcll.results import (
     Bank,
     FloorRoom,
+    Forgotten,
     Health,
     MergeProposal,
     Room,
@@ -62,6 +63,7 @@ from rcll.results import (
     Unit,
     UnitPage,
     Upkeep,
+    Version,
 )
 from rcll.retain import prepare, retain, retain_many
 from rcll.sqlsource import extension_version, migrations
@@ -96,6 +98,34 @@ MAX_DEADLINE_MS = 600_000
 # this: a connection is usually free within a round trip, and a passed deadline still reads fused.
 MIN_CONNECTION_WAIT = 0.05
 Progress = Callable[[str, int], None]
+
+
+# The tables a forget deletes from or rewrites, vacuumed by purge=True (fixed statements: VACUUM
+# takes no parameters and Python builds no SQL).
+PURGE_UNITS: tuple[tuple[str, str], ...] = (
+    ("rcll.memory_units", "VACUUM rcll.memory_units"),
+    ("rcll.unit_lexicon", "VACUUM rcll.unit_lexicon"),
+    ("rcll.documents", "VACUUM rcll.documents"),
+    ("rcll.document_lexicon", "VACUUM rcll.document_lexicon"),
+    ("rcll.unit_entities", "VACUUM rcll.unit_entities"),
+    ("rcll.entities", "VACUUM rcll.entities"),
+    ("rcll.entity_aliases", "VACUUM rcll.entity_aliases"),
+    ("rcll.links", "VACUUM rcll.links"),
+    ("rcll.unit_versions", "VACUUM rcll.unit_versions"),
+    ("rcll.audit_log", "VACUUM rcll.audit_log"),
+    ("rcll.room_state", "VACUUM rcll.room_state"),
+)
+PURGE_BANK = (*PURGE_UNITS, ("rcll.rooms", "VACUUM rcll.rooms"), ("rcll.room_aliases", "VACUUM rcll.room_aliases"),
+              ("rcll.llm_calls", "VACUUM rcll.llm_calls"))
+
+
+def _ids(values: Sequence[int] | None, field: str) -> list[int] | None:
+    """A list of positive ids, or None (not given); anything else is the caller's error."""
+    if values is None:
+        return None
+    if isinstance(values, (str, bytes)) or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise RcllError(field, "must be a list of integer ids", f"pass {field}=[12, 34]")
+    return [int(v) for v in values]
 
 
 @dataclass
@@ -749,6 +779,105 @@ class Memory:
         self._whole_store("rebuilding the graphs")
         with database_errors():
             return graphs.apply(self.dsn, min_units, progress, max_share, maintenance_work_mem, m, ef_construction)
+
+    # -- forget and correct -----------------------------------------------------------------------
+
+    def forget(self, *, bank: str | None = None, unit_ids: Sequence[int] | None = None,
+               document_ids: Sequence[int] | None = None, thread: str | None = None, author: str | None = None,
+               tag: str | None = None, room: str | None = None, occurred_from: datetime | str | None = None,
+               occurred_to: datetime | str | None = None, retained_from: datetime | str | None = None,
+               retained_to: datetime | str | None = None, everything: str | None = None,
+               dry_run: bool = True, reason: str | None = None, purge: bool = False) -> Forgotten:
+        """Forget memories by selector (rcll.forget; several selectors must all match;
+        everything=<the bank's name> for all of it). A dry run by default: it counts what would go
+        and changes nothing - pass dry_run=False to forget. A selector matching nothing, or every
+        memory without everything=, is refused. Everything derived goes in the same transaction
+        (docs/forgetting.md). purge=True vacuums the touched tables after the commit."""
+        self.check_writable()
+        b = self._bank(bank, "forget")
+        args = {"bank": b, "unit_ids": _ids(unit_ids, "unit_ids"), "document_ids": _ids(document_ids, "document_ids"),
+                "thread": text_arg(thread, "thread"), "author": text_arg(author, "author"), "tag": text_arg(tag, "tag"),
+                "room": text_arg(room, "room"), "occurred_from": time_arg(occurred_from, "occurred_from"),
+                "occurred_to": time_arg(occurred_to, "occurred_to"),
+                "retained_from": time_arg(retained_from, "retained_from"),
+                "retained_to": time_arg(retained_to, "retained_to"), "everything": text_arg(everything, "everything"),
+                "dry_run": bool(dry_run), "reason": text_arg(reason, "reason", limit=1000)}
+        with self._tx() as conn:
+            rows = conn.execute(
+                "SELECT kind, count FROM rcll.forget(bank => %(bank)s, unit_ids => %(unit_ids)s, "
+                "document_ids => %(document_ids)s, thread => %(thread)s, author => %(author)s, tag => %(tag)s, "
+                "room => %(room)s, occurred_from => %(occurred_from)s, occurred_to => %(occurred_to)s, "
+                "retained_from => %(retained_from)s, retained_to => %(retained_to)s, everything => %(everything)s, "
+                "dry_run => %(dry_run)s, reason => %(reason)s)", args).fetchall()
+        counts = {str(k): int(n) for k, n in rows}
+        return Forgotten(bool(dry_run), counts, self._purge(PURGE_UNITS) if purge and not dry_run else [])
+
+    def forget_state(self, room: str, key: str | None = None, *, all_keys: bool = False, bank: str | None = None,
+                     dry_run: bool = True, reason: str | None = None) -> Forgotten:
+        """Forget a room's keyed state with every version: one key, or every key of the room with
+        all_keys=True. A dry run by default (counts the versions)."""
+        self.check_writable()
+        b = self._bank(bank, "forget")
+        with self._tx() as conn:
+            row = conn.execute("SELECT rcll.forget_state(bank => %s, room => %s, key => %s, all_keys => %s, "
+                               "dry_run => %s, reason => %s)",
+                               (b, required_text(room, "room"), text_arg(key, "key"), bool(all_keys), bool(dry_run),
+                                text_arg(reason, "reason", limit=1000))).fetchone()
+        return Forgotten(bool(dry_run), {"state_versions": int(row[0]) if row else 0})
+
+    def drop_bank(self, name: str, *, confirm: str | None = None, dry_run: bool = True, reason: str | None = None,
+                  purge: bool = False) -> Forgotten:
+        """Drop a whole bank and every row of it; confirm must repeat its name. A dry run by
+        default. Needs the forget and admin verbs."""
+        self.check_writable()
+        b = self._bank(name, "forget")
+        self.scope.check(b, "admin")
+        with self._tx() as conn:
+            rows = conn.execute("SELECT kind, count FROM rcll.drop_bank(bank => %s, confirm => %s, dry_run => %s, "
+                                "reason => %s)",
+                                (b, text_arg(confirm, "confirm"), bool(dry_run),
+                                 text_arg(reason, "reason", limit=1000))).fetchall()
+        counts = {str(k): int(n) for k, n in rows}
+        return Forgotten(bool(dry_run), counts, self._purge(PURGE_BANK) if purge and not dry_run else [])
+
+    def _purge(self, statements: tuple[tuple[str, str], ...]) -> list[str]:
+        # VACUUM cannot run inside a transaction block: after the forget committed, on a connection
+        # of its own in autocommit. A role that does not own the tables gets PostgreSQL's
+        # "skipping" warning, not an error; the tables it could vacuum are listed.
+        done = []
+        with self._session() as conn:
+            for table, statement in statements:
+                owner = conn.execute("SELECT pg_has_role(current_user, c.relowner, 'USAGE') FROM pg_class c"
+                                     " WHERE c.oid = %s::regclass", (table,)).fetchone()
+                if owner and owner[0]:
+                    conn.execute(statement)
+                    done.append(table)
+        return done
+
+    def correct(self, unit_id: int, text: str, *, reason: str, bank: str | None = None) -> list[Version]:
+        """Replace a unit's text with a reason: the new text is embedded here and written with its
+        lexical rows in one transaction; the old text stays in the unit's history (who, why, when).
+        Returns the history, the current version first."""
+        self.check_writable()
+        b = self._bank(bank, "write")
+        uid = int_arg(unit_id, "unit_id", 1, 2**63 - 1)
+        new = required_text(text, "text", limit=1 << 20)
+        why = required_text(reason, "reason", limit=1000)
+        with admitted(WRITE):
+            embedding = models.get_embedder().embed([new])[0]
+            with self._tx() as conn:
+                conn.execute("SELECT rcll.correct(bank => %s, unit_id => %s, text => %s, embedding => %s, reason => %s)",
+                             (b, uid, new, embedding, why))
+        return self.history(int(uid or 0), bank=b)
+
+    @retried_once
+    def history(self, unit_id: int, *, bank: str | None = None) -> list[Version]:
+        """Every version of a unit's text, the current one first (rcll.unit_history)."""
+        b = self._bank(bank)
+        uid = int_arg(unit_id, "unit_id", 1, 2**63 - 1)
+        with self._tx(b) as conn, conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute("SELECT * FROM rcll.unit_history(bank => %s, unit_id => %s)", (b, uid)).fetchall()
+        return [Version(**r) for r in rows]
 
     # -- background -------------------------------------------------------------------------------
 
