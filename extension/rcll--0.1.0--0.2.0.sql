@@ -292,6 +292,51 @@ $$;
 
 INSERT INTO rcll.migrations (name, sha256) VALUES ('019-forget.sql', '55ed7978db5acab1b75a6a2f7b9d55786c4449c5f03806c91333b48eeb652219');
 
+-- migration 020-expiry.sql
+-- Run-once: expiry. A unit may carry the instant it expires (a retain's expires_at or time to
+-- live, or a bank's retention policy for its room, hall or layer); recall stops returning it at
+-- that instant - a read-time filter in the scope, so no sweeper lag is ever visible - and the
+-- periodic sweep (rcll.expire) forgets it physically, with the same cascade as rcll.forget.
+ALTER TABLE rcll.memory_units ADD COLUMN expires_at timestamptz;
+COMMENT ON COLUMN rcll.memory_units.expires_at IS 'When the unit expires (NULL: never): recall no longer returns it from then on, and the periodic sweep (rcll.expire) forgets it. Set by a retain''s expires_at/ttl or the bank''s retention policies (rcll.retention_policies), the earliest of them.';
+CREATE INDEX memory_units_expires ON rcll.memory_units (expires_at) WHERE expires_at IS NOT NULL;
+
+-- The narrow lexical copy carries it too: the scope filter reads it on every channel's rows.
+ALTER TABLE rcll.unit_lexicon ADD COLUMN expires_at timestamptz;
+COMMENT ON COLUMN rcll.unit_lexicon.expires_at IS 'memory_units.expires_at (recall filter: an expired unit is out of scope).';
+
+CREATE TABLE rcll.retention_policies (
+    policy_id    bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    bank_id      integer NOT NULL REFERENCES rcll.banks ON DELETE CASCADE,
+    room         text,
+    hall         text,
+    layer        text CHECK (layer IN ('L0', 'L1', 'L2')),
+    keep         interval NOT NULL CHECK (keep > interval '0'),
+    created_by   text NOT NULL,
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    UNIQUE NULLS NOT DISTINCT (bank_id, room, hall, layer)
+);
+COMMENT ON TABLE rcll.retention_policies IS 'How long a bank keeps its units, for all of them or those of one room, hall or layer (NULL = any): a unit expires `keep` after it was retained, at the earliest of the policies that match it. E.g. raw L2 observations kept 90 days.';
+COMMENT ON COLUMN rcll.retention_policies.policy_id IS 'Surrogate key.';
+COMMENT ON COLUMN rcll.retention_policies.bank_id IS 'The bank.';
+COMMENT ON COLUMN rcll.retention_policies.room IS 'Only units of this room (NULL: any room).';
+COMMENT ON COLUMN rcll.retention_policies.hall IS 'Only units of this hall (NULL: any hall).';
+COMMENT ON COLUMN rcll.retention_policies.layer IS 'Only units of this layer (NULL: any layer).';
+COMMENT ON COLUMN rcll.retention_policies.keep IS 'How long a matching unit is kept after it was retained.';
+COMMENT ON COLUMN rcll.retention_policies.created_by IS 'Who set the policy.';
+COMMENT ON COLUMN rcll.retention_policies.created_at IS 'When the policy was set.';
+
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'rcll') THEN
+        PERFORM pg_catalog.pg_extension_config_dump('rcll.retention_policies'::regclass, '');
+        PERFORM pg_catalog.pg_extension_config_dump(pg_catalog.pg_get_serial_sequence('rcll.retention_policies', 'policy_id')::regclass, '');
+    END IF;
+END
+$$;
+
+INSERT INTO rcll.migrations (name, sha256) VALUES ('020-expiry.sql', 'c813bba1db734d7904a232ebc6e35b119b5780cc139d8c93c48594912c56e387');
+
 -- triggers of 0.1.0 that are gone
 DROP TRIGGER units_room_changed ON rcll.memory_units;
 DROP TRIGGER units_rooms_deleted ON rcll.memory_units;
@@ -446,24 +491,25 @@ BEGIN
     IF TG_LEVEL = 'STATEMENT' THEN
         -- Inserted units: one set-based insert per statement (a retain, a COPY, an import batch),
         -- not one per row.
-        INSERT INTO rcll.unit_lexicon (unit_id, bank_id, lexical_length, layer, room, author, hall, thread, tags, valid, lexical, document_id)
-        SELECT n.unit_id, n.bank_id, n.lexical_length, n.layer, n.room, n.author, n.hall, n.thread, n.tags, n.valid, n.lexical, n.document_id
+        INSERT INTO rcll.unit_lexicon (unit_id, bank_id, lexical_length, layer, room, author, hall, thread, tags, valid, lexical, document_id, expires_at)
+        SELECT n.unit_id, n.bank_id, n.lexical_length, n.layer, n.room, n.author, n.hall, n.thread, n.tags, n.valid, n.lexical, n.document_id, n.expires_at
         FROM new_units n;
     ELSE
         -- A changed unit: its copy follows. The insert arm serves a unit written while the insert
         -- trigger was off (an import switches write triggers off): its copy appears at its first change.
-        INSERT INTO rcll.unit_lexicon (unit_id, bank_id, lexical_length, layer, room, author, hall, thread, tags, valid, lexical, document_id)
+        INSERT INTO rcll.unit_lexicon (unit_id, bank_id, lexical_length, layer, room, author, hall, thread, tags, valid, lexical, document_id, expires_at)
         VALUES (NEW.unit_id, NEW.bank_id, NEW.lexical_length, NEW.layer, NEW.room, NEW.author, NEW.hall, NEW.thread,
-                NEW.tags, NEW.valid, NEW.lexical, NEW.document_id)
+                NEW.tags, NEW.valid, NEW.lexical, NEW.document_id, NEW.expires_at)
         ON CONFLICT (unit_id) DO UPDATE
             SET bank_id = excluded.bank_id, lexical_length = excluded.lexical_length, layer = excluded.layer,
                 room = excluded.room, author = excluded.author, hall = excluded.hall, thread = excluded.thread,
-                tags = excluded.tags, valid = excluded.valid, lexical = excluded.lexical, document_id = excluded.document_id;
+                tags = excluded.tags, valid = excluded.valid, lexical = excluded.lexical, document_id = excluded.document_id,
+                expires_at = excluded.expires_at;
     END IF;
     RETURN NULL;
 END
 $$;
-COMMENT ON FUNCTION rcll._units_lexicon() IS 'Trigger: keeps rcll.unit_lexicon a copy of the lexical representation and recall filters of memory_units - the units a statement inserts (units_lexicon_inserted), and a unit whose text, room, author, hall, layer, thread, tags, validity or bank changed (units_lexicon_changed: room moves and merges, supersession, consolidation).';
+COMMENT ON FUNCTION rcll._units_lexicon() IS 'Trigger: keeps rcll.unit_lexicon a copy of the lexical representation and recall filters of memory_units - the units a statement inserts (units_lexicon_inserted), and a unit whose text, room, author, hall, layer, thread, tags, validity, expiry or bank changed (units_lexicon_changed: room moves and merges, supersession, consolidation).';
 
 -- Not while a dump is restored (rcll._restoring): unit_lexicon is dumped and comes back itself.
 CREATE OR REPLACE TRIGGER units_lexicon_inserted AFTER INSERT ON rcll.memory_units
@@ -474,12 +520,12 @@ CREATE OR REPLACE TRIGGER units_lexicon_inserted AFTER INSERT ON rcll.memory_uni
 -- Every column the copy holds is listed (UPDATE OF fires on the columns an UPDATE sets: text,
 -- because units_lexical recomputes lexical from it); the WHEN clause skips updates that change none.
 CREATE OR REPLACE TRIGGER units_lexicon_changed
-    AFTER UPDATE OF bank_id, text, lexical, lexical_length, layer, room, author, hall, thread, tags, valid
+    AFTER UPDATE OF bank_id, text, lexical, lexical_length, layer, room, author, hall, thread, tags, valid, expires_at
     ON rcll.memory_units
     FOR EACH ROW WHEN ((OLD.bank_id, OLD.lexical_length, OLD.layer, OLD.room, OLD.author, OLD.hall, OLD.thread,
-                        OLD.tags, OLD.valid, OLD.lexical)
+                        OLD.tags, OLD.valid, OLD.lexical, OLD.expires_at)
                        IS DISTINCT FROM (NEW.bank_id, NEW.lexical_length, NEW.layer, NEW.room, NEW.author, NEW.hall,
-                                         NEW.thread, NEW.tags, NEW.valid, NEW.lexical))
+                                         NEW.thread, NEW.tags, NEW.valid, NEW.lexical, NEW.expires_at))
     EXECUTE FUNCTION rcll._units_lexicon();
 
 
@@ -1917,7 +1963,7 @@ CREATE OR REPLACE FUNCTION rcll._in_scope(u anyelement, scope rcll.recall_scope)
 RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE
 -- No search_path (990-search-path.sql leaves it out): any SET clause would stop the planner from
--- inlining it into the caller's query (it reads no table and calls no function; only built-in
+-- inlining it into the caller's query (it reads no table and calls only built-ins - now() and
 -- operators, which pg_catalog resolves first).
 AS $$
     -- u is a row of rcll.memory_units, or of rcll.unit_lexicon (BM25's narrow copy, which carries
@@ -1936,9 +1982,11 @@ AS $$
        AND ((scope).tags_all IS NULL OR (u).tags @> (scope).tags_all)
        AND ((scope).thread IS NULL OR (u).thread = (scope).thread)
        AND ((scope).as_of IS NULL OR (u).valid @> (scope).as_of)
+       -- Expired units are out of every scope at once; the sweep (rcll.expire) removes them later.
+       AND ((u).expires_at IS NULL OR (u).expires_at > now())
 $$;
 COMMENT ON FUNCTION rcll._in_scope(anyelement, rcll.recall_scope)
-    IS 'Internal: whether a unit (a row of rcll.memory_units or rcll.unit_lexicon) passes a recall''s scope (bank, expanded rooms, resolved authors, halls, layers, tags, thread, validity as of). Every channel filters through it; it is inlined into their queries.';
+    IS 'Internal: whether a unit (a row of rcll.memory_units or rcll.unit_lexicon) passes a recall''s scope (bank, expanded rooms, resolved authors, halls, layers, tags, thread, validity as of; an expired unit never passes). Every channel filters through it; it is inlined into their queries.';
 
 
 -- functions 106-session-start.sql
@@ -4631,11 +4679,15 @@ AS $$
         SELECT 'link_type', l.link_type, count(*) FROM rcll.links l, b WHERE l.bank_id = b.id GROUP BY l.link_type
         UNION ALL
         SELECT 'extraction', d.extraction, count(*) FROM rcll.documents d, b WHERE d.bank_id = b.id GROUP BY d.extraction
+        UNION ALL   -- retention policies: what they cover, and how long they keep it (seconds)
+        SELECT 'retention', coalesce(nullif(concat_ws(' ', 'room=' || p.room, 'hall=' || p.hall, 'layer=' || p.layer), ''), '*'),
+               extract(epoch FROM p.keep)::bigint
+        FROM rcll.retention_policies p, b WHERE p.bank_id = b.id
         ORDER BY 1, 3 DESC, 2
     ) g
 $$;
 COMMENT ON FUNCTION rcll.stats(text)
-    IS 'Statistics of a bank. Section tokens: per purpose (extract, consolidate, total) the number of model calls (value), the read column (read_tokens, always 0: recall makes no model call) next to the write column (write_input_tokens, write_output_tokens from rcll.llm_calls). Section totals: documents, units, entities, links, superseded. Sections kind, room, hall, layer, author, link_type, extraction: counts per value.';
+    IS 'Statistics of a bank. Section tokens: per purpose (extract, consolidate, total) the number of model calls (value), the read column (read_tokens, always 0: recall makes no model call) next to the write column (write_input_tokens, write_output_tokens from rcll.llm_calls). Section totals: documents, units, entities, links, superseded. Sections kind, room, hall, layer, author, link_type, extraction: counts per value. Section retention: one row per retention policy (room=, hall=, layer= it covers, * for all), value = seconds kept.';
 
 
 -- functions 240-consolidate.sql
@@ -5361,6 +5413,152 @@ AS $$
 $$;
 COMMENT ON FUNCTION rcll.unit_history(text, bigint)
     IS 'Every version of a unit, the current one first: its text, since when it held and, for a replaced version, when, by whom and why it was corrected. No rows for a unit that is not in the bank.';
+
+
+-- functions 260-expiry.sql
+-- Expiry: when a unit expires (a retain's own expiry, the bank's retention policies), and the
+-- sweep that forgets expired units with the same cascade as rcll.forget. Recall never waits for
+-- the sweep: rcll._in_scope (105) leaves an expired unit out from the instant it expires.
+
+CREATE OR REPLACE FUNCTION rcll._policy_expiry(bank_id integer, room text, hall text, layer text, retained timestamptz)
+RETURNS timestamptz
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT min(_policy_expiry.retained + p.keep) FROM rcll.retention_policies p
+    WHERE p.bank_id = _policy_expiry.bank_id
+      AND (p.room IS NULL OR p.room = _policy_expiry.room)
+      AND (p.hall IS NULL OR p.hall = _policy_expiry.hall)
+      AND (p.layer IS NULL OR p.layer = _policy_expiry.layer)
+$$;
+COMMENT ON FUNCTION rcll._policy_expiry(integer, text, text, text, timestamptz)
+    IS 'Internal: when a unit of this bank, room, hall and layer retained at `retained` expires under the bank''s retention policies (the earliest matching one), or NULL.';
+
+CREATE OR REPLACE FUNCTION rcll._units_expiry()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+-- Definer: writers need not read the policies table to be bound by it.
+SECURITY DEFINER
+AS $$
+DECLARE
+    asked timestamptz := nullif(current_setting('rcll.expires_at', true), '')::timestamptz;
+BEGIN
+    -- The earliest of: the expiry the writer set (column, or rcll.expires_at for the transaction,
+    -- which the retain verbs set from expires_at / ttl) and the bank's policies for the unit.
+    IF least(NEW.expires_at, asked) IS NOT NULL THEN
+        -- The writer's own expiry is remembered, so a policy removed later gives it back.
+        NEW.provenance := NEW.provenance || jsonb_build_object('expires_at', least(NEW.expires_at, asked));
+    END IF;
+    NEW.expires_at := least(NEW.expires_at, asked,
+                            rcll._policy_expiry(NEW.bank_id, NEW.room, NEW.hall, NEW.layer, NEW.created_at));
+    RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION rcll._units_expiry() IS 'Trigger: a new unit''s expires_at is the earliest of the one written, the transaction''s rcll.expires_at setting (a retain''s expires_at or ttl) and the bank''s retention policies for its room, hall and layer (after the janitor trigger set them).';
+
+-- Named to fire after units_janitor (triggers fire in name order), which settles room and layer.
+CREATE OR REPLACE TRIGGER units_retention BEFORE INSERT ON rcll.memory_units
+    FOR EACH ROW WHEN (current_setting('row_security') <> 'off' OR NOT rcll._restoring('rcll.memory_units'))
+    EXECUTE FUNCTION rcll._units_expiry();
+
+CREATE OR REPLACE FUNCTION rcll.set_retention(bank text, keep interval, room text DEFAULT NULL, hall text DEFAULT NULL,
+                                              layer text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+AS $$
+#variable_conflict use_variable
+DECLARE
+    b integer := rcll._actable_bank(set_retention.bank);
+    n bigint;
+BEGIN
+    IF keep IS NOT NULL AND keep <= interval '0' THEN
+        RAISE EXCEPTION 'keep: must be a positive interval' USING ERRCODE = 'RC001', COLUMN = 'keep',
+            HINT = 'E.g. keep => ''90 days''; pass NULL to remove the policy.';
+    END IF;
+    IF layer IS NOT NULL AND layer NOT IN ('L0', 'L1', 'L2') THEN
+        RAISE EXCEPTION 'layer: % is not a layer', quote_literal(layer) USING ERRCODE = 'RC001', COLUMN = 'layer',
+            HINT = 'Use L0, L1 or L2 (or NULL for any layer).';
+    END IF;
+    IF keep IS NULL THEN
+        DELETE FROM rcll.retention_policies p WHERE p.bank_id = b AND p.room IS NOT DISTINCT FROM room
+            AND p.hall IS NOT DISTINCT FROM hall AND p.layer IS NOT DISTINCT FROM layer;
+    ELSE
+        INSERT INTO rcll.retention_policies AS p (bank_id, room, hall, layer, keep, created_by)
+        VALUES (b, room, hall, layer, keep, rcll._actor())
+        ON CONFLICT ON CONSTRAINT retention_policies_bank_id_room_hall_layer_key
+        DO UPDATE SET keep = excluded.keep, created_by = excluded.created_by,
+            created_at = now();
+    END IF;
+    -- Units already retained follow the policies as they are now (their own expiry, if earlier, stays).
+    UPDATE rcll.memory_units u
+    SET expires_at = x.e
+    FROM (SELECT v.unit_id, least(nullif(v.own, 'infinity'), rcll._policy_expiry(b, v.room, v.hall, v.layer, v.created_at)) AS e
+          FROM (SELECT u2.unit_id, u2.room, u2.hall, u2.layer, u2.created_at,
+                       coalesce((u2.provenance ->> 'expires_at')::timestamptz, 'infinity') AS own
+                FROM rcll.memory_units u2
+                WHERE u2.bank_id = b AND (room IS NULL OR u2.room = room) AND (hall IS NULL OR u2.hall = hall)
+                  AND (layer IS NULL OR u2.layer = layer)) v) x
+    WHERE u.unit_id = x.unit_id AND u.expires_at IS DISTINCT FROM x.e;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    PERFORM rcll._audit(b, 'retention', jsonb_build_object('room', room, 'hall', hall, 'layer', layer),
+                        jsonb_build_object('keep', keep::text, 'units_changed', n));
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION rcll.set_retention(text, interval, text, text, text)
+    IS 'Set (keep => interval) or remove (keep => NULL) a bank''s retention policy for all units or those of one room, hall and/or layer; the bank''s existing units follow at once (each unit expires at the earliest of its own expiry and the matching policies, counted from when it was retained). Audited. Returns the number of units whose expiry changed.';
+REVOKE EXECUTE ON FUNCTION rcll.set_retention(text, interval, text, text, text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION rcll.retention_policies(bank text)
+RETURNS TABLE (room text, hall text, layer text, keep interval, units bigint, expired bigint, created_by text,
+               created_at timestamptz)
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT p.room, p.hall, p.layer, p.keep,
+           (SELECT count(*) FROM rcll.memory_units u WHERE u.bank_id = p.bank_id AND (p.room IS NULL OR u.room = p.room)
+              AND (p.hall IS NULL OR u.hall = p.hall) AND (p.layer IS NULL OR u.layer = p.layer)),
+           (SELECT count(*) FROM rcll.memory_units u WHERE u.bank_id = p.bank_id AND u.expires_at <= now()
+              AND (p.room IS NULL OR u.room = p.room) AND (p.hall IS NULL OR u.hall = p.hall)
+              AND (p.layer IS NULL OR u.layer = p.layer)),
+           p.created_by, p.created_at
+    FROM rcll.retention_policies p
+    WHERE p.bank_id = rcll._bank_id(retention_policies.bank)
+    ORDER BY p.room NULLS FIRST, p.hall NULLS FIRST, p.layer NULLS FIRST
+$$;
+COMMENT ON FUNCTION rcll.retention_policies(bank text)
+    IS 'A bank''s retention policies (NULL room, hall, layer: any), each with the units it covers and how many of them have expired and await the sweep.';
+
+CREATE OR REPLACE FUNCTION rcll.expire(bank text DEFAULT NULL, batch integer DEFAULT 10000)
+RETURNS TABLE (bank_name text, units bigint)
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+AS $$
+DECLARE
+    r record;
+    ids bigint[];
+    counts jsonb;
+BEGIN
+    -- Per bank, at most `batch` units per call (the periodic job calls again next round): a long
+    -- backlog never becomes one long transaction.
+    FOR r IN SELECT b.bank_id, b.name FROM rcll.banks b
+             WHERE (expire.bank IS NULL OR b.bank_id = rcll._actable_bank(expire.bank))
+               AND EXISTS (SELECT 1 FROM rcll.memory_units u WHERE u.bank_id = b.bank_id AND u.expires_at <= now())
+             ORDER BY b.bank_id LOOP
+        ids := ARRAY(SELECT u.unit_id FROM rcll.memory_units u
+                     WHERE u.bank_id = r.bank_id AND u.expires_at <= now()
+                     ORDER BY u.expires_at, u.unit_id LIMIT greatest(coalesce(expire.batch, 10000), 1));
+        counts := rcll._forget_units(r.bank_id, ids, '{}', false);
+        INSERT INTO rcll.forget_log (bank_id, bank_name, actor, action, selector, counts)
+        VALUES (r.bank_id, r.name, 'system:expire', 'expire', jsonb_build_object('expired_before', now()), counts);
+        bank_name := r.name;
+        units := (counts ->> 'units')::bigint;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION rcll.expire(text, integer)
+    IS 'The expiry sweep: forget units whose expires_at has passed, with the same cascade as rcll.forget (rcll._forget_units), at most `batch` per bank per call, each bank''s sweep recorded in rcll.forget_log (actor system:expire). One bank, or every bank when bank is NULL (the periodic jobs, Memory.upkeep). Returns the units forgotten per bank.';
+REVOKE EXECUTE ON FUNCTION rcll.expire(text, integer) FROM PUBLIC;
 
 
 -- functions 300-export.sql

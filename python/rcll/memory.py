@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager, suppress
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -117,6 +117,18 @@ PURGE_UNITS: tuple[tuple[str, str], ...] = (
 )
 PURGE_BANK = (*PURGE_UNITS, ("rcll.rooms", "VACUUM rcll.rooms"), ("rcll.room_aliases", "VACUUM rcll.room_aliases"),
               ("rcll.llm_calls", "VACUUM rcll.llm_calls"))
+
+
+def _expiry(expires_at: datetime | str | None, ttl: timedelta | None) -> datetime | None:
+    """When a retain's units expire: expires_at, or now + ttl (not both)."""
+    at = time_arg(expires_at, "expires_at")
+    if ttl is not None:
+        if at is not None:
+            raise RcllError("ttl", "give expires_at or ttl, not both", "drop one of them")
+        if not isinstance(ttl, timedelta) or ttl <= timedelta(0):
+            raise RcllError("ttl", "must be a positive time span", "e.g. ttl=timedelta(days=30)")
+        return datetime.now(UTC) + ttl
+    return at
 
 
 def _ids(values: Sequence[int] | None, field: str) -> list[int] | None:
@@ -397,12 +409,16 @@ class Memory:
     def retain(self, content: str, *, bank: str | None = None, room: str | None = None,
                thread: str | None = None, tags: Sequence[str] | None = None, hall: str | None = None,
                layer: str | None = None, source: str | None = None, occurred_at: datetime | str | None = None,
-               metadata: Mapping[str, Any] | None = None, via: str = "python") -> RetainResult:
+               metadata: Mapping[str, Any] | None = None, via: str = "python",
+               expires_at: datetime | str | None = None, ttl: timedelta | None = None) -> RetainResult:
         """Retain one document: chunks embedded locally (LLM_PROVIDER=none), or facts extracted
         (offline, anthropic). The same content in the same bank and thread is stored once
-        (created=False the second time). The author is this Memory's agent, never an argument."""
+        (created=False the second time). The author is this Memory's agent, never an argument.
+        expires_at or ttl: when its units expire (recall stops returning them at once; the
+        periodic sweep forgets them); the bank's retention policies may make it earlier."""
         self.check_writable()
         b = self._bank(bank, "write")
+        expiry = _expiry(expires_at, ttl)
         text_arg(content, "content", required=True, limit=1 << 24)
         doc = Document(
             content=content,
@@ -423,6 +439,9 @@ class Memory:
         with admitted(WRITE):
             prepared = prepare(doc)
             with self._tx() as conn:
+                if expiry is not None:
+                    # Read by the units' expiry trigger (rcll._units_expiry), for this transaction only.
+                    conn.execute("SELECT set_config('rcll.expires_at', %s, true)", (expiry.isoformat(),))
                 return retain(conn, b, doc, via=v, prepared=prepared)
 
     def retain_many(self, docs: Iterable[Document | str], *, bank: str | None = None, via: str = "python",
@@ -879,6 +898,29 @@ class Memory:
             rows = cur.execute("SELECT * FROM rcll.unit_history(bank => %s, unit_id => %s)", (b, uid)).fetchall()
         return [Version(**r) for r in rows]
 
+    def set_retention(self, keep: timedelta | None, *, room: str | None = None, hall: str | None = None,
+                      layer: str | None = None, bank: str | None = None) -> int:
+        """Keep the bank's units (or those of one room, hall and/or layer) for `keep` after they
+        were retained; keep=None removes that policy. Existing units follow at once. Needs the
+        admin verb. Returns how many units' expiry changed."""
+        self.check_writable()
+        b = self._bank(bank, "admin")
+        if keep is not None and (not isinstance(keep, timedelta) or keep <= timedelta(0)):
+            raise RcllError("keep", "must be a positive time span, or None to remove the policy",
+                            "e.g. keep=timedelta(days=90)")
+        with self._tx() as conn:
+            row = conn.execute("SELECT rcll.set_retention(bank => %s, keep => %s, room => %s, hall => %s, layer => %s)",
+                               (b, keep, text_arg(room, "room"), text_arg(hall, "hall"),
+                                text_arg(layer, "layer"))).fetchone()
+        return int(row[0]) if row else 0
+
+    @retried_once
+    def retention(self, *, bank: str | None = None) -> list[dict[str, Any]]:
+        """The bank's retention policies, each with the units it covers and how many have expired."""
+        b = self._bank(bank)
+        with self._tx(b) as conn, conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute("SELECT * FROM rcll.retention_policies(bank => %s)", (b,)).fetchall()
+
     # -- background -------------------------------------------------------------------------------
 
     def upkeep(self) -> Upkeep:
@@ -890,10 +932,12 @@ class Memory:
         self._whole_store("upkeep (every bank's statistics)", "upkeep")
         t = time.perf_counter()
         with self._tx() as conn:
+            # Expired units first, so the statistics recounted next no longer hold them.
+            expired = conn.execute("SELECT coalesce(sum(units), 0) FROM rcll.expire()").fetchone()
             banks = conn.execute("SELECT count(*) FROM rcll.refresh_bank_stats()").fetchone()
             folded = conn.execute("SELECT rcll.fold_room_counts()").fetchone()
         return Upkeep(int(banks[0]) if banks else 0, int(folded[0] or 0) if folded else 0,
-                      round(time.perf_counter() - t, 3))
+                      round(time.perf_counter() - t, 3), int(expired[0]) if expired else 0)
 
     def consolidate(self, *, bank: str | None = None, time_window: timedelta = timedelta(days=7),
                     min_size: int = 2, max_groups: int = 100) -> list[Observation]:

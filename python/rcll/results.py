@@ -84,11 +84,13 @@ class Version(Renders):
 @dataclass(frozen=True, slots=True)
 class Upkeep(Renders):
     """What one round of Memory.upkeep() did: banks whose statistics were recounted
-    (rcll.refresh_bank_stats) and room-count deltas folded (rcll.fold_room_counts)."""
+    (rcll.refresh_bank_stats), room-count deltas folded (rcll.fold_room_counts) and expired units
+    forgotten (rcll.expire)."""
 
     banks: int
     room_deltas: int
     seconds: float
+    expired: int = 0   # units the expiry sweep (rcll.expire) forgot this round
 
 
 @dataclass(frozen=True, slots=True)
