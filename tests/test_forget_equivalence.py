@@ -1,5 +1,5 @@
-"""Forgotten means never retained: for generated documents (chunk and offline-extraction modes,
-threads, authors, rooms, tags, supersession cues) and a generated selection, retaining everything
+"""Forgotten means never retained: for generated documents (chunk or offline-extraction mode per
+bank, threads, authors, rooms, tags, supersession cues) and a generated selection, retaining everything
 and forgetting the selection leaves a bank that recalls exactly like a bank that only ever held the
 rest - every channel's ranks, the fused scores and the reranked order, compared by content, not ids
 - with the same rooms, tags, statistics and entities.
@@ -20,7 +20,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 
 from rcll.recall import recall
@@ -67,17 +67,20 @@ class Doc:
                         occurred_at=T0 + timedelta(days=self.day))
 
 
-docs_strategy = st.lists(st.builds(
+# One mode per bank. A bank that mixes modes is a known gap (docs/forgetting.md, "What stays"): an
+# entity a forgotten chunk created (keyless, exact spelling) and a kept extracted fact then resolved
+# by trigram keeps the forgotten spelling as an alias, and recall's entity channel can see it.
+docs_strategy = st.sampled_from(["none", "offline"]).flatmap(lambda mode: st.lists(st.builds(
     Doc,
     speaker=st.sampled_from(NAMES),
     sentences=st.lists(st.integers(0, len(SENTENCES) - 1), min_size=1, max_size=3, unique=True).map(tuple),
-    mode=st.sampled_from(["none", "offline"]),
+    mode=st.just(mode),
     thread=st.sampled_from([None, "t1", "t2"]),
     author=st.sampled_from([None, "ana", "ben"]),
     room=st.sampled_from([None, "ops", "home"]),
     tag=st.sampled_from([None, "x", "y"]),
     day=st.integers(0, 20),
-), min_size=2, max_size=6, unique_by=lambda d: (d.content(), d.thread))
+), min_size=2, max_size=6, unique_by=lambda d: (d.content(), d.thread)))
 
 selections = st.one_of(
     st.builds(lambda ix: {"docs": ix}, st.sets(st.integers(0, 5), min_size=1, max_size=3)),
@@ -180,7 +183,11 @@ def test_forgetting_a_selection_recalls_exactly_like_never_retaining_it(
     _retain(db, rest, kept)
     db.execute("SELECT rcll.refresh_bank_stats(%s)", (rest,))
 
-    assert _state(db, everything) == _state(db, rest)
+    note(f"documents: {docs!r}; selection: {selection!r}; kept: {kept!r}")
+    forgot, never = _state(db, everything), _state(db, rest)
+    for key, rows in forgot.items():
+        assert rows == never[key], (key, "only after forgetting:", sorted(set(rows) - set(never[key])),
+                                    "only when never retained:", sorted(set(never[key]) - set(rows)))
     assert _recalls(db, everything) == _recalls(db, rest)
 
 
