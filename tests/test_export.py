@@ -255,4 +255,5 @@ def test_every_exported_table_has_an_import_rule(db: psycopg.Connection[Any]) ->
     ruled = [r[0] for r in db.execute("SELECT table_name FROM rcll.import_tables() ORDER BY 1")]
     assert ruled == exported
     counted = {r[0] for r in db.execute("SELECT table_name FROM rcll.import_tables() WHERE NOT written")}
-    assert counted == {"banks", "bank_stats", "bank_grants", "room_count_queue", "audit_log"}
+    assert counted == {"banks", "bank_stats", "bank_grants", "room_count_queue", "audit_log",
+                       "unit_versions", "forget_log", "retention_policies"}

@@ -7,7 +7,7 @@ rcll_identity_server (see sql/functions/030-authors.sql), so a psql user cannot 
 
 Tokens: RCLL_TOKENS (inline) and/or RCLL_TOKENS_FILE (a path). Each token names an agent and,
 optionally, a scope: the banks it reaches (names or patterns with * and ?) and the verbs it may use
-(read, write, export, import, admin). Either source holds
+(read, write, forget, export, import, admin). Either source holds
 
   - a JSON object: {"<token>": "<agent>"} or {"<token>": {"agent": "<agent>", "banks": ["team-a",
     "team-a-*"], "can": ["read", "write"]}};
@@ -45,9 +45,10 @@ import psycopg
 from rcll.errors import Code, RcllError, unknown_bank
 
 # What a token may do. read: recall, rooms, tags, stats, state get, session start. write: retain,
-# state put. export / import: a whole bank out or in. admin: approve room merges, create banks and
-# anything else that changes a bank's shape rather than its memory.
-VERBS = ("read", "write", "export", "import", "admin")
+# state put, correct. forget: forget memories and state (destructive, so apart from write; dropping
+# a whole bank needs admin too). export / import: a whole bank out or in. admin: approve room
+# merges, create banks and anything else that changes a bank's shape rather than its memory.
+VERBS = ("read", "write", "forget", "export", "import", "admin")
 ALL_VERBS = frozenset(VERBS)
 _PATTERN = re.compile(r"^[A-Za-z0-9_.:*?-]{1,128}$")
 _FIELD = re.compile(r"\s(banks|can)=", re.IGNORECASE)

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -37,7 +37,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from rcll import cluster, graphs, install
+from rcll import cluster, graphs, install, models
 from rcll.auth import ANONYMOUS, Caller, act_as, can_write, identity_server_ok
 from rcll.consolidate import Observation, consolidate
 from rcll.db import configure, connect, resolve_dsn, retried_once
@@ -51,6 +51,7 @@ from rcll.request import PARAMETERS, RecallRequest
 from rcll.results import (
     Bank,
     FloorRoom,
+    Forgotten,
     Health,
     MergeProposal,
     Room,
@@ -64,6 +65,7 @@ from rcll.results import (
     Unit,
     UnitPage,
     Upkeep,
+    Version,
 )
 from rcll.retain import prepare, retain, retain_many
 from rcll.sqlsource import extension_version, migrations
@@ -93,6 +95,46 @@ __all__ = [
 
 DEFAULT_BANK = "default"
 Progress = Callable[[str, int], None]
+
+
+# The tables a forget deletes from or rewrites, vacuumed by purge=True (fixed statements: VACUUM
+# takes no parameters and Python builds no SQL).
+PURGE_UNITS: tuple[tuple[str, str], ...] = (
+    ("rcll.memory_units", "VACUUM rcll.memory_units"),
+    ("rcll.unit_lexicon", "VACUUM rcll.unit_lexicon"),
+    ("rcll.documents", "VACUUM rcll.documents"),
+    ("rcll.document_lexicon", "VACUUM rcll.document_lexicon"),
+    ("rcll.unit_entities", "VACUUM rcll.unit_entities"),
+    ("rcll.entities", "VACUUM rcll.entities"),
+    ("rcll.entity_aliases", "VACUUM rcll.entity_aliases"),
+    ("rcll.links", "VACUUM rcll.links"),
+    ("rcll.unit_versions", "VACUUM rcll.unit_versions"),
+    ("rcll.audit_log", "VACUUM rcll.audit_log"),
+    ("rcll.room_state", "VACUUM rcll.room_state"),
+)
+PURGE_BANK = (*PURGE_UNITS, ("rcll.rooms", "VACUUM rcll.rooms"), ("rcll.room_aliases", "VACUUM rcll.room_aliases"),
+              ("rcll.llm_calls", "VACUUM rcll.llm_calls"))
+
+
+def _expiry(expires_at: datetime | str | None, ttl: timedelta | None) -> datetime | None:
+    """When a retain's units expire: expires_at, or now + ttl (not both)."""
+    at = time_arg(expires_at, "expires_at")
+    if ttl is not None:
+        if at is not None:
+            raise RcllError("ttl", "give expires_at or ttl, not both", "drop one of them")
+        if not isinstance(ttl, timedelta) or ttl <= timedelta(0):
+            raise RcllError("ttl", "must be a positive time span", "e.g. ttl=timedelta(days=30)")
+        return datetime.now(UTC) + ttl
+    return at
+
+
+def _ids(values: Sequence[int] | None, field: str) -> list[int] | None:
+    """A list of positive ids, or None (not given); anything else is the caller's error."""
+    if values is None:
+        return None
+    if isinstance(values, (str, bytes)) or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise RcllError(field, "must be a list of integer ids", f"pass {field}=[12, 34]")
+    return [int(v) for v in values]
 
 
 @dataclass
@@ -355,12 +397,16 @@ class Memory:
     def retain(self, content: str, *, bank: str | None = None, room: str | None = None,
                thread: str | None = None, tags: Sequence[str] | None = None, hall: str | None = None,
                layer: str | None = None, source: str | None = None, occurred_at: datetime | str | None = None,
-               metadata: Mapping[str, Any] | None = None, via: str = "python") -> RetainResult:
+               metadata: Mapping[str, Any] | None = None, via: str = "python",
+               expires_at: datetime | str | None = None, ttl: timedelta | None = None) -> RetainResult:
         """Retain one document: chunks embedded locally (LLM_PROVIDER=none), or facts extracted
         (offline, anthropic). The same content in the same bank and thread is stored once
-        (created=False the second time). The author is this Memory's agent, never an argument."""
+        (created=False the second time). The author is this Memory's agent, never an argument.
+        expires_at or ttl: when its units expire (recall stops returning them at once; the
+        periodic sweep forgets them); the bank's retention policies may make it earlier."""
         self.check_writable()
         b = self._bank(bank, "write")
+        expiry = _expiry(expires_at, ttl)
         text_arg(content, "content", required=True, limit=1 << 24)
         doc = Document(
             content=content,
@@ -381,6 +427,9 @@ class Memory:
         with admitted(WRITE):
             prepared = prepare(doc)
             with self._tx(b, resolve=False) as conn:
+                if expiry is not None:
+                    # Read by the units' expiry trigger (rcll._units_expiry), for this transaction only.
+                    conn.execute("SELECT set_config('rcll.expires_at', %s, true)", (expiry.isoformat(),))
                 return retain(conn, b, doc, via=v, prepared=prepared)
 
     def retain_many(self, docs: Iterable[Document | str], *, bank: str | None = None, via: str = "python",
@@ -683,6 +732,128 @@ class Memory:
         with database_errors():
             return graphs.apply(self.dsn, min_units, progress, max_share, maintenance_work_mem, m, ef_construction)
 
+    # -- forget and correct -----------------------------------------------------------------------
+
+    def forget(self, *, bank: str | None = None, unit_ids: Sequence[int] | None = None,
+               document_ids: Sequence[int] | None = None, thread: str | None = None, author: str | None = None,
+               tag: str | None = None, room: str | None = None, occurred_from: datetime | str | None = None,
+               occurred_to: datetime | str | None = None, retained_from: datetime | str | None = None,
+               retained_to: datetime | str | None = None, everything: str | None = None,
+               dry_run: bool = True, reason: str | None = None, purge: bool = False) -> Forgotten:
+        """Forget memories by selector (rcll.forget; several selectors must all match;
+        everything=<the bank's name> for all of it). A dry run by default: it counts what would go
+        and changes nothing - pass dry_run=False to forget. A selector matching nothing, or every
+        memory without everything=, is refused. Everything derived goes in the same transaction
+        (docs/forgetting.md). purge=True vacuums the touched tables after the commit."""
+        self.check_writable()
+        b = self._bank(bank, "forget")
+        args = {"bank": b, "unit_ids": _ids(unit_ids, "unit_ids"), "document_ids": _ids(document_ids, "document_ids"),
+                "thread": text_arg(thread, "thread"), "author": text_arg(author, "author"), "tag": text_arg(tag, "tag"),
+                "room": text_arg(room, "room"), "occurred_from": time_arg(occurred_from, "occurred_from"),
+                "occurred_to": time_arg(occurred_to, "occurred_to"),
+                "retained_from": time_arg(retained_from, "retained_from"),
+                "retained_to": time_arg(retained_to, "retained_to"), "everything": text_arg(everything, "everything"),
+                "dry_run": bool(dry_run), "reason": text_arg(reason, "reason", limit=1000)}
+        with self._tx() as conn:
+            rows = conn.execute(
+                "SELECT kind, count FROM rcll.forget(bank => %(bank)s, unit_ids => %(unit_ids)s, "
+                "document_ids => %(document_ids)s, thread => %(thread)s, author => %(author)s, tag => %(tag)s, "
+                "room => %(room)s, occurred_from => %(occurred_from)s, occurred_to => %(occurred_to)s, "
+                "retained_from => %(retained_from)s, retained_to => %(retained_to)s, everything => %(everything)s, "
+                "dry_run => %(dry_run)s, reason => %(reason)s)", args).fetchall()
+        counts = {str(k): int(n) for k, n in rows}
+        return Forgotten(bool(dry_run), counts, self._purge(PURGE_UNITS, b) if purge and not dry_run else [])
+
+    def forget_state(self, room: str, key: str | None = None, *, all_keys: bool = False, bank: str | None = None,
+                     dry_run: bool = True, reason: str | None = None) -> Forgotten:
+        """Forget a room's keyed state with every version: one key, or every key of the room with
+        all_keys=True. A dry run by default (counts the versions)."""
+        self.check_writable()
+        b = self._bank(bank, "forget")
+        with self._tx() as conn:
+            row = conn.execute("SELECT rcll.forget_state(bank => %s, room => %s, key => %s, all_keys => %s, "
+                               "dry_run => %s, reason => %s)",
+                               (b, required_text(room, "room"), text_arg(key, "key"), bool(all_keys), bool(dry_run),
+                                text_arg(reason, "reason", limit=1000))).fetchone()
+        return Forgotten(bool(dry_run), {"state_versions": int(row[0]) if row else 0})
+
+    def drop_bank(self, name: str, *, confirm: str | None = None, dry_run: bool = True, reason: str | None = None,
+                  purge: bool = False) -> Forgotten:
+        """Drop a whole bank and every row of it; confirm must repeat its name. A dry run by
+        default. Needs the forget and admin verbs."""
+        self.check_writable()
+        b = self._bank(name, "forget")
+        self.scope.check(b, "admin")
+        with self._tx() as conn:
+            rows = conn.execute("SELECT kind, count FROM rcll.drop_bank(bank => %s, confirm => %s, dry_run => %s, "
+                                "reason => %s)",
+                                (b, text_arg(confirm, "confirm"), bool(dry_run),
+                                 text_arg(reason, "reason", limit=1000))).fetchall()
+        counts = {str(k): int(n) for k, n in rows}
+        return Forgotten(bool(dry_run), counts, self._purge(PURGE_BANK, b) if purge and not dry_run else [])
+
+    def _purge(self, statements: tuple[tuple[str, str], ...], bank: str) -> list[str]:
+        # VACUUM cannot run inside a transaction block: after the forget committed, on a connection
+        # of its own in autocommit. A role that does not own the tables gets PostgreSQL's
+        # "skipping" warning, not an error; the tables it could vacuum are listed.
+        done = []
+        with self._session(bank) as conn:
+            for table, statement in statements:
+                owner = conn.execute("SELECT pg_has_role(current_user, c.relowner, 'USAGE') FROM pg_class c"
+                                     " WHERE c.oid = %s::regclass", (table,)).fetchone()
+                if owner and owner[0]:
+                    conn.execute(statement)
+                    done.append(table)
+        return done
+
+    def correct(self, unit_id: int, text: str, *, reason: str, bank: str | None = None) -> list[Version]:
+        """Replace a unit's text with a reason: the new text is embedded here and written with its
+        lexical rows in one transaction; the old text stays in the unit's history (who, why, when).
+        Returns the history, the current version first."""
+        self.check_writable()
+        b = self._bank(bank, "write")
+        uid = int_arg(unit_id, "unit_id", 1, 2**63 - 1)
+        new = required_text(text, "text", limit=1 << 20)
+        why = required_text(reason, "reason", limit=1000)
+        with admitted(WRITE):
+            embedding = models.get_embedder().embed([new])[0]
+            with self._tx() as conn:
+                conn.execute("SELECT rcll.correct(bank => %s, unit_id => %s, text => %s, embedding => %s, reason => %s)",
+                             (b, uid, new, embedding, why))
+        return self.history(int(uid or 0), bank=b)
+
+    @retried_once
+    def history(self, unit_id: int, *, bank: str | None = None) -> list[Version]:
+        """Every version of a unit's text, the current one first (rcll.unit_history)."""
+        b = self._bank(bank)
+        uid = int_arg(unit_id, "unit_id", 1, 2**63 - 1)
+        with self._tx(b) as conn, conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute("SELECT * FROM rcll.unit_history(bank => %s, unit_id => %s)", (b, uid)).fetchall()
+        return [Version(**r) for r in rows]
+
+    def set_retention(self, keep: timedelta | None, *, room: str | None = None, hall: str | None = None,
+                      layer: str | None = None, bank: str | None = None) -> int:
+        """Keep the bank's units (or those of one room, hall and/or layer) for `keep` after they
+        were retained; keep=None removes that policy. Existing units follow at once. Needs the
+        admin verb. Returns how many units' expiry changed."""
+        self.check_writable()
+        b = self._bank(bank, "admin")
+        if keep is not None and (not isinstance(keep, timedelta) or keep <= timedelta(0)):
+            raise RcllError("keep", "must be a positive time span, or None to remove the policy",
+                            "e.g. keep=timedelta(days=90)")
+        with self._tx() as conn:
+            row = conn.execute("SELECT rcll.set_retention(bank => %s, keep => %s, room => %s, hall => %s, layer => %s)",
+                               (b, keep, text_arg(room, "room"), text_arg(hall, "hall"),
+                                text_arg(layer, "layer"))).fetchone()
+        return int(row[0]) if row else 0
+
+    @retried_once
+    def retention(self, *, bank: str | None = None) -> list[dict[str, Any]]:
+        """The bank's retention policies, each with the units it covers and how many have expired."""
+        b = self._bank(bank)
+        with self._tx(b) as conn, conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute("SELECT * FROM rcll.retention_policies(bank => %s)", (b,)).fetchall()
+
     # -- background -------------------------------------------------------------------------------
 
     def upkeep(self) -> Upkeep:
@@ -694,10 +865,12 @@ class Memory:
         self._whole_store("upkeep (every bank's statistics)", "upkeep")
         t = time.perf_counter()
         with self._tx() as conn:
+            # Expired units first, so the statistics recounted next no longer hold them.
+            expired = conn.execute("SELECT coalesce(sum(units), 0) FROM rcll.expire()").fetchone()
             banks = conn.execute("SELECT count(*) FROM rcll.refresh_bank_stats()").fetchone()
             folded = conn.execute("SELECT rcll.fold_room_counts()").fetchone()
         return Upkeep(int(banks[0]) if banks else 0, int(folded[0] or 0) if folded else 0,
-                      round(time.perf_counter() - t, 3))
+                      round(time.perf_counter() - t, 3), int(expired[0]) if expired else 0)
 
     def consolidate(self, *, bank: str | None = None, time_window: timedelta = timedelta(days=7),
                     min_size: int = 2, max_groups: int = 100) -> list[Observation]:

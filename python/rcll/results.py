@@ -57,13 +57,40 @@ class Health(Renders):
 
 
 @dataclass(frozen=True, slots=True)
+class Forgotten(Renders):
+    """What a forget (or a bank drop, or a state forget) removed - or, on a dry run, would remove -
+    counted per kind (documents, units, embeddings, lexicon_rows, links, entities, ...). purged:
+    the tables vacuumed after the commit (purge=True), so the dead rows left no copy on disk pages
+    the database reuses."""
+
+    dry_run: bool
+    counts: dict[str, int]
+    purged: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Version(Renders):
+    """One version of a unit's text (Memory.history): the current one has no replaced_* fields."""
+
+    version: int
+    text: str
+    current: bool
+    since: datetime | None
+    replaced_at: datetime | None
+    replaced_by: str | None
+    reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class Upkeep(Renders):
     """What one round of Memory.upkeep() did: banks whose statistics were recounted
-    (rcll.refresh_bank_stats) and room-count deltas folded (rcll.fold_room_counts)."""
+    (rcll.refresh_bank_stats), room-count deltas folded (rcll.fold_room_counts) and expired units
+    forgotten (rcll.expire)."""
 
     banks: int
     room_deltas: int
     seconds: float
+    expired: int = 0   # units the expiry sweep (rcll.expire) forgot this round
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""The server's periodic jobs: Memory.upkeep() (BM25 corpus statistics, room counts) every
+"""The server's periodic jobs: Memory.upkeep() (the expiry sweep, BM25 corpus statistics, room counts) every
 RCLL_UPKEEP_SECONDS on a daemon thread of `rcll serve`. Recall only reads what these write: a bank
 whose statistics were never refreshed is counted on every recall instead (docs/scaling.md)."""
 

@@ -87,7 +87,7 @@ CREATE OR REPLACE FUNCTION rcll._in_scope(u anyelement, scope rcll.recall_scope)
 RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE
 -- No search_path (990-search-path.sql leaves it out): any SET clause would stop the planner from
--- inlining it into the caller's query (it reads no table and calls no function; only built-in
+-- inlining it into the caller's query (it reads no table and calls only built-ins - now() and
 -- operators, which pg_catalog resolves first).
 AS $$
     -- u is a row of rcll.memory_units, or of rcll.unit_lexicon (BM25's narrow copy, which carries
@@ -108,6 +108,8 @@ AS $$
        AND ((scope).tags_all IS NULL OR (u).tags @> (scope).tags_all)
        AND ((scope).thread IS NULL OR (u).thread = (scope).thread)
        AND ((scope).as_of IS NULL OR (u).valid @> (scope).as_of)
+       -- Expired units are out of every scope at once; the sweep (rcll.expire) removes them later.
+       AND ((u).expires_at IS NULL OR (u).expires_at > now())
 $$;
 COMMENT ON FUNCTION rcll._in_scope(anyelement, rcll.recall_scope)
-    IS 'Internal: whether a unit (a row of rcll.memory_units or rcll.unit_lexicon) passes a recall''s scope (bank, expanded rooms, resolved authors - a self-declared author only with include_self_declared -, halls, layers, tags, thread, validity as of). Every channel filters through it; it is inlined into their queries.';
+    IS 'Internal: whether a unit (a row of rcll.memory_units or rcll.unit_lexicon) passes a recall''s scope (bank, expanded rooms, resolved authors - a self-declared author only with include_self_declared -, halls, layers, tags, thread, validity as of; an expired unit never passes). Every channel filters through it; it is inlined into their queries.';

@@ -8,7 +8,8 @@ CREATE OR REPLACE FUNCTION rcll._link_units(
     entity_fanout integer DEFAULT 20,
     semantic_k   integer DEFAULT 5,
     semantic_min real DEFAULT 0.80,
-    temporal_window interval DEFAULT '7 days')
+    temporal_window interval DEFAULT '7 days',
+    horizon      bigint DEFAULT NULL)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -25,7 +26,7 @@ BEGIN
             SELECT o.unit_id, count(*) AS shared
             FROM rcll.unit_entities me
             JOIN rcll.unit_entities o ON o.entity_id = me.entity_id AND o.unit_id <> me.unit_id
-            WHERE me.unit_id = src.unit_id AND o.bank_id = b
+            WHERE me.unit_id = src.unit_id AND o.bank_id = b AND (horizon IS NULL OR o.unit_id <= horizon)
             GROUP BY o.unit_id
             ORDER BY count(*) DESC, o.unit_id DESC
             LIMIT entity_fanout
@@ -54,11 +55,13 @@ BEGIN
         CROSS JOIN LATERAL (
             (SELECT o.unit_id, o.occurred_start FROM rcll.memory_units o
              WHERE o.bank_id = b AND o.unit_id <> me.unit_id AND o.thread IS NOT DISTINCT FROM me.thread
+               AND (horizon IS NULL OR o.unit_id <= horizon)
                AND o.occurred_start <= me.occurred_start AND o.occurred_start >= me.occurred_start - temporal_window
              ORDER BY o.occurred_start DESC, o.unit_id DESC LIMIT 1)
             UNION ALL
             (SELECT o.unit_id, o.occurred_start FROM rcll.memory_units o
              WHERE o.bank_id = b AND o.unit_id <> me.unit_id AND o.thread IS NOT DISTINCT FROM me.thread
+               AND (horizon IS NULL OR o.unit_id <= horizon)
                AND o.occurred_start > me.occurred_start AND o.occurred_start <= me.occurred_start + temporal_window
              ORDER BY o.occurred_start, o.unit_id LIMIT 1)
         ) nb
@@ -86,6 +89,7 @@ BEGIN
             SELECT o.unit_id, (1 - (o.embedding OPERATOR(public.<=>) me.embedding))::real AS sim
             FROM rcll.memory_units o
             WHERE o.bank_id = b AND o.unit_id <> me.unit_id AND o.embedding IS NOT NULL
+              AND (horizon IS NULL OR o.unit_id <= horizon)
             ORDER BY o.embedding OPERATOR(public.<=>) me.embedding
             LIMIT semantic_k
         ) nb
@@ -102,8 +106,8 @@ BEGIN
     RETURN n + k;
 END
 $$;
-COMMENT ON FUNCTION rcll._link_units(integer, bigint[], integer, integer, real, interval)
-    IS 'Internal: link newly written units to the bank - entity (units sharing an entity, at most entity_fanout per unit), temporal (nearest unit before and after by occurred_start within temporal_window, and consecutive units of one document), semantic (semantic_k nearest by embedding with cosine similarity >= semantic_min). Symmetric links are stored both ways. Returns the number of links written.';
+COMMENT ON FUNCTION rcll._link_units(integer, bigint[], integer, integer, real, interval, bigint)
+    IS 'Internal: link newly written units to the bank (horizon: only to units up to that id, the ones that existed when they were written - a forget re-links survivors so) - entity (units sharing an entity, at most entity_fanout per unit), temporal (nearest unit before and after by occurred_start within temporal_window, and consecutive units of one document), semantic (semantic_k nearest by embedding with cosine similarity >= semantic_min). Symmetric links are stored both ways. Returns the number of links written.';
 
 CREATE OR REPLACE FUNCTION rcll.supersede(old_unit bigint, new_unit bigint, at timestamptz DEFAULT NULL,
                                           reason jsonb DEFAULT '{}')

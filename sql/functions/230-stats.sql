@@ -41,8 +41,12 @@ AS $$
         SELECT 'link_type', l.link_type, count(*) FROM rcll.links l, b WHERE l.bank_id = b.id GROUP BY l.link_type
         UNION ALL
         SELECT 'extraction', d.extraction, count(*) FROM rcll.documents d, b WHERE d.bank_id = b.id GROUP BY d.extraction
+        UNION ALL   -- retention policies: what they cover, and how long they keep it (seconds)
+        SELECT 'retention', coalesce(nullif(concat_ws(' ', 'room=' || p.room, 'hall=' || p.hall, 'layer=' || p.layer), ''), '*'),
+               extract(epoch FROM p.keep)::bigint
+        FROM rcll.retention_policies p, b WHERE p.bank_id = b.id
         ORDER BY 1, 3 DESC, 2
     ) g
 $$;
 COMMENT ON FUNCTION rcll.stats(text)
-    IS 'Statistics of a bank. Section tokens: per purpose (extract, consolidate, total) the number of model calls (value), the read column (read_tokens, always 0: recall makes no model call) next to the write column (write_input_tokens, write_output_tokens from rcll.llm_calls). Section totals: documents, units, entities, links, superseded. Sections kind, room, hall, layer, author, link_type, extraction: counts per value.';
+    IS 'Statistics of a bank. Section tokens: per purpose (extract, consolidate, total) the number of model calls (value), the read column (read_tokens, always 0: recall makes no model call) next to the write column (write_input_tokens, write_output_tokens from rcll.llm_calls). Section totals: documents, units, entities, links, superseded. Sections kind, room, hall, layer, author, link_type, extraction: counts per value. Section retention: one row per retention policy (room=, hall=, layer= it covers, * for all), value = seconds kept.';

@@ -33,7 +33,10 @@ AS $$
         (13, 'room_merge_proposals', ARRAY['proposal_id'],                  'proposal_id', '{}'),
         (14, 'room_state',           ARRAY['room', 'key', 'version'],       NULL,          '{}'),
         (15, 'audit_log',            ARRAY['audit_id'],                     'audit_id',    '{}'),
-        (16, 'llm_calls',            ARRAY['call_id'],                      'call_id',     '{"document_id": "documents"}')
+        (16, 'llm_calls',            ARRAY['call_id'],                      'call_id',     '{"document_id": "documents"}'),
+        (17, 'unit_versions',        ARRAY['unit_id', 'version'],           NULL,          '{"unit_id": "memory_units"}'),
+        (18, 'forget_log',           ARRAY['forget_id'],                    'forget_id',   '{}'),
+        (19, 'retention_policies',   ARRAY['policy_id'],                    'policy_id',   '{}')
     ) AS t(table_position, table_name, key_columns, id_column, refs)
     ORDER BY 1
 $$;

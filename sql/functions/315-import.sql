@@ -39,7 +39,10 @@ AS $$
         ('room_merge_proposals', true,  ARRAY['from_room', 'into_room', 'proposed_at']),
         ('room_state',           true,  NULL),
         ('audit_log',            false, NULL),           -- never: the import itself is audited
-        ('llm_calls',            true,  ARRAY['document_id', 'purpose', 'provider', 'model', 'at'])
+        ('llm_calls',            true,  ARRAY['document_id', 'purpose', 'provider', 'model', 'at']),
+        ('unit_versions',        false, NULL),           -- a corrected unit's earlier texts: the restore keeps them
+        ('forget_log',           false, NULL),           -- never: this database's own record of what it forgot
+        ('retention_policies',   false, NULL)            -- the target bank's own policies decide its expiry
     ) AS t(table_name, written, match_columns)
 $$;
 COMMENT ON FUNCTION rcll.import_tables() IS 'How an agent''s import (rcll.import_begin) treats each exported table: written (with new ids, references mapped) or counted only (grants, audit rows, statistics, count deltas), and the columns that make a stream row the same as an existing row of the target bank (on_conflict skip / replace).';

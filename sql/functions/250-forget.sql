@@ -1,0 +1,477 @@
+-- Forget: remove memories by selector with everything derived from them, so that the bank is what
+-- it would be had they never been retained - and record who forgot what, never the content.
+--
+-- The cascade (rcll._forget_units) is one function that forget, the expiry sweep
+-- (260-expiry.sql) and a bank's own units share: documents whose every unit goes are deleted,
+-- a document that keeps some units is redacted to their texts; units go with their embeddings,
+-- lexicon rows (unit_lexicon, and document_lexicon through its triggers), entity mentions and
+-- links (ON DELETE CASCADE); every observation one of whose sources goes is removed and its
+-- surviving sources are queued for consolidation again; a unit superseded by a forgotten unit is
+-- current again; entities left with no unit go, the others' mention counts are recounted; a room
+-- left with no unit leaves the registry; the refreshed BM25 statistics lose exactly what went.
+
+CREATE OR REPLACE FUNCTION rcll._actable_bank(bank text)
+RETURNS integer
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    id integer;
+    owner_role name;
+BEGIN
+    -- Called inside SECURITY DEFINER functions, which bypass row-level security as the owner: the
+    -- caller's own isolation is checked here, by session_user (as rcll.current_agent does), and a
+    -- bank out of reach is reported exactly like a bank that does not exist.
+    IF bank IS NULL OR btrim(bank) = '' THEN
+        RAISE EXCEPTION 'bank: a bank is required' USING ERRCODE = 'RC001', COLUMN = 'bank',
+            HINT = 'Pass bank => ''name''.';
+    END IF;
+    SELECT b.bank_id INTO id FROM rcll.banks b WHERE b.name = _actable_bank.bank;
+    SELECT pg_catalog.pg_get_userbyid(c.relowner) INTO owner_role FROM pg_catalog.pg_class c WHERE c.oid = 'rcll.banks'::regclass;
+    IF id IS NOT NULL
+       AND (SELECT c.relrowsecurity FROM pg_catalog.pg_class c WHERE c.oid = 'rcll.banks'::regclass)
+       AND NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = session_user)
+       AND NOT pg_catalog.pg_has_role(session_user, owner_role, 'MEMBER')
+       AND NOT id = ANY (rcll._visible_banks(session_user)) THEN
+        id := NULL;
+    END IF;
+    IF id IS NULL THEN
+        RAISE EXCEPTION 'bank: unknown bank "%"', bank USING ERRCODE = 'RC002', COLUMN = 'bank',
+            HINT = 'List the banks you can reach with rcll.list_banks().';
+    END IF;
+    -- Destructive verbs are a writer's: a role that may not write memory may not forget it either.
+    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = session_user)
+       AND NOT pg_catalog.has_table_privilege(session_user, 'rcll.memory_units', 'INSERT') THEN
+        RAISE EXCEPTION 'bank: role "%" may not write to bank "%", so it may not forget from it', session_user, bank
+            USING ERRCODE = 'RC006', COLUMN = 'bank', HINT = 'Connect as a role that writes memory (a read-only role cannot forget).';
+    END IF;
+    RETURN id;
+END
+$$;
+COMMENT ON FUNCTION rcll._actable_bank(text)
+    IS 'Internal: the id of a bank the session''s role may change from inside a SECURITY DEFINER function - unknown, or hidden by bank isolation (rcll._visible_banks of session_user): RC002; a role without INSERT on memory_units: RC006.';
+
+CREATE OR REPLACE FUNCTION rcll._forget_units(bank_id integer, unit_ids bigint[], document_ids bigint[], dry_run boolean)
+RETURNS jsonb
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    b         integer := _forget_units.bank_id;
+    full_docs bigint[];
+    part_docs bigint[];
+    gone      bigint[];
+    obs_gone  bigint[];
+    requeue   bigint[];
+    reopen    bigint[];
+    touched   bigint[];
+    orphans   bigint[];
+    rooms_in  text[];
+    dead_rooms text[];
+    relink    bigint[];
+    gone_new_rooms text[];
+    grp       record;
+    counts    jsonb;
+    st        record;
+BEGIN
+    -- Units selected, and every unit of a selected document.
+    gone := ARRAY(SELECT u.unit_id FROM rcll.memory_units u
+                  WHERE u.bank_id = b AND (u.unit_id = ANY (_forget_units.unit_ids)
+                                           OR u.document_id = ANY (_forget_units.document_ids)));
+    -- Observations one of whose sources goes: removed, not re-derived - their text was written
+    -- from every source, the forgotten ones included, and only a model could write it again
+    -- without them (the surviving sources are queued: the next consolidation does).
+    obs_gone := ARRAY(SELECT DISTINCT l.from_unit FROM rcll.links l
+                      JOIN rcll.memory_units o ON o.unit_id = l.from_unit AND o.kind = 'observation'
+                      WHERE l.bank_id = b AND l.link_type = 'consolidates' AND l.to_unit = ANY (gone)
+                        AND NOT l.from_unit = ANY (gone));
+    gone := gone || obs_gone;
+    requeue := ARRAY(SELECT DISTINCT l.to_unit FROM rcll.links l
+                     WHERE l.bank_id = b AND l.link_type = 'consolidates' AND l.from_unit = ANY (gone)
+                       AND NOT l.to_unit = ANY (gone));
+    full_docs := ARRAY(SELECT d.document_id FROM rcll.documents d
+                       WHERE d.bank_id = b
+                         AND (d.document_id = ANY (_forget_units.document_ids)
+                              OR (EXISTS (SELECT 1 FROM rcll.memory_units u WHERE u.document_id = d.document_id AND u.unit_id = ANY (gone))
+                                  AND NOT EXISTS (SELECT 1 FROM rcll.memory_units u
+                                                  WHERE u.document_id = d.document_id AND NOT u.unit_id = ANY (gone)))));
+    part_docs := ARRAY(SELECT DISTINCT u.document_id FROM rcll.memory_units u
+                       WHERE u.unit_id = ANY (gone) AND u.document_id IS NOT NULL AND NOT u.document_id = ANY (full_docs));
+    reopen := ARRAY(SELECT u.unit_id FROM rcll.memory_units u
+                    WHERE u.bank_id = b AND u.superseded_by = ANY (gone) AND NOT u.unit_id = ANY (gone));
+    touched := ARRAY(SELECT DISTINCT ue.entity_id FROM rcll.unit_entities ue WHERE ue.unit_id = ANY (gone));
+    orphans := ARRAY(SELECT e FROM unnest(touched) e
+                     WHERE NOT EXISTS (SELECT 1 FROM rcll.unit_entities ue
+                                       WHERE ue.entity_id = e AND NOT ue.unit_id = ANY (gone)));
+    rooms_in := ARRAY(SELECT DISTINCT u.room FROM rcll.memory_units u WHERE u.unit_id = ANY (gone) AND u.room IS NOT NULL);
+    dead_rooms := ARRAY(SELECT r.name FROM rcll.rooms r
+                        WHERE r.bank_id = b AND r.name = ANY (rooms_in) AND r.status = 'live'
+                          AND NOT EXISTS (SELECT 1 FROM rcll.memory_units u
+                                          WHERE u.bank_id = b AND u.room = r.name AND NOT u.unit_id = ANY (gone))
+                          AND NOT EXISTS (SELECT 1 FROM rcll.room_aliases a WHERE a.bank_id = b AND a.room = r.name AND a.reason = 'merge')
+                          AND NOT EXISTS (SELECT 1 FROM rcll.rooms m WHERE m.bank_id = b AND m.merged_into = r.name)
+                          AND NOT EXISTS (SELECT 1 FROM rcll.room_merge_proposals p
+                                          WHERE p.bank_id = b AND p.status = 'pending' AND r.name IN (p.from_room, p.into_room)));
+
+    SELECT jsonb_build_object(
+        'documents', coalesce(array_length(full_docs, 1), 0),
+        'documents_redacted', coalesce(array_length(part_docs, 1), 0),
+        'units', count(*),
+        'chunks', count(*) FILTER (WHERE u.kind = 'chunk'),
+        'facts', count(*) FILTER (WHERE u.kind = 'fact'),
+        'observations', count(*) FILTER (WHERE u.kind = 'observation'),
+        'observations_of_forgotten_sources', coalesce(array_length(obs_gone, 1), 0),
+        'sources_requeued', coalesce(array_length(requeue, 1), 0),
+        'embeddings', count(u.embedding),
+        'lexicon_rows', (SELECT count(*) FROM rcll.unit_lexicon l WHERE l.unit_id = ANY (gone)),
+        'entity_mentions', (SELECT count(*) FROM rcll.unit_entities ue WHERE ue.unit_id = ANY (gone)),
+        'links', (SELECT count(*) FROM rcll.links l WHERE l.bank_id = b AND (l.from_unit = ANY (gone) OR l.to_unit = ANY (gone))),
+        'entities', coalesce(array_length(orphans, 1), 0),
+        'versions', (SELECT count(*) FROM rcll.unit_versions v WHERE v.unit_id = ANY (gone)),
+        'reopened', coalesce(array_length(reopen, 1), 0),
+        'rooms', coalesce(array_length(dead_rooms, 1), 0))
+    INTO counts
+    FROM rcll.memory_units u WHERE u.unit_id = ANY (gone);
+    IF dry_run THEN
+        RETURN counts;
+    END IF;
+    gone_new_rooms := ARRAY(SELECT DISTINCT u.room FROM rcll.memory_units u
+                            WHERE u.unit_id = ANY (gone) AND u.room IS NOT NULL AND u.tags @> ARRAY['room-new:' || u.room]);
+    -- Extracted facts and observations linked to a forgotten unit: the links a retain made are its
+    -- nearest neighbours among the units that existed then (rcll._link_units), so a survivor that
+    -- lost a neighbour is linked again, to the neighbours it would have had without it.
+    relink := ARRAY(SELECT DISTINCT l.from_unit FROM rcll.links l JOIN rcll.memory_units u ON u.unit_id = l.from_unit
+                    WHERE l.bank_id = b AND l.to_unit = ANY (gone) AND l.link_type IN ('entity', 'temporal', 'semantic')
+                      AND u.kind IN ('fact', 'observation') AND NOT l.from_unit = ANY (gone));
+
+    -- The BM25 statistics a refresh counted lose exactly what goes: the units and documents that
+    -- existed when it ran (written at or before refreshed_at). Later ones it never counted.
+    SELECT s.refreshed_at, s.unit_count INTO st FROM rcll.bank_stats s WHERE s.bank_id = b FOR UPDATE;
+    IF coalesce(st.unit_count, 0) > 0 THEN
+        UPDATE rcll.bank_stats s
+        SET unit_count = greatest(s.unit_count - x.n, 0), total_length = greatest(s.total_length - x.len, 0),
+            document_count = greatest(s.document_count - (SELECT count(*) FROM rcll.documents d
+                                                          WHERE d.document_id = ANY (full_docs) AND d.created_at <= st.refreshed_at), 0)
+        FROM (SELECT count(*) AS n, coalesce(sum(u.lexical_length), 0) AS len
+              FROM rcll.memory_units u WHERE u.unit_id = ANY (gone) AND u.created_at <= st.refreshed_at) x
+        WHERE s.bank_id = b;
+    END IF;
+
+    -- Superseded only by a forgotten unit: current again. rcll.supersede closes only open units,
+    -- so "current" is an open validity from the same start.
+    UPDATE rcll.memory_units u
+    SET superseded_by = NULL, valid = tstzrange(lower(u.valid), NULL), updated_at = now()
+    WHERE u.unit_id = ANY (reopen);
+    UPDATE rcll.memory_units u SET consolidation_state = 'pending', updated_at = now()
+    WHERE u.unit_id = ANY (requeue) AND u.consolidation_state <> 'pending';
+    -- The consolidation audit row kept the observation's text: the row stays (who, when, which
+    -- units), the text goes.
+    UPDATE rcll.audit_log a SET detail = a.detail - 'text'
+    WHERE a.bank_id = b AND a.action = 'consolidate' AND a.detail ? 'text'
+      AND (a.target ->> 'observation')::bigint = ANY (gone);
+
+    DELETE FROM rcll.documents d WHERE d.document_id = ANY (full_docs);
+    DELETE FROM rcll.memory_units u WHERE u.unit_id = ANY (gone);
+    -- A document that keeps units keeps only their texts: its raw content held the forgotten ones.
+    UPDATE rcll.documents d
+    SET content = k.content, content_hash = rcll._content_hash(k.content, d.thread),
+        metadata = d.metadata || jsonb_build_object('redacted', true)
+    FROM (SELECT u.document_id, string_agg(u.text, E'\n\n' ORDER BY u.chunk_index, u.unit_id) AS content
+          FROM rcll.memory_units u WHERE u.document_id = ANY (part_docs) GROUP BY u.document_id) k
+    WHERE d.document_id = k.document_id;
+
+    FOR grp IN SELECT array_agg(u.unit_id ORDER BY u.unit_id) AS ids,
+                      coalesce((SELECT max(x.unit_id) FROM rcll.memory_units x WHERE x.document_id = min(u.document_id)),
+                               max(u.unit_id)) AS horizon
+               FROM rcll.memory_units u WHERE u.unit_id = ANY (relink)
+               GROUP BY coalesce(u.document_id, -u.unit_id) ORDER BY 2 LOOP
+        PERFORM rcll._link_units(b, grp.ids, horizon => grp.horizon);
+    END LOOP;
+
+    DELETE FROM rcll.entities e WHERE e.entity_id = ANY (orphans);
+    -- Survivors are recounted; one that only chunks still name (keyless links,
+    -- rcll._link_keyless_entities, which give no type) loses the type and embedding a forgotten
+    -- extracted fact gave it.
+    UPDATE rcll.entities e
+    SET mention_count = k.n,
+        entity_type = CASE WHEN k.chunks_only THEN NULL ELSE e.entity_type END,
+        embedding = CASE WHEN k.chunks_only THEN NULL ELSE e.embedding END
+    FROM (SELECT x.entity_id, count(*) AS n, bool_and(u.kind = 'chunk') AS chunks_only
+          FROM unnest(touched) x(entity_id) JOIN rcll.unit_entities ue ON ue.entity_id = x.entity_id
+          JOIN rcll.memory_units u ON u.unit_id = ue.unit_id
+          GROUP BY x.entity_id) k
+    WHERE e.entity_id = k.entity_id AND NOT e.entity_id = ANY (orphans);
+
+    -- A room whose first units went: the janitor tags a room's first write room-new:<room>, and
+    -- had the forgotten units never been written, that was the first surviving write - all the
+    -- chunks of its statement, or the one fact (facts are inserted one by one).
+    UPDATE rcll.memory_units u SET tags = u.tags || ('room-new:' || u.room)
+    FROM (SELECT DISTINCT ON (s.room) s.room, s.unit_id, s.document_id, s.kind
+          FROM rcll.memory_units s
+          WHERE s.bank_id = b AND s.room = ANY (rooms_in) AND NOT s.room = ANY (dead_rooms)
+          ORDER BY s.room, s.unit_id) f
+    WHERE u.bank_id = b AND u.room = f.room
+      AND (u.unit_id = f.unit_id OR (f.kind = 'chunk' AND u.kind = 'chunk' AND u.document_id = f.document_id))
+      AND NOT EXISTS (SELECT 1 FROM rcll.memory_units x WHERE x.bank_id = b AND x.room = f.room
+                      AND x.tags @> ARRAY['room-new:' || f.room])
+      AND EXISTS (SELECT 1 FROM unnest(gone_new_rooms) g WHERE g = f.room);
+
+    IF coalesce(array_length(dead_rooms, 1), 0) > 0 THEN
+        -- The fold reads and deletes the count queue: it and this must not interleave.
+        PERFORM pg_advisory_xact_lock(hashtext('rcll.fold_room_counts'));
+        DELETE FROM rcll.room_count_queue q WHERE q.bank_id = b AND q.room = ANY (dead_rooms);
+        DELETE FROM rcll.room_aliases a WHERE a.bank_id = b AND a.room = ANY (dead_rooms);
+        DELETE FROM rcll.rooms r WHERE r.bank_id = b AND r.name = ANY (dead_rooms);
+    END IF;
+    RETURN counts;
+END
+$$;
+COMMENT ON FUNCTION rcll._forget_units(integer, bigint[], bigint[], boolean)
+    IS 'Internal: forget these units and documents of a bank with everything derived from them (documents left without units, embeddings, lexicon rows, entity mentions, links, observations of a forgotten source - their surviving sources queued again -, entities left without units, rooms left empty, the refreshed BM25 statistics); a unit superseded by a forgotten one is current again; a document that keeps units is redacted to their texts. dry_run: count, change nothing. Returns the counts per kind. Not executable by PUBLIC: reached through rcll.forget and the expiry sweep.';
+REVOKE EXECUTE ON FUNCTION rcll._forget_units(integer, bigint[], bigint[], boolean) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION rcll._forget_log(bank_id integer, bank_name text, action text, selector jsonb,
+                                            counts jsonb, reason text)
+RETURNS bigint
+LANGUAGE sql VOLATILE
+AS $$
+    INSERT INTO rcll.forget_log (bank_id, bank_name, actor, action, selector, counts, reason)
+    VALUES (_forget_log.bank_id, _forget_log.bank_name, rcll._actor(), _forget_log.action,
+            jsonb_strip_nulls(_forget_log.selector), _forget_log.counts, nullif(btrim(_forget_log.reason), ''))
+    RETURNING forget_id
+$$;
+COMMENT ON FUNCTION rcll._forget_log(integer, text, text, jsonb, jsonb, text)
+    IS 'Internal: record a forget in rcll.forget_log (who: rcll._actor(); the selector without its NULL fields; the counts; the reason). Returns the forget_id.';
+REVOKE EXECUTE ON FUNCTION rcll._forget_log(integer, text, text, jsonb, jsonb, text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION rcll._forget_refuse(field text, message text, hint text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+BEGIN
+    RAISE EXCEPTION '%: %', field, message USING ERRCODE = 'RC007', COLUMN = field, HINT = hint;
+END
+$$;
+COMMENT ON FUNCTION rcll._forget_refuse(text, text, text) IS 'Internal: refuse a destructive call as too broad or as matching nothing (SQLSTATE RC007, COLUMN = field).';
+
+CREATE OR REPLACE FUNCTION rcll.forget(
+    bank          text,
+    unit_ids      bigint[] DEFAULT NULL,
+    document_ids  bigint[] DEFAULT NULL,
+    thread        text DEFAULT NULL,
+    author        text DEFAULT NULL,
+    tag           text DEFAULT NULL,
+    room          text DEFAULT NULL,
+    occurred_from timestamptz DEFAULT NULL,
+    occurred_to   timestamptz DEFAULT NULL,
+    retained_from timestamptz DEFAULT NULL,
+    retained_to   timestamptz DEFAULT NULL,
+    everything    text DEFAULT NULL,
+    dry_run       boolean DEFAULT true,
+    reason        text DEFAULT NULL)
+RETURNS TABLE (kind text, count bigint)
+LANGUAGE plpgsql VOLATILE
+-- Definer: forgetting deletes derived rows (entities, room registry, statistics, audit text) a
+-- writer may not touch directly. rcll._actable_bank applies the caller's bank isolation; EXECUTE
+-- is not PUBLIC's (below).
+SECURITY DEFINER
+AS $$
+#variable_conflict use_variable
+DECLARE
+    b        integer := rcll._actable_bank(forget.bank);
+    sel_units bigint[];
+    sel_docs bigint[] := '{}';
+    rooms_x  text[];
+    given    text[] := '{}';
+    n_bank   bigint;
+    missing  bigint;
+    counts   jsonb;
+    selector jsonb;
+BEGIN
+    -- Which selectors were given (NULL = not given); an empty one is a mistake, not "nothing".
+    IF unit_ids IS NOT NULL THEN given := given || 'unit_ids'::text; END IF;
+    IF document_ids IS NOT NULL THEN given := given || 'document_ids'::text; END IF;
+    IF thread IS NOT NULL THEN given := given || 'thread'::text; END IF;
+    IF author IS NOT NULL THEN given := given || 'author'::text; END IF;
+    IF tag IS NOT NULL THEN given := given || 'tag'::text; END IF;
+    IF room IS NOT NULL THEN given := given || 'room'::text; END IF;
+    IF occurred_from IS NOT NULL OR occurred_to IS NOT NULL THEN given := given || 'occurred'::text; END IF;
+    IF retained_from IS NOT NULL OR retained_to IS NOT NULL THEN given := given || 'retained'::text; END IF;
+    IF everything IS NOT NULL THEN
+        IF everything IS DISTINCT FROM forget.bank THEN
+            RAISE EXCEPTION 'everything: must be the bank''s own name to forget every memory in it' USING ERRCODE = 'RC001',
+                COLUMN = 'everything', HINT = format('Pass everything => %L (the bank''s name), or a narrower selector.', forget.bank);
+        END IF;
+        IF cardinality(given) > 0 THEN
+            RAISE EXCEPTION 'everything: cannot be combined with %', array_to_string(given, ', ') USING ERRCODE = 'RC001',
+                COLUMN = 'everything', HINT = 'Pass either everything => <bank> or selectors, not both.';
+        END IF;
+    ELSIF cardinality(given) = 0 THEN
+        PERFORM rcll._forget_refuse('selector', 'no selector given: forget would match every memory of the bank',
+            'Name what to forget (unit_ids, document_ids, thread, author, tag, room, occurred_from/to, retained_from/to), or pass everything => <bank>.');
+    END IF;
+    IF cardinality(unit_ids) = 0 THEN
+        PERFORM rcll._forget_refuse('unit_ids', 'an empty list matches nothing', 'Pass the ids of the units to forget, or leave unit_ids out.');
+    END IF;
+    IF cardinality(document_ids) = 0 THEN
+        PERFORM rcll._forget_refuse('document_ids', 'an empty list matches nothing', 'Pass the ids of the documents to forget, or leave document_ids out.');
+    END IF;
+    IF btrim(thread) = '' THEN
+        PERFORM rcll._forget_refuse('thread', 'an empty value matches nothing', 'Pass the exact value, or leave the selector out.');
+    END IF;
+    IF btrim(author) = '' THEN
+        PERFORM rcll._forget_refuse('author', 'an empty value matches nothing', 'Pass the exact value, or leave the selector out.');
+    END IF;
+    IF btrim(tag) = '' THEN
+        PERFORM rcll._forget_refuse('tag', 'an empty value matches nothing', 'Pass the exact value, or leave the selector out.');
+    END IF;
+    IF btrim(room) = '' THEN
+        PERFORM rcll._forget_refuse('room', 'an empty value matches nothing', 'Pass the exact value, or leave the selector out.');
+    END IF;
+    IF occurred_from >= occurred_to OR retained_from >= retained_to THEN
+        RAISE EXCEPTION '%: the range is empty (from is not before to)',
+            CASE WHEN occurred_from >= occurred_to THEN 'occurred_to' ELSE 'retained_to' END USING ERRCODE = 'RC001',
+            COLUMN = CASE WHEN occurred_from >= occurred_to THEN 'occurred_to' ELSE 'retained_to' END,
+            HINT = 'A range is [from, to): from must be before to; leave either out for an open end.';
+    END IF;
+    -- Ids that are not this bank's are a typo or someone else's: refused, not skipped.
+    IF unit_ids IS NOT NULL THEN
+        SELECT count(*) INTO missing FROM (SELECT DISTINCT x FROM unnest(unit_ids) x) i
+        WHERE NOT EXISTS (SELECT 1 FROM rcll.memory_units u WHERE u.unit_id = i.x AND u.bank_id = b);
+        IF missing > 0 THEN
+            RAISE EXCEPTION 'unit_ids: % of % ids are not units of bank "%"', missing, cardinality(unit_ids), forget.bank
+                USING ERRCODE = 'RC003', COLUMN = 'unit_ids', HINT = 'Pass ids recall or rcll.units() returned for this bank.';
+        END IF;
+    END IF;
+    IF document_ids IS NOT NULL THEN
+        SELECT count(*) INTO missing FROM (SELECT DISTINCT x FROM unnest(document_ids) x) i
+        WHERE NOT EXISTS (SELECT 1 FROM rcll.documents d WHERE d.document_id = i.x AND d.bank_id = b);
+        IF missing > 0 THEN
+            RAISE EXCEPTION 'document_ids: % of % ids are not documents of bank "%"', missing, cardinality(document_ids), forget.bank
+                USING ERRCODE = 'RC003', COLUMN = 'document_ids', HINT = 'Pass document ids retain returned for this bank.';
+        END IF;
+    END IF;
+
+    IF room IS NOT NULL THEN
+        rooms_x := rcll._expand_rooms(b, ARRAY[room]);
+    END IF;
+    sel_units := ARRAY(
+        SELECT u.unit_id FROM rcll.memory_units u
+        WHERE u.bank_id = b
+          AND (unit_ids IS NULL OR u.unit_id = ANY (unit_ids))
+          AND (document_ids IS NULL OR u.document_id = ANY (document_ids))
+          AND (thread IS NULL OR u.thread = thread)
+          AND (author IS NULL OR u.author = author)
+          AND (tag IS NULL OR u.tags @> ARRAY[tag])
+          AND (rooms_x IS NULL OR u.room = ANY (rooms_x))
+          AND (occurred_from IS NULL OR coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) >= occurred_from)
+          AND (occurred_to IS NULL OR coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) < occurred_to)
+          AND (retained_from IS NULL OR u.created_at >= retained_from)
+          AND (retained_to IS NULL OR u.created_at < retained_to));
+    IF everything IS NOT NULL THEN
+        sel_docs := ARRAY(SELECT d.document_id FROM rcll.documents d WHERE d.bank_id = b);
+    ELSIF document_ids IS NOT NULL AND given = ARRAY['document_ids'] THEN
+        sel_docs := document_ids;   -- a document with no unit left is still forgotten by its id
+    END IF;
+    IF cardinality(sel_units) = 0 AND cardinality(sel_docs) = 0 AND everything IS NULL THEN
+        PERFORM rcll._forget_refuse(CASE WHEN cardinality(given) = 1 THEN given[1] ELSE 'selector' END,
+            format('matches nothing in bank "%s"', forget.bank),
+            'Check the value (selectors are exact; several selectors must all match), e.g. with rcll.units().');
+    END IF;
+    IF everything IS NULL THEN
+        SELECT count(*) INTO n_bank FROM rcll.memory_units u WHERE u.bank_id = b;
+        IF cardinality(sel_units) >= n_bank THEN
+            PERFORM rcll._forget_refuse(CASE WHEN cardinality(given) = 1 THEN given[1] ELSE 'selector' END,
+                format('matches every memory of bank "%s"', forget.bank),
+                format('To forget everything in it, say so: everything => %L (or drop the bank: rcll.drop_bank).', forget.bank));
+        END IF;
+    END IF;
+
+    counts := rcll._forget_units(b, sel_units, sel_docs, coalesce(dry_run, true));
+    IF NOT coalesce(dry_run, true) THEN
+        selector := jsonb_build_object('unit_ids', to_jsonb(unit_ids), 'document_ids', to_jsonb(document_ids),
+            'thread', thread, 'author', author, 'tag', tag, 'room', room,
+            'occurred_from', occurred_from, 'occurred_to', occurred_to,
+            'retained_from', retained_from, 'retained_to', retained_to, 'everything', everything IS NOT NULL);
+        PERFORM rcll._forget_log(b, forget.bank, 'forget', selector, counts, reason);
+    END IF;
+    RETURN QUERY SELECT k.key, (k.value)::text::bigint FROM jsonb_each(counts) k ORDER BY k.key;
+END
+$$;
+COMMENT ON FUNCTION rcll.forget(text, bigint[], bigint[], text, text, text, text, timestamptz, timestamptz, timestamptz, timestamptz, text, boolean, text)
+    IS 'Forget memories of a bank by selector - unit_ids, document_ids, thread, author, tag, room (with its aliases), occurred_from/occurred_to and retained_from/retained_to ([from, to) ranges); several selectors must all match - or everything => <the bank''s name>. A selector that matches nothing, an empty one, or one that matches every memory without everything is refused (RC007, COLUMN names it); ids of another bank are refused (RC003). dry_run (the default) counts what would go and changes nothing. Otherwise removes the units and everything derived (see rcll._forget_units) in one transaction and records who, when, the selector and the counts in rcll.forget_log - never the content. Returns the count per kind. Under bank isolation only the caller''s own banks.';
+REVOKE EXECUTE ON FUNCTION rcll.forget(text, bigint[], bigint[], text, text, text, text, timestamptz, timestamptz, timestamptz, timestamptz, text, boolean, text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION rcll.forget_state(bank text, room text, key text DEFAULT NULL, all_keys boolean DEFAULT false,
+                                             dry_run boolean DEFAULT true, reason text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+AS $$
+#variable_conflict use_variable
+DECLARE
+    b integer := rcll._actable_bank(forget_state.bank);
+    n bigint;
+BEGIN
+    IF room IS NULL OR btrim(room) = '' THEN
+        PERFORM rcll._forget_refuse('room', 'a room is required', 'State is keyed by (room, key): name the room exactly.');
+    END IF;
+    IF key IS NULL AND NOT coalesce(all_keys, false) THEN
+        PERFORM rcll._forget_refuse('key', 'no key given: every key of the room would go',
+            'Name the key, or pass all_keys => true to forget every key of the room.');
+    END IF;
+    SELECT count(*) INTO n FROM rcll.room_state s
+    WHERE s.bank_id = b AND s.room = forget_state.room AND (key IS NULL OR s.key = key);
+    IF n = 0 THEN
+        PERFORM rcll._forget_refuse(CASE WHEN key IS NULL THEN 'room' ELSE 'key' END, 'matches no state',
+            'Keys and rooms are exact strings: list them with rcll.state_keys(bank).');
+    END IF;
+    IF NOT coalesce(dry_run, true) THEN
+        DELETE FROM rcll.room_state s WHERE s.bank_id = b AND s.room = forget_state.room AND (key IS NULL OR s.key = key);
+        PERFORM rcll._forget_log(b, forget_state.bank, 'forget_state',
+                                 jsonb_build_object('room', room, 'key', key, 'all_keys', key IS NULL),
+                                 jsonb_build_object('state_versions', n), reason);
+    END IF;
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION rcll.forget_state(text, text, text, boolean, boolean, text)
+    IS 'Forget a room''s keyed state with its whole history: one key, or every key of the room with all_keys => true (no key and no all_keys: refused, RC007). dry_run (the default) counts the versions that would go. Recorded in rcll.forget_log without the values. Returns the number of versions.';
+REVOKE EXECUTE ON FUNCTION rcll.forget_state(text, text, text, boolean, boolean, text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION rcll.drop_bank(bank text, confirm text, dry_run boolean DEFAULT true, reason text DEFAULT NULL)
+RETURNS TABLE (kind text, count bigint)
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+AS $$
+#variable_conflict use_variable
+DECLARE
+    b integer := rcll._actable_bank(drop_bank.bank);
+    counts jsonb;
+BEGIN
+    IF confirm IS DISTINCT FROM drop_bank.bank THEN
+        PERFORM rcll._forget_refuse('confirm', 'must repeat the bank''s name to drop it',
+            format('Pass confirm => %L.', drop_bank.bank));
+    END IF;
+    SELECT jsonb_build_object(
+        'documents', (SELECT count(*) FROM rcll.documents d WHERE d.bank_id = b),
+        'units', (SELECT count(*) FROM rcll.memory_units u WHERE u.bank_id = b),
+        'entities', (SELECT count(*) FROM rcll.entities e WHERE e.bank_id = b),
+        'links', (SELECT count(*) FROM rcll.links l WHERE l.bank_id = b),
+        'rooms', (SELECT count(*) FROM rcll.rooms r WHERE r.bank_id = b),
+        'state_versions', (SELECT count(*) FROM rcll.room_state s WHERE s.bank_id = b),
+        'audit_rows', (SELECT count(*) FROM rcll.audit_log a WHERE a.bank_id = b),
+        'llm_calls', (SELECT count(*) FROM rcll.llm_calls c WHERE c.bank_id = b),
+        'banks', 1) INTO counts;
+    IF NOT coalesce(dry_run, true) THEN
+        -- Every bank table cascades from rcll.banks; the count queue is append-only and has no key
+        -- (and the cascade's deletes append to it, so it is emptied after).
+        PERFORM pg_advisory_xact_lock(hashtext('rcll.fold_room_counts'));
+        DELETE FROM rcll.banks x WHERE x.bank_id = b;
+        DELETE FROM rcll.room_count_queue q WHERE q.bank_id = b;
+        PERFORM rcll._forget_log(b, drop_bank.bank, 'drop_bank', jsonb_build_object('bank', drop_bank.bank), counts, reason);
+    END IF;
+    RETURN QUERY SELECT k.key, (k.value)::text::bigint FROM jsonb_each(counts) k ORDER BY k.key;
+END
+$$;
+COMMENT ON FUNCTION rcll.drop_bank(text, text, boolean, text)
+    IS 'Drop a whole bank and every row of it (documents, units, entities, links, rooms, state, audit rows, ledger, grants), confirmed by repeating its name (confirm => bank; otherwise RC007). dry_run (the default) counts what would go. The drop itself is recorded in rcll.forget_log, which outlives the bank.';
+REVOKE EXECUTE ON FUNCTION rcll.drop_bank(text, text, boolean, text) FROM PUBLIC;
