@@ -75,6 +75,15 @@ def test_the_import_route_has_its_own_cap(tokened: TestClient) -> None:
     assert (r.status_code, r.json()["field"]) == (413, "body"), r.text
 
 
+def test_an_import_line_over_its_cap_is_refused_as_it_is_read(tokened: TestClient,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RCLL_MAX_IMPORT_LINE_BYTES", "1024")
+    ndjson = {"Content-Type": "application/x-ndjson"}
+    r = tokened.post("/import", content=b"{}\n" + b'{"table":"x","row":"' + b"y" * 2000 + b'"}\n', headers=ndjson | AUTH)
+    assert (r.status_code, r.json()["code"], r.json()["field"]) == (422, "RC008", "line 2"), r.text
+    assert "RCLL_MAX_IMPORT_LINE_BYTES" in r.json()["hint"]
+
+
 def test_the_mcp_server_over_http_caps_the_body_before_the_token(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import anyio
     import httpx

@@ -2,13 +2,17 @@
 
 The browser tests run on one leg (the page has no leg-specific behaviour; the SQL tests above them
 run on both). Chromium and chromedriver are Debian's (scripts/install-browser.sh); nothing is
-downloaded at run time. Screenshots of the main views are written to docs/console-*.png.
+downloaded at run time. Screenshots of the main views are written to a temporary directory, or to
+the one RCLL_CONSOLE_SHOTS names (`RCLL_CONSOLE_SHOTS=docs` refreshes docs/console-*.png): a test
+run changes no committed file.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -160,7 +164,7 @@ def test_the_page_loads_only_files_from_the_package() -> None:
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+SHOTS = Path(os.environ.get("RCLL_CONSOLE_SHOTS") or Path(tempfile.gettempdir()) / "rcll-console-shots")
 ALICE = "alice-token-" + "a" * 24
 BOB = "bob-token-" + "b" * 24
 DANA = "dana-token-" + "d" * 24          # a person: the one who decides merges
@@ -317,8 +321,8 @@ def open_console(d: Any, base: str, token: str | None, view: str = "plan") -> No
 
 
 def shot(d: Any, name: str) -> None:
-    DOCS.mkdir(exist_ok=True)
-    d.save_screenshot(str(DOCS / f"console-{name}.png"))
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    d.save_screenshot(str(SHOTS / f"console-{name}.png"))
 
 
 def test_floor_plan_shows_rooms_sized_by_units_with_aliases_halls_layers_and_writers(page: Any, site: Site) -> None:

@@ -47,7 +47,7 @@ from psycopg.types.string import TextLoader
 from rcll.auth import act_as
 from rcll.errors import Code, RcllError, database_errors
 from rcll.sqlsource import extension_version
-from rcll.validate import on_conflict_arg
+from rcll.validate import max_import_line_bytes, on_conflict_arg
 
 FORMAT = "rcll-export"
 FORMAT_VERSION = 1
@@ -351,7 +351,6 @@ def iter_export(conn: psycopg.Connection[Any], bank: str) -> Iterator[bytes]:
 
 
 TRAILER = "trailer"
-MAX_LINE = 64 << 20     # bytes in one line of an import stream (a row with its embedding is ~10 kB)
 
 
 class _StreamCheck:
@@ -385,10 +384,11 @@ def _refused(field: str, message: str, hint: str | None = None) -> RcllError:
 def _stream_rows(it: Iterator[bytes], check: _StreamCheck) -> Iterator[tuple[str, bytes]]:
     """(table, row JSON) per line of an NDJSON export after its header; the trailer is read into
     `check`, and any line after it refused."""
+    limit = max_import_line_bytes()
     for n, raw in enumerate(it, 2):
         line = raw.rstrip(b"\r\n")
-        if len(line) > MAX_LINE:
-            raise _refused(f"line {n}", f"longer than {MAX_LINE} bytes")
+        if len(line) > limit:
+            raise _refused(f"line {n}", f"longer than {limit} bytes", "import an export stream unchanged, or raise RCLL_MAX_IMPORT_LINE_BYTES")
         if check.trailer is not None:
             if line.strip():
                 raise _refused(f"line {n}", "a line after the trailer", "the trailer is the stream's last line")

@@ -29,7 +29,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from rcll import upkeep
 from rcll.auth import Caller, Forbidden, TokenMap
 from rcll.errors import CODES, Code, RcllError, from_database, status
-from rcll.export import MAX_LINE
 from rcll.http_console import explain
 from rcll.http_console import router as console_router
 from rcll.http_guard import Guard, GuardConfig
@@ -37,7 +36,7 @@ from rcll.memory import Memory, bounded_model_work, server_deadline_ms
 from rcll.request import ANNOTATIONS, MAX_DEADLINE_MS, PARAMETERS, RecallRequest
 from rcll.sqlsource import extension_version
 from rcll.upkeep import Upkeeper
-from rcll.validate import MAX_QUERY
+from rcll.validate import MAX_QUERY, max_import_line_bytes
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 ARRIVED = "rcll.arrived"   # the ASGI scope key holding a request's arrival (time.perf_counter())
@@ -305,6 +304,7 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | 
                       on_conflict: Annotated[str, Query(pattern="^(error|skip|replace)$")] = "error") -> dict[str, Any]:
         svc.check_writable()   # refused before the body is read
         # Spooled (memory, then disk) as it arrives, each line capped before anything parses it.
+        max_line = max_import_line_bytes()
         with tempfile.SpooledTemporaryFile(max_size=IMPORT_SPOOL_BYTES) as spool:
             line, length = 1, 0
             async for chunk in request.stream():
@@ -312,8 +312,10 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | 
                 while True:
                     nl = chunk.find(b"\n", start)
                     length += (len(chunk) if nl < 0 else nl) - start
-                    if length > MAX_LINE:
-                        raise RcllError(f"line {line}", f"longer than {MAX_LINE} bytes", "import an export stream unchanged")
+                    if length > max_line:
+                        raise RcllError(f"line {line}", f"longer than {max_line} bytes",
+                                        "import an export stream unchanged, or raise RCLL_MAX_IMPORT_LINE_BYTES",
+                                        code=Code.INVALID_STREAM)
                     if nl < 0:
                         break
                     line, length, start = line + 1, 0, nl + 1

@@ -20,7 +20,7 @@ DEFAULT_MAX_DOCUMENT_BYTES = 1_048_576
 DEFAULT_MAX_METADATA_BYTES = 65_536
 DEFAULT_MAX_STATE_BYTES = 1_048_576
 # One line of an import stream (the largest row: a unit with its embedding and a 1 MiB text, escaped).
-DEFAULT_MAX_IMPORT_LINE_BYTES = 16 * 1_048_576
+DEFAULT_MAX_IMPORT_LINE_BYTES = 64 * 1_048_576
 MAX_QUERY = 4000
 MAX_NAME = 512
 MAX_BANK_NAME = 128
@@ -54,8 +54,9 @@ def max_state_bytes() -> int:
 
 
 def max_import_line_bytes() -> int:
-    """The longest line an import stream may carry (RCLL_MAX_IMPORT_LINE_BYTES, default 16 MiB): for
-    the streaming import path to refuse a line as it reads it, whatever the whole body's cap."""
+    """The longest line an import stream may carry (RCLL_MAX_IMPORT_LINE_BYTES, default 64 MiB: a
+    row with its embedding is ~10 kB, a document row up to its text's cap): the import refuses a longer
+    line as it reads it (HTTP: before the line is whole), whatever the whole body's cap."""
     return _bytes_setting("RCLL_MAX_IMPORT_LINE_BYTES", DEFAULT_MAX_IMPORT_LINE_BYTES)
 
 
