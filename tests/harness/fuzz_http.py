@@ -36,7 +36,7 @@ def fuzz(dsn: str, examples: int, seed: int = 0) -> dict[str, Any]:
     app = create_app(dsn, tokens=TokenMap.from_pairs({TOKEN: "fuzzer"}))
     statuses: dict[str, collections.Counter[int]] = collections.defaultdict(collections.Counter)
     failures: list[str] = []
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://127.0.0.1") as client:   # a Host the server answers to
         schema = schemathesis.openapi.from_asgi("/openapi.json", app)
         for result in schema.get_all_operations():
             op = result.ok()

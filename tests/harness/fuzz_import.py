@@ -217,13 +217,13 @@ def fuzz(dsn: str, streams: int, seed_value: int = 0, progress: bool = False) ->
 
     seed(dsn)
     conn = psycopg.connect(dsn, autocommit=True)
-    admin = TestClient(create_app(dsn, tokens=TokenMap()))
+    admin = TestClient(create_app(dsn, tokens=TokenMap()), base_url="http://127.0.0.1")   # a Host the server answers to
     importer = Caller("fuzzer", ("target", "target-*"), frozenset({"import", "read"}))
     app = create_app(dsn, tokens=TokenMap.from_pairs({TOKEN: importer}))
     counts: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     failures: list[str] = []
     rnd = random.Random(seed_value)
-    with admin, TestClient(app, headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+    with admin, TestClient(app, base_url="http://127.0.0.1", headers={"Authorization": f"Bearer {TOKEN}"}) as client:
         target = parse(admin.get("/export", params={"bank": "target"}).content)
         other_head, other_rows = parse(admin.get("/export", params={"bank": "other"}).content)
         other_ids = sorted({v for row, c in _id_cells(other_rows) if isinstance(v := row[c], int)})
