@@ -19,6 +19,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from ._database import fresh_database
+
 TOKEN = "fuzz-import-" + "f" * 24
 HUGE = [2**63 - 1, 2**63, -1, 0, 9_200_000_000_000_000_000, 10**30, 2**31]
 
@@ -272,13 +274,11 @@ def fuzz(dsn: str, streams: int, seed_value: int = 0, progress: bool = False) ->
 
 
 def main() -> int:
-    from bench._common import fresh_database
-
     p = argparse.ArgumentParser()
     p.add_argument("--streams", type=int, default=1000, help="mutated export streams to send")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
-    with fresh_database("fuzzimport") as dsn:
+    with fresh_database("fuzzimport", port=55492) as dsn:
         out = fuzz(dsn, args.streams, args.seed, progress=True)
     print(f"{'mutation':<22} {'streams':>8} {'imported':>9} {'refused':>8} {'5xx':>5}")
     for name, c in sorted(out["counts"].items(), key=lambda kv: (kv[0] == "all", kv[0])):
