@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import jsonschema
 import psycopg
 import pytest
 from fastapi.routing import APIRoute
@@ -146,3 +147,49 @@ def test_the_server_requires_what_openapi_documents(client: TestClient) -> None:
     for (method, path), required in QUERY_VERBS.items():
         r = client.request(method.upper(), path, headers=h(ALICE))
         assert r.status_code == 422 and r.json()["field"] in required, (path, r.text)
+
+
+def _closed(schema: Any) -> Any:
+    """The schema with every object that lists its properties refusing any other key."""
+    if isinstance(schema, list):
+        return [_closed(v) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _closed(v) for k, v in schema.items()}
+    if "properties" in out and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    return out
+
+
+def test_every_answer_is_what_openapi_documents(client: TestClient) -> None:
+    # Typed clients (clients/typescript) take their answer types from these schemas: an undocumented
+    # key, a missing one or a wrong type in what the server really sends fails here.
+    doc = _closed(client.get("/openapi.json").json())
+    checked: set[tuple[str, str]] = set()
+
+    def check(method: str, path: str, **kw: Any) -> Any:
+        r = client.request(method.upper(), path, **({"headers": h(ALICE)} | kw))
+        assert r.status_code == 200, (path, r.text)
+        schema = doc["paths"][path][method]["responses"]["200"]["content"]["application/json"]["schema"]
+        jsonschema.validate(r.json(), {**doc, **schema})
+        checked.add((method, path))
+        return r.json()
+
+    check("post", "/retain", json={"bank": "b", "content": "The canary runs for an hour before a full rollout.",
+                                   "room": "deployment", "tags": ["ops"], "occurred_at": "2026-02-01T09:00:00Z"})
+    check("post", "/retain", json={"bank": "b", "content": "Rollbacks are automatic when the error rate doubles."})
+    assert check("post", "/recall", json={"bank": "b", "query": "how long does the canary run?"})["facts"]
+    explained = check("post", "/recall", json={"bank": "b", "query": "canary rollout", "explain": True, "budget": 12})
+    assert explained["cut"] and explained["ranks"], explained
+    check("get", "/rooms", params={"bank": "b"})
+    check("get", "/tags", params={"bank": "b", "q": "*"})
+    check("get", "/stats", params={"bank": "b"})
+    check("put", "/state", json={"bank": "b", "room": "deployment", "key": "k", "value": {"a": [1]},
+                                 "expected_version": 0})
+    check("get", "/state", params={"bank": "b", "room": "deployment", "key": "k"})
+    check("get", "/health")
+    check("get", "/health", headers={})          # no token: {"status": "alive"} alone
+    stream = client.get("/export", params={"bank": "b"}, headers=h(ALICE)).content
+    check("post", "/import", params={"on_conflict": "skip"}, content=stream, headers=h(ALICE) | NDJSON)
+    verbs = {**BODY_VERBS, **QUERY_VERBS, ("post", "/import"): set(), ("get", "/health"): set()}
+    assert set(verbs) - {("get", "/export")} <= checked     # export answers NDJSON, not JSON

@@ -29,6 +29,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from rcll import upkeep
 from rcll.auth import Caller, Forbidden, TokenMap
 from rcll.errors import CODES, Code, RcllError, from_database, status
+from rcll.http_answers import (
+    HealthAnswer,
+    ImportAnswer,
+    RecallAnswer,
+    RoomsAnswer,
+    StateAnswer,
+    StatsAnswer,
+    TagsAnswer,
+    answer,
+)
 from rcll.http_console import explain
 from rcll.http_console import router as console_router
 from rcll.http_guard import Guard, GuardConfig
@@ -236,7 +246,7 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | 
                                      "hint": str(exc).strip().splitlines()[0] if str(exc) else None},
                             headers={"Retry-After": "1"})
 
-    @app.get("/health")
+    @app.get("/health", response_model=None, responses=answer(HealthAnswer))
     def health(request: Request) -> dict[str, Any]:
         """alive, to anyone; the versions, read-only mode and the periodic jobs' state (its last
         error among them) to a caller with a token, or to anyone on a server without tokens."""
@@ -256,7 +266,7 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | 
                                         tags=req.tags, hall=req.hall, layer=req.layer, metadata=req.metadata,
                                         via="http").as_dict()
 
-    @app.post("/recall")
+    @app.post("/recall", response_model=None, responses=answer(RecallAnswer))
     def recall_endpoint(req: RecallBody, who: Who, request: Request) -> dict[str, Any]:
         started = float(request.scope.get(ARRIVED) or time.perf_counter())
         recall = recall_request(req)
@@ -265,20 +275,20 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | 
         out["elapsed_ms"] = round((time.perf_counter() - started) * 1000, 1)
         return out
 
-    @app.get("/rooms")
+    @app.get("/rooms", response_model=None, responses=answer(RoomsAnswer))
     def rooms(bank: Bank, who: Who, q: Annotated[str, Query(max_length=512)] = "*") -> dict[str, Any]:
         return {"bank": bank, "rooms": [r.as_dict() for r in svc.as_caller(who).rooms(q, bank=bank)]}
 
-    @app.get("/tags")
+    @app.get("/tags", response_model=None, responses=answer(TagsAnswer))
     def tags(bank: Bank, who: Who, q: Annotated[str, Query(max_length=512, description="wildcards * ?; "
                                                              "author:* is the roster of writers")] = "*") -> dict[str, Any]:
         return {"bank": bank, "tags": [t.as_dict() for t in svc.as_caller(who).tags(q, bank=bank)]}
 
-    @app.get("/stats")
+    @app.get("/stats", response_model=None, responses=answer(StatsAnswer))
     def stats(bank: Bank, who: Who) -> dict[str, Any]:
         return svc.as_caller(who).stats(bank=bank).as_dict()
 
-    @app.get("/state")
+    @app.get("/state", response_model=None, responses=answer(StateAnswer))
     def state_get(bank: Bank, room: Annotated[str, Query(min_length=1, max_length=512)],
                   key: Annotated[str, Query(min_length=1, max_length=512)], who: Who,
                   version: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None) -> dict[str, Any]:
@@ -298,7 +308,7 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | 
     def export(bank: Bank, who: Who) -> StreamingResponse:
         return StreamingResponse(svc.as_caller(who).export_lines(bank=bank), media_type="application/x-ndjson")
 
-    @app.post("/import", openapi_extra={"requestBody": {"required": True, "content": {
+    @app.post("/import", response_model=None, responses=answer(ImportAnswer), openapi_extra={"requestBody": {"required": True, "content": {
         "application/x-ndjson": {"schema": {"type": "string"}}}}})
     async def import_(request: Request, who: Who,
                       on_conflict: Annotated[str, Query(pattern="^(error|skip|replace)$")] = "error") -> dict[str, Any]:
