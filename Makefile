@@ -2,7 +2,7 @@
 PG_CONFIG ?= $(shell .venv/bin/python -c "from rcll.cluster import embedded_bindir; print(embedded_bindir() / 'pg_config')" 2>/dev/null || echo pg_config)
 PY = .venv/bin/python
 
-.PHONY: run test bootstrap bootstrap-test pg15-leg browser node-client extension install lint bench bench-retain bench-recall bench-locomo
+.PHONY: run test bootstrap bootstrap-test pg15-leg browser node-client typescript-client typescript-types extension install lint bench bench-retain bench-recall bench-locomo
 
 run: bootstrap extension
 	.venv/bin/rcll serve
@@ -10,7 +10,7 @@ run: bootstrap extension
 # Two workers (pytest-xdist), whole files each: a test waiting on a server, a subprocess or the
 # database leaves the other core to the second worker. TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= 2
-test: bootstrap-test pg15-leg browser node-client extension
+test: bootstrap-test pg15-leg browser node-client typescript-client extension
 	.venv/bin/pytest -n $(TEST_WORKERS) --dist loadfile tests
 
 # node-postgres for tests/test_node_client.py (SQL recall from Node.js): installed once from the lock file.
@@ -18,6 +18,20 @@ node-client: tests/node/node_modules/.package-lock.json
 
 tests/node/node_modules/.package-lock.json: tests/node/package.json tests/node/package-lock.json
 	cd tests/node && npm ci --no-audit --no-fund --loglevel=error
+
+# The TypeScript client's dev dependencies (tsc, openapi-typescript, Node's types) for
+# tests/test_typescript_client.py: installed once from the lock file. The package itself has none.
+typescript-client: clients/typescript/node_modules/.package-lock.json
+
+clients/typescript/node_modules/.package-lock.json: clients/typescript/package.json clients/typescript/package-lock.json
+	cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error
+
+# After changing an HTTP endpoint: regenerate the client's types from the API's schema (the app's
+# /openapi.json, without a server); a test compares the committed file with a live server's.
+typescript-types: typescript-client
+	@schema=$$(mktemp --suffix=.json) && trap 'rm -f "$$schema"' EXIT && \
+	$(PY) -c "import json; from rcll.http import create_app; print(json.dumps(create_app('postgresql:///unused').openapi()))" > "$$schema" && \
+	cd clients/typescript && RCLL_SCHEMA="$$schema" npm run --silent generate
 
 bootstrap:
 	scripts/bootstrap
