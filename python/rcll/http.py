@@ -1,4 +1,6 @@
-"""HTTP API (OpenAPI at /openapi.json): retain, recall, rooms, tags, stats, state, export, import, health.
+"""HTTP API (OpenAPI at /openapi.json): retain, recall, rooms, tags, stats, state, export, import, health,
+and the destructive verbs: forget (POST /forget, DELETE /units|documents|threads/..., DELETE /state,
+DELETE /banks/{bank}), correct (PATCH /units/{id}), history, retention (GET and PUT /retention).
 
 Identity for the author axis comes from authentication only: a bearer token mapped to an agent
 (RCLL_TOKENS / RCLL_TOKENS_FILE, see rcll.auth). The token's scope decides what it reaches: a bank
@@ -13,16 +15,16 @@ import tempfile
 import time
 from collections.abc import Mapping
 from contextlib import asynccontextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any
 
 import psycopg
 import uvicorn
-from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, create_model
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -46,7 +48,7 @@ from rcll.memory import Memory, bounded_model_work, server_deadline_ms
 from rcll.request import ANNOTATIONS, MAX_DEADLINE_MS, PARAMETERS, RecallRequest
 from rcll.sqlsource import extension_version
 from rcll.upkeep import Upkeeper
-from rcll.validate import MAX_QUERY, max_import_line_bytes
+from rcll.validate import MAX_DURATION, MAX_QUERY, max_import_line_bytes
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 ARRIVED = "rcll.arrived"   # the ASGI scope key holding a request's arrival (time.perf_counter())
@@ -79,6 +81,16 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+def _not_a_flag(value: Any) -> Any:
+    if isinstance(value, bool):      # pydantic would read true as one second
+        raise ValueError("a time span is an ISO 8601 duration (P90D, PT12H) or a number of seconds, not true/false")
+    return value
+
+
+# A time span as every interface spells it: an ISO 8601 duration or a number of seconds (rcll.validate.duration_arg).
+Span = Annotated[timedelta, BeforeValidator(_not_a_flag), Field(gt=timedelta(0), le=MAX_DURATION)]
+
+
 class RetainRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     bank: str = Field(min_length=1, max_length=128, pattern=NAME)
@@ -91,6 +103,10 @@ class RetainRequest(BaseModel):
     hall: str | None = Field(default=None, max_length=512)
     layer: str | None = Field(default=None, pattern="^L[012]$")
     metadata: dict[str, Any] = Field(default_factory=dict)
+    expires_at: datetime | None = Field(default=None, description="when the document's units expire: recall "
+                                        "stops returning them at once, the periodic jobs forget them")
+    ttl: Span | None = Field(default=None, description=(
+        "time to live instead of expires_at: an ISO 8601 duration (P30D, PT12H) or a number of seconds"))
 
 
 class RetainResponse(BaseModel):
@@ -151,6 +167,113 @@ class StatePutResponse(BaseModel):
     version: int
 
 
+# -- forget, correct, retention ---------------------------------------------------------------------
+
+DRY_RUN = "true (the default): count what would go and change nothing; false: forget"
+PURGE = "after the commit, VACUUM the tables the forget touched (needs their owner; docs/forgetting.md)"
+REASON = "why (kept in the forget log; never put the forgotten text here)"
+TEXT = 512
+
+
+class ForgetRequest(BaseModel):
+    """POST /forget: selectors (several must all match), or everything = the bank's name."""
+
+    model_config = ConfigDict(extra="forbid")
+    bank: str = Field(min_length=1, max_length=128, pattern=NAME)
+    unit_ids: list[int] | None = Field(default=None, max_length=100_000, description="these units")
+    document_ids: list[int] | None = Field(default=None, max_length=100_000,
+                                           description="these documents, with every unit of theirs")
+    thread: str | None = Field(default=None, max_length=TEXT, description="every memory of this thread")
+    author: str | None = Field(default=None, max_length=TEXT, description="every memory this agent wrote")
+    tag: str | None = Field(default=None, max_length=TEXT, description="every memory with this tag")
+    room: str | None = Field(default=None, max_length=TEXT, description="every memory of this room (aliases followed)")
+    occurred_from: datetime | None = Field(default=None, description="[from, to) of when it happened (else said)")
+    occurred_to: datetime | None = None
+    retained_from: datetime | None = Field(default=None, description="[from, to) of when it was written")
+    retained_to: datetime | None = None
+    everything: str | None = Field(default=None, max_length=128, description=(
+        "the bank's name, to forget every memory of it (a selector that matches everything is refused otherwise)"))
+    dry_run: bool = Field(default=True, description=DRY_RUN)
+    reason: str | None = Field(default=None, max_length=1000, description=REASON)
+    purge: bool = Field(default=False, description=PURGE)
+
+
+class ForgetResponse(BaseModel):
+    dry_run: bool = Field(description="true: nothing changed, counts say what would go")
+    counts: dict[str, int] = Field(description="per kind: documents, units, embeddings, lexicon_rows, links, ...")
+    purged: list[str] = Field(description="the tables vacuumed after the commit (purge)")
+
+
+class CorrectRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    bank: str = Field(min_length=1, max_length=128, pattern=NAME)
+    text: str = Field(min_length=1, max_length=1 << 20, description="the unit's new text")
+    reason: str = Field(min_length=1, max_length=1000, description="why it is corrected (kept in its history)")
+
+
+class VersionBody(BaseModel):
+    version: int
+    text: str
+    current: bool
+    since: datetime | None
+    replaced_at: datetime | None
+    replaced_by: str | None
+    reason: str | None
+
+
+class HistoryResponse(BaseModel):
+    bank: str
+    unit_id: int
+    versions: list[VersionBody] = Field(description="the current version first")
+
+
+class RetentionPut(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    bank: str = Field(min_length=1, max_length=128, pattern=NAME)
+    keep: Span | None = Field(description=(
+        "how long after they were retained the units are kept: an ISO 8601 duration (P90D, PT12H) or a number "
+        "of seconds; null removes the policy"))
+    room: str | None = Field(default=None, max_length=TEXT, description="only this room's units (null: any)")
+    hall: str | None = Field(default=None, max_length=TEXT, description="only this hall's units (null: any)")
+    layer: str | None = Field(default=None, pattern="^L[012]$", description="only this layer's units (null: any)")
+
+
+class Policy(BaseModel):
+    room: str | None
+    hall: str | None
+    layer: str | None
+    keep: timedelta = Field(description="an ISO 8601 duration")
+    keep_seconds: float
+    units: int = Field(description="the units it covers")
+    expired: int = Field(description="of those, expired and awaiting the periodic sweep")
+    created_by: str | None
+    created_at: datetime | None
+
+
+class RetentionResponse(BaseModel):
+    bank: str
+    policies: list[Policy]
+
+
+class RetentionPutResponse(BaseModel):
+    bank: str
+    room: str | None
+    hall: str | None
+    layer: str | None
+    keep: timedelta | None
+    changed: int = Field(description="units whose expiry changed")
+
+
+_SPAN = TypeAdapter(timedelta)
+
+
+def policy(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row of rcll.retention_policies as JSON: keep as an ISO 8601 duration and in seconds."""
+    keep: timedelta = row["keep"]
+    return {**{k: row.get(k) for k in ("room", "hall", "layer", "units", "expired", "created_by", "created_at")},
+            "keep": _SPAN.dump_python(keep, mode="json"), "keep_seconds": keep.total_seconds()}
+
+
 def _caller(request: Request) -> Caller:
     """Who the bearer token authenticates: its agent and scope (rcll.auth). On a server without
     tokens, the anonymous caller: no agent, every bank, every verb."""
@@ -160,6 +283,10 @@ def _caller(request: Request) -> Caller:
 
 Who = Annotated[Caller, Depends(_caller)]
 Bank = Annotated[str, Query(min_length=1, max_length=128, pattern=NAME, description="bank name")]
+DryRun = Annotated[bool, Query(description=DRY_RUN)]
+Reason = Annotated[str | None, Query(max_length=1000, description=REASON)]
+Purge = Annotated[bool, Query(description=PURGE)]
+UnitId = Annotated[int, Path(ge=1, le=2**63 - 1, description="a unit id (recall's facts carry it)")]
 
 
 def _error_response(e: RcllError) -> JSONResponse:
@@ -209,7 +336,7 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | 
     app.state.memory = svc
     if rules.cors_origins:      # no CORS header at all unless the operator names origins
         app.add_middleware(CORSMiddleware, allow_origins=list(rules.cors_origins), allow_credentials=False,
-                           allow_methods=["GET", "POST", "PUT"], allow_headers=["authorization", "content-type"])
+                           allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"], allow_headers=["authorization", "content-type"])
     app.add_middleware(Guard, config=rules)    # before the body is read, before authentication
     app.add_middleware(_Arrival)
 
@@ -264,7 +391,7 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | 
         return svc.as_caller(who).retain(req.content, bank=req.bank, source=req.source,
                                         occurred_at=req.occurred_at, room=req.room, thread=req.thread,
                                         tags=req.tags, hall=req.hall, layer=req.layer, metadata=req.metadata,
-                                        via="http").as_dict()
+                                        via="http", expires_at=req.expires_at, ttl=req.ttl).as_dict()
 
     @app.post("/recall", response_model=None, responses=answer(RecallAnswer))
     def recall_endpoint(req: RecallBody, who: Who, request: Request) -> dict[str, Any]:
@@ -333,6 +460,85 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | 
             spool.seek(0)
             return (await run_in_threadpool(svc.as_caller(who).import_lines, spool,
                                             on_conflict=on_conflict)).as_dict()
+
+    # -- forget, correct, retention (docs/forgetting.md): the token needs the forget verb to forget,
+    # write to correct, admin to set a retention policy; a dry run unless dry_run is false.
+
+    @app.post("/forget", response_model=ForgetResponse)
+    def forget(req: ForgetRequest, who: Who) -> dict[str, Any]:
+        """Forget memories by selector (several must all match) and everything derived from them, in
+        one transaction. A dry run unless dry_run is false. No selector, a selector matching nothing, or
+        one matching every memory of the bank without everything is refused (RC007)."""
+        return svc.as_caller(who).forget(**req.model_dump()).as_dict()
+
+    @app.delete("/units/{unit_id}", response_model=ForgetResponse)
+    def forget_unit(unit_id: UnitId, bank: Bank, who: Who, dry_run: DryRun = True, reason: Reason = None,
+                    purge: Purge = False) -> dict[str, Any]:
+        """Forget one unit and what was derived from it (a dry run unless dry_run=false)."""
+        return svc.as_caller(who).forget(bank=bank, unit_ids=[unit_id], dry_run=dry_run, reason=reason,
+                                         purge=purge).as_dict()
+
+    @app.delete("/documents/{document_id}", response_model=ForgetResponse)
+    def forget_document(document_id: Annotated[int, Path(ge=1, le=2**63 - 1)], bank: Bank, who: Who,
+                        dry_run: DryRun = True, reason: Reason = None, purge: Purge = False) -> dict[str, Any]:
+        """Forget a document with every unit of it (a dry run unless dry_run=false)."""
+        return svc.as_caller(who).forget(bank=bank, document_ids=[document_id], dry_run=dry_run, reason=reason,
+                                         purge=purge).as_dict()
+
+    @app.delete("/threads/{thread:path}", response_model=ForgetResponse)
+    def forget_thread(thread: Annotated[str, Path(min_length=1, max_length=TEXT)], bank: Bank, who: Who,
+                      dry_run: DryRun = True, reason: Reason = None, purge: Purge = False) -> dict[str, Any]:
+        """Forget every memory of a thread (URL-encode the name; a dry run unless dry_run=false)."""
+        return svc.as_caller(who).forget(bank=bank, thread=thread, dry_run=dry_run, reason=reason,
+                                         purge=purge).as_dict()
+
+    @app.delete("/banks/{bank}", response_model=ForgetResponse)
+    def drop_bank(bank: Annotated[str, Path(min_length=1, max_length=128, pattern=NAME)], who: Who,
+                  confirm: Annotated[str, Query(min_length=1, max_length=128, description="the bank's name again")],
+                  dry_run: DryRun = True, reason: Reason = None, purge: Purge = False) -> dict[str, Any]:
+        """Drop a whole bank and every row of it (needs the forget and admin verbs; confirm repeats
+        the name; a dry run unless dry_run=false)."""
+        return svc.as_caller(who).drop_bank(bank, confirm=confirm, dry_run=dry_run, reason=reason,
+                                            purge=purge).as_dict()
+
+    @app.delete("/state", response_model=ForgetResponse)
+    def forget_state(bank: Bank, room: Annotated[str, Query(min_length=1, max_length=TEXT)], who: Who,
+                     key: Annotated[str | None, Query(min_length=1, max_length=TEXT)] = None,
+                     all_keys: Annotated[bool, Query(description="every key of the room (instead of key)")] = False,
+                     dry_run: DryRun = True, reason: Reason = None) -> dict[str, Any]:
+        """Forget a room's keyed state with every version: one key, or all_keys=true (a dry run
+        unless dry_run=false)."""
+        return svc.as_caller(who).forget_state(room, key, all_keys=all_keys, bank=bank, dry_run=dry_run,
+                                               reason=reason).as_dict()
+
+    @app.patch("/units/{unit_id}", response_model=HistoryResponse)
+    def correct(unit_id: UnitId, req: CorrectRequest, who: Who) -> dict[str, Any]:
+        """Replace a unit's text with a reason (the write verb): recall returns the new text at once;
+        the old one stays in the unit's history until the unit is forgotten."""
+        versions = svc.as_caller(who).correct(unit_id, req.text, reason=req.reason, bank=req.bank)
+        return {"bank": req.bank, "unit_id": unit_id, "versions": [v.as_dict() for v in versions]}
+
+    @app.get("/units/{unit_id}/history", response_model=HistoryResponse)
+    def history(unit_id: UnitId, bank: Bank, who: Who) -> dict[str, Any]:
+        """Every version of a unit's text, the current one first, with who corrected it, when and why."""
+        versions = svc.as_caller(who).history(unit_id, bank=bank)
+        if not versions:
+            raise RcllError("unit_id", f"no unit {unit_id} in bank {bank!r}",
+                            "unit ids come from retain and recall; a forgotten unit has no history", code=Code.NOT_FOUND)
+        return {"bank": bank, "unit_id": unit_id, "versions": [v.as_dict() for v in versions]}
+
+    @app.get("/retention", response_model=RetentionResponse)
+    def retention(bank: Bank, who: Who) -> dict[str, Any]:
+        """The bank's retention policies, each with the units it covers and how many have expired."""
+        return {"bank": bank, "policies": [policy(p) for p in svc.as_caller(who).retention(bank=bank)]}
+
+    @app.put("/retention", response_model=RetentionPutResponse)
+    def set_retention(req: RetentionPut, who: Who) -> dict[str, Any]:
+        """Keep a bank's units (or one room's, hall's and/or layer's) for `keep` after they were
+        retained; keep null removes that policy. Existing units follow at once. Needs admin."""
+        changed = svc.as_caller(who).set_retention(req.keep, room=req.room, hall=req.hall, layer=req.layer,
+                                                   bank=req.bank)
+        return {**req.model_dump(), "changed": changed}
 
     app.include_router(console_router(svc))    # the console at /, and the endpoints it browses with
     return app

@@ -10,7 +10,8 @@ The guard, in front of everything else (before the body is read and before authe
   produce), and the names in RCLL_ALLOWED_HOSTS (a proxy's public names; * for any). Else 421.
 - State-changing methods (POST, PUT, PATCH, DELETE): the body must be declared JSON or NDJSON
   (a type a page can send cross-origin only after a CORS preflight this server does not answer),
-  else 415; and the request must not come from another origin: an Origin that is not the Host's
+  else 415 - save a DELETE without a body, which declares nothing (DELETE is always preflighted);
+  and the request must not come from another origin: an Origin that is not the Host's
   own, one of RCLL_ALLOWED_HOSTS's names or one of RCLL_CORS_ORIGINS, or a Sec-Fetch-Site of
   cross-site / same-site, is refused with 403 - with a token or without.
 - Body size: at most RCLL_MAX_BODY_BYTES (POST /import: RCLL_MAX_IMPORT_BYTES), refused with 413
@@ -198,7 +199,11 @@ class Guard:
             return
         if method not in SAFE_METHODS:
             ctype = headers.get("content-type", "").split(";", 1)[0].strip().lower()
-            if ctype not in BODY_TYPES:
+            # A DELETE without a body may omit the type: a page can send DELETE elsewhere only after
+            # a CORS preflight, and there is no body whose type could smuggle a form in.
+            bodiless_delete = (method == "DELETE" and length in (None, "0") and "transfer-encoding" not in headers
+                               and not ctype)
+            if ctype not in BODY_TYPES and not bodiless_delete:
                 await _refuse(send, 415, "content-type",
                               f"a {method} body must be declared application/json (application/x-ndjson for "
                               f"/import), not {ctype or 'nothing'!r}",

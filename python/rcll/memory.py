@@ -820,13 +820,15 @@ class Memory:
             with self._tx() as conn:
                 conn.execute("SELECT rcll.correct(bank => %s, unit_id => %s, text => %s, embedding => %s, reason => %s)",
                              (b, uid, new, embedding, why))
-        return self.history(int(uid or 0), bank=b)
+        # The write verb was checked: the history of what one just wrote needs no read verb besides.
+        return self._history(b, int(uid or 0))
 
     @retried_once
     def history(self, unit_id: int, *, bank: str | None = None) -> list[Version]:
         """Every version of a unit's text, the current one first (rcll.unit_history)."""
-        b = self._bank(bank)
-        uid = int_arg(unit_id, "unit_id", 1, 2**63 - 1)
+        return self._history(self._bank(bank), int_arg(unit_id, "unit_id", 1, 2**63 - 1) or 0)
+
+    def _history(self, b: str, uid: int) -> list[Version]:
         with self._tx(b) as conn, conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute("SELECT * FROM rcll.unit_history(bank => %s, unit_id => %s)", (b, uid)).fetchall()
         return [Version(**r) for r in rows]

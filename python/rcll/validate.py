@@ -7,10 +7,11 @@ anything reaches the database; HTTP's schema checks shapes first, these check wh
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from rcll.errors import RcllError
@@ -190,6 +191,36 @@ def time_arg(value: Any, field: str) -> datetime | None:
     if dt is not None and not 1 <= dt.year <= 9999:
         raise RcllError(field, "year out of range")
     return dt
+
+
+MAX_DURATION = timedelta(days=365_000)     # keeps now() + a span a timestamp both Python and PostgreSQL hold
+
+
+def duration_arg(value: Any, field: str) -> timedelta | None:
+    """An optional positive time span: a timedelta, a number of seconds, or an ISO 8601 duration
+    (P90D, PT12H, P1DT30M) - the one spelling every interface accepts for a ttl or a retention."""
+    if value is None:
+        return None
+    hint = "an ISO 8601 duration (P90D, PT12H) or a number of seconds"
+    if isinstance(value, bool):
+        raise RcllError(field, "must be a time span, not true or false", hint)
+    if isinstance(value, str):
+        text_arg(value, field)
+        with contextlib.suppress(ValueError):      # "3600": seconds; anything else: a duration
+            value = float(value)
+    if isinstance(value, (int, float)) and not math.isfinite(value):
+        raise RcllError(field, "must be a finite number of seconds", hint)
+    from pydantic import TypeAdapter, ValidationError  # deferred: only durations need pydantic's parser
+
+    try:
+        span = TypeAdapter(timedelta).validate_python(value)
+    except (ValidationError, OverflowError) as e:
+        raise RcllError(field, f"{value!r} is not a time span", hint) from e
+    if span <= timedelta(0):
+        raise RcllError(field, "must be a positive time span", hint)
+    if span > MAX_DURATION:
+        raise RcllError(field, "is over the limit of 1000 years", hint)
+    return span
 
 
 def json_arg(value: Any, field: str, depth: int = 0) -> Any:
