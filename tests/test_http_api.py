@@ -170,8 +170,8 @@ def test_every_answer_is_what_openapi_documents(client: TestClient) -> None:
     doc = _closed(client.get("/openapi.json").json())
     checked: set[tuple[str, str]] = set()
 
-    def check(method: str, path: str, **kw: Any) -> Any:
-        r = client.request(method.upper(), path, **({"headers": h(ALICE)} | kw))
+    def check(method: str, path: str, url: str | None = None, **kw: Any) -> Any:
+        r = client.request(method.upper(), url or path, **({"headers": h(ALICE)} | kw))
         assert r.status_code == 200, (path, r.text)
         schema = doc["paths"][path][method]["responses"]["200"]["content"]["application/json"]["schema"]
         jsonschema.validate(r.json(), {**doc, **schema})
@@ -180,7 +180,9 @@ def test_every_answer_is_what_openapi_documents(client: TestClient) -> None:
 
     check("post", "/retain", json={"bank": "b", "content": "The canary runs for an hour before a full rollout.",
                                    "room": "deployment", "tags": ["ops"], "occurred_at": "2026-02-01T09:00:00Z"})
-    check("post", "/retain", json={"bank": "b", "content": "Rollbacks are automatic when the error rate doubles."})
+    kept = check("post", "/retain", json={"bank": "b", "content": "Rollbacks are automatic when the error rate doubles.",
+                                          "thread": "t", "ttl": "P30D"})
+    unit = kept["unit_ids"][0]
     assert check("post", "/recall", json={"bank": "b", "query": "how long does the canary run?"})["facts"]
     explained = check("post", "/recall", json={"bank": "b", "query": "canary rollout", "explain": True, "budget": 12})
     assert explained["cut"] and explained["ranks"], explained
@@ -192,6 +194,17 @@ def test_every_answer_is_what_openapi_documents(client: TestClient) -> None:
     check("get", "/state", params={"bank": "b", "room": "deployment", "key": "k"})
     check("get", "/health")
     check("get", "/health", headers={})          # no token: {"status": "alive"} alone
+    check("post", "/forget", json={"bank": "b", "thread": "t"})                       # dry runs, all of them
+    check("delete", "/state", params={"bank": "b", "room": "deployment", "key": "k"})
+    check("delete", "/units/{unit_id}", f"/units/{unit}", params={"bank": "b"})
+    check("delete", "/documents/{document_id}", f"/documents/{kept['document_id']}", params={"bank": "b"})
+    check("delete", "/threads/{thread}", "/threads/t", params={"bank": "b"})
+    check("patch", "/units/{unit_id}", f"/units/{unit}", json={"bank": "b", "text": "Rollbacks are automatic.",
+                                                                "reason": "shorter"})
+    check("get", "/units/{unit_id}/history", f"/units/{unit}/history", params={"bank": "b"})
+    check("put", "/retention", json={"bank": "b", "keep": "P90D", "room": "deployment"})
+    check("get", "/retention", params={"bank": "b"})
+    check("delete", "/banks/{bank}", "/banks/b", params={"confirm": "b"})
     stream = client.get("/export", params={"bank": "b"}, headers=h(ALICE)).content
     check("post", "/import", params={"on_conflict": "skip"}, content=stream, headers=h(ALICE) | NDJSON)
     verbs = {**BODY_VERBS, **QUERY_VERBS, ("post", "/import"): set(), ("get", "/health"): set()}

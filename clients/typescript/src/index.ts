@@ -44,6 +44,21 @@ export type Stats = ResponseOf<"/stats", "get">;
 export type State = ResponseOf<"/state", "get">;
 export type ImportSummary = ResponseOf<"/import", "post">;
 
+/** POST /forget: selectors (several must all match) or everything = the bank's name; dry_run defaults to true. */
+export type ForgetRequest = components["schemas"]["ForgetRequest"];
+/** What a forget removed, or on a dry run would remove, counted per kind. */
+export type Forgotten = components["schemas"]["ForgetResponse"];
+/** The options of the DELETE verbs: the bank, dry_run (default true: count, change nothing), reason, purge. */
+export type ForgetOptions = QueryOf<"/units/{unit_id}", "delete">;
+export type DropBankOptions = QueryOf<"/banks/{bank}", "delete">;
+export type ForgetStateOptions = QueryOf<"/state", "delete">;
+export type CorrectRequest = components["schemas"]["CorrectRequest"];
+/** A unit's versions, the current one first. */
+export type History = components["schemas"]["HistoryResponse"];
+export type RetentionPut = components["schemas"]["RetentionPut"];
+export type Retention = ResponseOf<"/retention", "get">;
+export type RetentionPutResponse = ResponseOf<"/retention", "put">;
+
 export interface ClientOptions {
   /** Where `rcll serve` listens (default http://127.0.0.1:8765). */
   baseUrl?: string | undefined;
@@ -155,6 +170,73 @@ export class Rcll {
   importBank(body: ImportBody, query: ImportOptions = {}, options?: CallOptions): Promise<ImportSummary> {
     return this.#json({ method: "POST", path: "/import", query, body, contentType: "application/x-ndjson",
                         signal: options?.signal });
+  }
+
+  // -- forgetting and correcting (docs/forgetting.md): every forget is a dry run unless dry_run is false.
+
+  /**
+   * Forget memories by selector (unit_ids, document_ids, thread, author, tag, room, time ranges; several
+   * must all match) with everything derived from them, in one transaction. A dry run unless
+   * `dry_run: false`; no selector, one matching nothing, or one matching the whole bank without
+   * `everything` is refused (RC007). The token needs the forget verb.
+   */
+  forget(request: ForgetRequest, options?: CallOptions): Promise<Forgotten> {
+    return this.#json({ method: "POST", path: "/forget", json: request, signal: options?.signal });
+  }
+
+  /** Forget one unit (a fact recall returned: `unit_id`); a dry run unless `dry_run: false`. */
+  forgetUnit(unitId: number, query: ForgetOptions, options?: CallOptions): Promise<Forgotten> {
+    return this.#json({ method: "DELETE", path: `/units/${unitId}`, query, signal: options?.signal });
+  }
+
+  /** Forget a document (retain's `document_id`) with every unit of it; a dry run unless `dry_run: false`. */
+  forgetDocument(documentId: number, query: ForgetOptions, options?: CallOptions): Promise<Forgotten> {
+    return this.#json({ method: "DELETE", path: `/documents/${documentId}`, query, signal: options?.signal });
+  }
+
+  /** Forget every memory of a thread; a dry run unless `dry_run: false`. */
+  forgetThread(thread: string, query: ForgetOptions, options?: CallOptions): Promise<Forgotten> {
+    return this.#json({ method: "DELETE", path: `/threads/${encodeURIComponent(thread)}`, query,
+                        signal: options?.signal });
+  }
+
+  /**
+   * Drop a whole bank and every row of it: `confirm` repeats its name; the token needs the forget and
+   * admin verbs. A dry run unless `dry_run: false`.
+   */
+  dropBank(bank: string, query: DropBankOptions, options?: CallOptions): Promise<Forgotten> {
+    return this.#json({ method: "DELETE", path: `/banks/${encodeURIComponent(bank)}`, query, signal: options?.signal });
+  }
+
+  /** Forget a room's keyed state with every version: one `key`, or `all_keys: true`; a dry run unless `dry_run: false`. */
+  forgetState(query: ForgetStateOptions, options?: CallOptions): Promise<Forgotten> {
+    return this.#json({ method: "DELETE", path: "/state", query, signal: options?.signal });
+  }
+
+  /**
+   * Replace a unit's text, with a reason (the write verb): recall returns the new text at once, the
+   * old one stays in the unit's history. Answers the history, the new version first.
+   */
+  correct(unitId: number, request: CorrectRequest, options?: CallOptions): Promise<History> {
+    return this.#json({ method: "PATCH", path: `/units/${unitId}`, json: request, signal: options?.signal });
+  }
+
+  /** Every version of a unit's text, the current one first, with who corrected it, when and why. */
+  history(unitId: number, query: QueryOf<"/units/{unit_id}/history", "get">, options?: CallOptions): Promise<History> {
+    return this.#json({ method: "GET", path: `/units/${unitId}/history`, query, signal: options?.signal });
+  }
+
+  /** A bank's retention policies, each with the units it covers and how many have expired. */
+  retention(query: QueryOf<"/retention", "get">, options?: CallOptions): Promise<Retention> {
+    return this.#json({ method: "GET", path: "/retention", query, signal: options?.signal });
+  }
+
+  /**
+   * Keep a bank's units (or one room's, hall's and/or layer's) for `keep` (an ISO 8601 duration such
+   * as "P90D") after they were retained; `keep: null` removes the policy. Needs the admin verb.
+   */
+  putRetention(request: RetentionPut, options?: CallOptions): Promise<RetentionPutResponse> {
+    return this.#json({ method: "PUT", path: "/retention", json: request, signal: options?.signal });
   }
 
   async #json<T>(call: Call): Promise<T> {

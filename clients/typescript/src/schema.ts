@@ -122,7 +122,12 @@ export interface paths {
         /** State Put */
         put: operations["state_put_state_put"];
         post?: never;
-        delete?: never;
+        /**
+         * Forget State
+         * @description Forget a room's keyed state with every version: one key, or all_keys=true (a dry run
+         *     unless dry_run=false).
+         */
+        delete: operations["forget_state_state_delete"];
         options?: never;
         head?: never;
         patch?: never;
@@ -156,6 +161,159 @@ export interface paths {
         put?: never;
         /** Import */
         post: operations["import__import_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/forget": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Forget
+         * @description Forget memories by selector (several must all match) and everything derived from them, in
+         *     one transaction. A dry run unless dry_run is false. No selector, a selector matching nothing, or
+         *     one matching every memory of the bank without everything is refused (RC007).
+         */
+        post: operations["forget_forget_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/units/{unit_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Forget Unit
+         * @description Forget one unit and what was derived from it (a dry run unless dry_run=false).
+         */
+        delete: operations["forget_unit_units__unit_id__delete"];
+        options?: never;
+        head?: never;
+        /**
+         * Correct
+         * @description Replace a unit's text with a reason (the write verb): recall returns the new text at once;
+         *     the old one stays in the unit's history until the unit is forgotten.
+         */
+        patch: operations["correct_units__unit_id__patch"];
+        trace?: never;
+    };
+    "/documents/{document_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Forget Document
+         * @description Forget a document with every unit of it (a dry run unless dry_run=false).
+         */
+        delete: operations["forget_document_documents__document_id__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/threads/{thread}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Forget Thread
+         * @description Forget every memory of a thread (URL-encode the name; a dry run unless dry_run=false).
+         */
+        delete: operations["forget_thread_threads__thread__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/banks/{bank}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Drop Bank
+         * @description Drop a whole bank and every row of it (needs the forget and admin verbs; confirm repeats
+         *     the name; a dry run unless dry_run=false).
+         */
+        delete: operations["drop_bank_banks__bank__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/units/{unit_id}/history": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * History
+         * @description Every version of a unit's text, the current one first, with who corrected it, when and why.
+         */
+        get: operations["history_units__unit_id__history_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/retention": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Retention
+         * @description The bank's retention policies, each with the units it covers and how many have expired.
+         */
+        get: operations["retention_retention_get"];
+        /**
+         * Set Retention
+         * @description Keep a bank's units (or one room's, hall's and/or layer's) for `keep` after they were
+         *     retained; keep null removes that policy. Existing units follow at once. Needs admin.
+         */
+        put: operations["set_retention_retention_put"];
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -329,6 +487,21 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** CorrectRequest */
+        CorrectRequest: {
+            /** Bank */
+            bank: string;
+            /**
+             * Text
+             * @description the unit's new text
+             */
+            text: string;
+            /**
+             * Reason
+             * @description why it is corrected (kept in its history)
+             */
+            reason: string;
+        };
         /** CutFact */
         CutFact: {
             /** Unit Id */
@@ -464,6 +637,100 @@ export interface components {
             /** Tokens */
             tokens: number;
         };
+        /**
+         * ForgetRequest
+         * @description POST /forget: selectors (several must all match), or everything = the bank's name.
+         */
+        ForgetRequest: {
+            /** Bank */
+            bank: string;
+            /**
+             * Unit Ids
+             * @description these units
+             */
+            unit_ids?: number[] | null;
+            /**
+             * Document Ids
+             * @description these documents, with every unit of theirs
+             */
+            document_ids?: number[] | null;
+            /**
+             * Thread
+             * @description every memory of this thread
+             */
+            thread?: string | null;
+            /**
+             * Author
+             * @description every memory this agent wrote
+             */
+            author?: string | null;
+            /**
+             * Tag
+             * @description every memory with this tag
+             */
+            tag?: string | null;
+            /**
+             * Room
+             * @description every memory of this room (aliases followed)
+             */
+            room?: string | null;
+            /**
+             * Occurred From
+             * @description [from, to) of when it happened (else said)
+             */
+            occurred_from?: string | null;
+            /** Occurred To */
+            occurred_to?: string | null;
+            /**
+             * Retained From
+             * @description [from, to) of when it was written
+             */
+            retained_from?: string | null;
+            /** Retained To */
+            retained_to?: string | null;
+            /**
+             * Everything
+             * @description the bank's name, to forget every memory of it (a selector that matches everything is refused otherwise)
+             */
+            everything?: string | null;
+            /**
+             * Dry Run
+             * @description true (the default): count what would go and change nothing; false: forget
+             * @default true
+             */
+            dry_run?: boolean;
+            /**
+             * Reason
+             * @description why (kept in the forget log; never put the forgotten text here)
+             */
+            reason?: string | null;
+            /**
+             * Purge
+             * @description after the commit, VACUUM the tables the forget touched (needs their owner; docs/forgetting.md)
+             * @default false
+             */
+            purge?: boolean;
+        };
+        /** ForgetResponse */
+        ForgetResponse: {
+            /**
+             * Dry Run
+             * @description true: nothing changed, counts say what would go
+             */
+            dry_run: boolean;
+            /**
+             * Counts
+             * @description per kind: documents, units, embeddings, lexicon_rows, links, ...
+             */
+            counts: {
+                [key: string]: number;
+            };
+            /**
+             * Purged
+             * @description the tables vacuumed after the commit (purge)
+             */
+            purged: string[];
+        };
         /** HealthAnswer */
         HealthAnswer: {
             /**
@@ -478,6 +745,18 @@ export interface components {
             /** Read Only */
             read_only?: boolean | null;
             upkeep?: components["schemas"]["UpkeepAnswer"] | null;
+        };
+        /** HistoryResponse */
+        HistoryResponse: {
+            /** Bank */
+            bank: string;
+            /** Unit Id */
+            unit_id: number;
+            /**
+             * Versions
+             * @description the current version first
+             */
+            versions: components["schemas"]["VersionBody"][];
         };
         /** ImportSummary */
         ImportSummary: {
@@ -495,6 +774,37 @@ export interface components {
             not_imported: {
                 [key: string]: number;
             };
+        };
+        /** Policy */
+        Policy: {
+            /** Room */
+            room: string | null;
+            /** Hall */
+            hall: string | null;
+            /** Layer */
+            layer: string | null;
+            /**
+             * Keep
+             * Format: duration
+             * @description an ISO 8601 duration
+             */
+            keep: string;
+            /** Keep Seconds */
+            keep_seconds: number;
+            /**
+             * Units
+             * @description the units it covers
+             */
+            units: number;
+            /**
+             * Expired
+             * @description of those, expired and awaiting the periodic sweep
+             */
+            expired: number;
+            /** Created By */
+            created_by: string | null;
+            /** Created At */
+            created_at: string | null;
         };
         /** RecallAnswer */
         RecallAnswer: {
@@ -719,6 +1029,16 @@ export interface components {
             metadata?: {
                 [key: string]: unknown;
             };
+            /**
+             * Expires At
+             * @description when the document's units expire: recall stops returning them at once, the periodic jobs forget them
+             */
+            expires_at?: string | null;
+            /**
+             * Ttl
+             * @description time to live instead of expires_at: an ISO 8601 duration (P30D, PT12H) or a number of seconds
+             */
+            ttl?: string | null;
         };
         /** RetainResponse */
         RetainResponse: {
@@ -730,6 +1050,56 @@ export interface components {
             created: boolean;
             /** Mode */
             mode: string;
+        };
+        /** RetentionPut */
+        RetentionPut: {
+            /** Bank */
+            bank: string;
+            /**
+             * Keep
+             * @description how long after they were retained the units are kept: an ISO 8601 duration (P90D, PT12H) or a number of seconds; null removes the policy
+             */
+            keep: string | null;
+            /**
+             * Room
+             * @description only this room's units (null: any)
+             */
+            room?: string | null;
+            /**
+             * Hall
+             * @description only this hall's units (null: any)
+             */
+            hall?: string | null;
+            /**
+             * Layer
+             * @description only this layer's units (null: any)
+             */
+            layer?: string | null;
+        };
+        /** RetentionPutResponse */
+        RetentionPutResponse: {
+            /** Bank */
+            bank: string;
+            /** Room */
+            room: string | null;
+            /** Hall */
+            hall: string | null;
+            /** Layer */
+            layer: string | null;
+            /** Keep */
+            keep: string | null;
+            /**
+             * Changed
+             * @description units whose expiry changed
+             */
+            changed: number;
+        };
+        /** RetentionResponse */
+        RetentionResponse: {
+            /** Bank */
+            bank: string;
+            /** Policies */
+            policies: components["schemas"]["Policy"][];
         };
         /** Room */
         Room: {
@@ -900,6 +1270,23 @@ export interface components {
             last_run?: string | null;
             /** Last Error */
             last_error?: string | null;
+        };
+        /** VersionBody */
+        VersionBody: {
+            /** Version */
+            version: number;
+            /** Text */
+            text: string;
+            /** Current */
+            current: boolean;
+            /** Since */
+            since: string | null;
+            /** Replaced At */
+            replaced_at: string | null;
+            /** Replaced By */
+            replaced_by: string | null;
+            /** Reason */
+            reason: string | null;
         };
     };
     responses: never;
@@ -1532,6 +1919,91 @@ export interface operations {
             };
         };
     };
+    forget_state_state_delete: {
+        parameters: {
+            query: {
+                /** @description bank name */
+                bank: string;
+                room: string;
+                key?: string | null;
+                /** @description every key of the room (instead of key) */
+                all_keys?: boolean;
+                /** @description true (the default): count what would go and change nothing; false: forget */
+                dry_run?: boolean;
+                /** @description why (kept in the forget log; never put the forgotten text here) */
+                reason?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ForgetResponse"];
+                };
+            };
+            /** @description RC009 missing, malformed or unknown bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC006 not permitted: the token's scope, a grant, the verb, or a read-only server */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC002 unknown bank (or a bank outside the token's scope: the same answer); RC003 not found: a unit, document, state key, room, proposal or role */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC004 already exists, or conflicts with what is there; RC005 version conflict: someone wrote since you read (compare-and-set) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC001 invalid input: a field's value is wrong; RC007 refused as too broad: a destructive verb with no scope; RC008 invalid import stream: a bad line, header, trailer or reference */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC010 unavailable: the server is busy, or the database is out of reach or not installed (retry after Retry-After, or as the hint says) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     export_export_get: {
         parameters: {
             query: {
@@ -1632,6 +2104,741 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ImportSummary"];
+                };
+            };
+            /** @description RC009 missing, malformed or unknown bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC006 not permitted: the token's scope, a grant, the verb, or a read-only server */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC002 unknown bank (or a bank outside the token's scope: the same answer); RC003 not found: a unit, document, state key, room, proposal or role */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC004 already exists, or conflicts with what is there; RC005 version conflict: someone wrote since you read (compare-and-set) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC001 invalid input: a field's value is wrong; RC007 refused as too broad: a destructive verb with no scope; RC008 invalid import stream: a bad line, header, trailer or reference */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC010 unavailable: the server is busy, or the database is out of reach or not installed (retry after Retry-After, or as the hint says) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    forget_forget_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ForgetRequest"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ForgetResponse"];
+                };
+            };
+            /** @description RC009 missing, malformed or unknown bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC006 not permitted: the token's scope, a grant, the verb, or a read-only server */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC002 unknown bank (or a bank outside the token's scope: the same answer); RC003 not found: a unit, document, state key, room, proposal or role */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC004 already exists, or conflicts with what is there; RC005 version conflict: someone wrote since you read (compare-and-set) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC001 invalid input: a field's value is wrong; RC007 refused as too broad: a destructive verb with no scope; RC008 invalid import stream: a bad line, header, trailer or reference */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC010 unavailable: the server is busy, or the database is out of reach or not installed (retry after Retry-After, or as the hint says) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    forget_unit_units__unit_id__delete: {
+        parameters: {
+            query: {
+                /** @description bank name */
+                bank: string;
+                /** @description true (the default): count what would go and change nothing; false: forget */
+                dry_run?: boolean;
+                /** @description why (kept in the forget log; never put the forgotten text here) */
+                reason?: string | null;
+                /** @description after the commit, VACUUM the tables the forget touched (needs their owner; docs/forgetting.md) */
+                purge?: boolean;
+            };
+            header?: never;
+            path: {
+                /** @description a unit id (recall's facts carry it) */
+                unit_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ForgetResponse"];
+                };
+            };
+            /** @description RC009 missing, malformed or unknown bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC006 not permitted: the token's scope, a grant, the verb, or a read-only server */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC002 unknown bank (or a bank outside the token's scope: the same answer); RC003 not found: a unit, document, state key, room, proposal or role */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC004 already exists, or conflicts with what is there; RC005 version conflict: someone wrote since you read (compare-and-set) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC001 invalid input: a field's value is wrong; RC007 refused as too broad: a destructive verb with no scope; RC008 invalid import stream: a bad line, header, trailer or reference */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC010 unavailable: the server is busy, or the database is out of reach or not installed (retry after Retry-After, or as the hint says) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    correct_units__unit_id__patch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description a unit id (recall's facts carry it) */
+                unit_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CorrectRequest"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HistoryResponse"];
+                };
+            };
+            /** @description RC009 missing, malformed or unknown bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC006 not permitted: the token's scope, a grant, the verb, or a read-only server */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC002 unknown bank (or a bank outside the token's scope: the same answer); RC003 not found: a unit, document, state key, room, proposal or role */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC004 already exists, or conflicts with what is there; RC005 version conflict: someone wrote since you read (compare-and-set) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC001 invalid input: a field's value is wrong; RC007 refused as too broad: a destructive verb with no scope; RC008 invalid import stream: a bad line, header, trailer or reference */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC010 unavailable: the server is busy, or the database is out of reach or not installed (retry after Retry-After, or as the hint says) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    forget_document_documents__document_id__delete: {
+        parameters: {
+            query: {
+                /** @description bank name */
+                bank: string;
+                /** @description true (the default): count what would go and change nothing; false: forget */
+                dry_run?: boolean;
+                /** @description why (kept in the forget log; never put the forgotten text here) */
+                reason?: string | null;
+                /** @description after the commit, VACUUM the tables the forget touched (needs their owner; docs/forgetting.md) */
+                purge?: boolean;
+            };
+            header?: never;
+            path: {
+                document_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ForgetResponse"];
+                };
+            };
+            /** @description RC009 missing, malformed or unknown bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC006 not permitted: the token's scope, a grant, the verb, or a read-only server */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC002 unknown bank (or a bank outside the token's scope: the same answer); RC003 not found: a unit, document, state key, room, proposal or role */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC004 already exists, or conflicts with what is there; RC005 version conflict: someone wrote since you read (compare-and-set) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC001 invalid input: a field's value is wrong; RC007 refused as too broad: a destructive verb with no scope; RC008 invalid import stream: a bad line, header, trailer or reference */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC010 unavailable: the server is busy, or the database is out of reach or not installed (retry after Retry-After, or as the hint says) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    forget_thread_threads__thread__delete: {
+        parameters: {
+            query: {
+                /** @description bank name */
+                bank: string;
+                /** @description true (the default): count what would go and change nothing; false: forget */
+                dry_run?: boolean;
+                /** @description why (kept in the forget log; never put the forgotten text here) */
+                reason?: string | null;
+                /** @description after the commit, VACUUM the tables the forget touched (needs their owner; docs/forgetting.md) */
+                purge?: boolean;
+            };
+            header?: never;
+            path: {
+                thread: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ForgetResponse"];
+                };
+            };
+            /** @description RC009 missing, malformed or unknown bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC006 not permitted: the token's scope, a grant, the verb, or a read-only server */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC002 unknown bank (or a bank outside the token's scope: the same answer); RC003 not found: a unit, document, state key, room, proposal or role */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC004 already exists, or conflicts with what is there; RC005 version conflict: someone wrote since you read (compare-and-set) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC001 invalid input: a field's value is wrong; RC007 refused as too broad: a destructive verb with no scope; RC008 invalid import stream: a bad line, header, trailer or reference */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC010 unavailable: the server is busy, or the database is out of reach or not installed (retry after Retry-After, or as the hint says) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    drop_bank_banks__bank__delete: {
+        parameters: {
+            query: {
+                /** @description the bank's name again */
+                confirm: string;
+                /** @description true (the default): count what would go and change nothing; false: forget */
+                dry_run?: boolean;
+                /** @description why (kept in the forget log; never put the forgotten text here) */
+                reason?: string | null;
+                /** @description after the commit, VACUUM the tables the forget touched (needs their owner; docs/forgetting.md) */
+                purge?: boolean;
+            };
+            header?: never;
+            path: {
+                bank: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ForgetResponse"];
+                };
+            };
+            /** @description RC009 missing, malformed or unknown bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC006 not permitted: the token's scope, a grant, the verb, or a read-only server */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC002 unknown bank (or a bank outside the token's scope: the same answer); RC003 not found: a unit, document, state key, room, proposal or role */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC004 already exists, or conflicts with what is there; RC005 version conflict: someone wrote since you read (compare-and-set) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC001 invalid input: a field's value is wrong; RC007 refused as too broad: a destructive verb with no scope; RC008 invalid import stream: a bad line, header, trailer or reference */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC010 unavailable: the server is busy, or the database is out of reach or not installed (retry after Retry-After, or as the hint says) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    history_units__unit_id__history_get: {
+        parameters: {
+            query: {
+                /** @description bank name */
+                bank: string;
+            };
+            header?: never;
+            path: {
+                /** @description a unit id (recall's facts carry it) */
+                unit_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HistoryResponse"];
+                };
+            };
+            /** @description RC009 missing, malformed or unknown bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC006 not permitted: the token's scope, a grant, the verb, or a read-only server */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC002 unknown bank (or a bank outside the token's scope: the same answer); RC003 not found: a unit, document, state key, room, proposal or role */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC004 already exists, or conflicts with what is there; RC005 version conflict: someone wrote since you read (compare-and-set) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC001 invalid input: a field's value is wrong; RC007 refused as too broad: a destructive verb with no scope; RC008 invalid import stream: a bad line, header, trailer or reference */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC010 unavailable: the server is busy, or the database is out of reach or not installed (retry after Retry-After, or as the hint says) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    retention_retention_get: {
+        parameters: {
+            query: {
+                /** @description bank name */
+                bank: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RetentionResponse"];
+                };
+            };
+            /** @description RC009 missing, malformed or unknown bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC006 not permitted: the token's scope, a grant, the verb, or a read-only server */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC002 unknown bank (or a bank outside the token's scope: the same answer); RC003 not found: a unit, document, state key, room, proposal or role */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC004 already exists, or conflicts with what is there; RC005 version conflict: someone wrote since you read (compare-and-set) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC001 invalid input: a field's value is wrong; RC007 refused as too broad: a destructive verb with no scope; RC008 invalid import stream: a bad line, header, trailer or reference */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description RC010 unavailable: the server is busy, or the database is out of reach or not installed (retry after Retry-After, or as the hint says) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    set_retention_retention_put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RetentionPut"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RetentionPutResponse"];
                 };
             };
             /** @description RC009 missing, malformed or unknown bearer token */
