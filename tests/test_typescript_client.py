@@ -27,6 +27,7 @@ import pytest
 
 import rcll
 from conftest import LEGS, Leg, _leg
+from rcll.errors import CODES
 from test_serve import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,6 +108,13 @@ def live(request: pytest.FixtureRequest, legs: dict[str, Leg], test_root: Path) 
         leg.drop_database(name)
 
 
+def test_the_clients_error_kinds_are_the_servers_table() -> None:
+    # RcllError.kind comes from ErrorCodes in src/errors.ts: the one table is rcll.errors.CODES.
+    kinds = dict(re.findall(r'^\s*(RC\d{3}): "(\w+)",$', (CLIENT / "src" / "errors.ts").read_text(), re.M))
+    assert kinds == {c.value: c.kind for c in CODES}
+
+
+@pytest.mark.slow
 def test_the_typescript_client_passes_its_node_tests_against_a_live_server(built: Path, live: Live) -> None:
     out = subprocess.run(["node", "--test", "--test-reporter=tap", ".test-build/test/"], cwd=built,
                          env={**os.environ, **live.env}, capture_output=True, text=True, timeout=600)
