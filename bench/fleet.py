@@ -458,7 +458,7 @@ def recall_table(conn: psycopg.Connection[Any], side: psycopg.Connection[Any], d
 
 
 def run(conn: psycopg.Connection[Any], side: psycopg.Connection[Any], n: int, banks: int, per_case: int, rerank: bool,
-        partial: bool, efs: list[int] | None = None, ef_queries: int = 20, split: int = 0) -> None:
+        partial: bool, efs: list[int] | None = None, ef_queries: int = 20, split: int = 0, upkeep: bool = False) -> None:
     t = time.perf_counter()
     d = build(conn, n, banks)
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
@@ -511,6 +511,59 @@ def run(conn: psycopg.Connection[Any], side: psycopg.Connection[Any], n: int, ba
 
     if split:
         split_graphs(conn, side, d, picks, asked, split, emb)
+    if upkeep:
+        upkeep_graphs(conn, side, d, picks, asked, emb)
+
+
+def upkeep_graphs(conn: psycopg.Connection[Any], side: psycopg.Connection[Any], d: dict[str, Any],
+                  picks: dict[str, int], asked: dict[tuple[int, str], list[dict[str, Any]]], emb: Any) -> None:
+    """One round of the periodic jobs (rcll.Memory.upkeep, as `rcll upkeep` and `rcll serve` run it,
+    with the shipped settings: RCLL_AUTO_GRAPHS on, the plan's min_units) on a thread, while
+    writes go into the biggest bank in batches of 50 one-unit transactions; the write rate
+    while an index build was under way (rcll.dense_graph_builds), then after the round, and the
+    same queries as the first table once it is done. No manual step: the round applies the plan."""
+    import threading
+
+    from rcll import graphs
+    from rcll.memory import Memory
+    biggest = d["names"][0]
+    with Memory(conn.info.dsn, pool_size=2) as m:
+        done: dict[str, Any] = {}
+
+        def round_() -> None:
+            try:
+                done["upkeep"] = m.upkeep()
+            except Exception as e:  # noqa: BLE001 - reported below
+                done["error"] = e
+        t = time.perf_counter()
+        thread = threading.Thread(target=round_)
+        thread.start()
+        during: list[float] = []
+        seed = 100
+        while thread.is_alive():
+            building = bool(graphs.builds(side))
+            rate = write_rate(conn, biggest, 50, seed=seed)
+            seed += 1
+            if building and graphs.builds(side):
+                during.append(rate)
+        thread.join()
+        took = time.perf_counter() - t
+    if "error" in done:
+        raise done["error"]
+    steps = done["upkeep"].graph_steps or []
+    print(f"\none upkeep round (statistics, room counts, the dense-graph plan) in {took:.0f} s, {len(steps)} step(s):")
+    for why in steps:
+        print(f"  {why}")
+    listed = graphs.graphs(conn)
+    print("graphs after it: " + "; ".join(f"{g.index_name} ({g.kind}, {'valid' if g.valid else 'INVALID'})" for g in listed))
+    if during:
+        print(f"write rate into the biggest bank ({d['sizes'][0]:,}) while an index was built: median "
+              f"{statistics.median(during):.0f} units/s over {len(during)} batches of 50 (min {min(during):.0f}, max {max(during):.0f})")
+    rate = write_rate(conn, biggest, 300, seed=7)
+    print(f"write rate into the biggest bank after the round: {rate:.0f} units/s", flush=True)
+    conn.execute("ANALYZE rcll.memory_units")
+    recall_table(conn, side, d, picks, asked, emb, emb is not None, "recall per bank and filter after one upkeep round",
+                 "the same queries as the first table; the graphs the round built", prefix="after upkeep, ")
 
 
 def split_graphs(conn: psycopg.Connection[Any], side: psycopg.Connection[Any], d: dict[str, Any],

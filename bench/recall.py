@@ -395,6 +395,9 @@ def main() -> int:
                     help="fleet: then give every bank of at least UNITS units its own HNSW graph, rebuild the "
                          "global one without them, and measure again")
     ap.add_argument("--ef-queries", type=int, default=20, help="fleet: queries per case for --ef-search")
+    ap.add_argument("--upkeep", action="store_true",
+                    help="fleet: then run one round of the periodic jobs (rcll upkeep, which gives big banks their own "
+                         "graphs with the shipped settings) while writing into the biggest bank, and measure again")
     args = ap.parse_args()
 
     if args.fleet:
@@ -406,7 +409,8 @@ def main() -> int:
             dsn = create_database(pg, "fleet")
             with connect(dsn, autocommit=True) as conn, connect(dsn, autocommit=True) as side:
                 fleet.run(conn, side, args.fleet, args.banks, args.per_case, not args.no_rerank, args.partial,
-                          [int(x) for x in args.ef_search.split(",") if x.strip()], args.ef_queries, args.split)
+                          [int(x) for x in args.ef_search.split(",") if x.strip()], args.ef_queries, args.split,
+                          args.upkeep)
         return 0
     with embedded_cluster(args.port, prefix="rcllr-", keep=args.keep) as pg:
         for n in (int(s) for s in args.sizes.split(",")):

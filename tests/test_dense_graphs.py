@@ -265,9 +265,131 @@ def test_a_scoped_or_read_only_memory_cannot_touch_the_graphs(dsn: str, login_ro
     with Memory(dsn) as m:
         assert m.dense_graph_plan() == []
         scoped = m.as_caller(Caller("agent", banks=("default",)))
-        for call in (scoped.dense_graphs, scoped.dense_graph_plan, scoped.apply_dense_graph_plan):
+        for call in (scoped.dense_graphs, scoped.dense_graph_plan, scoped.apply_dense_graph_plan,
+                     scoped.dense_graph_builds, scoped.upkeep_graphs):
             with pytest.raises(RcllError, match="operation on the whole store"):
                 call()
     with Memory(login_role(member_of="rcll_reader").dsn, read_only=True) as ro, \
             pytest.raises(RcllError, match="operation on the whole store"):
         ro.apply_dense_graph_plan()
+
+
+# -- the periodic jobs apply the plan themselves (rcll.upkeep) ---------------------------------------
+# small_fleet: big (SMALL units, two thirds of the store: it keeps the global graph) and other
+# (SMALL // 2). With the threshold lowered to AUTO_MIN, other has crossed it.
+AUTO_MIN = SMALL // 3
+
+
+def _own_graphs(conn: psycopg.Connection[Any]) -> dict[str, bool]:
+    return {g.index_name: g.valid for g in graphs.graphs(conn) if g.kind == "bank"}
+
+
+def test_one_upkeep_round_gives_a_bank_that_crossed_the_threshold_its_own_graph(
+        small_fleet: psycopg.Connection[Any], small_fleet_dsn: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from rcll.memory import Memory
+    other = _bank_id(small_fleet, "other")
+    monkeypatch.delenv("RCLL_AUTO_GRAPHS", raising=False)        # on by default
+    with Memory(small_fleet_dsn) as m:
+        assert m.upkeep().graph_steps == []                           # the default threshold: nothing to do
+        done = m.upkeep(graph_min_units=AUTO_MIN)
+        assert done.graph_steps and f"bank {other} (other) holds at least {AUTO_MIN} units: its own graph" in done.graph_steps
+        assert _own_graphs(small_fleet) == {f"memory_units_embedding_hnsw_bank_{other}": True}
+        listed = {g.index_name: g for g in graphs.graphs(small_fleet)}
+        assert listed["memory_units_embedding_hnsw"].excluded_banks == [other] and listed["memory_units_embedding_hnsw"].valid
+        assert m.upkeep(graph_min_units=AUTO_MIN).graph_steps == []       # the next round: the graphs match
+    # RCLL_GRAPH_MIN_UNITS is the jobs' threshold (and `rcll graphs`' default); `rcll upkeep` says what it built.
+    monkeypatch.setenv("RCLL_GRAPH_MIN_UNITS", str(SMALL + 1))
+    assert cli(["upkeep", "--dsn", small_fleet_dsn]) == 0
+    assert f"bank {other}: below {SMALL + 1} units" in capsys.readouterr().out
+    assert _own_graphs(small_fleet) == {}
+
+
+def test_auto_graphs_off_leaves_the_graphs_to_the_dba(small_fleet: psycopg.Connection[Any], small_fleet_dsn: str,
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from rcll import upkeep
+    from rcll.errors import RcllError
+    from rcll.memory import Memory
+    monkeypatch.setenv("RCLL_GRAPH_MIN_UNITS", str(AUTO_MIN))
+    monkeypatch.setenv("RCLL_AUTO_GRAPHS", "off")
+    with Memory(small_fleet_dsn) as m:
+        assert m.upkeep().graph_steps is None
+        assert cli(["upkeep", "--dsn", small_fleet_dsn]) == 0
+        assert cli(["graphs", "--dsn", small_fleet_dsn]) == 0
+        out = capsys.readouterr().out
+        assert "RCLL_AUTO_GRAPHS=off" in out and "CREATE INDEX CONCURRENTLY" in out    # the plan is the DBA's to run
+        assert _own_graphs(small_fleet) == {}
+        assert m.upkeep(graphs=True).graph_steps                       # the Memory option overrides the setting
+        assert len(_own_graphs(small_fleet)) == 1
+    for name, bad in (("RCLL_AUTO_GRAPHS", "sometimes"), ("RCLL_GRAPH_MIN_UNITS", "0"), ("RCLL_GRAPH_MIN_UNITS", "lots")):
+        monkeypatch.setenv(name, bad)
+        with pytest.raises(RcllError) as e:
+            upkeep.auto_graphs() if name == "RCLL_AUTO_GRAPHS" else upkeep.graph_min_units()
+        assert e.value.field == name
+        assert cli(["serve", "--dsn", "postgresql:///nowhere?host=/nonexistent"]) == 2    # refused before it starts
+        assert name in capsys.readouterr().err
+        monkeypatch.delenv(name)
+
+
+def test_a_second_run_of_the_plan_waits_its_turn(small_fleet: psycopg.Connection[Any], small_fleet_dsn: str) -> None:
+    # Two runs at once would each take the other's unfinished build for an interrupted one.
+    from rcll.memory import Memory
+    row = small_fleet.execute("SELECT rcll.dense_graph_build_lock()").fetchone()
+    assert row == (True,)
+    with Memory(small_fleet_dsn) as m:
+        with pytest.raises(graphs.Busy) as e:
+            m.apply_dense_graph_plan(min_units=AUTO_MIN)
+        assert e.value.field == "graphs" and "rcll graphs" in e.value.hint
+        assert m.upkeep(graphs=True, graph_min_units=AUTO_MIN).graph_steps is None    # the jobs leave it to the other run
+        assert _own_graphs(small_fleet) == {}
+        small_fleet.execute("SELECT pg_advisory_unlock_all()")
+        assert m.upkeep(graphs=True, graph_min_units=AUTO_MIN).graph_steps
+
+
+def test_the_server_builds_a_graph_while_writes_and_recalls_go_on_and_health_shows_it(
+        small_fleet: psycopg.Connection[Any], small_fleet_dsn: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from rcll.http import create_app
+    from rcll.memory import Memory
+    other = _bank_id(small_fleet, "other")
+    monkeypatch.setenv("RCLL_GRAPH_MIN_UNITS", str(AUTO_MIN))
+    monkeypatch.delenv("RCLL_AUTO_GRAPHS", raising=False)
+    # A writer that does not commit holds the build in its first wait (CREATE INDEX CONCURRENTLY
+    # waits for the writers it found when it started): the build is under way for as long as the
+    # test needs, and every other write and read must pass it.
+    with psycopg.connect(small_fleet_dsn) as blocker, Memory(small_fleet_dsn) as m:
+        blocker.execute("LOCK TABLE rcll.memory_units IN ROW EXCLUSIVE MODE")
+        with TestClient(create_app(service=m, upkeep_seconds=3600), base_url="http://127.0.0.1") as client:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not graphs.builds(small_fleet):
+                time.sleep(0.05)
+            (build,) = graphs.builds(small_fleet)
+            assert build.index_name == f"memory_units_embedding_hnsw_bank_{other}" and build.bank_id == other
+            assert build.phase.startswith("waiting for writers")
+            seen = client.get("/health").json()["upkeep"]["graphs"]
+            assert seen["auto"] is True and seen["building"]["step"] >= 1
+            assert seen["building"]["why"] == f"bank {other} (other) holds at least {AUTO_MIN} units: its own graph"
+            assert seen["index_builds"][0]["index_name"] == build.index_name
+            assert cli(["graphs", "--dsn", small_fleet_dsn]) == 0
+            assert f"building now: {build.index_name}" in capsys.readouterr().out
+
+            t = time.monotonic()
+            wrote = client.post("/retain", json={"bank": "other", "content": "The rollback plan moved to Argo CD."})
+            found = client.post("/recall", json={"bank": "other", "query": "rollback plan"})
+            assert wrote.status_code == 200 and found.status_code == 200, (wrote.text, found.text)
+            assert any("rollback plan" in f["text"] for f in found.json()["facts"])
+            assert time.monotonic() - t < 30
+            assert graphs.builds(small_fleet)                    # ...and all of it while the build waited
+
+            blocker.rollback()
+            while time.monotonic() < deadline and client.get("/health").json()["upkeep"]["graphs"]["building"]:
+                time.sleep(0.05)
+            seen = client.get("/health").json()["upkeep"]["graphs"]
+            assert seen["building"] is None and seen["last_error"] is None and seen["last_end"]
+            assert seen["last_steps"][0].startswith(f"bank {other} (other)")
+        assert _own_graphs(small_fleet) == {f"memory_units_embedding_hnsw_bank_{other}": True}

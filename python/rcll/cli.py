@@ -327,12 +327,17 @@ def cmd_consolidate(args: argparse.Namespace) -> int:
 def cmd_upkeep(args: argparse.Namespace) -> int:
     with _memory(args) as memory:
         done = memory.upkeep()
+    graphs = ("" if done.graph_steps is None else
+              f"; graphs: {len(done.graph_steps)} step(s) of the plan run ({'; '.join(done.graph_steps)})"
+              if done.graph_steps else "; the graphs already match")
     _out(args, f"statistics of {done.banks} bank(s) recounted, {done.room_deltas} room-count delta(s) folded "
-         f"in {done.seconds * 1000:.0f} ms", done.as_dict())
+         f"in {done.seconds * 1000:.0f} ms{graphs}", done.as_dict())
     return 0
 
 
 def cmd_graphs(args: argparse.Namespace) -> int:
+    if args.min_units is None:
+        args.min_units = upkeep.graph_min_units()     # what the periodic jobs use
     with _memory(args) as memory:
         if args.apply:
             def progress(s: Any, seconds: float) -> None:
@@ -347,18 +352,25 @@ def cmd_graphs(args: argparse.Namespace) -> int:
         steps = memory.dense_graph_plan(min_units=args.min_units, max_share=args.max_share, m=args.m,
                                         ef_construction=args.ef_construction)
         have = memory.dense_graphs()
+        building = memory.dense_graph_builds()
     lines = [f"{g.index_name}: " + (f"bank {g.bank} ({g.bank_id})" if g.kind == "bank" else
                                     "not rcll's (kept as it is)" if g.kind == "other" else
                                     "global" + (f", without banks {', '.join(map(str, g.excluded_banks or []))}"
                                                 if g.excluded_banks else ""))
              + f", {g.bytes / 2**20:.0f} MiB, " + (" ".join(g.build_options) or "pgvector's default build")
              + ("" if g.valid else ", INVALID (an unfinished build)") for g in have]
+    lines += [f"building now: {b.index_name or 'an index'} (pid {b.pid}), {b.phase}"
+              + (f", {b.blocks_done:,} of {b.blocks_total:,} blocks read" if b.blocks_total else "")
+              + (f", {b.tuples_done:,} tuples in" if b.tuples_done else "") for b in building]
     lines.append("")
     lines += ([f"{s.step}. {s.statement};  -- {s.why}" for s in steps]
               or ["nothing to do: every bank big enough has its own graph, and only those"])
     if steps:
         lines.append("(rcll graphs --apply runs these; in psql, \\gexec the statement column of rcll.dense_graph_plan())")
-    _out(args, "\n".join(lines), {"graphs": [g.as_dict() for g in have], "plan": [s.as_dict() for s in steps]})
+    lines.append("the periodic jobs (rcll serve, rcll upkeep) apply the plan themselves"
+                 if upkeep.auto_graphs() else f"the periodic jobs leave the graphs alone ({upkeep.GRAPHS_ENV}=off)")
+    _out(args, "\n".join(lines), {"graphs": [g.as_dict() for g in have], "plan": [s.as_dict() for s in steps],
+                                  "building": [b.as_dict() for b in building], "auto": upkeep.auto_graphs()})
     return 0
 
 
@@ -403,6 +415,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     _server_tokenizers()
     _listen_check(args, "serve")   # before the database, the models or the port
     every = upkeep.interval()      # a bad RCLL_UPKEEP_SECONDS: an error now, not in a thread later
+    upkeep.auto_graphs(), upkeep.graph_min_units()     # likewise the graphs' settings
     from rcll import http  # deferred: FastAPI loads only for the server
 
     with Memory(args.dsn, install=True) as memory, bounded_model_work():
@@ -417,9 +430,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"RCLL listening on {base}  (database: {redacted(memory.dsn)})")
         print(f"  model service for SQL: {service.address.host}:{service.address.port} - {note}")
         print(f"  console: {base}/")
-        print("  periodic jobs (BM25 statistics, room counts): "
+        print("  periodic jobs (BM25 statistics, room counts"
+              + (", big banks' own graphs" if upkeep.auto_graphs() else "") + "): "
               + (f"every {every:g} s" if every > 0 else "off (run `rcll upkeep` from cron)")
-              + f" ({upkeep.ENV})")
+              + f" ({upkeep.ENV}, {upkeep.GRAPHS_ENV})")
         print(f"  try: curl -s {base}/retain -H 'content-type: application/json' "
               f"-d '{{\"bank\": \"{DEFAULT_BANK}\", \"content\": \"We deploy with Argo CD since March.\"}}'")
         print(f"       curl -s {base}/recall -H 'content-type: application/json' "
@@ -575,8 +589,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("upkeep", parents=[common],
                        help="run the store's periodic jobs once: recount every bank's BM25 statistics "
-                            "(rcll.refresh_bank_stats) and fold the room counts; `rcll serve` runs them every "
-                            "RCLL_UPKEEP_SECONDS (default 300) - this is for cron when it does not")
+                            "(rcll.refresh_bank_stats), fold the room counts, and give banks that crossed "
+                            "RCLL_GRAPH_MIN_UNITS (default 20000) their own HNSW graph unless RCLL_AUTO_GRAPHS=off; "
+                            "`rcll serve` runs them every RCLL_UPKEEP_SECONDS (default 300) - this is for cron when it does not")
     s.set_defaults(func=cmd_upkeep)
     s = sub.add_parser("graphs", parents=[common],
                        help="DBA: list the HNSW graphs; give big banks their own (prints the plan, --apply runs it)")

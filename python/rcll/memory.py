@@ -46,6 +46,7 @@ from rcll.deadline import server_deadline_ms
 from rcll.document import Document, RetainResult
 from rcll.errors import Code, RcllError, database_errors
 from rcll.export import ExportSummary, ImportSummary, export_bank, import_bank, import_stream, iter_export
+from rcll.graphs import Busy as GraphsBusy
 from rcll.recall import Pooled, RecallResult, recall
 from rcll.request import PARAMETERS, RecallRequest
 from rcll.results import (
@@ -70,6 +71,7 @@ from rcll.results import (
 from rcll.retain import prepare, retain, retain_many
 from rcll.sqlsource import extension_version, migrations
 from rcll.streams import ExportBudget
+from rcll.upkeep import auto_graphs, graph_min_units
 from rcll.validate import (
     MAX_VERSION,
     bool_arg,
@@ -725,12 +727,30 @@ class Memory:
     def apply_dense_graph_plan(self, *, min_units: int | None = None, max_share: float | None = None,
                                m: int | None = None, ef_construction: int | None = None,
                                maintenance_work_mem: str | None = None,
-                               progress: Callable[[graphs.Step, float], None] | None = None) -> list[graphs.Step]:
+                               progress: Callable[[graphs.Step, float], None] | None = None,
+                               tracker: graphs.Tracker | None = None) -> list[graphs.Step]:
         """Run that plan, statement by statement on a connection of its own (the index builds are
-        CONCURRENTLY: retains and recalls go on meanwhile). Minutes on a big store."""
+        CONCURRENTLY: retains and recalls go on meanwhile). Minutes on a big store. Refused
+        (graphs.Busy, RC004) while another session runs it."""
         self._whole_store("rebuilding the graphs")
         with database_errors():
-            return graphs.apply(self.dsn, min_units, progress, max_share, maintenance_work_mem, m, ef_construction)
+            return graphs.apply(self.dsn, min_units, progress, max_share, maintenance_work_mem, m, ef_construction,
+                                tracker)
+
+    def dense_graph_builds(self) -> list[graphs.Build]:
+        """The index builds under way on the store's units (rcll.dense_graph_builds), whoever runs them."""
+        self._whole_store("watching the graphs' builds")
+        with self._connection() as conn:
+            return graphs.builds(conn)
+
+    def upkeep_graphs(self, *, min_units: int | None = None, tracker: graphs.Tracker | None = None) -> list[graphs.Step]:
+        """The periodic jobs' part in the graphs: apply rcll.dense_graph_plan with its defaults
+        (min_units None: RCLL_GRAPH_MIN_UNITS, else the plan's 20,000), which gives every bank that
+        crossed min_units its own graph and the global graph without it - built concurrently and
+        swapped in by renames, so writes and recalls go on. Nothing when the graphs already match;
+        graphs.Busy while another run is under way. Returns the steps run."""
+        return self.apply_dense_graph_plan(min_units=graph_min_units() if min_units is None else min_units,
+                                           tracker=tracker)
 
     # -- forget and correct -----------------------------------------------------------------------
 
@@ -858,21 +878,31 @@ class Memory:
 
     # -- background -------------------------------------------------------------------------------
 
-    def upkeep(self) -> Upkeep:
+    def upkeep(self, *, graphs: bool | None = None, graph_min_units: int | None = None) -> Upkeep:
         """The store's periodic jobs, once: rcll.refresh_bank_stats() recounts every bank's BM25
         corpus statistics (recall reads them; a bank never refreshed is counted on every recall,
         0.7-3 s in a bank of 333,333 units), and rcll.fold_room_counts() folds the room registry's
-        pending deltas. `rcll serve` runs it every RCLL_UPKEEP_SECONDS (default 300); `rcll upkeep`
-        runs it once (for cron). A whole-store write: refused on a scoped or read-only Memory."""
+        pending deltas. Then, with graphs (None: RCLL_AUTO_GRAPHS, on unless set to off), the
+        dense-graph plan (upkeep_graphs; graph_min_units None: RCLL_GRAPH_MIN_UNITS, else 20,000):
+        minutes when a big bank has just crossed it, nothing otherwise. `rcll serve` runs it every
+        RCLL_UPKEEP_SECONDS (default 300, the graphs on a thread of their own); `rcll upkeep` runs
+        it once (for cron). A whole-store write: refused on a scoped or read-only Memory."""
         self._whole_store("upkeep (every bank's statistics)", "upkeep")
+        build = auto_graphs() if graphs is None else graphs
         t = time.perf_counter()
         with self._tx() as conn:
             # Expired units first, so the statistics recounted next no longer hold them.
             expired = conn.execute("SELECT coalesce(sum(units), 0) FROM rcll.expire()").fetchone()
             banks = conn.execute("SELECT count(*) FROM rcll.refresh_bank_stats()").fetchone()
             folded = conn.execute("SELECT rcll.fold_room_counts()").fetchone()
+        steps: list[str] | None = None
+        if build:
+            try:
+                steps = [s.why for s in self.upkeep_graphs(min_units=graph_min_units)]
+            except GraphsBusy:
+                steps = None      # another run is building them: it does what this one would
         return Upkeep(int(banks[0]) if banks else 0, int(folded[0] or 0) if folded else 0,
-                      round(time.perf_counter() - t, 3), int(expired[0]) if expired else 0)
+                      round(time.perf_counter() - t, 3), int(expired[0]) if expired else 0, steps)
 
     def consolidate(self, *, bank: str | None = None, time_window: timedelta = timedelta(days=7),
                     min_size: int = 2, max_groups: int = 100) -> list[Observation]:

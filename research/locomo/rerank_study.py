@@ -2,14 +2,18 @@
 question, so rerank policies (depth, context view, reading the second view only where the first
 is uncertain) are compared offline on identical scores.
 
-    .venv/bin/python -m research.locomo.rerank_study collect --out /tmp/rerank_study.jsonl [--max-depth 60]
-    .venv/bin/python -m research.locomo.rerank_study compare --scores /tmp/rerank_study.jsonl
+    .venv/bin/python -m research.locomo.rerank_study collect --out /tmp/rerank_study.jsonl [--max-depth 40]
+    .venv/bin/python -m research.locomo.rerank_study compare --scores /tmp/rerank_study.jsonl \
+        [--detail "rerank@30 + context 10"]
 
 collect: retains LoCoMo as bench.locomo.run does (chunk mode, one bank per conversation), and for
 every question keeps the fused pool (top 100 turn ids), the first-view logits of its top
---max-depth (one call, as the live recall reads them), and the context-view logits of every fact
-any policy below could read twice (the top 20 by first view of each depth's prefix), with the
-tokens each pair costs (rows x longest pair of a batch, as rcll.deadline counts them).
+--max-depth (one call, as the live recall reads them; 40, the default depth, batches exactly as
+the default recall does), and the context-view logits of every fact any policy below could read
+twice (the top 20 by first view of each depth's prefix), with the tokens each pair costs (rows x
+longest pair of a batch, as rcll.deadline counts them). --trims 12,24 also scores the context view
+with the chunk before cut to its last N words. Questions go round-robin over the conversations, so
+a run stopped early (the file is flushed per question) is a sample of all ten; --every N samples.
 
 compare: ranks every policy from those scores exactly as rcll.deadline.rerank_within orders them (the
 facts read twice by the mean of both logits, then the rest of those read once, then the unread in
@@ -36,15 +40,22 @@ from rcll.deadline import call_tokens, context_passage
 from rcll.recall import candidates, entity_query
 from rcll.request import RecallRequest as R
 
-DEPTHS = (30, 40, 50, 60)
+DEPTHS = (20, 25, 30, 35, 40, 50, 60)
 TWICE = 20
+
+
+def trimmed(context: str, words: int) -> str:
+    """The chunk before a fact cut to its last `words` words (those nearest the fact)."""
+    return " ".join(context.split()[-words:])
 
 
 def twice_candidates(first: Sequence[float]) -> set[int]:
     """Pool positions any policy here may read twice: the top TWICE by first view of each depth's prefix."""
     out: set[int] = set()
     for d in DEPTHS:
-        out.update(sorted(range(min(d, len(first))), key=lambda i: -first[i])[:TWICE])
+        if d <= len(first):
+            out.update(sorted(range(d), key=lambda i: -first[i])[:TWICE])
+    out.update(sorted(range(len(first)), key=lambda i: -first[i])[:TWICE])
     return out
 
 
@@ -55,7 +66,14 @@ def collect(args: argparse.Namespace) -> None:
             connect(create_database(pg, "locomo"), autocommit=True) as conn, open(args.out, "w") as out:
         unit_dia = retain(conn, convs)
         emb, rr = models.get_embedder(), models.get_reranker()
-        for n, q in enumerate(questions[: args.limit or None]):
+        # Round-robin over the conversations (each one's questions in order, every --every-th), so
+        # that a run stopped early still holds a sample of all ten, both halves alike.
+        by_conv: dict[int, list[Any]] = {}
+        for q in questions[: args.limit or None]:
+            by_conv.setdefault(q.conv, []).append(q)
+        lists = [qs[:: args.every] for _, qs in sorted(by_conv.items())]
+        order = [qs[i] for i in range(max(map(len, lists), default=0)) for qs in lists if i < len(qs)]
+        for n, q in enumerate(order):
             bank = f"locomo{q.conv}"
             rest = entity_query(conn, R(query=q.question, bank=bank))
             qe = emb.embed_query(q.question)
@@ -71,6 +89,12 @@ def collect(args: argparse.Namespace) -> None:
             t = time.perf_counter()
             ctx = [float(x) for x in rr.score(q.question, ctx_texts)] if ctx_texts else []
             ctx_ms = (time.perf_counter() - t) * 1000
+            trims: dict[str, Any] = {}
+            for w in args.trims:
+                cut = [f"{trimmed(head[i].context or '', w)} / {head[i].text}" for i in ctx_idx]
+                trims[f"ctx_t{w}"] = dict(zip(map(str, ctx_idx), [float(x) for x in rr.score(q.question, cut)] if cut else [],
+                                              strict=True))
+                trims[f"ctx_t{w}_len"] = dict(zip(map(str, ctx_idx), rr.pair_lengths(q.question, cut), strict=True))
             out.write(json.dumps({
                 "conv": q.conv, "qid": q.qid, "category": q.category, "evidence": sorted(q.evidence),
                 "pool": [unit_dia[f.unit_id] for f in pool],
@@ -79,7 +103,8 @@ def collect(args: argparse.Namespace) -> None:
                 "ctx_len": dict(zip(map(str, ctx_idx), rr.pair_lengths(q.question, ctx_texts), strict=True)),
                 "ms": [first_ms, ctx_ms],
                 "tokens": [call_tokens(rr.pair_lengths(q.question, texts)), call_tokens(rr.pair_lengths(q.question, ctx_texts))],
-            }) + "\n")
+            } | trims) + "\n")
+            out.flush()
             if (n + 1) % 100 == 0:
                 print(f"  {n + 1} questions", flush=True)
 
@@ -122,34 +147,32 @@ def compare(args: argparse.Namespace) -> None:
     for rec in recs:
         # facts collected as "twice" candidates without a context score had no chunk before them
         rec["_no_ctx"] = {i for i in twice_candidates(rec["first"]) if str(i) not in rec["ctx"]}
+    deepest = min(len(r["first"]) for r in recs)      # what collect read (--max-depth)
+    depths = [d for d in DEPTHS if d <= deepest]
     policies: dict[str, Policy] = {}
-    for d in DEPTHS:
+    for d in depths:
         for m in (0, 5, 10, 15, 20):
             policies[f"rerank@{d} + context {m}"] = (lambda r, d=d, m=m: (d, m))
-    for d in (40, 50):
-        for th in (0.5, 1.0, 2.0, 3.0, 4.0):
-            policies[f"rerank@{d} + context 15 if margin < {th}"] = (
-                lambda r, d=d, th=th: (d, 15 if margin(r, d) < th else 0))
-        for lo in (0.0, 2.0, 4.0, 6.0):
-            policies[f"rerank@{d} + context 15 if top logit < {lo}"] = (
-                lambda r, d=d, lo=lo: (d, 15 if max(r["first"][:d]) < lo else 0))
+    for d in (25, 30, 35, 40):
+        if d not in depths:
+            continue
+        for th in (1.0, 2.0, 3.0):
+            for m0 in (0, 5, 10):
+                policies[f"rerank@{d} + context 15 if margin < {th} else {m0}"] = (
+                    lambda r, d=d, th=th, m0=m0: (d, 15 if margin(r, d) < th else m0))
     for lo in (0.0, 2.0, 4.0):
-        for d0, d1 in ((30, 50), (30, 60), (40, 60)):
+        for d0 in (20, 25, 30):
+            if deepest < 40:
+                continue
             # read deeper only where the first d0 hold nothing the cross-encoder is sure of
-            policies[f"rerank@{d0}, @{d1} if top logit < {lo}, context 15"] = (
-                lambda r, d0=d0, d1=d1, lo=lo: (d1 if max(r["first"][:d0]) < lo else d0, 15))
-    for th in (1.0, 2.0, 3.0):
-        for m0 in (5, 10):
-            policies[f"rerank@40 + context 15 if margin < {th} else {m0}"] = (
-                lambda r, th=th, m0=m0: (40, 15 if margin(r, 40) < th else m0))
-    for g in (0.25, 0.5, 1.0, 1.5):
-        for d, m in ((40, 15), (40, 0), (50, 15), (60, 15)):
-            policies[f"rerank@{d} + context {m}, fused-position prior {g}"] = (lambda r, d=d, m=m, g=g: (d, m, g))
+            policies[f"rerank@{d0}, @40 if top logit < {lo}, context 15"] = (
+                lambda r, d0=d0, lo=lo: (40 if max(r["first"][:d0]) < lo else d0, 15))
     groups = {name: set(h) for name, h in HALVES.items()} | {ALL: set(range(10))}
     base_tokens = statistics.mean(ranked(r, 40, 15)[1] for r in recs)
     print(f"{len(recs)} questions; default (rerank@40 + context 15) reads {base_tokens:.0f} tokens a question\n")
     print("| policy | " + " | ".join(f"{g} nDCG@5 / R@10" for g in groups) + " | tokens vs default |")
     print("|---|" + "---|" * len(groups) + "---|")
+    kept: dict[str, dict[str, Aggregate]] = {}
     for name, policy in policies.items():
         aggs = {g: Aggregate() for g in groups}
         tokens: list[int] = []
@@ -164,6 +187,22 @@ def compare(args: argparse.Namespace) -> None:
             a = aggs[g].table().get("all", {"ndcg@5": float("nan"), "r@10": float("nan")})
             cells.append(f"{a['ndcg@5']:.3f} / {a['r@10']:.3f}")
         print(f"| {name} | " + " | ".join(cells) + f" | {statistics.mean(tokens) / base_tokens:.2f} |")
+        kept[name] = aggs
+    for name in args.detail or []:
+        if name not in kept:
+            raise SystemExit(f"--detail: no policy named {name!r}")
+        print(f"\n{name}, per category (nDCG@5 / R@10), and its difference from the default")
+        print("| category | " + " | ".join(groups) + " |")
+        print("|---|" + "---|" * len(groups))
+        base = {g: kept["rerank@40 + context 15"][g].table() for g in groups}
+        mine = {g: kept[name][g].table() for g in groups}
+        for cat in sorted({c for g in groups for c in mine[g]}, key=lambda c: (c == "all", c)):
+            cells = []
+            for g in groups:
+                a, b = mine[g].get(cat), base[g].get(cat)
+                cells.append("" if a is None or b is None else
+                             f"{a['ndcg@5']:.3f} / {a['r@10']:.3f} ({a['ndcg@5'] - b['ndcg@5']:+.3f} / {a['r@10'] - b['r@10']:+.3f}, n {int(a['n'])})")
+            print(f"| {cat} | " + " | ".join(cells) + " |")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -171,11 +210,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="what", required=True)
     c = sub.add_parser("collect")
     c.add_argument("--out", required=True)
-    c.add_argument("--max-depth", type=int, default=max(DEPTHS))
+    c.add_argument("--max-depth", type=int, default=40)
     c.add_argument("--port", type=int, default=55560)
     c.add_argument("--limit", type=int, default=0, help="questions (0 = all)")
+    c.add_argument("--every", type=int, default=1, help="every Nth question only (a sample across all ten)")
+    c.add_argument("--trims", type=lambda v: [int(x) for x in v.split(",") if x], default=[],
+                   help="also read the context view with the chunk before cut to its last N words (comma list)")
     p = sub.add_parser("compare")
     p.add_argument("--scores", required=True)
+    p.add_argument("--detail", action="append", help="also print this policy per category against the default (repeatable)")
     args = ap.parse_args(argv)
     collect(args) if args.what == "collect" else compare(args)
     return 0

@@ -208,3 +208,39 @@ END
 $$;
 COMMENT ON FUNCTION rcll.dense_graph_plan(integer, double precision, integer, integer)
     IS 'The statements, in order, that give every bank of at least min_units units (and at most max_share of the store''s) its own HNSW graph (built WITH (m, ef_construction); one built otherwise is rebuilt beside it and swapped in) and rebuild the global graph without them (each unit in one graph), or undo it for banks below min_units. Reads only; nothing is run. In psql: SELECT statement FROM rcll.dense_graph_plan() \gexec (or rcll graphs --apply). Empty when the layout already matches.';
+
+CREATE OR REPLACE FUNCTION rcll.dense_graph_builds()
+RETURNS TABLE (pid integer, index_name text, bank_id integer, phase text, blocks_done bigint, blocks_total bigint,
+               tuples_done bigint, tuples_total bigint, started timestamptz)
+LANGUAGE sql STABLE
+AS $$
+    -- PostgreSQL's own progress report of index builds (pg_stat_progress_create_index), for the
+    -- graphs of memory_units: a build run by `rcll graphs --apply`, the periodic jobs or a DBA's
+    -- psql alike. An HNSW build counts blocks while it reads the table and tuples as it inserts
+    -- them into the graph. Another role's build shows with its counts only to members of
+    -- pg_read_all_stats (PostgreSQL's rule for every pg_stat_progress view).
+    SELECT p.pid, c.relname::text,
+           (regexp_match(c.relname, '^memory_units_embedding_hnsw_bank_([0-9]+)(_next)?$'))[1]::integer,
+           p.phase, p.blocks_done, p.blocks_total, p.tuples_done, p.tuples_total, a.query_start
+    FROM pg_catalog.pg_stat_progress_create_index p
+    LEFT JOIN pg_catalog.pg_class c ON c.oid = p.index_relid
+    LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = p.pid
+    WHERE p.relid = 'rcll.memory_units'::regclass
+    ORDER BY a.query_start, p.pid
+$$;
+COMMENT ON FUNCTION rcll.dense_graph_builds()
+    IS 'The index builds under way on rcll.memory_units (PostgreSQL''s pg_stat_progress_create_index): the building backend, the index (bank_id for a bank''s own graph), the phase, blocks of the table read and tuples inserted so far, and when its statement started. Empty when nothing is being built. See rcll.dense_graph_plan().';
+
+CREATE OR REPLACE FUNCTION rcll.dense_graph_build_lock()
+RETURNS boolean
+LANGUAGE sql VOLATILE
+AS $$
+    -- A session-level advisory lock: whoever applies rcll.dense_graph_plan() holds it for the
+    -- whole run (its statements are separate transactions), so two runs - two servers' periodic
+    -- jobs, or a server's and `rcll graphs --apply` - never build or drop the same graph at once.
+    -- A plan read while another run is under way would take its unfinished build for an
+    -- interrupted one and drop it. Released when the session ends.
+    SELECT pg_catalog.pg_try_advisory_lock(pg_catalog.hashtext('rcll.dense_graph_plan'))
+$$;
+COMMENT ON FUNCTION rcll.dense_graph_build_lock()
+    IS 'Takes the lock a run of rcll.dense_graph_plan()''s statements holds (session-level, released when the session ends): true when this session now holds it, false when another session does (a run is under way). rcll graphs --apply and the periodic jobs take it before they read the plan.';

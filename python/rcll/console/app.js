@@ -118,13 +118,15 @@ async function whoami() {
 // -- views -------------------------------------------------------------------------------------
 
 async function loadBankData() {
-  const [plan, stats, tags] = await Promise.all([
+  const [plan, stats, tags, health] = await Promise.all([
     api("/floor-plan", { params: { bank: state.bank } }),
     api("/stats", { params: { bank: state.bank } }),
     api("/tags", { params: { bank: state.bank } }),
+    api("/health").catch(() => null),
   ]);
   state.plan = plan;
   state.stats = stats;
+  state.health = health;
   $("#room-list").replaceChildren(...plan.rooms.filter((r) => r.name).map((r) => el("option", { value: r.name })));
   $("#tag-list").replaceChildren(...tags.tags.slice(0, 500).map((t) => el("option", { value: t.tag })));
   const options = (sel, values, anyLabel) => {
@@ -146,12 +148,31 @@ function tileSize(n, max) {
   return share > 0.8 ? 4 : share > 0.55 ? 3 : 2;
 }
 
+// What the periodic jobs are doing with big banks' own HNSW graphs (/health's upkeep.graphs).
+function graphsLine(health) {
+  const jobs = health && health.upkeep;
+  if (!jobs || !jobs.graphs) return "Dense graphs: this server runs no periodic jobs (rcll upkeep from cron builds them).";
+  const g = jobs.graphs;
+  if (!g.auto) return "Dense graphs: left to the DBA (RCLL_AUTO_GRAPHS=off; rcll graphs --apply).";
+  if (g.building) {
+    const b = Array.isArray(g.index_builds) ? g.index_builds[0] : null;
+    const read = b && b.blocks_total ? `, ${Math.round((100 * b.blocks_done) / b.blocks_total)}% of the table read` : "";
+    return `Dense graphs: building, step ${g.building.step} of ${g.building.steps}` +
+      (g.building.why ? `: ${g.building.why}` : "") + (b ? ` (${b.phase}${read})` : "") + ".";
+  }
+  if (g.last_error) return `Dense graphs: the last run did not finish: ${g.last_error}`;
+  if (!g.last_end) return "Dense graphs: not checked yet.";
+  return `Dense graphs: checked ${new Date(g.last_end).toLocaleString()}` +
+    (g.last_steps.length ? `, ${g.last_steps.length} step(s) run.` : ", nothing to build.");
+}
+
 function renderPlan() {
   const rooms = state.plan.rooms;
   const t = state.stats.totals || {};
   const live = rooms.filter((r) => r.name && r.fact_count > 0).length;
   $("#plan-summary").textContent = `${t.units ?? 0} units from ${t.documents ?? 0} documents in ${live} rooms ` +
     `(${rooms.filter((r) => r.name).length} listed, including the classifier's vocabulary).`;
+  $("#plan-graphs").textContent = graphsLine(state.health);
   const max = Math.max(0, ...rooms.map((r) => r.fact_count || 0));
   const tiles = rooms.map((r) => {
     const size = tileSize(r.fact_count, max);
