@@ -1,7 +1,7 @@
 """SQL recall through the model service beside Memory.recall, on the same bank, in one run.
 
     .venv/bin/python -m bench.sql_recall [--size 100000] [--queries 40] [--callers 8] [--rounds 3]
-                                         [--deadline-ms 1000]
+                                         [--deadline-ms 1000] [--runs 2] [--keep]
 
 Builds bench.recall's synthetic fleet store in a fresh embedded PG 18 cluster, starts `rcll models`
 (a process of its own: the one copy of the models every backend shares; it registers itself with
@@ -114,6 +114,24 @@ def concurrent(dsn: str, qs: list[dict[str, Any]], callers: int, rounds: int,
     return times, notices[0], errors[0]
 
 
+def measure(dsn: str, qs: list[dict[str, Any]], args: argparse.Namespace, pid: int, label: str) -> None:
+    before = rss_mb(pid)
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"\n{label}: side by side, the shipped depths, no deadline (load average {load}):")
+    print(table(["recall", "wall p50 ms", "wall p95 ms", "p50 ratio to Memory.recall"], side_by_side(dsn, qs)),
+          flush=True)
+    times, notices, errors = concurrent(dsn, qs, args.callers, args.rounds, args.deadline_ms)
+    after = rss_mb(pid)
+    print(f"\n{label}: {args.callers} concurrent SQL callers, deadline_ms {args.deadline_ms}, {len(times)} recalls:")
+    print(table(["callers", "p50 ms", "p95 ms", "max ms", "within deadline", "NOTICEs", "errors",
+                 "service RSS MB before / after"],
+                [[args.callers, statistics.median(times), pct(times, 0.95), max(times),
+                  f"{sum(x <= args.deadline_ms for x in times)}/{len(times)}", notices, errors,
+                  f"{before:.0f} / {after:.0f}"]]))
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"load average after: {load}", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", type=int, default=100_000)
@@ -121,11 +139,13 @@ def main() -> int:
     ap.add_argument("--callers", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--deadline-ms", type=int, default=1000)
+    ap.add_argument("--runs", type=int, default=1, help="measure this many times on the one bank")
     ap.add_argument("--port", type=int, default=55540)
+    ap.add_argument("--keep", action="store_true", help="keep the cluster afterwards (its URL is printed)")
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-    with embedded_cluster(args.port, prefix="rclls-") as pg:
+    with embedded_cluster(args.port, prefix="rclls-", keep=args.keep) as pg:
         dsn = create_database(pg, "sqlrecall")
         with connect(dsn, autocommit=True) as conn:
             t = time.perf_counter()
@@ -136,20 +156,8 @@ def main() -> int:
         qs = queries(d, args.queries)
         service = start_service(dsn)
         try:
-            before = rss_mb(service.pid)
-            print("\nside by side, the shipped depths, no deadline:")
-            print(table(["recall", "wall p50 ms", "wall p95 ms", "p50 ratio to Memory.recall"], side_by_side(dsn, qs)),
-                  flush=True)
-            times, notices, errors = concurrent(dsn, qs, args.callers, args.rounds, args.deadline_ms)
-            after = rss_mb(service.pid)
-            print(f"\n{args.callers} concurrent SQL callers, deadline_ms {args.deadline_ms}, {len(times)} recalls:")
-            print(table(["callers", "p50 ms", "p95 ms", "within deadline", "NOTICEs", "errors",
-                         "service RSS MB before / after"],
-                        [[args.callers, statistics.median(times), pct(times, 0.95),
-                          f"{sum(x <= args.deadline_ms for x in times)}/{len(times)}", notices, errors,
-                          f"{before:.0f} / {after:.0f}"]]))
-            load = " ".join(f"{x:.1f}" for x in os.getloadavg())
-            print(f"load average after: {load}", flush=True)
+            for run in range(1, args.runs + 1):
+                measure(dsn, qs, args, service.pid, f"run {run} of {args.runs}")
         finally:
             service.terminate()
             service.wait(10)
