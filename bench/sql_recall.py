@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.sql_recall [--size 100000] [--queries 40] [--callers 8] [--rounds 3]
                                          [--deadline-ms 1000] [--runs 2] [--keep]
+    .venv/bin/python -m bench.sql_recall --dsn <the URL a --keep run printed>/sqlrecall [--runs 2]
 
 Builds bench.recall's synthetic fleet store in a fresh embedded PG 18 cluster, starts `rcll models`
 (a process of its own: the one copy of the models every backend shares; it registers itself with
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -28,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psycopg
 
 from bench._common import connect, create_database, embedded_cluster, pct, table, vacuum_analyze
@@ -36,6 +39,36 @@ from rcll.memory import Memory
 
 SQL = """SELECT count(*) FROM rcll.recall(%(q)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s),
                                          deadline_ms => %(deadline)s)"""
+
+
+# Queries drawn from a bank built earlier (--dsn), as bench.recall.queries draws them from its build:
+# five words of a unit's text, a third naming an entity of that unit, a third a time; filters mixed.
+_DRAWN = """SELECT u.text, (SELECT e.name FROM rcll.unit_entities ue JOIN rcll.entities e USING (entity_id)
+                          WHERE ue.unit_id = u.unit_id ORDER BY e.entity_id LIMIT 1)
+            FROM rcll.memory_units u WHERE u.bank_id = rcll._bank_id(%s) ORDER BY mod(u.unit_id * 7919, 100003) LIMIT %s"""
+
+
+def queries_from_bank(conn: psycopg.Connection[Any], count: int) -> list[dict[str, Any]]:
+    rng = np.random.default_rng(7)
+    times = ["last week", "in March 2024", "yesterday", "2 months ago", "before January 2024", "last year"]
+    out = []
+    for q, (text, entity) in enumerate(conn.execute(_DRAWN, (BANK, count)).fetchall()):
+        words = [w for w in re.findall(r"[a-z']+", text.lower()) if len(w) > 3]
+        query = " ".join(rng.choice(words, size=min(5, len(words)), replace=False)) if words else "status"
+        if q % 3 == 0 and entity:
+            query += " about " + entity
+        if q % 3 == 1:
+            query += " " + times[q % len(times)]
+        kind = ["none", "none", "big room", "tiny room", "author"][q % 5]
+        f: dict[str, Any] = {}
+        if kind == "big room":
+            f["rooms"] = ["engineering"]
+        elif kind == "tiny room":
+            f["rooms"] = [f"room-{int(rng.integers(0, 200))}"]
+        elif kind == "author":
+            f["authors"] = [f"agent-{int(rng.integers(0, 10))}"]
+        out.append({"text": query, "filters": f})
+    return out
 
 
 def rss_mb(pid: int) -> float:
@@ -132,6 +165,16 @@ def measure(dsn: str, qs: list[dict[str, Any]], args: argparse.Namespace, pid: i
     print(f"load average after: {load}", flush=True)
 
 
+def run(dsn: str, qs: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    service = start_service(dsn)
+    try:
+        for k in range(1, args.runs + 1):
+            measure(dsn, qs, args, service.pid, f"run {k} of {args.runs}")
+    finally:
+        service.terminate()
+        service.wait(10)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", type=int, default=100_000)
@@ -142,9 +185,16 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=1, help="measure this many times on the one bank")
     ap.add_argument("--port", type=int, default=55540)
     ap.add_argument("--keep", action="store_true", help="keep the cluster afterwards (its URL is printed)")
+    ap.add_argument("--dsn", help="a database a --keep run built: its bank, queries drawn from it, no build")
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+    if args.dsn:
+        # A bank built by an earlier run (--keep): measure again without building it again.
+        with connect(args.dsn, autocommit=True) as conn:
+            qs = queries_from_bank(conn, args.queries)
+        run(args.dsn, qs, args)
+        return 0
     with embedded_cluster(args.port, prefix="rclls-", keep=args.keep) as pg:
         dsn = create_database(pg, "sqlrecall")
         with connect(dsn, autocommit=True) as conn:
@@ -153,14 +203,7 @@ def main() -> int:
             vacuum_analyze(conn)
         load = " ".join(f"{x:.1f}" for x in os.getloadavg())
         print(f"{args.size:,} units built in {time.perf_counter() - t:.0f} s; load average {load}", flush=True)
-        qs = queries(d, args.queries)
-        service = start_service(dsn)
-        try:
-            for run in range(1, args.runs + 1):
-                measure(dsn, qs, args, service.pid, f"run {run} of {args.runs}")
-        finally:
-            service.terminate()
-            service.wait(10)
+        run(dsn, queries(d, args.queries), args)
     return 0
 
 

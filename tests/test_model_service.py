@@ -162,6 +162,42 @@ def test_a_slow_service_is_waited_for_only_until_the_deadline(service_dsn: str,
         assert db.execute("SELECT pg_backend_pid()").fetchone() == backend
 
 
+def test_an_answer_given_up_on_in_a_rolled_back_transaction_is_never_read_as_another_requests(
+        service_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The rollback forgets the session setting that says a request is pending; the connection
+    # itself still knows, so the next recall skips the service rather than read the late answer
+    # (another query's embedding) as its own, and the one after that is complete and right.
+    import rcll.model_service
+
+    real = rcll.model_service.answer
+    stall = {"s": 1.5}
+
+    def stalled(request: dict[str, Any]) -> list[str]:
+        time.sleep(stall["s"])
+        return real(request)
+
+    expected, _ = _sql_recall(service_dsn)
+    with psycopg.connect(service_dsn, autocommit=True) as db:
+        db.execute("SELECT rcll.recall('warm the connection', rcll.recall_scope('b'))")
+        monkeypatch.setattr(rcll.model_service, "answer", stalled)
+        notices: list[str] = []
+        db.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+        with pytest.raises(psycopg.errors.DivisionByZero), db.transaction():
+            db.execute("SELECT count(*) FROM rcll.recall('other words', rcll.recall_scope('b'), deadline_ms => 300)")
+            db.execute("SELECT 1 / 0")
+        assert any("did not answer within 310 ms" in n for n in notices), notices
+        notices.clear()
+        rows = db.execute(sql.SQL("SELECT " + COLUMNS + " FROM rcll.recall(%s, rcll.recall_scope('b'))"), (Q,)).fetchall()
+        assert any("has not answered an earlier request yet" in n for n in notices), notices
+        assert all(r[3] is None for r in rows)
+        stall["s"] = 0.0
+        time.sleep(1.5)
+        notices.clear()
+        rows = db.execute(sql.SQL("SELECT " + COLUMNS + " FROM rcll.recall(%s, rcll.recall_scope('b'))"), (Q,)).fetchall()
+        assert notices == []
+        assert rows == expected
+
+
 def test_the_service_socket_is_private_to_the_database_servers_user(leg: Leg, service: ModelService) -> None:
     assert service.socket_dir is not None
     d = service.socket_dir.lstat()
@@ -354,7 +390,7 @@ def test_a_frozen_service_never_hangs_a_recall(leg: Leg, service_dsn: str, servi
             assert out is not None and "registered and answering" in out[0]
         with psycopg.connect(service_dsn, autocommit=True) as connected, \
              psycopg.connect(service_dsn, autocommit=True) as fresh:
-            rows, notices, _ = _recall_with(connected, 1000)
+            rows, notices, _ = _recall_with(connected, 600_000)
             assert notices == [] and rows[0][1] is not None, "through the proxy, complete"
             proxy.frozen.set()
 
@@ -363,10 +399,10 @@ def test_a_frozen_service_never_hangs_a_recall(leg: Leg, service_dsn: str, servi
             rows, notices, elapsed = _recall_with(connected, 1000)
             assert rows and all(r[1] is None and r[2] is None for r in rows) and any(r[3] for r in rows)
             assert any("did not answer within 1010 ms" in n for n in notices), notices
-            assert elapsed < 1.5
+            assert elapsed < 2.5                      # the deadline, and the channels on a loaded machine
             rows, notices, elapsed = _recall_with(connected, 1000)
             assert any("has not answered a request sent" in n for n in notices), notices
-            assert rows and elapsed < 0.5
+            assert rows and elapsed < 1.5             # no wait for the service at all
 
             # A backend's first connection: libpq's connect_timeout bounds dblink's connect on
             # PostgreSQL 15 (2 s, libpq's least); on 16 and later dblink ignores it and only
@@ -376,10 +412,10 @@ def test_a_frozen_service_never_hangs_a_recall(leg: Leg, service_dsn: str, servi
             assert rows and all(r[1] is None and r[2] is None for r in rows) and any(r[3] for r in rows)
             if fresh.info.server_version >= 160000:
                 assert any("did not answer the connection within statement_timeout (3s)" in n for n in notices), notices
-                assert 2.9 < elapsed < 4.0
+                assert 2.9 < elapsed < 6.0
             else:
                 assert any("timeout expired" in n for n in notices), notices
-                assert elapsed < 2.9
+                assert elapsed < 4.0
 
             proxy.frozen.clear()
             time.sleep(0.5)

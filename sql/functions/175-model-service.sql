@@ -86,16 +86,20 @@ BEGIN
                 PERFORM set_config('rcll.model_service_failed', started::text, false);
                 RETURN;
             END;
-        ELSIF pending IS NOT NULL THEN
-            -- An earlier statement gave up on its request. Still unanswered: the service is stuck
-            -- or far behind, and this statement does without it at once.
+        ELSE
+            -- An earlier statement gave up on its request (rcll.model_service_pending says when;
+            -- a rolled-back transaction may have lost that, so the connection itself is asked).
+            -- Still unanswered: the service is stuck or far behind, and this statement does
+            -- without it at once.
             IF public.dblink_is_busy(conn) = 1 THEN
-                failure := format('has not answered a request sent %s ms ago', round(1000 * extract(epoch FROM clock_timestamp() - pending::timestamptz)));
+                failure := CASE WHEN pending IS NULL THEN 'has not answered an earlier request yet'
+                                ELSE format('has not answered a request sent %s ms ago',
+                                            round(1000 * extract(epoch FROM clock_timestamp() - pending::timestamptz))) END;
                 PERFORM set_config('rcll.model_service_failed', started::text, false);
                 RETURN;
             END IF;
-            -- Answered since: read that late answer (or its error) and the end of it, and the
-            -- connection is free again.
+            -- Answered since (or nothing left: then both reads return at once, with no rows):
+            -- read that late answer (or its error) and the end of it, and the connection is free.
             PERFORM set_config('rcll.model_service_pending', '', false);
             BEGIN
                 PERFORM FROM public.dblink_get_result(conn) AS t(a text);
@@ -108,7 +112,13 @@ BEGIN
         END IF;
         until := CASE WHEN op = 'count' AND _model_service_ask.deadline_ms IS NULL THEN clock_timestamp()
                       ELSE started END + budget * interval '1 ms';
-        PERFORM public.dblink_send_query(conn, request);
+        -- Never read an answer that is not this request's: a request that was not sent is a failure.
+        IF public.dblink_send_query(conn, request) <> 1 THEN
+            failure := 'could not be sent the request (dblink''s NOTICE says why)';
+            PERFORM public.dblink_disconnect(conn);
+            PERFORM set_config('rcll.model_service_failed', started::text, false);
+            RETURN;
+        END IF;
         WHILE public.dblink_is_busy(conn) = 1 LOOP
             IF clock_timestamp() >= until THEN
                 -- The connection stays open, its answer unread: closing it would make the next
