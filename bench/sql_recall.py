@@ -27,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,18 @@ def queries_from_bank(conn: psycopg.Connection[Any], count: int) -> list[dict[st
             f["authors"] = [f"agent-{int(rng.integers(0, 10))}"]
         out.append({"text": query, "filters": f})
     return out
+
+
+def notice_kind(message: str) -> str:
+    """What a NOTICE says recall did without: where the deadline's time went."""
+    for needle, kind in (("after the channels", "rerank skipped (channels spent the deadline)"),
+                         ("cut the rerank", "rerank cut"), ("cut the context view", "context view cut"),
+                         ("did not answer within", "service late"), ("has not answered", "service still late"),
+                         ("deadline passed while waiting for a model slot", "no model slot in time"),
+                         ("busy", "service busy")):
+        if needle in message:
+            return kind
+    return "other"
 
 
 def rss_mb(pid: int) -> float:
@@ -118,15 +131,15 @@ def side_by_side(dsn: str, qs: list[dict[str, Any]]) -> list[list[Any]]:
 
 
 def concurrent(dsn: str, qs: list[dict[str, Any]], callers: int, rounds: int,
-               deadline: int) -> tuple[list[float], int, int]:
+               deadline: int) -> tuple[list[float], Counter[str], int]:
     times: list[float] = []
-    notices = [0]
+    notices: Counter[str] = Counter()
     errors = [0]
     lock = threading.Lock()
 
     def caller(k: int) -> None:
         with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.add_notice_handler(lambda _d: notices.__setitem__(0, notices[0] + 1))
+            conn.add_notice_handler(lambda d: notices.update([notice_kind(d.message_primary or "")]))
             for r in range(rounds):
                 for q in qs[k::callers] if r else qs[k::callers][:2]:
                     t = time.perf_counter()
@@ -144,7 +157,7 @@ def concurrent(dsn: str, qs: list[dict[str, Any]], callers: int, rounds: int,
         t.start()
     for t in threads:
         t.join()
-    return times, notices[0], errors[0]
+    return times, notices, errors[0]
 
 
 def measure(dsn: str, qs: list[dict[str, Any]], args: argparse.Namespace, pid: int, label: str) -> None:
@@ -159,7 +172,8 @@ def measure(dsn: str, qs: list[dict[str, Any]], args: argparse.Namespace, pid: i
     print(table(["callers", "p50 ms", "p95 ms", "max ms", "within deadline", "NOTICEs", "errors",
                  "service RSS MB before / after"],
                 [[args.callers, statistics.median(times), pct(times, 0.95), max(times),
-                  f"{sum(x <= args.deadline_ms for x in times)}/{len(times)}", notices, errors,
+                  f"{sum(x <= args.deadline_ms for x in times)}/{len(times)}",
+                  ", ".join(f"{k} {n}" for k, n in notices.most_common()) or "-", errors,
                   f"{before:.0f} / {after:.0f}"]]))
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"load average after: {load}", flush=True)
