@@ -1,7 +1,8 @@
 """SQL recall through the model service beside Memory.recall, on the same bank, in one run.
 
     .venv/bin/python -m bench.sql_recall [--size 100000] [--queries 40] [--callers 8] [--rounds 3]
-                                         [--deadline-ms 1000]
+                                         [--deadline-ms 1000] [--runs 2] [--keep]
+    .venv/bin/python -m bench.sql_recall --dsn <the URL a --keep run printed>/sqlrecall [--runs 2]
 
 Builds bench.recall's synthetic fleet store in a fresh embedded PG 18 cluster, starts `rcll models`
 (a process of its own: the one copy of the models every backend shares; it registers itself with
@@ -20,14 +21,17 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psycopg
 
 from bench._common import connect, create_database, embedded_cluster, pct, table, vacuum_analyze
@@ -36,6 +40,48 @@ from rcll.memory import Memory
 
 SQL = """SELECT count(*) FROM rcll.recall(%(q)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s),
                                          deadline_ms => %(deadline)s)"""
+
+
+# Queries drawn from a bank built earlier (--dsn), as bench.recall.queries draws them from its build:
+# five words of a unit's text, a third naming an entity of that unit, a third a time; filters mixed.
+_DRAWN = """SELECT u.text, (SELECT e.name FROM rcll.unit_entities ue JOIN rcll.entities e USING (entity_id)
+                          WHERE ue.unit_id = u.unit_id ORDER BY e.entity_id LIMIT 1)
+            FROM rcll.memory_units u WHERE u.bank_id = rcll._bank_id(%s) ORDER BY mod(u.unit_id * 7919, 100003) LIMIT %s"""
+
+
+def queries_from_bank(conn: psycopg.Connection[Any], count: int) -> list[dict[str, Any]]:
+    rng = np.random.default_rng(7)
+    times = ["last week", "in March 2024", "yesterday", "2 months ago", "before January 2024", "last year"]
+    out = []
+    for q, (text, entity) in enumerate(conn.execute(_DRAWN, (BANK, count)).fetchall()):
+        words = [w for w in re.findall(r"[a-z']+", text.lower()) if len(w) > 3]
+        query = " ".join(rng.choice(words, size=min(5, len(words)), replace=False)) if words else "status"
+        if q % 3 == 0 and entity:
+            query += " about " + entity
+        if q % 3 == 1:
+            query += " " + times[q % len(times)]
+        kind = ["none", "none", "big room", "tiny room", "author"][q % 5]
+        f: dict[str, Any] = {}
+        if kind == "big room":
+            f["rooms"] = ["engineering"]
+        elif kind == "tiny room":
+            f["rooms"] = [f"room-{int(rng.integers(0, 200))}"]
+        elif kind == "author":
+            f["authors"] = [f"agent-{int(rng.integers(0, 10))}"]
+        out.append({"text": query, "filters": f})
+    return out
+
+
+def notice_kind(message: str) -> str:
+    """What a NOTICE says recall did without: where the deadline's time went."""
+    for needle, kind in (("after the channels", "rerank skipped (channels spent the deadline)"),
+                         ("cut the rerank", "rerank cut"), ("cut the context view", "context view cut"),
+                         ("did not answer within", "service late"), ("has not answered", "service still late"),
+                         ("deadline passed while waiting for a model slot", "no model slot in time"),
+                         ("busy", "service busy")):
+        if needle in message:
+            return kind
+    return "other"
 
 
 def rss_mb(pid: int) -> float:
@@ -85,15 +131,15 @@ def side_by_side(dsn: str, qs: list[dict[str, Any]]) -> list[list[Any]]:
 
 
 def concurrent(dsn: str, qs: list[dict[str, Any]], callers: int, rounds: int,
-               deadline: int) -> tuple[list[float], int, int]:
+               deadline: int) -> tuple[list[float], Counter[str], int]:
     times: list[float] = []
-    notices = [0]
+    notices: Counter[str] = Counter()
     errors = [0]
     lock = threading.Lock()
 
     def caller(k: int) -> None:
         with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.add_notice_handler(lambda _d: notices.__setitem__(0, notices[0] + 1))
+            conn.add_notice_handler(lambda d: notices.update([notice_kind(d.message_primary or "")]))
             for r in range(rounds):
                 for q in qs[k::callers] if r else qs[k::callers][:2]:
                     t = time.perf_counter()
@@ -111,7 +157,36 @@ def concurrent(dsn: str, qs: list[dict[str, Any]], callers: int, rounds: int,
         t.start()
     for t in threads:
         t.join()
-    return times, notices[0], errors[0]
+    return times, notices, errors[0]
+
+
+def measure(dsn: str, qs: list[dict[str, Any]], args: argparse.Namespace, pid: int, label: str) -> None:
+    before = rss_mb(pid)
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"\n{label}: side by side, the shipped depths, no deadline (load average {load}):")
+    print(table(["recall", "wall p50 ms", "wall p95 ms", "p50 ratio to Memory.recall"], side_by_side(dsn, qs)),
+          flush=True)
+    times, notices, errors = concurrent(dsn, qs, args.callers, args.rounds, args.deadline_ms)
+    after = rss_mb(pid)
+    print(f"\n{label}: {args.callers} concurrent SQL callers, deadline_ms {args.deadline_ms}, {len(times)} recalls:")
+    print(table(["callers", "p50 ms", "p95 ms", "max ms", "within deadline", "NOTICEs", "errors",
+                 "service RSS MB before / after"],
+                [[args.callers, statistics.median(times), pct(times, 0.95), max(times),
+                  f"{sum(x <= args.deadline_ms for x in times)}/{len(times)}",
+                  ", ".join(f"{k} {n}" for k, n in notices.most_common()) or "-", errors,
+                  f"{before:.0f} / {after:.0f}"]]))
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"load average after: {load}", flush=True)
+
+
+def run(dsn: str, qs: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    service = start_service(dsn)
+    try:
+        for k in range(1, args.runs + 1):
+            measure(dsn, qs, args, service.pid, f"run {k} of {args.runs}")
+    finally:
+        service.terminate()
+        service.wait(10)
 
 
 def main() -> int:
@@ -121,11 +196,20 @@ def main() -> int:
     ap.add_argument("--callers", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--deadline-ms", type=int, default=1000)
+    ap.add_argument("--runs", type=int, default=1, help="measure this many times on the one bank")
     ap.add_argument("--port", type=int, default=55540)
+    ap.add_argument("--keep", action="store_true", help="keep the cluster afterwards (its URL is printed)")
+    ap.add_argument("--dsn", help="a database a --keep run built: its bank, queries drawn from it, no build")
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-    with embedded_cluster(args.port, prefix="rclls-") as pg:
+    if args.dsn:
+        # A bank built by an earlier run (--keep): measure again without building it again.
+        with connect(args.dsn, autocommit=True) as conn:
+            qs = queries_from_bank(conn, args.queries)
+        run(args.dsn, qs, args)
+        return 0
+    with embedded_cluster(args.port, prefix="rclls-", keep=args.keep) as pg:
         dsn = create_database(pg, "sqlrecall")
         with connect(dsn, autocommit=True) as conn:
             t = time.perf_counter()
@@ -133,26 +217,7 @@ def main() -> int:
             vacuum_analyze(conn)
         load = " ".join(f"{x:.1f}" for x in os.getloadavg())
         print(f"{args.size:,} units built in {time.perf_counter() - t:.0f} s; load average {load}", flush=True)
-        qs = queries(d, args.queries)
-        service = start_service(dsn)
-        try:
-            before = rss_mb(service.pid)
-            print("\nside by side, the shipped depths, no deadline:")
-            print(table(["recall", "wall p50 ms", "wall p95 ms", "p50 ratio to Memory.recall"], side_by_side(dsn, qs)),
-                  flush=True)
-            times, notices, errors = concurrent(dsn, qs, args.callers, args.rounds, args.deadline_ms)
-            after = rss_mb(service.pid)
-            print(f"\n{args.callers} concurrent SQL callers, deadline_ms {args.deadline_ms}, {len(times)} recalls:")
-            print(table(["callers", "p50 ms", "p95 ms", "within deadline", "NOTICEs", "errors",
-                         "service RSS MB before / after"],
-                        [[args.callers, statistics.median(times), pct(times, 0.95),
-                          f"{sum(x <= args.deadline_ms for x in times)}/{len(times)}", notices, errors,
-                          f"{before:.0f} / {after:.0f}"]]))
-            load = " ".join(f"{x:.1f}" for x in os.getloadavg())
-            print(f"load average after: {load}", flush=True)
-        finally:
-            service.terminate()
-            service.wait(10)
+        run(dsn, queries(d, args.queries), args)
     return 0
 
 

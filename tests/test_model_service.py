@@ -9,7 +9,10 @@ rcll.deadline.read_prefix, batching as the client does, so INT8 scores are equal
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import stat
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -113,27 +116,86 @@ def test_service_down_gives_lexical_rows_within_the_deadline_and_a_notice(leg: L
 def test_a_slow_service_is_waited_for_only_until_the_deadline(service_dsn: str,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     # The service accepts and authenticates, but its model work stalls (a saturated machine): the
-    # recall polls until its deadline, closes the connection, and answers from the other channels.
+    # recall polls until its deadline and answers from the other channels. The connection stays
+    # open with the request unanswered: the next recall skips the service at once rather than
+    # send another, and once the late answer is in, the one after reads it and is complete again.
     import rcll.model_service
 
     real = rcll.model_service.answer
+    stall = {"s": 2.0}
 
     def stalled(request: dict[str, Any]) -> list[str]:
-        time.sleep(3)
+        time.sleep(stall["s"])
         return real(request)
 
+    def timed_recall(db: psycopg.Connection[Any], deadline_ms: int) -> tuple[list[tuple[Any, ...]], float]:
+        t = time.perf_counter()
+        rows = db.execute("SELECT unit_id, rerank_score, rank_dense, rank_lexical FROM rcll.recall('helm rollback', "
+                          "rcll.recall_scope('b'), deadline_ms => %s)", (deadline_ms,)).fetchall()
+        return rows, time.perf_counter() - t
+
+    with psycopg.connect(service_dsn, autocommit=True) as db:
+        db.execute("SELECT rcll.recall('warm the connection', rcll.recall_scope('b'))")
+        backend = db.execute("SELECT pg_backend_pid()").fetchone()
+        monkeypatch.setattr(rcll.model_service, "answer", stalled)
+        notices: list[str] = []
+        db.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+        rows, elapsed = timed_recall(db, 500)
+        assert rows and all(r[1] is None and r[2] is None for r in rows) and any(r[3] for r in rows)
+        service = [n for n in notices if "model service" in n or "rerank" in n]
+        assert len(service) == 1 and "did not answer within 510 ms" in service[0], notices
+        assert elapsed < 1.0
+
+        notices.clear()
+        rows, elapsed = timed_recall(db, 500)
+        assert rows and all(r[1] is None and r[2] is None for r in rows) and any(r[3] for r in rows)
+        service = [n for n in notices if "model service" in n or "rerank" in n]
+        assert len(service) == 1 and "has not answered a request sent" in service[0], notices
+        assert elapsed < 0.5
+
+        stall["s"] = 0.0
+        time.sleep(2.0)                       # the stalled request's answer arrives
+        notices.clear()
+        rows, _ = timed_recall(db, 600_000)
+        assert notices == []
+        assert rows and rows[0][1] is not None and any(r[2] for r in rows), "complete again"
+        assert db.execute("SELECT pg_backend_pid()").fetchone() == backend
+
+
+def test_an_answer_given_up_on_in_a_rolled_back_transaction_is_never_read_as_another_requests(
+        service_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The rollback forgets the session setting that says a request is pending; the connection
+    # itself still knows, so the next recall skips the service rather than read the late answer
+    # (another query's embedding) as its own, and the one after that is complete and right.
+    import rcll.model_service
+
+    real = rcll.model_service.answer
+    stall = {"s": 1.5}
+
+    def stalled(request: dict[str, Any]) -> list[str]:
+        time.sleep(stall["s"])
+        return real(request)
+
+    expected, _ = _sql_recall(service_dsn)
     with psycopg.connect(service_dsn, autocommit=True) as db:
         db.execute("SELECT rcll.recall('warm the connection', rcll.recall_scope('b'))")
         monkeypatch.setattr(rcll.model_service, "answer", stalled)
         notices: list[str] = []
         db.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
-        t = time.perf_counter()
-        rows = db.execute("SELECT unit_id, rerank_score, rank_dense, rank_lexical FROM rcll.recall('helm rollback', "
-                          "rcll.recall_scope('b'), deadline_ms => 500)").fetchall()
-        elapsed = time.perf_counter() - t
-    assert rows and all(r[1] is None and r[2] is None for r in rows) and any(r[3] for r in rows)
-    assert any("did not answer within 550 ms" in n for n in notices), notices
-    assert elapsed < 1.0
+        with pytest.raises(psycopg.errors.DivisionByZero), db.transaction():
+            db.execute("SELECT count(*) FROM rcll.recall('other words', rcll.recall_scope('b'), deadline_ms => 300)")
+            db.execute("SELECT 1 / 0")
+        assert any("did not answer within 310 ms" in n for n in notices), notices
+        notices.clear()
+        rows = db.execute(sql.SQL("SELECT " + COLUMNS + " FROM rcll.recall(%s, rcll.recall_scope('b'))"), (Q,)).fetchall()
+        assert any("has not answered an earlier request yet" in n for n in notices), notices
+        assert all(r[3] is None for r in rows)
+        stall["s"] = 0.0
+        time.sleep(1.5)
+        notices.clear()
+        rows = db.execute(sql.SQL("SELECT " + COLUMNS + " FROM rcll.recall(%s, rcll.recall_scope('b'))"), (Q,)).fetchall()
+        assert notices == []
+        assert rows == expected
 
 
 def test_the_service_socket_is_private_to_the_database_servers_user(leg: Leg, service: ModelService) -> None:
@@ -265,3 +327,99 @@ def test_a_deadline_passed_in_the_queue_is_a_notice_not_an_error(service_dsn: st
     rows, notices = _sql_recall(service_dsn, "helm rollback", deadline_ms=1000)
     assert rows and all(r[4] is None for r in rows)
     assert any("deadline passed while waiting for a model slot" in n for n in notices), notices
+
+
+class _FreezableProxy:
+    """A loopback TCP door to the service that can freeze: it keeps accepting connections and
+    reading what clients send, but passes nothing either way - a service process that is stopped
+    (SIGSTOP, a wedged interpreter) while the kernel still accepts on its socket."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.frozen = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.listener.getsockname()[1])
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            self.held.append(client)
+            if self.frozen.is_set():
+                continue                               # accepted, never answered
+            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            upstream.connect(self.target)
+            self.held.append(upstream)
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                while self.frozen.is_set():
+                    time.sleep(0.01)
+                dst.sendall(data)
+
+    def close(self) -> None:
+        self.listener.close()
+        for s in self.held:
+            with contextlib.suppress(OSError):
+                s.close()
+
+
+def _recall_with(db: psycopg.Connection[Any], deadline_ms: int) -> tuple[list[tuple[Any, ...]], list[str], float]:
+    notices: list[str] = []
+    db.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+    t = time.perf_counter()
+    rows = db.execute("SELECT unit_id, rerank_score, rank_dense, rank_lexical FROM rcll.recall('helm rollback', "
+                      "rcll.recall_scope('b'), deadline_ms => %s)", (deadline_ms,)).fetchall()
+    return rows, notices, time.perf_counter() - t
+
+
+def test_a_frozen_service_never_hangs_a_recall(leg: Leg, service_dsn: str, service: ModelService) -> None:
+    assert service.socket_dir is not None
+    proxy = _FreezableProxy(str(socket_path(service.socket_dir, service.port)))
+    try:
+        with psycopg.connect(service_dsn, autocommit=True) as db:
+            out = db.execute("SELECT rcll.use_model_service(host => '127.0.0.1', port => %s, password => %s)",
+                             (proxy.port, service.password)).fetchone()
+            assert out is not None and "registered and answering" in out[0]
+        with psycopg.connect(service_dsn, autocommit=True) as connected, \
+             psycopg.connect(service_dsn, autocommit=True) as fresh:
+            rows, notices, _ = _recall_with(connected, 600_000)
+            assert notices == [] and rows[0][1] is not None, "through the proxy, complete"
+            proxy.frozen.set()
+
+            # A backend connected to the service: its deadline, lexical rows and a NOTICE - then
+            # at once, without sending again, while the service stays frozen.
+            rows, notices, elapsed = _recall_with(connected, 1000)
+            assert rows and all(r[1] is None and r[2] is None for r in rows) and any(r[3] for r in rows)
+            assert any("did not answer within 1010 ms" in n for n in notices), notices
+            assert elapsed < 2.5                      # the deadline, and the channels on a loaded machine
+            rows, notices, elapsed = _recall_with(connected, 1000)
+            assert any("has not answered a request sent" in n for n in notices), notices
+            assert rows and elapsed < 1.5             # no wait for the service at all
+
+            # A backend's first connection: libpq's connect_timeout bounds dblink's connect on
+            # PostgreSQL 15 (2 s, libpq's least); on 16 and later dblink ignores it and only
+            # statement_timeout ends the wait - which then ends the wait, not the recall.
+            fresh.execute("SET statement_timeout = '3s'")
+            rows, notices, elapsed = _recall_with(fresh, 1000)
+            assert rows and all(r[1] is None and r[2] is None for r in rows) and any(r[3] for r in rows)
+            if fresh.info.server_version >= 160000:
+                assert any("did not answer the connection within statement_timeout (3s)" in n for n in notices), notices
+                assert 2.9 < elapsed < 6.0
+            else:
+                assert any("timeout expired" in n for n in notices), notices
+                assert elapsed < 4.0
+
+            proxy.frozen.clear()
+            time.sleep(0.5)
+            rows, notices, _ = _recall_with(connected, 600_000)
+            assert notices == [] and rows[0][1] is not None, "thawed: complete again on the same connection"
+    finally:
+        proxy.close()

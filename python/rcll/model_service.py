@@ -15,12 +15,13 @@ A request is one simple-protocol Query whose text is a JSON object built by
 rcll._model_service_ask (sql/functions/175-model-service.sql), never SQL:
 
     {"op": "embed", "texts": [...], "deadline_ms": 1000 | null, "started": <epoch seconds>}
-    {"op": "rerank", "query": "...", "texts": [...], "deadline_ms": ..., "started": ...}
+    {"op": "rerank", "query": "...", "texts": [...], "deadline_ms": ..., "started": ..., "count": [...] | null}
     {"op": "count", "texts": [...]}
 
 The answer is rows of one text column: one vector literal per text (embed), one real[] literal of
 the logits of the prefix read while time was left (rerank: rcll.deadline.read_prefix, so it batches
-and stops as the Python client does), one integer[] literal of wordpiece counts (count). A model
+and stops as the Python client does; with "count", a second row: the wordpiece counts of those
+texts), one integer[] literal of wordpiece counts (count). A model
 phase that cannot start within the deadline, or a request over the admission limit, is an
 ErrorResponse: the SQL side turns it into a NOTICE and recall answers without it.
 
@@ -222,8 +223,14 @@ def answer(request: dict[str, Any]) -> list[str]:
         query = request.get("query")
         if not isinstance(query, str):
             raise _RequestError("22023", "query: expected a string")
+        counted = request.get("count")
+        if counted is not None and (not isinstance(counted, list) or not all(isinstance(t, str) for t in counted)):
+            raise _RequestError("22023", "count: expected an array of strings")
+        # The counts first (the tokenizer, a few ms): they must arrive even when the deadline
+        # stops the cross-encoder, and the budget cut needs them after it.
+        tokens = None if counted is None else _array(models.get_embedder().count_tokens(counted))
         scores = read_prefix(query, _texts(request), models.get_reranker(), _deadline(request))
-        return [_array([float(s) for s in scores])]
+        return [_array([float(s) for s in scores])] + ([] if tokens is None else [tokens])
     raise _RequestError("22023", f"op: unknown operation {op!r}", "expected embed, rerank or count")
 
 

@@ -47,6 +47,40 @@ $$;
 COMMENT ON FUNCTION rcll._recall_entity_embedding(text, integer, vector, integer)
     IS 'Internal: rcll.recall''s second query embedding, for the entity channel: the one given, else with models (the service or in-database) the embedding of rcll.query_without_entities (NULL when the query names no entity), else NULL.';
 
+CREATE OR REPLACE FUNCTION rcll._recall_embeddings(query text, bank_id integer, query_embedding vector,
+                                                   entity_query_embedding vector, deadline_ms integer DEFAULT NULL,
+                                                   OUT query_vector vector, OUT entity_vector vector)
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    rest     text;
+    embedded text[];
+BEGIN
+    -- Phase 1 as rcll.recall.recall runs it: the query without the entities it names first (SQL),
+    -- then both texts embedded in one request to where the models are - one round trip and one
+    -- model slot, not two. Given embeddings are never recomputed; without models,
+    -- rcll._recall_embedding's NOTICE says what recall skips.
+    IF rcll._model_source() IS NULL OR _recall_embeddings.query_embedding IS NOT NULL THEN
+        query_vector := rcll._recall_embedding(_recall_embeddings.query, _recall_embeddings.query_embedding,
+                                               _recall_embeddings.deadline_ms);
+        entity_vector := rcll._recall_entity_embedding(_recall_embeddings.query, _recall_embeddings.bank_id,
+                                                       _recall_embeddings.entity_query_embedding,
+                                                       _recall_embeddings.deadline_ms);
+        RETURN;
+    END IF;
+    IF _recall_embeddings.entity_query_embedding IS NULL THEN
+        rest := rcll._query_without_entities(_recall_embeddings.query, _recall_embeddings.bank_id);
+    END IF;
+    embedded := rcll._model_embed_texts(CASE WHEN rest IS NULL THEN ARRAY[_recall_embeddings.query]
+                                             ELSE ARRAY[_recall_embeddings.query, rest] END,
+                                        _recall_embeddings.deadline_ms, 'the dense channel and the rerank are skipped');
+    query_vector := embedded[1]::public.vector;
+    entity_vector := coalesce(_recall_embeddings.entity_query_embedding, embedded[2]::public.vector);
+END
+$$;
+COMMENT ON FUNCTION rcll._recall_embeddings(text, integer, vector, vector, integer)
+    IS 'Internal: rcll.recall''s phase 1 - the query embedding (rcll._recall_embedding) and the entity channel''s (rcll._recall_entity_embedding: the query without the entities it names), given or embedded together in one request where the models are.';
+
 CREATE OR REPLACE FUNCTION rcll._recall_rerank(
     query         text,
     texts         text[],
@@ -75,6 +109,11 @@ DECLARE
     used   bigint := 0;
     n      integer;
     ms     double precision := _recall_rerank.deadline_ms;
+    -- What the statement needs after the model service's last answer (the order, the budget
+    -- cut, the rows to the client): the service is asked to be done that much before the deadline.
+    reserve constant double precision := 20;
+    spare  double precision;
+    counted record;
 BEGIN
     IF texts IS NULL THEN
         RETURN;
@@ -85,9 +124,23 @@ BEGIN
     -- candidates move to the front in that order, the rest keep their fused order behind them.
     -- With deadline_ms (counted from the start of the statement) both views read in fused order
     -- while time is left (rcll._model_rerank_until); what is not read keeps its fused order.
+    -- The whole recall is bounded by deadline_ms: the rerank gets what the channels left of it,
+    -- and none when that cannot read even two candidates (a NOTICE says so).
+    IF models AND rcll._model_service_gave_up() THEN
+        depth := 0;                              -- its NOTICE said why
+    ELSIF models AND depth > 0 AND ms IS NOT NULL THEN
+        spare := ms - 1000 * extract(epoch FROM clock_timestamp() - statement_timestamp());
+        IF spare < 2 * reserve THEN
+            RAISE NOTICE 'recall: the deadline (% ms) left % ms after the channels: the rerank is skipped', ms, round(greatest(spare, 0))
+                USING HINT = 'The candidates keep their fused order; allow a longer deadline_ms for a reranked answer.';
+            depth := 0;
+        END IF;
+    END IF;
     IF models AND depth > 0 THEN
         depth := least(depth, cardinality(texts));
-        scores := rcll._model_rerank_scores(_recall_rerank.query, texts[1:depth], ms);
+        SELECT * INTO counted FROM rcll._model_rerank_counted(_recall_rerank.query, texts[1:depth], texts, ms - reserve);
+        scores := counted.scores;
+        toks := counted.tokens;
     END IF;
     -- NULL scores: the model service did not answer (its NOTICE said why); no rerank then.
     IF models AND depth > 0 AND scores IS NOT NULL THEN
@@ -100,7 +153,7 @@ BEGIN
             head := NULL;                        -- the deadline cut the first view: no second one
             RAISE NOTICE 'recall: the deadline (% ms) cut the rerank at depth % of %', ms, coalesce(cardinality(scores), 0), depth;
         ELSIF views IS NOT NULL THEN
-            second := coalesce(rcll._model_rerank_scores(_recall_rerank.query, views, ms), '{}');
+            second := coalesce(rcll._model_rerank_scores(_recall_rerank.query, views, ms - reserve), '{}');
             FOR n IN 1 .. coalesce(cardinality(second), 0) LOOP
                 scores[top[n]] := (scores[top[n]] + second[n]) / 2;
             END LOOP;
@@ -120,7 +173,9 @@ BEGIN
 
     -- Phase 5: fill the token budget (fact text only): a fact that does not fit is skipped and
     -- the next, shorter one may still fit.
-    IF models THEN
+    IF toks IS NOT NULL THEN
+        NULL;                                    -- counted with the rerank
+    ELSIF models THEN
         toks := rcll._model_token_counts(texts);
     ELSE
         toks := rcll._approx_tokens(texts);
@@ -161,14 +216,16 @@ RETURNS TABLE (unit_id bigint, text text, room text, hall text, layer text, auth
 LANGUAGE sql STABLE
 AS $$
     -- SQL, not PL/pgSQL: the output column thread would shadow the scope's rows in PL/pgSQL. Phase 1
-    -- (rcll._recall_embedding), phases 2-3 (rcll.recall_candidates: enough candidates for the
+    -- (rcll._recall_embeddings), phases 2-3 (rcll.recall_candidates: enough candidates for the
     -- rerank and the final list), phases 4-5 (rcll._recall_rerank) over the candidates in fused order.
-    WITH c AS MATERIALIZED (
+    WITH e AS MATERIALIZED (
+        SELECT * FROM rcll._recall_embeddings(recall.query, (recall.scope).bank_id, recall.query_embedding,
+                                              recall.entity_query_embedding, recall.deadline_ms)
+    ), c AS MATERIALIZED (
         SELECT * FROM rcll.recall_candidates(
             query => recall.query, scope => recall.scope,
-            query_embedding => rcll._recall_embedding(recall.query, recall.query_embedding, recall.deadline_ms),
-            entity_query_embedding => rcll._recall_entity_embedding(recall.query, (recall.scope).bank_id,
-                                                                    recall.entity_query_embedding, recall.deadline_ms),
+            query_embedding => (SELECT e.query_vector FROM e),
+            entity_query_embedding => (SELECT e.entity_vector FROM e),
             time_range => recall.time_range, reference_time => recall.reference_time,
             "limit" => greatest(greatest(coalesce(recall."limit", (rcll.recall_defaults()).candidate_limit), 0),
                                 greatest(coalesce(recall.rerank_depth, 0), 0))) WITH ORDINALITY AS c
@@ -186,4 +243,4 @@ AS $$
     ORDER BY r.ordinal
 $$;
 COMMENT ON FUNCTION rcll.recall(text, rcll.recall_scope, integer, integer, integer, integer, vector, tstzrange, timestamptz, integer, vector)
-    IS 'Recall from SQL: rcll.recall_candidates over the scope (rcll.recall_scope: bank, rooms, authors, filters), then the cross-encoder rerank of the top rerank_depth candidates (the top context_depth of its order read again with the chunk before them, by the mean of both scores), then the cut to "limit" facts and budget tokens of fact text (skipping facts that do not fit). Fusion runs with rcll.recall_candidates'' defaults: tuning it (channel_limit, the channel weights) is rcll.recall_candidates'' job. With in-database models (rcll.enable_in_database_models) the query (and, for the entity channel, the query without the entities it names) is embedded and reranked here; without them pass query_embedding (and entity_query_embedding, the embedding of rcll.query_without_entities; else the entity channel ranks by query_embedding), and the rerank is skipped (NOTICE). deadline_ms (default none) is a latency budget from the start of the statement: the cross-encoder reads candidates in fused order while time is left, the rest keep their fused order (rerank_score NULL), and a NOTICE says where the deadline cut it. Never writes. From psql: SELECT text FROM rcll.recall(''how do we deploy?'', rcll.recall_scope(''fleet'', rooms => ''{deployment}'')).';
+    IS 'Recall from SQL: rcll.recall_candidates over the scope (rcll.recall_scope: bank, rooms, authors, filters), then the cross-encoder rerank of the top rerank_depth candidates (the top context_depth of its order read again with the chunk before them, by the mean of both scores), then the cut to "limit" facts and budget tokens of fact text (skipping facts that do not fit). Fusion runs with rcll.recall_candidates'' defaults: tuning it (channel_limit, the channel weights) is rcll.recall_candidates'' job. With in-database models (rcll.enable_in_database_models) the query (and, for the entity channel, the query without the entities it names) is embedded and reranked here; without them pass query_embedding (and entity_query_embedding, the embedding of rcll.query_without_entities; else the entity channel ranks by query_embedding), and the rerank is skipped (NOTICE). deadline_ms (default none) is a latency budget for the whole statement, from its start: the embedding and the channels run, then the cross-encoder reads candidates in fused order while time is left (none when the channels left too little: a NOTICE says so), the rest keep their fused order (rerank_score NULL), and a NOTICE says where the deadline cut it. Never writes. From psql: SELECT text FROM rcll.recall(''how do we deploy?'', rcll.recall_scope(''fleet'', rooms => ''{deployment}'')).';

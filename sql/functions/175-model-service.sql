@@ -31,65 +31,147 @@ CREATE OR REPLACE FUNCTION rcll._model_service_ask(
     texts       text[],
     deadline_ms double precision,
     OUT answer  text[],
-    OUT failure text)
+    OUT failure text,
+    count_texts text[] DEFAULT NULL)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 AS $$
 DECLARE
     conn    constant text := 'rcll_models';
     started constant timestamptz := statement_timestamp();
-    -- How long this statement waits for the service: its deadline and a little for the answer to
-    -- arrive, else rcll.model_service_timeout_ms (default 10 s). A token count (cached, a few ms)
-    -- gets a second of its own: the budget cut needs it after the rerank spent the deadline.
-    budget  double precision := coalesce(_model_service_ask.deadline_ms + 50,
-                                         nullif(current_setting('rcll.model_service_timeout_ms', true), '')::double precision,
-                                         10000);
-    until   timestamptz := CASE WHEN op = 'count' THEN clock_timestamp() + interval '1 s'
-                                ELSE started + budget * interval '1 ms' END;
+    -- How long this statement waits for the service: until its deadline and a little for the
+    -- answer to arrive (the service stops reading at the deadline it is given), else
+    -- rcll.model_service_timeout_ms (default 10 s). A token count alone (a few ms of tokenizer)
+    -- gets 100 ms once sent: the budget cut needs it after the rerank spent the deadline, and past that
+    -- recall estimates the counts rather than wait.
+    budget  double precision := CASE WHEN op = 'count' AND _model_service_ask.deadline_ms IS NULL THEN 100
+                                     ELSE coalesce(_model_service_ask.deadline_ms + 10,
+                                                   nullif(current_setting('rcll.model_service_timeout_ms', true), '')::double precision,
+                                                   10000) END;
+    until   timestamptz;
+    -- When a request was given up on (its deadline passed): the connection keeps waiting for its
+    -- answer rather than being closed - see below.
+    pending text := nullif(current_setting('rcll.model_service_pending', true), '');
     request text;
     detail  text;
+    code    text;
+    pause   double precision := 0.0005;
 BEGIN
     -- One failure per statement is enough: the rest of its model phases are skipped at once.
-    IF current_setting('rcll.model_service_failed', true) = started::text THEN
+    IF rcll._model_service_gave_up() THEN
         RETURN;
     END IF;
     request := pg_catalog.json_build_object('op', op, 'query', query, 'texts', texts,
                                             'deadline_ms', deadline_ms,
-                                            'started', extract(epoch FROM started))::text;
+                                            'started', extract(epoch FROM started),
+                                            'count', count_texts)::text;
     BEGIN
         -- One connection per backend, kept for its next recalls (dblink's named connections live
         -- as long as the session). Connecting reads the foreign server and this function's owner's
         -- user mapping, so callers need neither.
         IF NOT conn = ANY (coalesce(public.dblink_get_connections(), '{}')) THEN
-            PERFORM public.dblink_connect(conn, 'rcll_models');
+            PERFORM set_config('rcll.model_service_pending', '', false);
+            BEGIN
+                PERFORM public.dblink_connect(conn, 'rcll_models');
+            EXCEPTION WHEN query_canceled THEN
+                -- On PostgreSQL 16 and later dblink's connect ignores connect_timeout: a service
+                -- that accepts and never answers holds it until statement_timeout (or a cancel).
+                -- That timeout ends the wait for the service, not the recall; a cancel still
+                -- cancels.
+                -- (statement_timeout reads back with its unit: '1500ms', '2s'; '0' is none.)
+                IF NOT coalesce(nullif(current_setting('statement_timeout'), '0')::interval
+                                <= clock_timestamp() - started, false) THEN
+                    RAISE;
+                END IF;
+                failure := format('did not answer the connection within statement_timeout (%s)', current_setting('statement_timeout'));
+                PERFORM set_config('rcll.model_service_failed', started::text, false);
+                RETURN;
+            END;
+        ELSE
+            -- An earlier statement gave up on its request (rcll.model_service_pending says when;
+            -- a rolled-back transaction may have lost that, so the connection itself is asked).
+            -- Still unanswered: the service is stuck or far behind, and this statement does
+            -- without it at once.
+            IF public.dblink_is_busy(conn) = 1 THEN
+                failure := CASE WHEN pending IS NULL THEN 'has not answered an earlier request yet'
+                                ELSE format('has not answered a request sent %s ms ago',
+                                            round(1000 * extract(epoch FROM clock_timestamp() - pending::timestamptz))) END;
+                PERFORM set_config('rcll.model_service_failed', started::text, false);
+                RETURN;
+            END IF;
+            -- Answered since (or nothing left: then both reads return at once, with no rows):
+            -- read that late answer (or its error) and the end of it, and the connection is free.
+            PERFORM set_config('rcll.model_service_pending', '', false);
+            BEGIN
+                PERFORM FROM public.dblink_get_result(conn) AS t(a text);
+            EXCEPTION WHEN OTHERS THEN
+                IF SQLSTATE LIKE '08%' THEN
+                    RAISE;                   -- the connection is gone: closed below, next time afresh
+                END IF;
+            END;
+            PERFORM FROM public.dblink_get_result(conn) AS t(a text);
         END IF;
-        PERFORM public.dblink_send_query(conn, request);
+        until := CASE WHEN op = 'count' AND _model_service_ask.deadline_ms IS NULL THEN clock_timestamp()
+                      ELSE started END + budget * interval '1 ms';
+        -- Never read an answer that is not this request's: a request that was not sent is a failure.
+        IF public.dblink_send_query(conn, request) <> 1 THEN
+            failure := 'could not be sent the request (dblink''s NOTICE says why)';
+            PERFORM public.dblink_disconnect(conn);
+            PERFORM set_config('rcll.model_service_failed', started::text, false);
+            RETURN;
+        END IF;
         WHILE public.dblink_is_busy(conn) = 1 LOOP
             IF clock_timestamp() >= until THEN
-                -- Closing the connection drops the request; the next recall connects afresh.
-                PERFORM public.dblink_disconnect(conn);
+                -- The connection stays open, its answer unread: closing it would make the next
+                -- recall connect afresh, and on PostgreSQL 16 and later dblink's connect waits for
+                -- a service that accepts but never answers without any timeout. The next request
+                -- on this connection reads the late answer first, or, still unanswered, skips.
+                PERFORM set_config('rcll.model_service_pending', clock_timestamp()::text, false);
                 failure := format('did not answer within %s ms', round(budget));
                 PERFORM set_config('rcll.model_service_failed', started::text, false);
                 RETURN;
             END IF;
-            PERFORM pg_sleep(0.001);
+            -- Short sleeps while the answer is due soon (an embedding: a few ms), longer ones
+            -- while a rerank reads (hundreds of ms): each poll is a wake-up of this backend.
+            PERFORM pg_sleep(least(pause, greatest(extract(epoch FROM until - clock_timestamp()), 0)));
+            pause := least(pause * 1.5, 0.004);
         END LOOP;
         SELECT array_agg(t.a) INTO answer FROM public.dblink_get_result(conn) AS t(a text);
         PERFORM FROM public.dblink_get_result(conn) AS t(a text);      -- the end of the request's results
     EXCEPTION WHEN OTHERS THEN
-        GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL;
+        GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, code = RETURNED_SQLSTATE;
         answer := NULL;
         -- dblink's message is generic ("could not establish connection"); libpq's reason is the detail.
         failure := SQLERRM || coalesce(': ' || nullif(regexp_replace(detail, '\s+', ' ', 'g'), ''), '');
         PERFORM set_config('rcll.model_service_failed', started::text, false);
+        -- An error the service answered (a deadline passed in its queue) leaves the connection
+        -- usable once the end of that answer is read; a broken connection is closed.
         IF conn = ANY (coalesce(public.dblink_get_connections(), '{}')) THEN
-            PERFORM public.dblink_disconnect(conn);
+            BEGIN
+                IF code LIKE '08%' OR public.dblink_is_busy(conn) = 1 THEN
+                    PERFORM public.dblink_disconnect(conn);
+                ELSE
+                    PERFORM FROM public.dblink_get_result(conn) AS t(a text);
+                END IF;
+            EXCEPTION WHEN OTHERS THEN
+                PERFORM public.dblink_disconnect(conn);
+            END;
+            PERFORM set_config('rcll.model_service_pending', '', false);
         END IF;
     END;
 END
 $$;
 -- STABLE as recall is: it writes nothing in the database (its volatile calls are dblink's, the
--- clock, pg_sleep and a session setting: tests/test_recall_readonly.py), and its answer for the same
+-- clock, pg_sleep and session settings: tests/test_recall_readonly.py), and its answer for the same
 -- texts is the same within a statement. EXECUTE: rcll_reader and rcll_agent (980-privileges.sql).
+
+CREATE OR REPLACE FUNCTION rcll._model_service_gave_up()
+RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT coalesce(current_setting('rcll.model_service_failed', true) = statement_timestamp()::text, false)
+$$;
+COMMENT ON FUNCTION rcll._model_service_gave_up()
+    IS 'Internal: whether a request of this statement to the model service failed (its NOTICE said why): the statement''s later model phases are skipped without another NOTICE.';
 
 CREATE OR REPLACE FUNCTION rcll._model_service(
     op          text,
@@ -97,25 +179,26 @@ CREATE OR REPLACE FUNCTION rcll._model_service(
     texts       text[],
     deadline_ms double precision,
     OUT answer  text[],
-    OUT failure text)
+    OUT failure text,
+    count_texts text[] DEFAULT NULL)
 LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
     -- A role that recalls without rcll_reader's or rcll_agent's grants gets a NOTICE, not an error.
-    IF NOT has_function_privilege('rcll._model_service_ask(text,text,text[],double precision)', 'EXECUTE') THEN
+    IF NOT has_function_privilege('rcll._model_service_ask(text,text,text[],double precision,text[])', 'EXECUTE') THEN
         failure := format('is not this role''s to use (%s lacks EXECUTE on rcll._model_service_ask: GRANT rcll_reader TO %s)',
                           current_user, current_user);
         RETURN;
     END IF;
     SELECT a.answer, a.failure INTO answer, failure
-    FROM rcll._model_service_ask(op, query, texts, deadline_ms) a;
+    FROM rcll._model_service_ask(op, query, texts, deadline_ms, count_texts) a;
 END
 $$;
-COMMENT ON FUNCTION rcll._model_service(text, text, text[], double precision)
+COMMENT ON FUNCTION rcll._model_service(text, text, text[], double precision, text[])
     IS 'Internal: rcll._model_service_ask for the roles that may use it; for any other, no answer and a failure that names the grant.';
 
-COMMENT ON FUNCTION rcll._model_service_ask(text, text, text[], double precision)
-    IS 'Internal: one request to the model service (op embed, rerank or count over texts; deadline_ms counted from the statement''s start) through dblink, as the rcll schema''s owner (its user mapping holds the password). Waits at most until the deadline (or rcll.model_service_timeout_ms), polling, then closes the connection. answer: the service''s rows; on failure answer is NULL and failure says why (NULL too when an earlier request of this statement failed). Never raises.';
+COMMENT ON FUNCTION rcll._model_service_ask(text, text, text[], double precision, text[])
+    IS 'Internal: one request to the model service (op embed, rerank or count over texts - a rerank with count_texts counts their tokens too, a second row; deadline_ms counted from the statement''s start) through dblink, as the rcll schema''s owner (its user mapping holds the password). Waits at most until the deadline (or rcll.model_service_timeout_ms), polling; then leaves the request unanswered on an open connection, which the backend''s next request reads first (or, still unanswered, skips the service at once) - it never connects again to a service that stopped answering. answer: the service''s rows; on failure answer is NULL and failure says why (NULL too when an earlier request of this statement failed). Never raises.';
 
 CREATE OR REPLACE FUNCTION rcll._model_embed(query text, deadline_ms double precision, skipped text)
 RETURNS vector
@@ -140,6 +223,63 @@ END
 $$;
 COMMENT ON FUNCTION rcll._model_embed(text, double precision, text)
     IS 'Internal: the bge-small query embedding from the model service (or the in-database models); NULL when the service does not answer in time, with a NOTICE that says why and what recall skips (skipped).';
+
+CREATE OR REPLACE FUNCTION rcll._model_embed_texts(texts text[], deadline_ms double precision, skipped text)
+RETURNS text[]
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    r record;
+BEGIN
+    IF rcll._model_source() = 'in-database' THEN
+        RETURN ARRAY(SELECT rcll._model_embed_query(t.x)::text FROM unnest(_model_embed_texts.texts) WITH ORDINALITY AS t(x, i) ORDER BY t.i);
+    END IF;
+    -- One request for all: the service embeds each text alone, in one model slot, as
+    -- rcll.recall.recall embeds the query and the query without its entities.
+    SELECT * INTO r FROM rcll._model_service('embed', NULL, _model_embed_texts.texts, _model_embed_texts.deadline_ms);
+    IF r.answer IS NULL THEN
+        IF r.failure IS NOT NULL THEN
+            RAISE NOTICE 'recall: the model service (%) %: %', rcll.model_service(), r.failure, skipped
+                USING HINT = 'Start it (rcll serve, or rcll models), or check SELECT rcll.model_service(); recall answers from the other channels meanwhile.';
+        END IF;
+        RETURN NULL;
+    END IF;
+    RETURN r.answer;
+END
+$$;
+COMMENT ON FUNCTION rcll._model_embed_texts(text[], double precision, text)
+    IS 'Internal: the bge-small query embeddings of texts (each embedded alone; vector literals, in order), in one request to the model service (or from the in-database models); NULL when the service does not answer in time, with a NOTICE that says why and what recall skips (skipped).';
+
+CREATE OR REPLACE FUNCTION rcll._model_rerank_counted(query text, passages text[], count_texts text[],
+                                                      deadline_ms double precision,
+                                                      OUT scores real[], OUT tokens integer[])
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    r record;
+BEGIN
+    IF rcll._model_source() = 'in-database' THEN
+        scores := CASE WHEN deadline_ms IS NULL THEN rcll._model_rerank(query, passages)
+                       ELSE rcll._model_rerank_until(query, passages, deadline_ms, extract(epoch FROM statement_timestamp())) END;
+        tokens := rcll._model_count_tokens(count_texts);
+        RETURN;
+    END IF;
+    -- The token counts ride with the rerank: one round trip, and none left to wait for after the
+    -- cross-encoder has spent the deadline.
+    SELECT * INTO r FROM rcll._model_service('rerank', query, passages, deadline_ms, count_texts);
+    IF r.answer IS NULL THEN
+        IF r.failure IS NOT NULL THEN
+            RAISE NOTICE 'recall: the model service (%) %: the rerank is skipped', rcll.model_service(), r.failure
+                USING HINT = 'Start it (rcll serve, or rcll models), or allow a longer deadline_ms; the candidates keep their fused order.';
+        END IF;
+        RETURN;
+    END IF;
+    scores := r.answer[1]::real[];
+    tokens := r.answer[2]::integer[];
+END
+$$;
+COMMENT ON FUNCTION rcll._model_rerank_counted(text, text[], text[], double precision)
+    IS 'Internal: rcll._model_rerank_scores and rcll._model_token_counts of count_texts in one request to the model service (or from the in-database models); both NULL when the service does not answer (a NOTICE says why).';
 
 CREATE OR REPLACE FUNCTION rcll._model_rerank_scores(query text, passages text[], deadline_ms double precision)
 RETURNS real[]
@@ -195,7 +335,7 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     owner  regrole := (SELECT p.proowner::regrole FROM pg_catalog.pg_proc p
-                       WHERE p.oid = 'rcll._model_service_ask(text,text,text[],double precision)'::regprocedure);
+                       WHERE p.oid = 'rcll._model_service_ask(text,text,text[],double precision,text[])'::regprocedure);
     schema name;
     probe  record;
 BEGIN
@@ -235,7 +375,8 @@ BEGIN
     IF 'rcll_models' = ANY (coalesce(public.dblink_get_connections(), '{}')) THEN
         PERFORM public.dblink_disconnect('rcll_models');
     END IF;
-    SELECT * INTO probe FROM rcll._model_service_ask('count', NULL, ARRAY['ok'], NULL);
+    PERFORM set_config('rcll.model_service_pending', '', false);
+    SELECT * INTO probe FROM rcll._model_service_ask('count', NULL, ARRAY['ok'], 10000);
     PERFORM set_config('rcll.model_service_failed', '', false);
     RETURN CASE WHEN probe.answer IS NOT NULL THEN format('model service at %s:%s registered and answering', host, port)
                 ELSE format('model service at %s:%s registered, but not answering yet (%s): recall skips the dense channel and the rerank until it does',

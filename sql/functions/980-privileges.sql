@@ -34,4 +34,4 @@ GRANT EXECUTE ON FUNCTION rcll._visible_banks(name) TO rcll_reader, rcll_agent;
 -- retain_chunks links the chunks it wrote to their keyless entities.
 GRANT EXECUTE ON FUNCTION rcll._link_written_keyless_entities(integer, bigint[]) TO rcll_agent;
 -- Recall's model phases reach the model service as the owner (its user mapping holds the password).
-GRANT EXECUTE ON FUNCTION rcll._model_service_ask(text, text, text[], double precision) TO rcll_reader, rcll_agent;
+GRANT EXECUTE ON FUNCTION rcll._model_service_ask(text, text, text[], double precision, text[]) TO rcll_reader, rcll_agent;
