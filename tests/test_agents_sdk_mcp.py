@@ -63,6 +63,7 @@ async def use(server: MCPServer) -> dict[str, Any]:
         return {"names": names, "direct": direct, "as_agent_tool": str(out), "agent_tools": set(tools)}
 
 
+@pytest.mark.slow
 def test_the_agents_sdk_stdio_client_lists_and_calls_rcll_tools(bank: str) -> None:
     server = MCPServerStdio(params={"command": sys.executable, "args": ["-m", "rcll.cli", "mcp", "--dsn", bank],
                                     "env": _env(RCLL_AGENT="assistant")},
@@ -96,6 +97,7 @@ def http_server(bank: str, tmp_path: Path) -> Iterator[str]:
             proc.wait(20)
 
 
+@pytest.mark.slow
 def test_the_agents_sdk_streamable_http_client_lists_and_calls_rcll_tools_with_its_token_only(http_server: str) -> None:
     server = MCPServerStreamableHttp(params={"url": http_server, "headers": {"Authorization": f"Bearer {TOKEN}"},
                                              "timeout": 120, "sse_read_timeout": 120},

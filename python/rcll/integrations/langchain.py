@@ -3,7 +3,7 @@
     from rcll import Memory
     from rcll.integrations.langchain import RcllRetriever, rcll_tools
 
-    retriever = RcllRetriever(memory=Memory(), filters={"rooms": ["deployment"]}, deadline_ms=300)
+    retriever = RcllRetriever(Memory(), filters={"rooms": ["deployment"]}, deadline_ms=300)
     docs = retriever.invoke("how do we deploy?")        # Documents, best first, scores in metadata
     tools = rcll_tools(Memory())                          # [retain, recall] for an agent
 
@@ -58,6 +58,12 @@ class RcllRetriever(BaseRetriever):
     filters: dict[str, Any] = {}
     k: int = 8
     deadline_ms: int | None = None
+
+    def __init__(self, memory: Memory | None = None, /, **fields: Any) -> None:
+        # The Memory may come first, as for every other RCLL adapter, or as memory= (pydantic's way).
+        if memory is not None:
+            fields["memory"] = memory
+        super().__init__(**fields)
 
     @model_validator(mode="after")
     def _check(self) -> RcllRetriever:
