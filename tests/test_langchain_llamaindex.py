@@ -84,16 +84,27 @@ def test_the_llamaindex_retriever_returns_scored_nodes(memory: Memory) -> None:
 
 
 def test_llamaindex_memory_flushes_into_the_block_and_reads_it_back(memory: Memory) -> None:
+    from sqlalchemy.ext.asyncio import create_async_engine
+
     block = llamaindex.RcllMemoryBlock(memory=memory, thread="chat-1", priority=0)
-    chat = ChatMemory.from_defaults(session_id="s1", token_limit=40, token_flush_size=10,
-                                    chat_history_token_ratio=0.5, memory_blocks=[block],
-                                    tokenizer_fn=str.split)
-    chat.put_messages([ChatMessage(role="user", content="My favourite editor is Helix, please remember it."),
-                       ChatMessage(role="assistant", content="Noted: Helix."),
-                       ChatMessage(role="user", content="Also, the staging database is called orca."),
-                       ChatMessage(role="assistant", content="Got it.")])
-    chat.put(ChatMessage(role="user", content="Which editor do I like?"))
+
+    async def chat() -> list[ChatMessage]:
+        engine = create_async_engine("sqlite+aiosqlite:///:memory:")   # LlamaIndex's own default, closed here
+        try:
+            short_term = ChatMemory.from_defaults(session_id="s1", token_limit=40, token_flush_size=10,
+                                                  chat_history_token_ratio=0.5, memory_blocks=[block],
+                                                  tokenizer_fn=str.split, async_engine=engine)
+            await short_term.aput_messages([
+                ChatMessage(role="user", content="My favourite editor is Helix, please remember it."),
+                ChatMessage(role="assistant", content="Noted: Helix."),
+                ChatMessage(role="user", content="Also, the staging database is called orca."),
+                ChatMessage(role="assistant", content="Got it.")])
+            await short_term.aput(ChatMessage(role="user", content="Which editor do I like?"))
+            return await short_term.aget()
+        finally:
+            await engine.dispose()
+
+    history = asyncio.run(chat())
     units = memory.units(bank="team", threads=["chat-1"]).units
     assert units and any("Helix" in u.text for u in units)          # flushed out of the short-term memory
-    history = chat.get()
     assert "Helix" in str(history[0].content) and "<rcll>" in str(history[0].content)

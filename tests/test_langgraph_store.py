@@ -177,6 +177,7 @@ def test_a_put_replaces_the_units_of_the_previous_version_never_duplicates_them(
         store.put(ns, "k", {"text": f"Alice lives in {city}", "notes": [f"{city} is rainy", "she cycles"]})
     units = memory.units(bank="agents", threads=[thread_of(ns, "k")]).units
     assert sorted(u.text for u in units) == ["Alice lives in Oslo", "Oslo is rainy", "she cycles"]
+    assert len({u.document_id for u in units}) == 1          # one document per item, its texts as chunks
     # an unchanged text is not embedded again: the same units stay
     before = {u.unit_id for u in units}
     store.put(ns, "k", {"text": "Alice lives in Oslo", "notes": ["Oslo is rainy", "she cycles"], "extra": 1})
@@ -271,3 +272,32 @@ def test_a_batch_with_a_bad_put_names_the_field_and_writes_nothing(memory: Memor
         assert e.value.field == field
     assert view(store.search(("a",))) == [(("a",), "k", {"text": "kept"}, False)]
     assert memory.units(bank="agents").total == 1
+
+
+def test_the_core_package_imports_no_agent_framework() -> None:
+    import subprocess
+    import sys
+    code = ("import sys, rcll, rcll.memory, rcll.http, rcll.cli, rcll.integrations; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "{'langgraph', 'langchain_core', 'llama_index', 'agents'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_a_time_field_dates_the_units_and_recall_options_reach_every_search(memory: Memory) -> None:
+    store = RcllStore(memory, bank="agents", index={"fields": ["text"]}, time_field="date",  # type: ignore[arg-type]
+                      recall={"rerank_depth": 0, "reference_time": "2023-06-01T00:00:00Z"})
+    store.put(("log",), "a", {"text": "Moved to the new office", "date": "2023-05-20T10:00:00+00:00"})
+    [unit] = memory.units(bank="agents").units
+    assert unit.at.isoformat().startswith("2023-05-20")
+    [hit] = store.search(("log",), query="when did we move office?")
+    assert hit.key == "a" and hit.score is not None
+    with pytest.raises(RcllError) as e:
+        store.put(("log",), "b", {"text": "x", "date": "not a date"})
+    assert e.value.field == "value.date"
+    with pytest.raises(RcllError) as e:
+        RcllStore(memory, bank="agents", recall={"rerank_depth": -1})
+    assert e.value.field == "rerank_depth"
+    with pytest.raises(RcllError) as e:
+        RcllStore(memory, bank="agents", recall={"tags_all": ["x"]})
+    assert e.value.field == "recall.tags_all"

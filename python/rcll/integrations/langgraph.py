@@ -40,8 +40,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -76,7 +76,7 @@ from rcll.memory import Memory
 from rcll.models import get_embedder
 from rcll.request import RecallRequest
 from rcll.retain import retain
-from rcll.validate import required_text, state_value_arg
+from rcll.validate import required_text, state_value_arg, text_arg, time_arg
 from rcll.workqueue import WRITE, admitted
 
 __all__ = ["ENVELOPE", "TAG", "RcllStore", "namespace_of", "prefix_tag", "room_of", "thread_of"]
@@ -116,6 +116,9 @@ def _time(value: Any) -> datetime | None:
     return None if value is None else datetime.fromisoformat(value)
 
 
+Pair = tuple[tuple[str, ...], str]      # (namespace, key): an item
+
+
 @dataclass
 class _Stored:
     """An item as the store holds it: the room state's current version and its envelope."""
@@ -150,23 +153,29 @@ class RcllStore(BaseStore):
     items in (default: the Memory's; created if missing). index: LangGraph's IndexConfig; only
     "fields" is read (default ["$"]: the whole value as one text); None indexes nothing (search
     then only lists). ttl: LangGraph's TTLConfig (default_ttl in minutes, refresh_on_read).
-    deadline_ms, rerank_depth: passed to every recall a search makes (None: RCLL's defaults).
+    time_field: a value field holding when the item happened (ISO 8601), for recall's time
+    channels (its units' occurred_at). recall: RecallRequest fields for every search (deadline_ms,
+    rerank_depth, weights, reference_time, ...), checked now.
     """
 
     supports_ttl = True
 
     def __init__(self, memory: Memory, *, bank: str | None = None,
                  index: IndexConfig | None = {"fields": ["$"]},  # noqa: B006 - read only
-                 ttl: TTLConfig | None = None, deadline_ms: int | None = None,
-                 rerank_depth: int | None = None) -> None:
+                 ttl: TTLConfig | None = None, time_field: str | None = None,
+                 recall: Mapping[str, Any] | None = None) -> None:
         self.memory = memory
         self.bank = memory.bank if bank is None else bank
         self.index_config: dict[str, Any] | None = dict(index) if index is not None else None
         fields: list[str] = (self.index_config or {}).get("fields") or ["$"]
         self._fields: list[tuple[str, str | list[str]]] = [(p, p if p == "$" else tokenize_path(p)) for p in fields]
         self.ttl_config = ttl
-        self.deadline_ms = deadline_ms
-        self.rerank_depth = rerank_depth
+        self.time_field = text_arg(time_field, "time_field")
+        self.recall = dict(recall or {})
+        taken = sorted({"query", "bank", "tags_all"} & set(self.recall))
+        if taken:
+            raise RcllError(f"recall.{taken[0]}", "is set by the store", "the store scopes every search itself")
+        RecallRequest(query="check", bank=self.bank, **self.recall)      # every field checked now
         if self.bank not in {b.name for b in memory.banks()}:
             memory.create_bank(self.bank)
 
@@ -195,46 +204,85 @@ class RcllStore(BaseStore):
     def sweep_ttl(self) -> int:
         """Forget every expired item with its units and history; returns how many."""
         now = _now()
-        expired = {(s.namespace, s.key): PutOp(s.namespace, s.key, None)
-                   for s in self._read(None).values() if s.expired(now)}
-        stored = self._read(sorted({room_of(ns) for ns, _ in expired}))
-        self._write(list(expired.values()), stored)
+        stored = self._read_all()
+        expired = [PutOp(s.namespace, s.key, None) for s in stored.values() if s.expired(now)]
+        self._write(expired, stored)
         return len(expired)
 
     # -- reads ------------------------------------------------------------------------------------
 
-    def _read(self, rooms: list[str] | None) -> dict[tuple[tuple[str, ...], str], _Stored]:
-        """The store's items (every one, or those of `rooms`) in one call, expired ones included."""
-        if rooms == []:
-            return {}
+    def _stored(self, rows: Iterable[Any]) -> dict[Pair, _Stored]:
         out = {}
-        for s in self.memory.state_keys(bank=self.bank, rooms=rooms):
-            value = s.value
+        for room, key, version, value, created_at in rows:
             if isinstance(value, dict) and value.get(ENVELOPE) == 1:
-                ns = namespace_of(s.room)
-                out[(ns, s.key)] = _Stored(ns, s.key, s.version, value, s.created_at)
+                ns = namespace_of(room)
+                out[(ns, key)] = _Stored(ns, key, version, value, created_at)
+        return out
+
+    def _read_all(self) -> dict[Pair, _Stored]:
+        """Every item of the store in one call (rcll.state_keys), expired ones included."""
+        return self._stored((s.room, s.key, s.version, s.value, s.created_at)
+                            for s in self.memory.state_keys(bank=self.bank))
+
+    def _read(self, pairs: Iterable[Pair]) -> dict[Pair, _Stored]:
+        """These items (those that exist) in one call (rcll.get_states), expired ones included."""
+        pairs = sorted(set(pairs))
+        if not pairs:
+            return {}
+        b = self.memory._bank(self.bank)
+        with self.memory._tx(b) as conn:
+            rows = conn.execute("SELECT room, key, version, value, created_at FROM rcll.get_states(bank => %s, "
+                                "rooms => %s, keys => %s)", (b, [room_of(ns) for ns, _ in pairs],
+                                                             [k for _, k in pairs])).fetchall()
+        return self._stored(rows)
+
+    def _ranks(self, op: Op) -> bool:
+        return isinstance(op, SearchOp) and bool(op.query) and self.index_config is not None
+
+    def _recall(self, op: SearchOp) -> list[tuple[Pair, int | None, float]]:
+        """RCLL's recall inside the namespace prefix: (item, document, score) per unit, best first."""
+        request = RecallRequest(query=op.query or "", bank=self.bank, tags_all=[prefix_tag(op.namespace_prefix)],
+                                **({"budget": None} | self.recall))
+        out = []
+        for fact in self.memory.recall(request).facts:
+            try:
+                room, key = json.loads(fact.thread or "")
+            except (ValueError, TypeError):
+                continue
+            score = fact.rerank_score if fact.rerank_score is not None else fact.fused_score
+            out.append(((namespace_of(room), key), fact.document_id, float(score)))
         return out
 
     def _batch(self, ops: list[Op]) -> list[Result]:
-        everything = any(isinstance(op, (SearchOp, ListNamespacesOp)) for op in ops)
-        rooms = None if everything else sorted({room_of(op.namespace) for op in ops if isinstance(op, (GetOp, PutOp))})
-        stored = self._read(rooms)
+        # A search with a query recalls first, then reads only the items it found; listing (and a
+        # search without a query) reads the whole store.
+        recalled = {i: self._recall(op) for i, op in enumerate(ops) if isinstance(op, SearchOp) and self._ranks(op)}
+        listing = any(isinstance(op, (SearchOp, ListNamespacesOp)) and not self._ranks(op) for op in ops)
+        if listing:
+            stored = self._read_all()
+        else:
+            stored = self._read([(op.namespace, op.key) for op in ops if isinstance(op, (GetOp, PutOp))]
+                                + [pair for hits in recalled.values() for pair, _, _ in hits])
         now = _now()
         live = {k: s for k, s in stored.items() if not s.expired(now)}
+        everything = live if listing else None
         results: list[Result] = []
-        refresh: dict[tuple[tuple[str, ...], str], _Stored] = {}
-        puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
-        for op in ops:
+        refresh: dict[Pair, _Stored] = {}
+        puts: dict[Pair, PutOp] = {}
+        for i, op in enumerate(ops):
             if isinstance(op, GetOp):
                 got = live.get((op.namespace, op.key))
                 results.append(None if got is None else got.item())
                 if got is not None and op.refresh_ttl:
                     refresh[(got.namespace, got.key)] = got
             elif isinstance(op, SearchOp):
-                found = self._search(op, live)
-                results.append(found)
+                if i in recalled:
+                    page = self._ranked(op, recalled[i], live, lambda: everything or self._live(now))
+                else:
+                    page = [(s, None) for s in self._listed(op, live)[op.offset:op.offset + op.limit]]
+                results.append([s.found(score) for s, score in page])
                 if op.refresh_ttl:
-                    refresh.update({(f.namespace, f.key): live[(f.namespace, f.key)] for f in found})
+                    refresh.update({(s.namespace, s.key): s for s, _ in page})
             elif isinstance(op, ListNamespacesOp):
                 results.append(_list_namespaces(op, live.values()))
             else:
@@ -243,42 +291,36 @@ class RcllStore(BaseStore):
         self._write(list(puts.values()), stored, [s for k, s in refresh.items() if k not in puts])
         return results
 
-    def _ordered(self, live: dict[tuple[tuple[str, ...], str], _Stored], prefix: tuple[str, ...]) -> list[_Stored]:
-        """The items under `prefix` in InMemoryStore's order: namespaces by their first write, then
-        keys by theirs."""
-        n = len(prefix)
-        items = [s for s in live.values() if s.namespace[:n] == prefix]
+    def _live(self, now: datetime) -> dict[Pair, _Stored]:
+        return {k: s for k, s in self._read_all().items() if not s.expired(now)}
+
+    def _listed(self, op: SearchOp, live: dict[Pair, _Stored]) -> list[_Stored]:
+        """The items under the prefix that pass the filter, in InMemoryStore's order: namespaces by
+        their first write, then keys by theirs."""
+        n = len(op.namespace_prefix)
+        items = [s for s in live.values() if s.namespace[:n] == op.namespace_prefix and _kept(op, s)]
         first: dict[tuple[str, ...], str] = {}
         for s in items:
             c = s.envelope["created_at"]
             first[s.namespace] = min(first.get(s.namespace, c), c)
         return sorted(items, key=lambda s: (first[s.namespace], s.envelope["created_at"], s.namespace, s.key))
 
-    def _search(self, op: SearchOp, live: dict[tuple[tuple[str, ...], str], _Stored]) -> list[SearchItem]:
-        def kept(s: _Stored) -> bool:
-            return not op.filter or all(_compare_values(s.envelope["value"].get(k), v) for k, v in op.filter.items())
-
-        candidates = [s for s in self._ordered(live, op.namespace_prefix) if kept(s)]
-        if not (op.query and self.index_config is not None):
-            return [s.found(None) for s in candidates[op.offset:op.offset + op.limit]]
-        by_thread = {thread_of(s.namespace, s.key): s for s in candidates}
-        request = RecallRequest(query=op.query, bank=self.bank, tags_all=[prefix_tag(op.namespace_prefix)],
-                                budget=None, deadline_ms=self.deadline_ms)
-        if self.rerank_depth is not None:
-            request = replace(request, rerank_depth=self.rerank_depth)
+    def _ranked(self, op: SearchOp, hits: list[tuple[Pair, int | None, float]], live: dict[Pair, _Stored],
+                everything: Callable[[], dict[Pair, _Stored]]) -> list[tuple[_Stored, float | None]]:
         scored: list[tuple[float, _Stored]] = []
-        seen: set[str] = set()
-        for fact in self.memory.recall(request).facts:
-            s = by_thread.get(fact.thread or "")
-            # a unit of an item's current version only (a concurrent put may have replaced it)
-            if s is None or fact.thread in seen or fact.document_id not in s.envelope["documents"]:
+        seen: set[Pair] = set()
+        for pair, document, score in hits:
+            s = live.get(pair)
+            # a unit of the item's current version only (a concurrent put may have replaced it)
+            if s is None or pair in seen or document not in s.envelope["documents"] or not _kept(op, s):
                 continue
-            seen.add(fact.thread or "")
-            scored.append((fact.rerank_score if fact.rerank_score is not None else fact.fused_score, s))
-        out = [s.found(float(score)) for score, s in scored[op.offset:op.offset + op.limit]]
+            seen.add(pair)
+            scored.append((score, s))
+        out: list[tuple[_Stored, float | None]] = [(s, score) for score, s in scored[op.offset:op.offset + op.limit]]
         if len(out) < op.limit:
             # As InMemoryStore: items with nothing indexed fill a short page, unscored.
-            out += [s.found(None) for s in candidates if not s.envelope["documents"]][:op.limit - len(out)]
+            out += [(s, None) for s in self._listed(op, everything()) if not s.envelope["documents"]
+                    ][:op.limit - len(out)]
         return out
 
     # -- writes -----------------------------------------------------------------------------------
@@ -299,14 +341,14 @@ class RcllStore(BaseStore):
         at = s.expires_at
         return ttl is not None and at is not None and now + timedelta(minutes=ttl) - at >= timedelta(minutes=ttl / 10)
 
-    def _write(self, puts: list[PutOp], stored: dict[tuple[tuple[str, ...], str], _Stored],
-               refresh: Sequence[_Stored] = ()) -> None:
+    def _write(self, puts: list[PutOp], stored: dict[Pair, _Stored], refresh: Sequence[_Stored] = ()) -> None:
         now = _now()
         refresh = [s for s in refresh if self._refreshes(s, now)]
         if not puts and not refresh:
             return
         b = self.memory._bank(self.bank, "write")
         self.memory.check_writable()
+        when: dict[Pair, datetime | None] = {}
         for op in puts:            # every put checked before anything is embedded or written
             required_text(op.key, "key")
             if op.value is not None:
@@ -314,45 +356,48 @@ class RcllStore(BaseStore):
                     raise RcllError("value", f"must be a dict, got {type(op.value).__name__}",
                                     "LangGraph stores keep dicts: wrap it, e.g. {'value': ...}")
                 state_value_arg(op.value)
+                if self.time_field is not None:
+                    when[(op.namespace, op.key)] = time_arg(op.value.get(self.time_field), f"value.{self.time_field}")
+        # One document per item: its indexed texts are the document's chunks (a long text is
+        # chunked as retain chunks it), so an item is one document as a retained text is.
         plans = []
-        to_embed: list[list[str]] = []
         for op in puts:
             old = stored.get((op.namespace, op.key))
             texts = self._texts(op)
-            replace = old is not None and old.envelope.get("texts") != texts
-            new = texts if (old is None or replace) else []
-            chunks = [chunk_text(t) for _, t in new]
-            to_embed += chunks
-            plans.append((op, old, texts, replace or (old is not None and op.value is None), new, chunks))
+            changed = old is None or old.envelope.get("texts") != texts or op.value is None
+            chunks = [c for _, t in texts for c in chunk_text(t)] if changed and op.value is not None else []
+            plans.append((op, old, texts, changed, chunks))
         with admitted(WRITE):
-            flat = [c for cs in to_embed for c in cs]
+            flat = [c for _, _, _, _, chunks in plans for c in chunks]
             vectors = get_embedder().embed(flat) if flat else np.zeros((0, 0), np.float32)
             now = _now()           # a TTL counts from the write, after the model work
             with self.memory._tx(b) as conn:
-                gone = [thread_of(op.namespace, op.key) for op, old, _, forget, _, _ in plans if forget]
-                _forget_threads(conn, b, gone)
+                _forget_threads(conn, b, [thread_of(op.namespace, op.key) for op, old, _, changed, _ in plans
+                                          if old is not None and old.envelope["documents"] and changed])
                 at = 0
-                for op, old, texts, _forget, new, chunks in plans:
-                    key = (op.namespace, op.key)
+                for op, old, texts, changed, chunks in plans:
+                    pair = (op.namespace, op.key)
                     if op.value is None:
                         if old is not None:
                             conn.execute("SELECT rcll.forget_state(bank => %s, room => %s, key => %s, dry_run => false, "
                                          "reason => %s)", (b, room_of(op.namespace), op.key, "langgraph store delete"))
                         continue
-                    documents = [] if old is None or new or not texts else list(old.envelope["documents"])
-                    ttl = op.ttl if op.ttl is not None else None
-                    for (path, text), cs in zip(new, chunks):
-                        doc = Document(content=text, thread=thread_of(*key), source=path,
+                    documents = [] if changed or old is None else list(old.envelope["documents"])
+                    if chunks:
+                        doc = Document(content="\n".join(t for _, t in texts), thread=thread_of(*pair),
+                                       occurred_at=when.get(pair), source="langgraph",
                                        tags=[TAG, *(prefix_tag(op.namespace[:i]) for i in range(1, len(op.namespace) + 1))],
-                                       metadata={"namespace": list(op.namespace), "key": op.key, "path": path})
-                        documents.append(retain(conn, b, doc, via="langgraph",
-                                                prepared=(cs, vectors[at:at + len(cs)])).document_id)
-                        at += len(cs)
+                                       metadata={"namespace": list(op.namespace), "key": op.key,
+                                                 "paths": [p for p, _ in texts]})
+                        documents = [retain(conn, b, doc, via="langgraph",
+                                            prepared=(chunks, vectors[at:at + len(chunks)])).document_id]
+                        at += len(chunks)
                     # an expired item not yet swept is gone for LangGraph: its key starts again
                     created = old.envelope["created_at"] if old is not None and not old.expired(now) else now.isoformat()
-                    envelope = {ENVELOPE: 1, "value": dict(op.value), "created_at": created,
-                                "ttl": ttl, "expires_at": (now + timedelta(minutes=ttl)).isoformat() if ttl else None,
-                                "texts": texts, "documents": sorted(set(documents))}
+                    ttl = op.ttl
+                    envelope = {ENVELOPE: 1, "value": dict(op.value), "created_at": created, "ttl": ttl,
+                                "expires_at": (now + timedelta(minutes=ttl)).isoformat() if ttl else None,
+                                "texts": texts, "documents": documents}
                     _put(conn, b, op.namespace, op.key, envelope, old.version if old is not None else 0)
                 for s in refresh:
                     envelope = dict(s.envelope, expires_at=(now + timedelta(minutes=s.envelope["ttl"])).isoformat())
@@ -390,6 +435,10 @@ def _forget_threads(conn: psycopg.Connection[Any], bank: str, threads: list[str]
             raise
         conn.execute("SELECT count(*) FROM rcll.forget(bank => %s, everything => %s, dry_run => false, reason => %s)",
                      (bank, bank, "langgraph store: replaced or deleted"))
+
+
+def _kept(op: SearchOp, s: _Stored) -> bool:
+    return not op.filter or all(_compare_values(s.envelope["value"].get(k), v) for k, v in op.filter.items())
 
 
 def _list_namespaces(op: ListNamespacesOp, live: Iterable[_Stored]) -> list[tuple[str, ...]]:
