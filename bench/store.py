@@ -1,7 +1,7 @@
 """RcllStore (the LangGraph store) against Memory: the store's own cost, and its search quality.
 
     .venv/bin/python -m bench.store overhead [--items 150] [--searches 60]
-    .venv/bin/python -m bench.store locomo [--conversations 0,1]
+    .venv/bin/python -m bench.store locomo [--conversations 0,1] [--every N]
 
 overhead: LoCoMo turns put one by one through RcllStore.put and, interleaved, the same work on
 Memory by hand (Memory.retain of the text, then Memory.put_state of the value: what a put does),
@@ -107,7 +107,7 @@ def locomo(args: argparse.Namespace) -> None:
     convs, questions = load()
     keep = {int(c) for c in args.conversations.split(",")} if args.conversations else {c.index for c in convs}
     convs = [c for c in convs if c.index in keep]
-    questions = [q for q in questions if q.conv in keep]
+    questions = [q for q in questions if q.conv in keep][::args.every]
     now = {c.index: max(t.date for t in c.turns) for c in convs}
     aggs = {"bench.locomo.run default (Memory, session documents)": Aggregate(),
             "RcllStore.search (one item per turn)": Aggregate()}
@@ -149,6 +149,7 @@ def main() -> int:
     o.set_defaults(func=overhead)
     lo = sub.add_parser("locomo")
     lo.add_argument("--conversations", default="0", help="e.g. 0,1 (empty: all ten, ~1-3 s a question a side)")
+    lo.add_argument("--every", type=int, default=1, help="every n-th question only (both sides the same ones)")
     lo.add_argument("--port", type=int, default=55561)
     lo.set_defaults(func=locomo)
     args = ap.parse_args()
