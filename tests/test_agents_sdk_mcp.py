@@ -18,13 +18,14 @@ from typing import Any
 import anyio
 import psycopg
 import pytest
-from agents import Agent, FunctionTool, RunContextWrapper
+from agents import Agent, FunctionTool, RunContextWrapper, set_tracing_disabled
 from agents.mcp import MCPServer, MCPServerStdio, MCPServerStreamableHttp
 from agents.tool_context import ToolContext
 
 from rcll.mcp_server import READ_TOOLS, WRITE_TOOLS
 
 ROOT = Path(__file__).resolve().parents[1]
+set_tracing_disabled(True)      # the SDK's traces would go to OpenAI's servers: nothing leaves the machine
 TOKEN = "tok-" + "s" * 32
 
 

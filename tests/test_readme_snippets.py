@@ -44,11 +44,12 @@ def test_the_frameworks_snippet_runs(dsn: str, monkeypatch: pytest.MonkeyPatch) 
 
 @pytest.mark.slow
 def test_the_openai_agents_snippet_runs(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from agents import Agent, FunctionTool, RunContextWrapper, Runner
+    from agents import Agent, FunctionTool, RunContextWrapper, Runner, set_tracing_disabled
     from agents.tool_context import ToolContext
 
     from rcll import Memory
 
+    set_tracing_disabled(True)      # the SDK's traces would go to OpenAI's servers
     with Memory(dsn) as memory:
         memory.retain("Alice deploys the API with Argo CD.")
     monkeypatch.setenv("RCLL_DSN", dsn)
