@@ -12,12 +12,16 @@ locomo: turn-level nDCG@5 / R@10 of bench.locomo.run's default (one document per
 chunk per turn, recall at the default depths with the conversation's last date as reference
 time), against the same turns stored through RcllStore - one namespace per conversation, one item
 per turn ({"text", "date"}; index fields ["text"], time_field "date", the same reference time) -
-and ranked by RcllStore.search(limit=10). Reranked: ~1-3 s a question on each side.
+and ranked by RcllStore.search(limit=10); between them, Memory.recall over the store's bank (the
+same units, per-turn documents), which separates what the store does from what the layout does
+(a document per turn, not per session: the session channel and the rerank's view of the chunk
+before read other text). Reranked: ~1-3 s a question on each side.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import time
@@ -110,8 +114,9 @@ def locomo(args: argparse.Namespace) -> None:
     questions = [q for q in questions if q.conv in keep][::args.every]
     now = {c.index: max(t.date for t in c.turns) for c in convs}
     aggs = {"bench.locomo.run default (Memory, session documents)": Aggregate(),
+            "Memory.recall over the store's bank (turn documents)": Aggregate(),
             "RcllStore.search (one item per turn)": Aggregate()}
-    base, via = list(aggs)
+    base, layout, via = list(aggs)
     with fresh_database("storelocomo", port=args.port) as dsn, connect(dsn, autocommit=True) as conn, \
             Memory(dsn) as memory:
         unit_dia = retain(conn, convs)
@@ -125,6 +130,10 @@ def locomo(args: argparse.Namespace) -> None:
             live = recall(Direct(conn), RecallRequest(query=q.question, bank=f"locomo{q.conv}",
                                                       reference_time=now[q.conv]))
             aggs[base].add(q.category, dedupe([unit_dia[f.unit_id] for f in live.ranked]), q.evidence)
+            same = memory.recall(RecallRequest(query=q.question, bank=f"store{q.conv}", budget=None,
+                                               tags_all=[f"langgraph:locomo.conversation{q.conv}"],
+                                               reference_time=now[q.conv]))
+            aggs[layout].add(q.category, dedupe([json.loads(f.thread or "[]")[1] for f in same.facts]), q.evidence)
             hits = stores[q.conv].search(("locomo", f"conversation{q.conv}"), query=q.question, limit=10)
             aggs[via].add(q.category, [h.key for h in hits], q.evidence)
             if (n + 1) % 25 == 0:
