@@ -75,3 +75,17 @@ AS $$
     LIMIT 1
 $$;
 COMMENT ON FUNCTION rcll.get_state(text, text, text, integer) IS 'The current version (or at_version) of a room''s keyed state, by exact room and key; no row when the key is unknown.';
+
+CREATE OR REPLACE FUNCTION rcll.get_states(bank text, rooms text[], keys text[])
+RETURNS TABLE (room text, key text, version integer, value jsonb, provenance jsonb, created_at timestamptz)
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+AS $$
+    SELECT rcll._bank_id(get_states.bank);           -- an unknown bank is an error, rows or not
+    -- Many exact (room, key) pairs in one call (a client's batch of reads), each at its current
+    -- version; a pair that has no state has no row.
+    SELECT DISTINCT ON (s.room, s.key) s.room, s.key, s.version, s.value, s.provenance, s.created_at
+    FROM unnest(get_states.rooms, get_states.keys) AS k(room, key)
+    JOIN rcll.room_state s ON s.bank_id = rcll._bank_id(get_states.bank) AND s.room = k.room AND s.key = k.key
+    ORDER BY s.room, s.key, s.version DESC
+$$;
+COMMENT ON FUNCTION rcll.get_states(text, text[], text[]) IS 'The current version of many rooms'' keyed states at once: the pairs (rooms[i], keys[i]), exact strings; a pair with no state has no row. rcll.get_state for one key, or an older version.';
