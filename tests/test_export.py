@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import filecmp
+import hashlib
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -227,21 +229,25 @@ def test_only_the_tables_owner_may_restore(db: psycopg.Connection[Any], dsn: str
     assert raw.value.sqlstate == "RC006"
 
 
+def _renamed(path: Path, name: str) -> None:
+    """An export directory edited to name another bank (as if from another database)."""
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["bank"] = name
+    banks_file = path / "rcll/banks.jsonl"
+    row = json.loads(banks_file.read_text())
+    row["name"] = name
+    banks_file.write_text(json.dumps(row) + "\n")
+    for t in manifest["tables"]:
+        if t["name"] == "banks":
+            t["sha256"] = hashlib.sha256(banks_file.read_bytes()).hexdigest()
+    (path / "manifest.json").write_text(json.dumps(manifest))
+
+
 def test_an_imported_copy_gets_new_ids_and_keeps_every_row(db: psycopg.Connection[Any], tmp_path: Path) -> None:
     """A same-named bank from another database: no id of the stream is kept, none collides."""
     _rich(db)
     export_bank(db, BANK, tmp_path / "x")
-    manifest = json.loads((tmp_path / "x/manifest.json").read_text())
-    manifest["bank"] = "copy"
-    banks_file = tmp_path / "x/rcll/banks.jsonl"
-    row = json.loads(banks_file.read_text())
-    row["name"] = "copy"
-    banks_file.write_text(json.dumps(row) + "\n")
-    import hashlib
-    for t in manifest["tables"]:
-        if t["name"] == "banks":
-            t["sha256"] = hashlib.sha256(banks_file.read_bytes()).hexdigest()
-    (tmp_path / "x/manifest.json").write_text(json.dumps(manifest))
+    _renamed(tmp_path / "x", "copy")
     before = {r[0] for r in db.execute("SELECT unit_id FROM rcll.memory_units")}
     res = import_bank(db, tmp_path / "x")
     new = {r[0] for r in db.execute("SELECT unit_id FROM rcll.memory_units WHERE bank_id = rcll._bank_id('copy')")}
@@ -255,5 +261,53 @@ def test_every_exported_table_has_an_import_rule(db: psycopg.Connection[Any]) ->
     ruled = [r[0] for r in db.execute("SELECT table_name FROM rcll.import_tables() ORDER BY 1")]
     assert ruled == exported
     counted = {r[0] for r in db.execute("SELECT table_name FROM rcll.import_tables() WHERE NOT written")}
-    assert counted == {"banks", "bank_stats", "bank_grants", "room_count_queue", "audit_log",
-                       "unit_versions", "forget_log", "retention_policies"}
+    assert counted == {"banks", "bank_stats", "bank_grants", "room_count_queue", "audit_log", "forget_log"}
+
+
+def test_an_import_keeps_corrections_and_retention_policies(db: psycopg.Connection[Any], tmp_path: Path) -> None:
+    """Export then import is lossless for a unit's history and the bank's policies: the copy lists
+    the same versions, the same policies, and its units expire when the original's do - also
+    after a policy is removed, which gives a unit back its own expiry, not the policy's."""
+    ids = seed(db)
+    first, second = models.get_embedder().embed(["Deploys go through Argo CD since Marhc.",
+                                                 "Deploys go through Argo CD since March."])
+    db.execute("SELECT rcll.correct(%s, %s, 'Deploys go through Argo CD since Marhc.', %s::vector, 'moved off Helm')",
+               (BANK, ids["helm"], first))
+    db.execute("SELECT rcll.correct(%s, %s, 'Deploys go through Argo CD since March.', %s::vector, 'typo')",
+               (BANK, ids["helm"], second))
+    own = (datetime.now(UTC) + timedelta(days=45)).replace(microsecond=0)
+    db.execute("SELECT set_config('rcll.expires_at', %s, false)", (own.isoformat(),))   # what a retain's ttl sets
+    db.execute("""SELECT rcll.retain_chunks(bank => %s, content => 'A note that lapses.', chunks => ARRAY['A note that lapses.'],
+                  embeddings => NULL, room => 'schema')""", (BANK,))
+    db.execute("SELECT set_config('rcll.expires_at', '', false)")
+    db.execute("SELECT rcll.set_retention(%s, '90 days', layer => 'L2')", (BANK,))
+    db.execute("SELECT rcll.set_retention(%s, '30 days', room => 'schema')", (BANK,))
+    export_bank(db, BANK, tmp_path / "x")
+    _renamed(tmp_path / "x", "copy")
+    res = import_bank(db, tmp_path / "x")
+    assert res.rows["unit_versions"] == 2 and res.rows["retention_policies"] == 2
+    assert "unit_versions" not in res.not_imported and "retention_policies" not in res.not_imported
+
+    def history(bank: str) -> list[tuple[Any, ...]]:
+        unit = db.execute("SELECT unit_id FROM rcll.memory_units WHERE bank_id = rcll._bank_id(%s) AND text LIKE "
+                          "'Deploys go through Argo CD since March.'", (bank,)).fetchone()
+        assert unit is not None
+        return db.execute("SELECT version, text, current, reason, replaced_by FROM rcll.unit_history(%s, %s)",
+                          (bank, unit[0])).fetchall()
+
+    def policies(bank: str) -> list[tuple[Any, ...]]:
+        return db.execute("SELECT room, hall, layer, keep, units, created_by FROM rcll.retention_policies(%s)",
+                          (bank,)).fetchall()
+
+    def expiry(bank: str) -> list[tuple[Any, ...]]:
+        return db.execute("SELECT text, expires_at FROM rcll.memory_units WHERE bank_id = rcll._bank_id(%s) "
+                          "ORDER BY text, unit_id", (bank,)).fetchall()
+
+    assert len(history(BANK)) == 3 and history("copy") == history(BANK)
+    assert len(policies(BANK)) == 2 and policies("copy") == policies(BANK)
+    assert expiry("copy") == expiry(BANK)
+    assert any(e is not None for _, e in expiry("copy"))
+    for bank in (BANK, "copy"):
+        db.execute("SELECT rcll.set_retention(%s, NULL, room => 'schema')", (bank,))
+    assert expiry("copy") == expiry(BANK)
+    assert ("A note that lapses.", own) in expiry("copy")      # its own 45 days, no longer the room's 30

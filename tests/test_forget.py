@@ -192,28 +192,44 @@ def test_dropping_a_bank_needs_its_name_and_leaves_only_the_log_row(db: psycopg.
     assert db.execute("SELECT bank_name, action FROM rcll.forget_log").fetchall() == [("b", "drop_bank")]
 
 
-def test_a_role_cannot_forget_from_a_bank_isolation_hides_from_it(
+def test_an_agent_forgets_from_its_own_bank_and_never_from_another(
         db: psycopg.Connection[Any], login_role: Any) -> None:
+    """rcll_agent may call rcll.forget with no other grant; under bank isolation it reaches only the
+    banks granted to it, tried as an attacker would: another bank by name, by everything, its unit
+    and document ids smuggled into a forget of its own bank, its state - refused, nothing of it goes."""
     _three_docs(db)
     db.execute("SELECT rcll.create_bank('mine')")
     mine = retain(db, "mine", Document("My own note about the garden.")).unit_ids
-    role = login_role("SELECT", "INSERT", "UPDATE", "DELETE")
-    db.execute(sql.SQL("GRANT EXECUTE ON FUNCTION rcll.forget(text, bigint[], bigint[], text, text, text, text,"
-                       " timestamptz, timestamptz, timestamptz, timestamptz, text, boolean, text) TO {}").format(
-        sql.Identifier(role.name)))
+    retain(db, "mine", Document("A second note, about the shed."))
+    db.execute("SELECT rcll.put_state('b', 'deployment', 'spread', '{\"n\": 1}', 0)")
+    role = login_role(member_of="rcll_agent")
     db.execute("SELECT rcll.grant_bank(%s, 'mine')", (role.name,))
     db.execute("SELECT rcll.enable_bank_isolation()")
     theirs = [r[0] for r in db.execute("SELECT unit_id FROM rcll.memory_units WHERE bank_id = rcll._bank_id('b')")]
-    with psycopg.connect(role.dsn, autocommit=True) as attacker:
-        for kw in ({"bank": "b", "thread": "t1"}, {"bank": "b", "everything": "b"}):
+    their_docs = [r[0] for r in db.execute("SELECT document_id FROM rcll.documents WHERE bank_id = rcll._bank_id('b')")]
+    try:
+        with psycopg.connect(role.dsn, autocommit=True) as attacker:
+            for kw in ({"bank": "b", "thread": "t1"}, {"bank": "b", "everything": "b"},
+                       {"bank": "b", "unit_ids": theirs[:1], "dry_run": True}):
+                with pytest.raises(psycopg.Error) as e:
+                    call(attacker, "rcll.forget", **{"dry_run": False, **kw})
+                assert e.value.sqlstate == "RC002", "another bank is unknown, whether it exists or not"
+            for kw in ({"unit_ids": theirs}, {"document_ids": their_docs}, {"unit_ids": [mine[0], theirs[0]]}):
+                with pytest.raises(psycopg.Error) as e:
+                    call(attacker, "rcll.forget", bank="mine", dry_run=False, **kw)
+                assert e.value.sqlstate == "RC003", "another bank's ids are not this bank's"
             with pytest.raises(psycopg.Error) as e:
-                call(attacker, "rcll.forget", dry_run=False, **kw)
-            assert e.value.sqlstate == "RC002", "another bank is unknown, whether it exists or not"
-        with pytest.raises(psycopg.Error) as e:
-            call(attacker, "rcll.forget", bank="mine", unit_ids=theirs, dry_run=False)
-        assert e.value.sqlstate == "RC003", "another bank's unit ids are not this bank's"
-        assert _counts(attacker, bank="mine", everything="mine", dry_run=False)["units"] == len(mine)
+                call(attacker, "rcll.forget_state", bank="b", room="deployment", all_keys=True, dry_run=False)
+            assert e.value.sqlstate == "RC002"
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                call(attacker, "rcll.drop_bank", bank="mine", confirm="mine", dry_run=False)
+            assert _counts(attacker, bank="mine", unit_ids=mine, dry_run=False)["units"] == len(mine)
+            assert scalar(attacker, "SELECT count(*) FROM rcll.memory_units WHERE unit_id = ANY (%s)", mine) == 0
+    finally:
+        db.execute("SELECT rcll.disable_bank_isolation()")
     assert scalar(db, "SELECT count(*) FROM rcll.memory_units WHERE unit_id = ANY (%s)", theirs) == len(theirs)
+    assert scalar(db, "SELECT count(*) FROM rcll.room_state WHERE bank_id = rcll._bank_id('b')") == 1
+    assert db.execute("SELECT bank_name, action FROM rcll.forget_log").fetchall() == [("mine", "forget")]
 
 
 def test_forget_is_not_executable_by_public_nor_by_a_read_only_role(
@@ -228,9 +244,46 @@ def test_forget_is_not_executable_by_public_nor_by_a_read_only_role(
                 call(conn, fn, dry_run=False, **kw)
     # granted EXECUTE by mistake, a role that cannot write is still refused
     db.execute(sql.SQL("GRANT EXECUTE ON FUNCTION rcll.forget(text, bigint[], bigint[], text, text, text, text,"
-                       " timestamptz, timestamptz, timestamptz, timestamptz, text, boolean, text) TO {}").format(
+                       " timestamptz, timestamptz, timestamptz, timestamptz, text, boolean, text, integer) TO {}").format(
         sql.Identifier(reader.name)))
     with psycopg.connect(reader.dsn, autocommit=True) as conn, pytest.raises(psycopg.Error) as e:
         call(conn, "rcll.forget", bank="b", everything="b", dry_run=False)
     assert e.value.sqlstate == "RC006"
     assert scalar(db, "SELECT count(*) FROM rcll.memory_units") > 0
+
+
+def test_forgetting_in_batches_takes_whole_documents_and_ends_where_one_forget_would(
+        db: psycopg.Connection[Any]) -> None:
+    """batch => n: each call forgets at most n selected units - a document whole, never split - and
+    says how many remain; called until none does, the bank is what one forget leaves."""
+    _three_docs(db)
+    db.execute("SELECT rcll.create_bank('c')")
+    for i, (thread, text) in enumerate([("t1", "Alice deployed the billing service to Frankfurt."),
+                                        ("t1", "Bob reviewed the Postgres migration for invoices."),
+                                        ("t2", "Carol fixed the flaky login test in the CI pipeline.")]):
+        retain(db, "c", Document(text, thread=thread, room=f"room{i % 2}", tags=[f"tag{i}"], occurred_at=T1))
+    for bank in ("b", "c"):
+        for i in range(4):
+            chunks = [f"Dana: note {i} on the release.", f"Dana: it shipped on day {i} to Oslo."]
+            db.execute("SELECT rcll.retain_chunks(bank => %s, content => %s, chunks => %s, embeddings => NULL,"
+                       " thread => 't9', room => 'room9')", (bank, "\n".join(chunks), chunks))
+    with pytest.raises(psycopg.Error) as e:
+        call(db, "rcll.forget", bank="b", thread="t9", dry_run=False, batch=0)
+    assert e.value.sqlstate == "RC001" and e.value.diag.column_name == "batch"
+    per_doc = scalar(db, "SELECT count(*) FROM rcll.memory_units WHERE thread = 't9' AND bank_id = rcll._bank_id('b')") // 4
+    assert per_doc > 1
+    steps = []
+    while True:
+        got = _counts(db, bank="b", thread="t9", dry_run=False, batch=1)
+        steps.append(got)
+        assert got["units"] == per_doc and got["documents"] == 1 and got["documents_redacted"] == 0
+        if got["remaining"] == 0:
+            break
+    assert [s["remaining"] for s in steps] == [3 * per_doc, 2 * per_doc, per_doc, 0]
+    _counts(db, bank="c", thread="t9", dry_run=False)
+    assert scalar(db, "SELECT count(*) FROM rcll.forget_log WHERE bank_name = 'b'") == 4
+    for query in ("SELECT text FROM rcll.memory_units WHERE bank_id = rcll._bank_id(%s) ORDER BY 1",
+                  "SELECT a.alias, e.mention_count FROM rcll.entities e JOIN rcll.entity_aliases a USING (entity_id)"
+                  " WHERE e.bank_id = rcll._bank_id(%s) ORDER BY 1",
+                  "SELECT name, fact_count FROM rcll.rooms(%s) ORDER BY 1"):
+        assert db.execute(query, ("b",)).fetchall() == db.execute(query, ("c",)).fetchall(), query

@@ -182,6 +182,10 @@ DEFINER_GRANTS = {
     "rcll._visible_banks(name)": {"rcll_reader", "rcll_agent"},
     "rcll._link_written_keyless_entities(integer,bigint[])": {"rcll_agent"},
     "rcll._model_service_ask(text,text,text[],double precision,text[])": {"rcll_reader", "rcll_agent"},
+    # Forgetting from its own banks (bank isolation applied inside, by session_user).
+    "rcll.forget(text,bigint[],bigint[],text,text,text,text,timestamp with time zone,timestamp with time zone,"
+    "timestamp with time zone,timestamp with time zone,text,boolean,text,integer)": {"rcll_agent"},
+    "rcll.forget_state(text,text,text,boolean,boolean,text)": {"rcll_agent"},
 }
 # Of those, the ones rcll_reader reaches: each reads only (reviewed), and is declared STABLE.
 READER_DEFINERS = {"rcll.current_agent()", "rcll._visible_banks(name)",

@@ -130,6 +130,14 @@ def _expiry(expires_at: datetime | str | None, ttl: timedelta | None) -> datetim
     return at
 
 
+def _batch_arg(batch: int | None) -> int | None:
+    if batch is None:
+        return None
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise RcllError("batch", "must be a positive number of units", "pass batch=1000, or leave it out")
+    return batch
+
+
 def _ids(values: Sequence[int] | None, field: str) -> list[int] | None:
     """A list of positive ids, or None (not given); anything else is the caller's error."""
     if values is None:
@@ -759,12 +767,16 @@ class Memory:
                tag: str | None = None, room: str | None = None, occurred_from: datetime | str | None = None,
                occurred_to: datetime | str | None = None, retained_from: datetime | str | None = None,
                retained_to: datetime | str | None = None, everything: str | None = None,
-               dry_run: bool = True, reason: str | None = None, purge: bool = False) -> Forgotten:
+               dry_run: bool = True, reason: str | None = None, purge: bool = False,
+               batch: int | None = None, progress: Callable[[dict[str, int]], None] | None = None) -> Forgotten:
         """Forget memories by selector (rcll.forget; several selectors must all match;
         everything=<the bank's name> for all of it). A dry run by default: it counts what would go
         and changes nothing - pass dry_run=False to forget. A selector matching nothing, or every
         memory without everything=, is refused. Everything derived goes in the same transaction
-        (docs/forgetting.md). purge=True vacuums the touched tables after the commit."""
+        (docs/forgetting.md). purge=True vacuums the touched tables after the commit.
+        batch=n forgets n units (whole documents) per transaction until none is left, so writes
+        into the bank wait one batch at most; progress, if given, receives the counts so far and
+        what remains ({"units": ..., "remaining": ...}) after each."""
         self.check_writable()
         b = self._bank(bank, "forget")
         args = {"bank": b, "unit_ids": _ids(unit_ids, "unit_ids"), "document_ids": _ids(document_ids, "document_ids"),
@@ -773,15 +785,29 @@ class Memory:
                 "occurred_to": time_arg(occurred_to, "occurred_to"),
                 "retained_from": time_arg(retained_from, "retained_from"),
                 "retained_to": time_arg(retained_to, "retained_to"), "everything": text_arg(everything, "everything"),
-                "dry_run": bool(dry_run), "reason": text_arg(reason, "reason", limit=1000)}
-        with self._tx() as conn:
-            rows = conn.execute(
-                "SELECT kind, count FROM rcll.forget(bank => %(bank)s, unit_ids => %(unit_ids)s, "
-                "document_ids => %(document_ids)s, thread => %(thread)s, author => %(author)s, tag => %(tag)s, "
-                "room => %(room)s, occurred_from => %(occurred_from)s, occurred_to => %(occurred_to)s, "
-                "retained_from => %(retained_from)s, retained_to => %(retained_to)s, everything => %(everything)s, "
-                "dry_run => %(dry_run)s, reason => %(reason)s)", args).fetchall()
-        counts = {str(k): int(n) for k, n in rows}
+                "dry_run": bool(dry_run), "reason": text_arg(reason, "reason", limit=1000),
+                "batch": _batch_arg(batch) if not dry_run else None}
+        if args["batch"] is not None and (unit_ids is not None or document_ids is not None):
+            # A later batch would find the ids an earlier one forgot gone, and refuse them as typos.
+            raise RcllError("batch", "forgets by thread, author, tag, room, time range or everything in batches, "
+                            "not by ids", "pass the ids in lists of the size you want, one forget each")
+        counts: dict[str, int] = {}
+        while True:
+            with self._tx() as conn:
+                rows = conn.execute(
+                    "SELECT kind, count FROM rcll.forget(bank => %(bank)s, unit_ids => %(unit_ids)s, "
+                    "document_ids => %(document_ids)s, thread => %(thread)s, author => %(author)s, tag => %(tag)s, "
+                    "room => %(room)s, occurred_from => %(occurred_from)s, occurred_to => %(occurred_to)s, "
+                    "retained_from => %(retained_from)s, retained_to => %(retained_to)s, everything => %(everything)s, "
+                    "dry_run => %(dry_run)s, reason => %(reason)s, batch => %(batch)s)", args).fetchall()
+            step = {str(k): int(n) for k, n in rows}
+            remaining = step.pop("remaining", 0)
+            for k, n in step.items():
+                counts[k] = counts.get(k, 0) + n
+            if progress is not None and args["batch"] is not None:
+                progress({**counts, "remaining": remaining})
+            if remaining == 0:
+                break
         return Forgotten(bool(dry_run), counts, self._purge(PURGE_UNITS, b) if purge and not dry_run else [])
 
     def forget_state(self, room: str, key: str | None = None, *, all_keys: bool = False, bank: str | None = None,

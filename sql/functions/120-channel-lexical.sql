@@ -183,8 +183,11 @@ BEGIN
                ln(1 + (greatest(corpus.n, (SELECT max(x.df) FROM l_df x)) - d.df + 0.5) / (d.df + 0.5)) AS idf
         FROM l_df d
     ), l_scored AS (
+        -- Every score sums its terms in lexeme order (here and in the session's sums): a float
+        -- sum depends on its order, and the rows' order on ids, so a bank that forgot something
+        -- would otherwise score its survivors a last bit apart from one that never held it.
         SELECT h.unit_id,
-               sum(rcll._bm25_term(i.idf, h.tf, h.dl, corpus.avgdl, _bm25_channels.k1, _bm25_channels.b)) AS s
+               sum(rcll._bm25_term(i.idf, h.tf, h.dl, corpus.avgdl, _bm25_channels.k1, _bm25_channels.b) ORDER BY h.lexeme) AS s
         FROM hits h JOIN l_idf i ON i.lexeme = h.lexeme
         WHERE h.keep
         GROUP BY h.unit_id
@@ -226,7 +229,7 @@ BEGIN
         SELECT t.document_id
         FROM s_tf t JOIN s_idf i ON i.lexeme = t.lexeme JOIN s_dl l ON l.document_id = t.document_id
         GROUP BY t.document_id
-        ORDER BY sum(rcll._bm25_term(i.idf, t.tf, l.dl, avgdl, _bm25_channels.k1, _bm25_channels.b)) DESC,
+        ORDER BY sum(rcll._bm25_term(i.idf, t.tf, l.dl, avgdl, _bm25_channels.k1, _bm25_channels.b) ORDER BY t.lexeme) DESC,
                  t.document_id
         LIMIT lim                 -- every document holds at least one unit
     ), s_tf_all AS (
@@ -244,7 +247,7 @@ BEGIN
         GROUP BY x.document_id, x.lexeme
     ), s_docs AS (
         SELECT t.document_id,
-               sum(rcll._bm25_term(i.idf, t.tf, l.dl, avgdl, _bm25_channels.k1, _bm25_channels.b)) AS s
+               sum(rcll._bm25_term(i.idf, t.tf, l.dl, avgdl, _bm25_channels.k1, _bm25_channels.b) ORDER BY t.lexeme) AS s
         FROM s_tf_all t JOIN s_idf i ON i.lexeme = t.lexeme JOIN s_dl l ON l.document_id = t.document_id
         GROUP BY t.document_id
         ORDER BY 2 DESC, 1

@@ -38,6 +38,8 @@ BEGIN
     IF cardinality(grams) = 0 THEN
         RETURN;
     END IF;
+    -- Ties go by the spelling matched and the name, not by id: ids keep the order entities were
+    -- first named in, which a forgotten mention changes (docs/forgetting.md).
     RETURN QUERY
     SELECT m.entity_id, e.name, m.matched, m.sim
     FROM (
@@ -52,7 +54,7 @@ BEGIN
         ORDER BY c.entity_id, c.sim DESC, c.matched
     ) m
     JOIN rcll.entities e ON e.entity_id = m.entity_id
-    ORDER BY m.sim DESC, m.entity_id
+    ORDER BY m.sim DESC, m.matched, e.name, m.entity_id
     LIMIT _query_entities.max_entities;
     IF FOUND THEN
         RETURN;
@@ -71,7 +73,7 @@ BEGIN
         ORDER BY a.entity_id, 3 DESC, a.alias
     ) m
     JOIN rcll.entities e ON e.entity_id = m.entity_id
-    ORDER BY m.sim DESC, m.entity_id
+    ORDER BY m.sim DESC, m.matched, e.name, m.entity_id
     LIMIT _query_entities.max_entities;
 END
 $$;
@@ -149,7 +151,8 @@ BEGIN
         SELECT array_agg(x.unit_id ORDER BY x.act DESC, x.unit_id DESC), array_agg(x.act ORDER BY x.act DESC, x.unit_id DESC)
         INTO units, uact
         FROM (
-            SELECT m.unit_id, sum(m.act) AS act FROM (
+            -- Sums in activation order: a float sum depends on its order, which ids must not decide.
+            SELECT m.unit_id, sum(m.act ORDER BY m.act) AS act FROM (
                 SELECT s.unit_id, e.act * power(channel_graph.decay, hop - 1) AS act
                 FROM unnest(ents, eact) AS e(entity_id, act)
                 CROSS JOIN LATERAL (
@@ -184,15 +187,17 @@ BEGIN
         uact := uact[1:cap];
         -- Units -> the other entities they mention, each entity's activation split over the
         -- frontier units that reach it (a hub reached from many units is not amplified).
-        SELECT array_agg(y.entity_id ORDER BY y.act DESC, y.entity_id), array_agg(y.act ORDER BY y.act DESC, y.entity_id)
+        -- (Ties by name, not by id, as in rcll._query_entities.)
+        SELECT array_agg(y.entity_id ORDER BY y.act DESC, y.name, y.entity_id), array_agg(y.act ORDER BY y.act DESC, y.name, y.entity_id)
         INTO ents, eact
         FROM (
-            SELECT ue.entity_id, sum(f.act) / sqrt(count(*)) AS act
+            SELECT ue.entity_id, e.name, sum(f.act ORDER BY f.act) / sqrt(count(*)) AS act
             FROM unnest(units, uact) AS f(unit_id, act)
             JOIN rcll.unit_entities ue ON ue.unit_id = f.unit_id
+            JOIN rcll.entities e ON e.entity_id = ue.entity_id
             WHERE ue.entity_id <> ALL (seen_ents) AND NOT rcll._keyless_link(ue.role)
-            GROUP BY ue.entity_id
-            ORDER BY act DESC, ue.entity_id
+            GROUP BY ue.entity_id, e.name
+            ORDER BY act DESC, e.name, ue.entity_id
             LIMIT greatest(cap / 10, 8)) y;
         ents := coalesce(ents, '{}');
         eact := coalesce(eact, '{}');

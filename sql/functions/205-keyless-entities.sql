@@ -63,7 +63,7 @@ BEGIN
     -- resolution, which could merge two people whose names look alike).
     FOR m IN
         SELECT rcll._entity_key(k.name) AS key, min(k.name) AS name,
-               array_agg(k.unit_id) AS units, array_agg(k.role) AS roles
+               array_agg(k.unit_id) AS units, array_agg(k.role) AS roles, array_agg(k.name) AS names
         FROM (SELECT u.unit_id, x.name, x.role
               FROM rcll.memory_units u, LATERAL rcll._keyless_mentions(u.text, u.author, cfg) x
               WHERE u.unit_id = ANY (_link_keyless_entities.unit_ids) AND u.bank_id = b) k
@@ -79,8 +79,8 @@ BEGIN
             VALUES (b, m.key, eid, 'extractor')
             ON CONFLICT ON CONSTRAINT entity_aliases_pkey DO NOTHING;
         END IF;
-        INSERT INTO rcll.unit_entities AS ue (unit_id, entity_id, bank_id, role)
-        SELECT x.unit_id, eid, b, x.role FROM unnest(m.units, m.roles) AS x(unit_id, role)
+        INSERT INTO rcll.unit_entities AS ue (unit_id, entity_id, bank_id, role, spellings)
+        SELECT x.unit_id, eid, b, x.role, ARRAY[x.name] FROM unnest(m.units, m.roles, m.names) AS x(unit_id, role, name)
         ON CONFLICT ON CONSTRAINT unit_entities_pkey DO NOTHING;
         GET DIAGNOSTICS n = ROW_COUNT;
         linked := linked + n;

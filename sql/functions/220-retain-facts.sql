@@ -185,14 +185,16 @@ BEGIN
             res := rcll._resolve_entity(b, ent ->> 'name', nullif(btrim(ent ->> 'type'), ''), ent_emb,
                                         ARRAY(SELECT jsonb_array_elements_text(CASE WHEN jsonb_typeof(ent -> 'aliases') = 'array'
                                                                                    THEN ent -> 'aliases' ELSE '[]' END)));
-            INSERT INTO rcll.unit_entities AS ue (unit_id, entity_id, bank_id, role)
-            VALUES (uid, res.entity_id, b, nullif(btrim(ent ->> 'role'), ''))
+            INSERT INTO rcll.unit_entities AS ue (unit_id, entity_id, bank_id, role, entity_type, spellings)
+            VALUES (uid, res.entity_id, b, nullif(btrim(ent ->> 'role'), ''), nullif(btrim(ent ->> 'type'), ''),
+                    ARRAY[ent ->> 'name'] || ARRAY(SELECT jsonb_array_elements_text(CASE WHEN jsonb_typeof(ent -> 'aliases') = 'array'
+                                                                                    THEN ent -> 'aliases' ELSE '[]' END)))
             ON CONFLICT ON CONSTRAINT unit_entities_pkey DO NOTHING;
             touched := touched || res.entity_id;
         END LOOP;
         IF match_known_entities THEN
-            INSERT INTO rcll.unit_entities AS ue (unit_id, entity_id, bank_id, role)
-            SELECT uid, k.entity_id, b, 'mention' FROM rcll._known_entities(b, f ->> 'text') k
+            INSERT INTO rcll.unit_entities AS ue (unit_id, entity_id, bank_id, role, spellings)
+            SELECT uid, k.entity_id, b, 'mention', ARRAY[k.alias] FROM rcll._known_entities(b, f ->> 'text') k
             ON CONFLICT ON CONSTRAINT unit_entities_pkey DO NOTHING;
             touched := touched || ARRAY(SELECT ue.entity_id FROM rcll.unit_entities ue WHERE ue.unit_id = uid);
         END IF;
@@ -241,7 +243,8 @@ BEGIN
             LIMIT 1;
             IF cand.unit_id IS NOT NULL THEN
                 PERFORM rcll.supersede(cand.unit_id, ids[i + 1], NULL,
-                                       jsonb_build_object('by', extraction, 'description', target, 'similarity', round(cand.sim::numeric, 3)));
+                                       jsonb_build_object('by', extraction, 'description', target, 'similarity', round(cand.sim::numeric, 3),
+                                                          'threshold', supersede_threshold));
             END IF;
         END LOOP;
     END LOOP;

@@ -50,6 +50,42 @@ $$;
 COMMENT ON FUNCTION rcll._actable_bank(text)
     IS 'Internal: the id of a bank the session''s role may change from inside a SECURITY DEFINER function - unknown, or hidden by bank isolation (rcll._visible_banks of session_user): RC002; a role without INSERT on memory_units: RC006.';
 
+CREATE OR REPLACE FUNCTION rcll._bank_write_guard(bank_id integer, forgetting boolean)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT
+AS $$
+BEGIN
+    -- A forget decides from what the bank holds (the entities and rooms left with no unit, the
+    -- observations of a source); a write committed meanwhile could link to what it is about to
+    -- delete. Writes share the bank's lock, a forget holds it alone: it waits for the writes in
+    -- flight and the next ones wait for it. Other banks never wait; readers take no lock.
+    IF forgetting THEN
+        PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('rcll.bank_writes'), bank_id);
+    ELSE
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared(pg_catalog.hashtext('rcll.bank_writes'), bank_id);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION rcll._bank_write_guard(integer, boolean)
+    IS 'Internal: take a bank''s write lock for the transaction - shared for a write (every unit insert, a correction), exclusive for a forget - so a forget never decides from rows a concurrent write is linking to (a transaction-level advisory lock: other banks and readers never wait).';
+
+CREATE OR REPLACE FUNCTION rcll._units_bank_guard()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    PERFORM rcll._bank_write_guard(NEW.bank_id, false);
+    RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION rcll._units_bank_guard() IS 'Trigger: a unit insert shares its bank''s write lock (rcll._bank_write_guard) until its transaction ends, before the room janitor and the entity links run.';
+
+-- Named to fire before units_janitor (triggers fire in name order): the room is registered, and
+-- entities are looked up, only once the lock is held.
+CREATE OR REPLACE TRIGGER units_bank_guard BEFORE INSERT ON rcll.memory_units
+    FOR EACH ROW WHEN (current_setting('row_security') <> 'off' OR NOT rcll._restoring('rcll.memory_units'))
+    EXECUTE FUNCTION rcll._units_bank_guard();
+
 CREATE OR REPLACE FUNCTION rcll._forget_units(bank_id integer, unit_ids bigint[], document_ids bigint[], dry_run boolean)
 RETURNS jsonb
 LANGUAGE plpgsql VOLATILE
@@ -71,7 +107,17 @@ DECLARE
     grp       record;
     counts    jsonb;
     st        record;
+    freed     text[] := '{}';
+    resupersede bigint[];
+    thresholds double precision[];
+    cand      bigint;
+    i         integer;
+    ent       record;
+    first_name text;
 BEGIN
+    IF NOT dry_run THEN
+        PERFORM rcll._bank_write_guard(b, true);
+    END IF;
     -- Units selected, and every unit of a selected document.
     gone := ARRAY(SELECT u.unit_id FROM rcll.memory_units u
                   WHERE u.bank_id = b AND (u.unit_id = ANY (_forget_units.unit_ids)
@@ -142,6 +188,17 @@ BEGIN
                     WHERE l.bank_id = b AND l.to_unit = ANY (gone) AND l.link_type IN ('entity', 'temporal', 'semantic')
                       AND u.kind IN ('fact', 'observation') AND NOT l.from_unit = ANY (gone));
 
+    -- A surviving fact that superseded a forgotten unit by its own text (the offline extractor's
+    -- descriptions are the fact itself) looks again, below, for what it would have superseded.
+    resupersede := ARRAY(SELECT DISTINCT l.from_unit FROM rcll.links l JOIN rcll.memory_units u ON u.unit_id = l.from_unit
+                         WHERE l.bank_id = b AND l.link_type = 'supersedes' AND l.to_unit = ANY (gone)
+                           AND NOT l.from_unit = ANY (gone) AND l.provenance ->> 'description' = u.text
+                           AND l.provenance ? 'threshold' AND u.embedding IS NOT NULL
+                         ORDER BY 1);
+    thresholds := ARRAY(SELECT max((l.provenance ->> 'threshold')::double precision) FROM unnest(resupersede) r(unit_id)
+                        JOIN rcll.links l ON l.from_unit = r.unit_id AND l.link_type = 'supersedes' AND l.to_unit = ANY (gone)
+                        GROUP BY r.unit_id ORDER BY r.unit_id);
+
     -- The BM25 statistics a refresh counted lose exactly what goes: the units and documents that
     -- existed when it ran (written at or before refreshed_at). Later ones it never counted.
     SELECT s.refreshed_at, s.unit_count INTO st FROM rcll.bank_stats s WHERE s.bank_id = b FOR UPDATE;
@@ -186,19 +243,102 @@ BEGIN
         PERFORM rcll._link_units(b, grp.ids, horizon => grp.horizon);
     END LOOP;
 
+    -- Entities: what the surviving mentions alone would have made of them (rcll.unit_entities
+    -- records what each mention said: migration 021). A known-entity mention (role 'mention') is
+    -- only written when its entity already existed: one whose entity no earlier surviving unit
+    -- named goes.
+    DELETE FROM rcll.unit_entities m
+    WHERE m.entity_id = ANY (touched) AND m.role = 'mention'
+      AND NOT EXISTS (SELECT 1 FROM rcll.unit_entities x
+                      WHERE x.entity_id = m.entity_id AND x.unit_id < m.unit_id AND x.role IS DISTINCT FROM 'mention');
+    orphans := ARRAY(SELECT e FROM unnest(touched) e
+                     WHERE NOT EXISTS (SELECT 1 FROM rcll.unit_entities ue WHERE ue.entity_id = e));
+    freed := ARRAY(SELECT a.alias FROM rcll.entity_aliases a WHERE a.bank_id = b AND a.entity_id = ANY (orphans));
     DELETE FROM rcll.entities e WHERE e.entity_id = ANY (orphans);
-    -- Survivors are recounted; one that only chunks still name (keyless links,
-    -- rcll._link_keyless_entities, which give no type) loses the type and embedding a forgotten
-    -- extracted fact gave it.
-    UPDATE rcll.entities e
-    SET mention_count = k.n,
-        entity_type = CASE WHEN k.chunks_only THEN NULL ELSE e.entity_type END,
-        embedding = CASE WHEN k.chunks_only THEN NULL ELSE e.embedding END
-    FROM (SELECT x.entity_id, count(*) AS n, bool_and(u.kind = 'chunk') AS chunks_only
-          FROM unnest(touched) x(entity_id) JOIN rcll.unit_entities ue ON ue.entity_id = x.entity_id
-          JOIN rcll.memory_units u ON u.unit_id = ue.unit_id
-          GROUP BY x.entity_id) k
-    WHERE e.entity_id = k.entity_id AND NOT e.entity_id = ANY (orphans);
+    counts := counts || jsonb_build_object('entities', coalesce(array_length(orphans, 1), 0));
+    -- A spelling no surviving mention gave its entity goes (a person's own aliases stay).
+    WITH gone_alias AS (
+        DELETE FROM rcll.entity_aliases a
+        WHERE a.bank_id = b AND a.entity_id = ANY (touched) AND a.source <> 'human'
+          AND NOT EXISTS (SELECT 1 FROM rcll.unit_entities ue
+                          WHERE ue.entity_id = a.entity_id
+                            AND (ue.spellings IS NULL
+                                 OR EXISTS (SELECT 1 FROM unnest(ue.spellings) sp WHERE rcll._entity_key(sp) = a.alias)))
+        RETURNING a.alias)
+    SELECT freed || ARRAY(SELECT g.alias FROM gone_alias g) INTO freed;
+    -- A freed spelling goes to the entity that would have received it first: the earliest
+    -- surviving mention that gave it (only an extractor's extra aliases can have been refused).
+    IF cardinality(freed) > 0 THEN
+        INSERT INTO rcll.entity_aliases AS a (bank_id, alias, entity_id, source)
+        SELECT DISTINCT ON (k.key) b, k.key, k.entity_id, 'extractor'
+        FROM (SELECT rcll._entity_key(sp) AS key, ue.entity_id, ue.unit_id
+              FROM rcll.unit_entities ue, unnest(ue.spellings) sp
+              WHERE ue.bank_id = b AND cardinality(ue.spellings) > 1) k
+        WHERE k.key = ANY (freed)
+        ORDER BY k.key, k.unit_id
+        ON CONFLICT ON CONSTRAINT entity_aliases_pkey DO NOTHING;
+    END IF;
+    -- Survivors are recounted; their type is their first typed mention's, their name their first
+    -- mention's spelling (a chunk's: the least spelling its document wrote, as
+    -- rcll._link_keyless_entities names it), and one a chunk named first has no embedding (a
+    -- keyless entity is created without one). Mentions written before migration 021 said nothing
+    -- recorded: such an entity keeps its type and name.
+    FOR ent IN
+        SELECT e.entity_id, e.name, e.entity_type,
+               (SELECT count(*) FROM rcll.unit_entities ue WHERE ue.entity_id = e.entity_id) AS n,
+               f.unit_id AS first_unit, f.role AS first_role, f.spellings AS first_spellings,
+               (SELECT ue.entity_type FROM rcll.unit_entities ue
+                WHERE ue.entity_id = e.entity_id AND ue.entity_type IS NOT NULL ORDER BY ue.unit_id LIMIT 1) AS typ,
+               EXISTS (SELECT 1 FROM rcll.unit_entities ue WHERE ue.entity_id = e.entity_id AND ue.spellings IS NULL) AS unknown
+        FROM rcll.entities e
+        CROSS JOIN LATERAL (SELECT ue.unit_id, ue.role, ue.spellings FROM rcll.unit_entities ue
+                            WHERE ue.entity_id = e.entity_id ORDER BY ue.unit_id LIMIT 1) f
+        WHERE e.entity_id = ANY (touched) LOOP
+        IF ent.unknown THEN
+            UPDATE rcll.entities e SET mention_count = ent.n WHERE e.entity_id = ent.entity_id;
+            CONTINUE;
+        END IF;
+        IF rcll._keyless_link(ent.first_role) THEN
+            first_name := (SELECT min(btrim(ue.spellings[1])) FROM rcll.unit_entities ue
+                           JOIN rcll.memory_units u ON u.unit_id = ue.unit_id
+                           WHERE ue.entity_id = ent.entity_id AND rcll._keyless_link(ue.role)
+                             AND u.document_id = (SELECT x.document_id FROM rcll.memory_units x WHERE x.unit_id = ent.first_unit));
+        ELSE
+            first_name := btrim(regexp_replace(ltrim(ent.first_spellings[1], '@'), '\s+', ' ', 'g'));
+        END IF;
+        UPDATE rcll.entities e
+        SET mention_count = ent.n, entity_type = ent.typ,
+            name = CASE WHEN first_name IS NULL OR first_name = '' OR EXISTS (
+                             SELECT 1 FROM rcll.entities y WHERE y.bank_id = b AND y.name = first_name AND y.entity_id <> e.entity_id)
+                        THEN e.name ELSE first_name END,
+            embedding = CASE WHEN rcll._keyless_link(ent.first_role) THEN NULL ELSE e.embedding END
+        WHERE e.entity_id = ent.entity_id;
+    END LOOP;
+
+    -- Supersession looked again, as rcll.retain_facts does, among the units that existed before
+    -- the fact was written (the search is that of retain_facts' step 4, with its own embedding).
+    FOR i IN 1 .. coalesce(array_length(resupersede, 1), 0) LOOP
+        SELECT c.unit_id INTO cand
+        FROM (SELECT o.unit_id,
+                     (1 - (o.embedding OPERATOR(public.<=>) s.embedding))::real
+                     + 0.05 * (SELECT count(*) FROM rcll.unit_entities x JOIN rcll.unit_entities y ON y.entity_id = x.entity_id
+                               WHERE x.unit_id = o.unit_id AND y.unit_id = s.unit_id) AS sim
+              FROM rcll.memory_units s, rcll.memory_units o
+              WHERE s.unit_id = resupersede[i] AND o.bank_id = b AND o.unit_id < s.unit_id
+                AND o.document_id IS DISTINCT FROM s.document_id
+                AND o.superseded_by IS NULL AND upper_inf(o.valid) AND o.embedding IS NOT NULL
+                AND o.thread IS NOT DISTINCT FROM s.thread AND lower(o.valid) < lower(s.valid)
+              ORDER BY o.embedding OPERATOR(public.<=>) s.embedding
+              LIMIT 10) c
+        WHERE c.sim >= thresholds[i]
+        ORDER BY c.sim DESC, c.unit_id DESC
+        LIMIT 1;
+        IF cand IS NOT NULL THEN
+            PERFORM rcll.supersede(cand, resupersede[i], NULL,
+                jsonb_build_object('by', 'forget', 'description', (SELECT u.text FROM rcll.memory_units u WHERE u.unit_id = resupersede[i]),
+                                   'threshold', thresholds[i]));
+        END IF;
+    END LOOP;
 
     -- A room whose first units went: the janitor tags a room's first write room-new:<room>, and
     -- had the forgotten units never been written, that was the first surviving write - all the
@@ -266,7 +406,8 @@ CREATE OR REPLACE FUNCTION rcll.forget(
     retained_to   timestamptz DEFAULT NULL,
     everything    text DEFAULT NULL,
     dry_run       boolean DEFAULT true,
-    reason        text DEFAULT NULL)
+    reason        text DEFAULT NULL,
+    batch         integer DEFAULT NULL)
 RETURNS TABLE (kind text, count bigint)
 LANGUAGE plpgsql VOLATILE
 -- Definer: forgetting deletes derived rows (entities, room registry, statistics, audit text) a
@@ -285,7 +426,12 @@ DECLARE
     missing  bigint;
     counts   jsonb;
     selector jsonb;
+    remaining bigint := 0;
 BEGIN
+    IF batch IS NOT NULL AND batch < 1 THEN
+        RAISE EXCEPTION 'batch: must be at least 1' USING ERRCODE = 'RC001', COLUMN = 'batch',
+            HINT = 'Pass the number of units to forget per call (e.g. 1000), or leave batch out to forget all at once.';
+    END IF;
     -- Which selectors were given (NULL = not given); an empty one is a mistake, not "nothing".
     IF unit_ids IS NOT NULL THEN given := given || 'unit_ids'::text; END IF;
     IF document_ids IS NOT NULL THEN given := given || 'document_ids'::text; END IF;
@@ -385,6 +531,21 @@ BEGIN
         END IF;
     END IF;
 
+    -- A batch: the first `batch` selected units, with the rest of the last document they reach (a
+    -- document goes whole or not at all in one call); the caller calls again while some remain.
+    -- Each call is its own short transaction, so writes into the bank wait at most one batch.
+    IF batch IS NOT NULL AND NOT coalesce(dry_run, true) AND cardinality(sel_units) > batch THEN
+        remaining := cardinality(sel_units);
+        WITH s AS (SELECT u.unit_id, u.document_id, row_number() OVER (ORDER BY u.document_id NULLS LAST, u.unit_id) AS rn
+                   FROM rcll.memory_units u WHERE u.unit_id = ANY (sel_units))
+        SELECT ARRAY(SELECT s.unit_id FROM s WHERE s.rn <= batch
+                        OR s.document_id = (SELECT c.document_id FROM s c WHERE c.rn = batch))
+        INTO sel_units;
+        remaining := remaining - cardinality(sel_units);
+        sel_docs := ARRAY(SELECT d FROM unnest(sel_docs) d
+                          WHERE NOT EXISTS (SELECT 1 FROM rcll.memory_units u WHERE u.document_id = d)
+                             OR EXISTS (SELECT 1 FROM rcll.memory_units u WHERE u.document_id = d AND u.unit_id = ANY (sel_units)));
+    END IF;
     counts := rcll._forget_units(b, sel_units, sel_docs, coalesce(dry_run, true));
     IF NOT coalesce(dry_run, true) THEN
         selector := jsonb_build_object('unit_ids', to_jsonb(unit_ids), 'document_ids', to_jsonb(document_ids),
@@ -393,12 +554,15 @@ BEGIN
             'retained_from', retained_from, 'retained_to', retained_to, 'everything', everything IS NOT NULL);
         PERFORM rcll._forget_log(b, forget.bank, 'forget', selector, counts, reason);
     END IF;
+    IF batch IS NOT NULL THEN
+        counts := counts || jsonb_build_object('remaining', remaining);
+    END IF;
     RETURN QUERY SELECT k.key, (k.value)::text::bigint FROM jsonb_each(counts) k ORDER BY k.key;
 END
 $$;
-COMMENT ON FUNCTION rcll.forget(text, bigint[], bigint[], text, text, text, text, timestamptz, timestamptz, timestamptz, timestamptz, text, boolean, text)
-    IS 'Forget memories of a bank by selector - unit_ids, document_ids, thread, author, tag, room (with its aliases), occurred_from/occurred_to and retained_from/retained_to ([from, to) ranges); several selectors must all match - or everything => <the bank''s name>. A selector that matches nothing, an empty one, or one that matches every memory without everything is refused (RC007, COLUMN names it); ids of another bank are refused (RC003). dry_run (the default) counts what would go and changes nothing. Otherwise removes the units and everything derived (see rcll._forget_units) in one transaction and records who, when, the selector and the counts in rcll.forget_log - never the content. Returns the count per kind. Under bank isolation only the caller''s own banks.';
-REVOKE EXECUTE ON FUNCTION rcll.forget(text, bigint[], bigint[], text, text, text, text, timestamptz, timestamptz, timestamptz, timestamptz, text, boolean, text) FROM PUBLIC;
+COMMENT ON FUNCTION rcll.forget(text, bigint[], bigint[], text, text, text, text, timestamptz, timestamptz, timestamptz, timestamptz, text, boolean, text, integer)
+    IS 'Forget memories of a bank by selector - unit_ids, document_ids, thread, author, tag, room (with its aliases), occurred_from/occurred_to and retained_from/retained_to ([from, to) ranges); several selectors must all match - or everything => <the bank''s name>. A selector that matches nothing, an empty one, or one that matches every memory without everything is refused (RC007, COLUMN names it); ids of another bank are refused (RC003). dry_run (the default) counts what would go and changes nothing. Otherwise removes the units and everything derived (see rcll._forget_units) in one transaction and records who, when, the selector and the counts in rcll.forget_log - never the content. Returns the count per kind. batch => n forgets at most n selected units per call (whole documents; more when the last document reaches past n) and adds the kind remaining: call again until it is 0, each call its own short transaction. Under bank isolation only the caller''s own banks (EXECUTE is rcll_agent''s).';
+REVOKE EXECUTE ON FUNCTION rcll.forget(text, bigint[], bigint[], text, text, text, text, timestamptz, timestamptz, timestamptz, timestamptz, text, boolean, text, integer) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION rcll.forget_state(bank text, room text, key text DEFAULT NULL, all_keys boolean DEFAULT false,
                                              dry_run boolean DEFAULT true, reason text DEFAULT NULL)

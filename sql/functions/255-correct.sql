@@ -18,6 +18,8 @@ DECLARE
     new_text text := btrim(correct.text, E' \t\r\n\f\v');
     touched bigint[];
 BEGIN
+    -- Its keyless links may name an entity a concurrent forget is dropping: wait for it.
+    PERFORM rcll._bank_write_guard(b, false);
     SELECT * INTO u FROM rcll.memory_units x WHERE x.unit_id = correct.unit_id AND x.bank_id = b FOR UPDATE;
     IF u.unit_id IS NULL THEN
         RAISE EXCEPTION 'unit_id: % is not a unit of bank "%"', correct.unit_id, correct.bank USING ERRCODE = 'RC003',

@@ -24,6 +24,13 @@ AS $$
 DECLARE
     asked timestamptz := nullif(current_setting('rcll.expires_at', true), '')::timestamptz;
 BEGIN
+    IF rcll._importing() THEN
+        -- An imported unit's own expiry is the one its provenance remembers (the stream's
+        -- expires_at may be a policy's); the imported policies apply once written (import_finish).
+        NEW.expires_at := least((NEW.provenance ->> 'expires_at')::timestamptz,
+                                rcll._policy_expiry(NEW.bank_id, NEW.room, NEW.hall, NEW.layer, NEW.created_at));
+        RETURN NEW;
+    END IF;
     -- The earliest of: the expiry the writer set (column, or rcll.expires_at for the transaction,
     -- which the retain verbs set from expires_at / ttl) and the bank's policies for the unit.
     IF least(NEW.expires_at, asked) IS NOT NULL THEN
@@ -41,6 +48,33 @@ COMMENT ON FUNCTION rcll._units_expiry() IS 'Trigger: a new unit''s expires_at i
 CREATE OR REPLACE TRIGGER units_retention BEFORE INSERT ON rcll.memory_units
     FOR EACH ROW WHEN (current_setting('row_security') <> 'off' OR NOT rcll._restoring('rcll.memory_units'))
     EXECUTE FUNCTION rcll._units_expiry();
+
+CREATE OR REPLACE FUNCTION rcll._apply_retention(bank_id integer, room text, hall text, layer text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict use_variable
+DECLARE
+    b integer := _apply_retention.bank_id;
+    n bigint;
+BEGIN
+    -- Units already retained follow the policies as they are now (their own expiry, if earlier, stays).
+    UPDATE rcll.memory_units u
+    SET expires_at = x.e
+    FROM (SELECT v.unit_id, least(nullif(v.own, 'infinity'), rcll._policy_expiry(b, v.room, v.hall, v.layer, v.created_at)) AS e
+          FROM (SELECT u2.unit_id, u2.room, u2.hall, u2.layer, u2.created_at,
+                       coalesce((u2.provenance ->> 'expires_at')::timestamptz, 'infinity') AS own
+                FROM rcll.memory_units u2
+                WHERE u2.bank_id = b AND (room IS NULL OR u2.room = room) AND (hall IS NULL OR u2.hall = hall)
+                  AND (layer IS NULL OR u2.layer = layer)) v) x
+    WHERE u.unit_id = x.unit_id AND u.expires_at IS DISTINCT FROM x.e;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION rcll._apply_retention(integer, text, text, text)
+    IS 'Internal: make the expiry of a bank''s units (those of room, hall, layer; NULL: any) the earliest of their own (provenance.expires_at) and the bank''s policies as they are now. Returns the number of units whose expiry changed. Called by rcll.set_retention and by an import that wrote policies.';
+REVOKE EXECUTE ON FUNCTION rcll._apply_retention(integer, text, text, text) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION rcll.set_retention(bank text, keep interval, room text DEFAULT NULL, hall text DEFAULT NULL,
                                               layer text DEFAULT NULL)
@@ -71,17 +105,7 @@ BEGIN
         DO UPDATE SET keep = excluded.keep, created_by = excluded.created_by,
             created_at = now();
     END IF;
-    -- Units already retained follow the policies as they are now (their own expiry, if earlier, stays).
-    UPDATE rcll.memory_units u
-    SET expires_at = x.e
-    FROM (SELECT v.unit_id, least(nullif(v.own, 'infinity'), rcll._policy_expiry(b, v.room, v.hall, v.layer, v.created_at)) AS e
-          FROM (SELECT u2.unit_id, u2.room, u2.hall, u2.layer, u2.created_at,
-                       coalesce((u2.provenance ->> 'expires_at')::timestamptz, 'infinity') AS own
-                FROM rcll.memory_units u2
-                WHERE u2.bank_id = b AND (room IS NULL OR u2.room = room) AND (hall IS NULL OR u2.hall = hall)
-                  AND (layer IS NULL OR u2.layer = layer)) v) x
-    WHERE u.unit_id = x.unit_id AND u.expires_at IS DISTINCT FROM x.e;
-    GET DIAGNOSTICS n = ROW_COUNT;
+    n := rcll._apply_retention(b, room, hall, layer);
     PERFORM rcll._audit(b, 'retention', jsonb_build_object('room', room, 'hall', hall, 'layer', layer),
                         jsonb_build_object('keep', keep::text, 'units_changed', n));
     RETURN n;

@@ -40,9 +40,9 @@ AS $$
         ('room_state',           true,  NULL),
         ('audit_log',            false, NULL),           -- never: the import itself is audited
         ('llm_calls',            true,  ARRAY['document_id', 'purpose', 'provider', 'model', 'at']),
-        ('unit_versions',        false, NULL),           -- a corrected unit's earlier texts: the restore keeps them
+        ('unit_versions',        true,  NULL),           -- a corrected unit's earlier texts (its history)
         ('forget_log',           false, NULL),           -- never: this database's own record of what it forgot
-        ('retention_policies',   false, NULL)            -- the target bank's own policies decide its expiry
+        ('retention_policies',   true,  ARRAY['room', 'hall', 'layer'])
     ) AS t(table_name, written, match_columns)
 $$;
 COMMENT ON FUNCTION rcll.import_tables() IS 'How an agent''s import (rcll.import_begin) treats each exported table: written (with new ids, references mapped) or counted only (grants, audit rows, statistics, count deltas), and the columns that make a stream row the same as an existing row of the target bank (on_conflict skip / replace).';
@@ -369,13 +369,21 @@ BEGIN
         -- 3. Every table, in export order: new ids in this bank, references mapped.
         FOR t IN SELECT e.table_name, i.written FROM rcll.export_tables() e JOIN rcll.import_tables() i USING (table_name)
                  WHERE e.table_name <> 'banks' ORDER BY e.table_position LOOP
-            IF t.written THEN
+            -- A correction's history and the bank's policies are the administrator's tables (an
+            -- agent writes them through rcll.correct and rcll.set_retention, as the owner): a role
+            -- that may not insert them imports the rest and has them counted, not refused.
+            IF t.written AND (t.table_name NOT IN ('unit_versions', 'retention_policies')
+                              OR has_table_privilege(format('rcll.%I', t.table_name), 'INSERT')) THEN
                 n := rcll._import_table(t.table_name, b, st.on_conflict, NOT fresh AND st.on_conflict <> 'error');
                 written := written || jsonb_build_object(t.table_name, n);
             ELSIF coalesce((st.counts ->> t.table_name)::bigint, 0) > 0 THEN
                 ignored := ignored || jsonb_build_object(t.table_name, (st.counts ->> t.table_name)::bigint);
             END IF;
         END LOOP;
+        -- Policies written: the bank's units expire by them (and by their own expiry).
+        IF coalesce((written ->> 'retention_policies')::bigint, 0) > 0 THEN
+            PERFORM rcll._apply_retention(b, NULL, NULL, NULL);
+        END IF;
         -- Supersession, once every unit of the stream has its id here.
         UPDATE rcll.memory_units u SET superseded_by = m2.new_id
         FROM pg_temp.rcll_import_memory_units s
