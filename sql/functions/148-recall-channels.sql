@@ -105,3 +105,56 @@ AS $$
 $$;
 COMMENT ON FUNCTION rcll.recall_channels(text, rcll.recall_scope, vector, vector, tstzrange, timestamptz, integer, double precision, double precision, double precision, double precision, double precision, double precision, double precision, text[])
     IS 'Recall phase 2 without the fusion: each channel''s own ranked list (channel = dense, context, lexical, graph, temporal, entity or session; score and rank as that channel gives them), every channel filtered before ranking by scope (rcll.recall_scope). channels (NULL: all) names the ones to run, and a weight of 0 skips one too; the context channel runs only with context_weight > 0. rcll.fuse_candidates fuses the lists; rcll.recall_candidates is the two in one call. Clients run subsets on separate connections side by side and fuse afterwards. From psql: SELECT * FROM rcll.recall_channels(''deploy'', rcll.recall_scope(''fleet''), channels => ''{lexical,session}'').';
+
+CREATE OR REPLACE FUNCTION rcll.hold_channels(
+    query                  text,
+    scope                  rcll.recall_scope,
+    query_embedding        vector DEFAULT NULL,
+    entity_query_embedding vector DEFAULT NULL,
+    time_range             tstzrange DEFAULT NULL,
+    reference_time         timestamptz DEFAULT now(),
+    channel_limit          integer DEFAULT (rcll.recall_defaults()).channel_limit,
+    dense_weight           double precision DEFAULT 1.0,
+    lexical_weight         double precision DEFAULT 1.0,
+    graph_weight           double precision DEFAULT 1.0,
+    temporal_weight        double precision DEFAULT 1.0,
+    entity_weight          double precision DEFAULT 1.0,
+    session_weight         double precision DEFAULT 1.0,
+    context_weight         double precision DEFAULT 0.0,
+    channels               text[] DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+-- Volatile: it sets the transaction's settings. Shortest exact float text whatever the caller's
+-- extra_float_digits, so the held scores read back to the last bit.
+SET extra_float_digits = 1
+SET plan_cache_mode = force_custom_plan
+AS $$
+-- Side by side without a round trip of this connection's lists through the client: the
+-- connection that fuses runs its channels here, at the same time as the other connection runs
+-- the rest (rcll.recall_channels, whose rows the client hands to rcll.fuse_held). The lists wait in
+-- transaction-local settings, not a table: recall never writes (read replicas and SELECT-only
+-- roles serve it), and a setting costs no more than the client's round trip did (docs/scaling.md).
+DECLARE
+    c text[];
+    u bigint[];
+    s double precision[];
+    k integer[];
+BEGIN
+    SELECT array_agg(r.channel), array_agg(r.unit_id), array_agg(r.score), array_agg(r.rank) INTO c, u, s, k
+    FROM rcll.recall_channels(
+        query => hold_channels.query, scope => hold_channels.scope, query_embedding => hold_channels.query_embedding,
+        entity_query_embedding => hold_channels.entity_query_embedding, time_range => hold_channels.time_range,
+        reference_time => hold_channels.reference_time, channel_limit => hold_channels.channel_limit,
+        dense_weight => hold_channels.dense_weight, lexical_weight => hold_channels.lexical_weight,
+        graph_weight => hold_channels.graph_weight, temporal_weight => hold_channels.temporal_weight,
+        entity_weight => hold_channels.entity_weight, session_weight => hold_channels.session_weight,
+        context_weight => hold_channels.context_weight, channels => hold_channels.channels) r;
+    PERFORM set_config('rcll.held_channels', coalesce(c, '{}')::text, true),
+            set_config('rcll.held_unit_ids', coalesce(u, '{}')::text, true),
+            set_config('rcll.held_scores', coalesce(s, '{}')::text, true),
+            set_config('rcll.held_ranks', coalesce(k, '{}')::text, true);
+    RETURN coalesce(cardinality(c), 0);
+END
+$$;
+COMMENT ON FUNCTION rcll.hold_channels(text, rcll.recall_scope, vector, vector, tstzrange, timestamptz, integer, double precision, double precision, double precision, double precision, double precision, double precision, double precision, text[])
+    IS 'Recall phase 2 for the channels named (NULL: all; the parameters of rcll.recall_channels), held in this transaction for rcll.fuse_held instead of returned: how a client runs channels side by side on two connections with only the other connection''s lists crossing to it. Returns how many hits it holds. Needs a transaction (outside one, the hits are gone when the statement ends). From psql: BEGIN; SELECT rcll.hold_channels(''deploy'', rcll.recall_scope(''fleet''), channels => ''{graph,temporal}''); SELECT * FROM rcll.fuse_held(rcll.recall_scope(''fleet''), ''{}'', ''{}'', ''{}'', ''{}''); COMMIT;';
