@@ -45,8 +45,12 @@ RECALL_PATH = ("100-bank-stats.sql", "105-recall-scope.sql", "110-channel-dense.
                "120-channel-lexical.sql", "125-channel-entity.sql", "127-channel-session.sql", "130-channel-graph.sql",
                "140-temporal-parse.sql", "145-channel-temporal.sql", "148-recall-channels.sql",
                "150-recall-candidates.sql")
+# Both sides read the same units: the store's authors are self-declared (bench.recall writes them
+# so), which today's scope leaves out unless include_self_declared, and a ref's _in_scope may not
+# know the field at all (it ignores it) - without it, an author-filtered query would be an empty
+# scope on one side only.
 CALL = ("SELECT unit_id, fused_score FROM rcll.{fn}(%(q)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, "
-        "authors => %(authors)s), query_embedding => %(qe)s, reference_time => '2024-06-01')")
+        "authors => %(authors)s, include_self_declared => true), query_embedding => %(qe)s, reference_time => '2024-06-01')")
 
 
 def old_functions(ref: str, files: list[str]) -> str:
@@ -110,7 +114,8 @@ def compare_side_by_side(conn: psycopg.Connection[Any], side: psycopg.Connection
     times: dict[str, list[float]] = {k: [] for k in sides}
     same = 0
     for i, q in enumerate(qs):
-        r = RecallRequest(query=q["text"], bank=bench_recall.BANK, reference_time="2024-06-01", **q["filters"])
+        r = RecallRequest(query=q["text"], bank=bench_recall.BANK, reference_time="2024-06-01",
+                          include_self_declared=True, **q["filters"])
         order = list(sides) if i % 2 == 0 else list(sides)[::-1]
         got = {}
         for rnd in range(2):                                                    # warm, then timed
