@@ -81,6 +81,7 @@ _CANDIDATES = sql.SQL('SELECT * FROM rcll.recall_candidates(query => %(query)s, 
 # Side by side: the side connection runs some of the channels (rcll.recall_channels) and its rows
 # come to the client; this connection runs the others at the same time and keeps their rows in its
 # transaction (rcll.hold_channels), then fuses both (rcll.fuse_held), so its own lists never cross.
+# (Why settings, and not one statement taking the side's lists: the comment in 148-recall-channels.sql.)
 _CHANNELS = sql.SQL("SELECT channel, unit_id, score, rank FROM rcll.recall_channels(query => %(query)s, "
                     "scope => {}, {}, {}, channels => %(channels)s::text[])").format(_SCOPE, _CHANNEL_ARGS, _WEIGHTS)
 _HOLD = sql.SQL("SELECT rcll.hold_channels(query => %(query)s, scope => {}, {}, {}, "

@@ -133,7 +133,12 @@ AS $$
 -- connection that fuses runs its channels here, at the same time as the other connection runs
 -- the rest (rcll.recall_channels, whose rows the client hands to rcll.fuse_held). The lists wait in
 -- transaction-local settings, not a table: recall never writes (read replicas and SELECT-only
--- roles serve it), and a setting costs no more than the client's round trip did (docs/scaling.md).
+-- roles serve it). Writing them costs about what sending the lists to the client did, and it is
+-- hidden behind the other connection's BM25 channels, the longer half; the fusion then receives
+-- only the other connection's lists. The alternative without settings - this connection's channels
+-- and the fusion in one statement that takes the other's lists - cannot start before those lists
+-- arrive, so the two halves run one after the other: measured slower (docs/scaling.md, "Figures
+-- behind the SQL comments").
 DECLARE
     c text[];
     u bigint[];
