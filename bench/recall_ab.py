@@ -15,8 +15,8 @@ first stage; the channels call rcll._in_scope, so a change to it needs every cha
 a function the old side did not load runs today's code on both sides). --side-by-side also times the
 first stage as a recall with a spare connection runs it (rcll.recall.candidates with `side`, inside
 a transaction on each connection as Memory.recall's are) against the old side's functions run the
-way the client ran them before only the side connection's lists crossed to it: rcll.recall_channels
-on both connections, both lists to the client and back as arrays into rcll.fuse_candidates.
+way this tree's client runs them: rcll.recall_channels on both connections, both lists to the
+client and back as arrays into rcll.fuse_candidates (the way to time a change to that path).
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def compare(conn: psycopg.Connection[Any], qs: list[dict[str, Any]]) -> list[lis
     return rows
 
 
-# The old client's side by side, on the _old functions: both connections' lists through the client.
+# The client's side by side, on the _old functions: both connections' lists through the client.
 _OLD_CHANNELS = sql.SQL("SELECT channel, unit_id, score, rank FROM rcll.recall_channels_old(query => %(query)s, "
                         "scope => {}, {}, {}, channels => %(channels)s::text[])").format(
     rcll_recall._SCOPE, rcll_recall._CHANNEL_ARGS, rcll_recall._WEIGHTS)

@@ -85,8 +85,7 @@ def test_sql_and_python_name_the_same_channels_in_the_same_order(db: psycopg.Con
     assert db.execute("SELECT provolatile::text FROM pg_proc WHERE oid = 'rcll.recall_channel_names'::regproc").fetchone() == ("i",)
 
 
-@pytest.mark.parametrize("function", ["rcll.recall_candidates", "rcll.recall_channels", "rcll.hold_channels",
-                                      "rcll.fuse_candidates", "rcll.fuse_held"])
+@pytest.mark.parametrize("function", ["rcll.recall_candidates", "rcll.recall_channels", "rcll.fuse_candidates"])
 def test_every_recall_function_weighs_the_channels_in_recall_channel_names_order(db: psycopg.Connection[Any],
                                                                                   function: str) -> None:
     # fuse_candidates reads a channel's weight at the channel's position in rcll.recall_channel_names().
@@ -95,7 +94,7 @@ def test_every_recall_function_weighs_the_channels_in_recall_channel_names_order
     assert weights == [f"{c}_weight" for c in names]
 
 
-@pytest.mark.parametrize("function", ["rcll.recall_candidates", "rcll.fuse_candidates", "rcll.fuse_held", "rcll.recall"])
+@pytest.mark.parametrize("function", ["rcll.recall_candidates", "rcll.fuse_candidates", "rcll.recall"])
 def test_every_fused_row_has_a_rank_column_per_channel_and_no_other(db: psycopg.Connection[Any], function: str) -> None:
     names = db.execute("SELECT rcll.recall_channel_names()").fetchone()[0]  # type: ignore[index]
     ranks = {p for p in _parameters(db, function, "ot") if p.startswith("rank_")}

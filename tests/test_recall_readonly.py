@@ -17,7 +17,7 @@ from rcll import models
 from test_recall_seed import seed
 
 ENTRY_POINTS = ["rcll.recall_scope", "rcll.recall", "rcll.recall_candidates", "rcll.recall_channels",
-                "rcll.fuse_candidates", "rcll.hold_channels", "rcll.fuse_held", "rcll.channel_dense",
+                "rcll.fuse_candidates", "rcll.channel_dense",
                 "rcll.channel_context", "rcll.channel_lexical", "rcll.channel_graph", "rcll.channel_temporal",
                 "rcll.preceding_units", "rcll.parse_time_range", "rcll.query_entities"]
 WRITES = {"InsertStmt", "UpdateStmt", "DeleteStmt", "MergeStmt", "CopyStmt", "LockingClause"}
@@ -30,10 +30,6 @@ MODEL_SERVICE_CALLS = {("public", "dblink_get_connections"), ("public", "dblink_
                        ("public", "dblink_send_query"), ("public", "dblink_is_busy"),
                        ("public", "dblink_disconnect"), ("public", "dblink_get_result"),
                        ("pg_catalog", "pg_sleep"), ("pg_catalog", "clock_timestamp"), ("pg_catalog", "set_config")}
-# The connection that fuses side by side keeps its own channels' lists in transaction-local
-# settings until the fusion reads them (no table: nothing is written, on a standby too).
-HOLD = "rcll.hold_channels"
-HOLD_CALLS = {("pg_catalog", "set_config")}
 PLPGSQL_FORBIDDEN = {"PLpgSQL_stmt_dynexecute", "PLpgSQL_stmt_dynfors", "PLpgSQL_stmt_commit",
                      "PLpgSQL_stmt_rollback", "PLpgSQL_stmt_call", "PLpgSQL_stmt_open"}
 
@@ -109,7 +105,7 @@ def test_recall_path_contains_no_write_and_no_volatile_call(db: psycopg.Connecti
     problems: list[str] = []
     assert MODEL_SERVICE in path and "rcll._model_service" in path
     for name, (lang, vol, definition, source) in sorted(path.items()):
-        if vol == "v" and name != HOLD:
+        if vol == "v":
             problems.append(f"{name} is VOLATILE")
         if lang not in ("sql", "plpgsql"):
             problems.append(f"{name} is {lang}; only SQL and PL/pgSQL can be checked")
@@ -125,8 +121,7 @@ def test_recall_path_contains_no_write_and_no_volatile_call(db: psycopg.Connecti
                 if key == "FuncCall":
                     parts = [p["String"]["sval"] for p in value["funcname"]]
                     schema, fn = (parts if len(parts) == 2 else ["pg_catalog", parts[0]])
-                    if ((name == MODEL_SERVICE and (schema, fn) in MODEL_SERVICE_CALLS) or f"{schema}.{fn}" == MODEL_SERVICE
-                            or (name == HOLD and (schema, fn) in HOLD_CALLS) or f"{schema}.{fn}" == HOLD):
+                    if (name == MODEL_SERVICE and (schema, fn) in MODEL_SERVICE_CALLS) or f"{schema}.{fn}" == MODEL_SERVICE:
                         continue
                     row = db.execute("""SELECT bool_and(provolatile = 'v') FROM pg_proc
                                         WHERE pronamespace = %s::regnamespace AND proname = %s""", (schema, fn)).fetchone()
@@ -152,10 +147,6 @@ QUERIES = [
     ("SELECT count(*) FROM rcll.recall('helm deploy carol last week', scope => rcll.recall_scope('b'), query_embedding => %(qe)s)", 1),
     ("SELECT count(*) FROM rcll.channel_graph('carol', rcll.recall_scope('b'))", 1),
     ("SELECT count(*) FROM rcll.recall_channels('helm deploy carol last week', rcll.recall_scope('b'), query_embedding => %(qe)s)", 1),
-    # side by side, the fusing connection's half: its lists held in the transaction, then fused
-    ("SELECT rcll.hold_channels('helm deploy carol last week', rcll.recall_scope('b'), query_embedding => %(qe)s, "
-     "channels => '{dense,graph,temporal,entity}')", 1),
-    ("SELECT count(*) FROM rcll.fuse_held(rcll.recall_scope('b'), '{}', '{}', '{}', '{}')", 1),
 ]
 
 

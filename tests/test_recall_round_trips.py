@@ -3,11 +3,8 @@ pooled connection: one ReadyForQuery per round trip), so a redundant statement c
 
 One connection free: the entity text (the pool's check, one statement outside a transaction),
 then the candidates (the check, BEGIN, set_config of the agent, recall_candidates, COMMIT) = 7.
-A spare connection free too: the channels side by side add the spare's check, BEGIN, set_config,
-its channels and COMMIT, and the fusing connection runs two statements instead of one (its own
-channels held in the transaction, rcll.hold_channels, then rcll.fuse_held) = 13. (Before only the
-spare's lists crossed to the client, the fusing connection's lists came back as its first
-statement's rows: the same 13.)
+A spare connection free too: the channels side by side add the spare's check, BEGIN, set_config
+and its channels, and the fusion is a statement of its own = 13.
 """
 
 from __future__ import annotations

@@ -1,18 +1,15 @@
-"""Channels side by side: rcll.recall_channels on the side connection, rcll.hold_channels on the one
-that fuses (rcll.fuse_held), return what rcll.recall_candidates returns in one call, with only the
-side connection's lists crossing to the client - and the fusion reads only what the scope allows,
-whatever unit ids a caller hands it."""
+"""Channels side by side: rcll.recall_channels on two connections, fused by rcll.fuse_candidates,
+return what rcll.recall_candidates returns in one call - and the fusion reads only what the scope
+allows, whatever unit ids a caller hands it."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg import conninfo, pq
+from psycopg import conninfo
 
 from rcll import Memory, models
 from rcll.db import configure
@@ -121,51 +118,3 @@ def test_an_error_on_the_side_connection_reaches_the_caller_and_frees_both(dsn: 
             candidates(db, R(query=Q, bank="b", reference_time="2024-05-15"), side=other)
         assert other.execute("SELECT 1").fetchone() == (1,)
     assert candidates(db, R(query=Q, bank="b", reference_time="2024-05-15"))
-
-
-def _data_rows(trace: Path) -> int:
-    """Rows the server sent on a connection traced by libpq (one DataRow message each)."""
-    return sum(line.split("\t")[2] == "DataRow" for line in trace.read_text().splitlines() if line.startswith("B\t"))
-
-
-@pytest.mark.skipif(not hasattr(pq.PGconn, "trace") or os.name != "posix", reason="needs libpq's trace")
-def test_only_the_side_connections_lists_cross_to_the_client(db: psycopg.Connection[Any], side: psycopg.Connection[Any],
-                                                             tmp_path: Path) -> None:
-    seed(db)
-    qe = models.get_embedder().embed_query(Q)
-    r = R(query=Q, bank="b", reference_time="2024-05-15")
-    params = {"q": Q, "qe": qe, "channels": list(MAIN_CHANNELS)}
-    held = db.execute("SELECT rcll.hold_channels(%(q)s, rcll.recall_scope('b'), query_embedding => %(qe)s::vector, "
-                      "reference_time => '2024-05-15', channels => %(channels)s)", params).fetchone()
-    lists = db.execute("SELECT count(*) FROM rcll.recall_channels(%(q)s, rcll.recall_scope('b'), query_embedding => "
-                       "%(qe)s::vector, reference_time => '2024-05-15', channels => %(channels)s)",
-                       {**params, "channels": list(SIDE_CHANNELS)}).fetchone()
-    assert held is not None and held[0] > 0 and lists is not None and lists[0] > 0
-    traces = {name: tmp_path / name for name in ("main", "side")}
-    for name, conn in (("main", db), ("side", side)):
-        with open(traces[name], "w") as f:
-            conn.pgconn.trace(os.dup(f.fileno()))
-        conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
-    try:
-        facts = candidates(db, r, query_embedding=qe, side=side)
-    finally:
-        db.pgconn.untrace()
-        side.pgconn.untrace()
-    # The fusing connection sent the client the count it held and the fused facts, nothing more;
-    # the side connection sent its lists.
-    assert facts and _data_rows(traces["main"]) == 1 + len(facts)
-    assert _data_rows(traces["side"]) == lists[0]
-
-
-def test_fusing_held_lists_where_none_are_held_is_an_error(db: psycopg.Connection[Any]) -> None:
-    seed(db)
-    fuse = "SELECT * FROM rcll.fuse_held(rcll.recall_scope('b'), '{}', '{}', '{}', '{}')"
-    with refused("RC001", "held", "held: no channel lists are held in this transaction"):
-        db.execute(fuse)
-    # Held in a transaction of their own (autocommit): gone with it, never read by a later one.
-    assert db.execute("SELECT rcll.hold_channels('helm', rcll.recall_scope('b'))").fetchone() != (0,)
-    with refused("RC001", "held"):
-        db.execute(fuse)
-    with db.transaction():
-        db.execute("SELECT rcll.hold_channels('helm', rcll.recall_scope('b'), channels => '{lexical}')")
-        assert db.execute(fuse).fetchall()

@@ -1,5 +1,4 @@
-"""Recall runs on a streaming hot standby and returns what the primary returns - side by side on two
-connections too, where the fusing connection holds its lists in its transaction."""
+"""Recall runs on a streaming hot standby and returns what the primary returns."""
 
 from __future__ import annotations
 
@@ -12,8 +11,6 @@ from psycopg import conninfo
 from conftest import PORTS, Leg
 from rcll import cluster, models
 from rcll.db import configure
-from rcll.recall import candidates
-from rcll.request import RecallRequest
 from test_recall_seed import seed
 
 Q = "how do we deploy with helm, and where did carol move last year?"
@@ -29,13 +26,9 @@ CALLS = [
 
 def _results(url: str) -> list[list[tuple[Any, ...]]]:
     qe = models.get_embedder().embed_query(Q)
-    with psycopg.connect(url, autocommit=True) as conn, psycopg.connect(url, autocommit=True) as side:
+    with psycopg.connect(url, autocommit=True) as conn:
         configure(conn)
-        configure(side)
-        rows = [conn.execute(sql, {"q": Q, "qe": qe}).fetchall() for sql in CALLS]
-        facts = candidates(conn, RecallRequest(query=Q, bank="b", as_of="2024-06-01", reference_time="2024-05-15"),
-                           query_embedding=qe, side=side)
-        return [*rows, [(f.unit_id, f.fused_score, f.context) for f in facts]]
+        return [conn.execute(sql, {"q": Q, "qe": qe}).fetchall() for sql in CALLS]
 
 
 def test_recall_on_a_hot_standby_returns_the_primarys_rows(leg: Leg, models_dsn: str) -> None:

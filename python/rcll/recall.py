@@ -6,8 +6,7 @@
 Five phases: the query without the entities it names (rcll.query_without_entities, one
 statement), the query embeddings (the query, and that rest of it for the entity channel), the
 channels and their z-score fusion (rcll.recall_candidates: one statement in one short
-transaction; with a spare connection, the BM25 channels run on it side by side and only its lists
-cross to the client), the
+transaction; with a spare connection, the BM25 channels run on it side by side), the
 cross-encoder under the deadline (rcll.deadline), and the cut to the token budget with the
 embedder's tokenizer. The models run outside any transaction, so no connection is held while they
 work. It never builds SQL from input: the statements below are composed once, from the field and
@@ -78,17 +77,13 @@ _CHANNEL_ARGS = _named(["query_embedding", "entity_query_embedding", "time_range
 _CANDIDATES = sql.SQL('SELECT * FROM rcll.recall_candidates(query => %(query)s, scope => {}, {}, {}, '
                       '"limit" => %(limit)s)').format(_SCOPE, _CHANNEL_ARGS, _WEIGHTS)
 
-# Side by side: the side connection runs some of the channels (rcll.recall_channels) and its rows
-# come to the client; this connection runs the others at the same time and keeps their rows in its
-# transaction (rcll.hold_channels), then fuses both (rcll.fuse_held), so its own lists never cross.
-# (Why settings, and not one statement taking the side's lists: the comment in 148-recall-channels.sql.)
+# Side by side: each connection runs some of the channels (rcll.recall_channels), then one fuses
+# both lists (rcll.fuse_candidates: the fusion recall_candidates runs).
 _CHANNELS = sql.SQL("SELECT channel, unit_id, score, rank FROM rcll.recall_channels(query => %(query)s, "
                     "scope => {}, {}, {}, channels => %(channels)s::text[])").format(_SCOPE, _CHANNEL_ARGS, _WEIGHTS)
-_HOLD = sql.SQL("SELECT rcll.hold_channels(query => %(query)s, scope => {}, {}, {}, "
-                "channels => %(channels)s::text[])").format(_SCOPE, _CHANNEL_ARGS, _WEIGHTS)
 
-# The side's lists go back as binary arrays (%b): ~600 hits as text cost milliseconds more to write and parse.
-_FUSE = sql.SQL("SELECT * FROM rcll.fuse_held(scope => {}, channels => %(hit_channels)b::text[], "
+# The lists go back as binary arrays (%b): ~1,500 hits as text cost ~4 ms more to write and parse.
+_FUSE = sql.SQL("SELECT * FROM rcll.fuse_candidates(scope => {}, channels => %(hit_channels)b::text[], "
                 "unit_ids => %(hit_units)b::bigint[], scores => %(hit_scores)b::double precision[], "
                 'ranks => %(hit_ranks)b::integer[], {}, "limit" => %(limit)s)').format(_SCOPE, _WEIGHTS)
 
@@ -131,35 +126,30 @@ def candidates(conn: psycopg.Connection[Any], request: RecallRequest, *, query_e
     Facts in fused order (at most `limit`, default request.limit). entity_query_embedding is the
     embedding of rcll.query_without_entities (entity_query); without it the entity channel ranks by
     query_embedding. With `side` (a second connection to the same database, acting as the same
-    role and agent), the BM25 channels run there (rcll.recall_channels, its lists to the client)
-    while `conn` runs the others and holds their lists in its transaction (rcll.hold_channels,
-    inside a transaction of its own if `conn` is in none), then fuses the two (rcll.fuse_held):
-    the same facts in the same order, in about the time of the BM25 channels and the fusion instead
-    of every channel's time added up (faster in banks of tens of thousands of units and more; in a
-    bank of a thousand, the side's round trip costs more than it saves: docs/benchmarks.md "Recall
-    latency")."""
+    role and agent), the BM25 channels run there while `conn` runs the others, side by side
+    (rcll.recall_channels on each, rcll.fuse_candidates on `conn`): the same facts in the same
+    order, in about the time of the BM25 channels and the fusion instead of every channel's time
+    added up (faster in banks of tens of thousands of units and more; in a bank of a thousand, the
+    lists' round trip costs more than it saves: README "Recall latency")."""
     params = _params(request, query_embedding, entity_query_embedding, limit)
     if side is None:
         with conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute(_CANDIDATES, params).fetchall()
         return [Fact(**row) for row in rows]
     # Side by side: the second connection's channels run in a thread of ours (psycopg waits for
-    # the server without holding the GIL) while this connection runs the rest and holds them in
-    # its transaction (one of its own if it has none); then it fuses both. The thread is always
-    # waited for, so `side` is never still in use when this returns.
+    # the server without holding the GIL), this connection runs the rest, then fuses both lists.
+    # The thread is always waited for, so `side` is never still in use when this returns.
     other = _side_work.submit(_channel_rows, side, {**params, "channels": list(SIDE_CHANNELS)})
     try:
-        with (conn.transaction() if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
-              else nullcontext()):
-            conn.execute(_HOLD, {**params, "channels": list(MAIN_CHANNELS)})
-            hits = other.result()
-            fuse = {**params, "hit_channels": [h[0] for h in hits], "hit_units": [h[1] for h in hits],
-                    "hit_scores": [h[2] for h in hits], "hit_ranks": [h[3] for h in hits]}
-            with conn.cursor(row_factory=dict_row) as cur:
-                rows = cur.execute(_FUSE, fuse).fetchall()
+        hits = _channel_rows(conn, {**params, "channels": list(MAIN_CHANNELS)})
     except BaseException:
         wait([other])           # the caller's error, once `side` is free again
         raise
+    hits += other.result()
+    fuse = {**params, "hit_channels": [h[0] for h in hits], "hit_units": [h[1] for h in hits],
+            "hit_scores": [h[2] for h in hits], "hit_ranks": [h[3] for h in hits]}
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(_FUSE, fuse).fetchall()
     return [Fact(**row) for row in rows]
 
 

@@ -94,57 +94,6 @@ $$;
 COMMENT ON FUNCTION rcll.fuse_candidates(rcll.recall_scope, text[], bigint[], double precision[], integer[], double precision, double precision, double precision, double precision, double precision, double precision, double precision, integer)
     IS 'Recall phase 3: channel lists (rcll.recall_channels'' rows as the parallel arrays channels, unit_ids, scores, ranks) fused by a per-query z-score sum: each channel''s scores standardised over its own list, a unit it did not return at its lowest z, a channel with fewer than two hits or flat scores silent; fused_score = sum of weight * z (a weight of 0 drops a channel). Of the best "limit" units, those that pass scope now (a unit out of it is dropped, not replaced), each with its axes, the fused score, its rank in each channel (NULL = not found there) and context, the last 16 words of the chunk before it in its document when that chunk passes the same scope (the reranker''s second view). Lists read side by side on several connections fuse exactly as lists read in one call.';
 
-CREATE OR REPLACE FUNCTION rcll._nothing_held()
-RETURNS text
-LANGUAGE plpgsql STABLE
-AS $$
-BEGIN
-    RAISE EXCEPTION 'held: no channel lists are held in this transaction'
-        USING ERRCODE = 'RC001', COLUMN = 'held',
-              HINT = 'Call rcll.hold_channels in the same transaction, before rcll.fuse_held.';
-END
-$$;
-COMMENT ON FUNCTION rcll._nothing_held()
-    IS 'Internal: the error of rcll.fuse_held called in a transaction where rcll.hold_channels held nothing.';
-
-CREATE OR REPLACE FUNCTION rcll.fuse_held(
-    scope           rcll.recall_scope,
-    channels        text[],
-    unit_ids        bigint[],
-    scores          double precision[],
-    ranks           integer[],
-    dense_weight    double precision DEFAULT 1.0,
-    lexical_weight  double precision DEFAULT 1.0,
-    graph_weight    double precision DEFAULT 1.0,
-    temporal_weight double precision DEFAULT 1.0,
-    entity_weight   double precision DEFAULT 1.0,
-    session_weight  double precision DEFAULT 1.0,
-    context_weight  double precision DEFAULT 0.0,
-    "limit"         integer DEFAULT (rcll.recall_defaults()).candidate_limit)
-RETURNS TABLE (unit_id bigint, text text, room text, hall text, layer text, author text, thread text,
-               tags text[], valid tstzrange, occurred_start timestamptz, mentioned_at timestamptz,
-               document_id bigint, provenance jsonb, fused_score double precision,
-               rank_dense integer, rank_lexical integer, rank_graph integer, rank_temporal integer,
-               rank_context integer, rank_entity integer, rank_session integer, context text)
-LANGUAGE sql STABLE
-AS $$
-    -- The held lists first, then the given ones: the order a client that read both would pass them
-    -- in (the fusion does not depend on it: it reads each channel in rank order).
-    SELECT f.* FROM rcll.fuse_candidates(
-        scope => fuse_held.scope,
-        channels => coalesce(nullif(current_setting('rcll.held_channels', true), ''), rcll._nothing_held())::text[]
-                    || fuse_held.channels,
-        unit_ids => current_setting('rcll.held_unit_ids', true)::bigint[] || fuse_held.unit_ids,
-        scores => current_setting('rcll.held_scores', true)::double precision[] || fuse_held.scores,
-        ranks => current_setting('rcll.held_ranks', true)::integer[] || fuse_held.ranks,
-        dense_weight => fuse_held.dense_weight, lexical_weight => fuse_held.lexical_weight,
-        graph_weight => fuse_held.graph_weight, temporal_weight => fuse_held.temporal_weight,
-        entity_weight => fuse_held.entity_weight, session_weight => fuse_held.session_weight,
-        context_weight => fuse_held.context_weight, "limit" => fuse_held."limit") f
-$$;
-COMMENT ON FUNCTION rcll.fuse_held(rcll.recall_scope, text[], bigint[], double precision[], integer[], double precision, double precision, double precision, double precision, double precision, double precision, double precision, integer)
-    IS 'Recall phase 3 side by side: the lists rcll.hold_channels held in this transaction and the lists given (rcll.recall_channels'' rows from another connection, as the parallel arrays channels, unit_ids, scores, ranks) fused as rcll.fuse_candidates fuses them - the same rows as rcll.recall_candidates in one call. An error when nothing is held in this transaction.';
-
 CREATE OR REPLACE FUNCTION rcll._text_query_embedding(query text)
 RETURNS vector
 LANGUAGE plpgsql STABLE
