@@ -8,7 +8,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from rcll import defaults
+from rcll import defaults, models
+from test_recall_seed import seed
 
 BANK = "d"
 SQL_NAMES = {"budget": defaults.BUDGET, "rerank_depth": defaults.RERANK_DEPTH,
@@ -66,3 +67,48 @@ def test_recall_cuts_to_the_default_limits(db: psycopg.Connection[Any]) -> None:
     assert len(rows) == defaults.CANDIDATE_LIMIT
     assert {r[0] for r in rows} == {0.0}
     assert db.execute("SELECT count(*) FROM rcll.recall('alpha', rcll.recall_scope(%s))", (BANK,)).fetchone() == (defaults.CANDIDATE_LIMIT,)
+
+
+def _parameters(db: psycopg.Connection[Any], function: str, modes: str) -> list[str]:
+    """A function's parameter names of the given modes (i, o, b, t), in order."""
+    row = db.execute("""
+        SELECT array_agg(a.name ORDER BY a.n) FROM pg_proc p,
+               unnest(p.proargnames, coalesce(p.proargmodes, array_fill('i'::"char", ARRAY[p.pronargs])))
+               WITH ORDINALITY AS a(name, mode, n)
+        WHERE p.oid = %s::regproc AND a.mode = ANY (%s)""", (function, list(modes))).fetchone()
+    assert row is not None
+    return list(row[0])
+
+
+def test_sql_and_python_name_the_same_channels_in_the_same_order(db: psycopg.Connection[Any]) -> None:
+    assert db.execute("SELECT rcll.recall_channel_names()").fetchone() == (list(defaults.CHANNELS),)
+    assert db.execute("SELECT provolatile::text FROM pg_proc WHERE oid = 'rcll.recall_channel_names'::regproc").fetchone() == ("i",)
+
+
+@pytest.mark.parametrize("function", ["rcll.recall_candidates", "rcll.recall_channels", "rcll.fuse_candidates"])
+def test_every_recall_function_weighs_the_channels_in_recall_channel_names_order(db: psycopg.Connection[Any],
+                                                                                  function: str) -> None:
+    # fuse_candidates reads a channel's weight at the channel's position in rcll.recall_channel_names().
+    names = db.execute("SELECT rcll.recall_channel_names()").fetchone()[0]  # type: ignore[index]
+    weights = [p for p in _parameters(db, function, "ib") if p.endswith("_weight")]
+    assert weights == [f"{c}_weight" for c in names]
+
+
+@pytest.mark.parametrize("function", ["rcll.recall_candidates", "rcll.fuse_candidates", "rcll.recall"])
+def test_every_fused_row_has_a_rank_column_per_channel_and_no_other(db: psycopg.Connection[Any], function: str) -> None:
+    names = db.execute("SELECT rcll.recall_channel_names()").fetchone()[0]  # type: ignore[index]
+    ranks = {p for p in _parameters(db, function, "ot") if p.startswith("rank_")}
+    assert ranks == {f"rank_{c}" for c in names}
+
+
+def test_recall_channels_labels_its_lists_with_the_channel_names(db: psycopg.Connection[Any]) -> None:
+    # Every channel on (context too) over the recall tests' store: each list carries a name of the
+    # list, and every channel but graph (no entity links between these units' names) returns one.
+    seed(db)
+    q = "how do we deploy with helm and roll back, and what did Carol do last week"
+    got = {r[0] for r in db.execute(
+        "SELECT DISTINCT channel FROM rcll.recall_channels(%s, rcll.recall_scope('b'), query_embedding => %s::vector,"
+        " reference_time => '2024-05-15', context_weight => 1.0)", (q, models.get_embedder().embed_query(q)))}
+    names = set(db.execute("SELECT rcll.recall_channel_names()").fetchone()[0])  # type: ignore[index]
+    assert got <= names
+    assert names - got <= {"graph"}

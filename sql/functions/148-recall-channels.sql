@@ -13,7 +13,7 @@ RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 AS $$
 DECLARE
-    known constant text[] := '{dense,context,lexical,graph,temporal,entity,session}';
+    known constant text[] := rcll.recall_channel_names();
     bad   text;
 BEGIN
     SELECT c INTO bad FROM unnest(channels) c WHERE c IS NULL OR c <> ALL (known) LIMIT 1;

@@ -22,18 +22,17 @@ RETURNS TABLE (unit_id bigint, text text, room text, hall text, layer text, auth
 LANGUAGE sql STABLE
 AS $$
     WITH hits AS (
-        -- One row per (channel, unit): rcll.recall_channels' rows, as four parallel arrays.
+        -- One row per (channel, unit): rcll.recall_channels' rows, as four parallel arrays, each
+        -- with its channel's weight: the weights are in rcll.recall_channel_names()' order (a
+        -- constant to the planner), gathered once per call.
         SELECT h.channel AS ch, h.unit_id, h.score, h.rank,
-               CASE h.channel WHEN 'dense' THEN fuse_candidates.dense_weight
-                              WHEN 'lexical' THEN fuse_candidates.lexical_weight
-                              WHEN 'graph' THEN fuse_candidates.graph_weight
-                              WHEN 'temporal' THEN fuse_candidates.temporal_weight
-                              WHEN 'entity' THEN fuse_candidates.entity_weight
-                              WHEN 'session' THEN fuse_candidates.session_weight
-                              WHEN 'context' THEN fuse_candidates.context_weight
-                              -- a list under a name that is no channel is an error, not a list
-                              -- silently dropped; only such a row evaluates this branch
-                              ELSE CASE WHEN rcll._known_channels(ARRAY[h.channel]) THEN NULL::double precision END END AS w
+               coalesce((SELECT ARRAY[fuse_candidates.dense_weight, fuse_candidates.lexical_weight,
+                                      fuse_candidates.graph_weight, fuse_candidates.temporal_weight,
+                                      fuse_candidates.entity_weight, fuse_candidates.session_weight,
+                                      fuse_candidates.context_weight])[array_position(rcll.recall_channel_names(), h.channel)],
+                        -- a list under a name that is no channel is an error, not a list
+                        -- silently dropped; only such a row (or a NULL weight) evaluates this
+                        CASE WHEN rcll._known_channels(ARRAY[h.channel]) THEN NULL::double precision END) AS w
         FROM unnest(fuse_candidates.channels, fuse_candidates.unit_ids, fuse_candidates.scores,
                     fuse_candidates.ranks) AS h(channel, unit_id, score, rank)
     ), z AS (
