@@ -269,11 +269,12 @@ def queries(d: dict[str, Any], bank: int, kind: str, count: int) -> list[dict[st
             f["rooms"] = [rooms[3 + int(rng.integers(0, len(rooms) - 3))]]
         elif kind == "author":
             f["authors"] = [d["authors"][int(rng.integers(0, 10))]]
+            f["include_self_declared"] = True   # the synthetic writers declared themselves
         out.append({"text": text, "qe": v.astype(np.float32), "filters": f})
     return out
 
 
-DENSE = ("SELECT unit_id FROM rcll.channel_dense(%(qe)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s), "
+DENSE = ("SELECT unit_id FROM rcll.channel_dense(%(qe)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s, include_self_declared => true), "
          "exact_below => %(exact)s) ORDER BY rank LIMIT 10")
 
 
@@ -370,7 +371,7 @@ def ef_sweep(conn: psycopg.Connection[Any], d: dict[str, Any], picks: dict[str, 
             ps = [query_params(q, d["names"][b]) for q in qs]
             in_scope = conn.execute(
                 "SELECT count(*) FROM rcll.memory_units u WHERE u.embedding IS NOT NULL AND rcll._in_scope(u, "
-                "rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s))", ps[0]).fetchone()[0]  # type: ignore[index]
+                "rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s, include_self_declared => true))", ps[0]).fetchone()[0]  # type: ignore[index]
             cases.append((f"{label} ({d['sizes'][b]:,})", kind, in_scope, ps, exact_top10(conn, ps)))
     rows: list[list[Any]] = []
     with dense_ef_search(conn) as set_ef:

@@ -185,20 +185,21 @@ def queries(d: dict[str, Any], count: int) -> list[dict[str, Any]]:
             f["rooms"] = [d["rooms"][3 + int(rng.integers(0, 200))]]
         elif kind == "author":
             f["authors"] = [d["authors"][int(rng.integers(0, 10))]]
+            f["include_self_declared"] = True   # the synthetic writers declared themselves
         out.append({"text": text, "qe": v.astype(np.float32), "filters": f, "kind": kind})
     return out
 
 
 CHANNELS = {
-    "dense": "SELECT count(*) FROM rcll.channel_dense(%(qe)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s))",
-    "lexical": "SELECT count(*) FROM rcll.channel_lexical(%(q)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s))",
-    "graph": "SELECT count(*) FROM rcll.channel_graph(%(q)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s))",
-    "temporal": "SELECT count(*) FROM rcll.channel_temporal(%(q)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s), reference_time => '2024-06-01', query_embedding => %(qe)s)",
-    "entity": "SELECT count(*) FROM rcll.channel_entity(%(q)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s), %(qe)s)",
-    "session": "SELECT count(*) FROM rcll.channel_session(%(q)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s), %(qe)s)",
+    "dense": "SELECT count(*) FROM rcll.channel_dense(%(qe)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s, include_self_declared => true))",
+    "lexical": "SELECT count(*) FROM rcll.channel_lexical(%(q)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s, include_self_declared => true))",
+    "graph": "SELECT count(*) FROM rcll.channel_graph(%(q)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s, include_self_declared => true))",
+    "temporal": "SELECT count(*) FROM rcll.channel_temporal(%(q)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s, include_self_declared => true), reference_time => '2024-06-01', query_embedding => %(qe)s)",
+    "entity": "SELECT count(*) FROM rcll.channel_entity(%(q)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s, include_self_declared => true), %(qe)s)",
+    "session": "SELECT count(*) FROM rcll.channel_session(%(q)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s, include_self_declared => true), %(qe)s)",
     # as recall_candidates runs it: seeded with the dense channel's top 100
-    "dense + context": "SELECT count(*) FROM rcll.channel_context(%(qe)s, ARRAY(SELECT unit_id FROM rcll.channel_dense(%(qe)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s)) WHERE rank <= 100), rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s))",
-    "fused (6 channels, z-score sum)": "SELECT count(*) FROM rcll.recall_candidates(%(q)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s), query_embedding => %(qe)s, reference_time => '2024-06-01')",
+    "dense + context": "SELECT count(*) FROM rcll.channel_context(%(qe)s, ARRAY(SELECT unit_id FROM rcll.channel_dense(%(qe)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s, include_self_declared => true)) WHERE rank <= 100), rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s, include_self_declared => true))",
+    "fused (6 channels, z-score sum)": "SELECT count(*) FROM rcll.recall_candidates(%(q)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s, include_self_declared => true), query_embedding => %(qe)s, reference_time => '2024-06-01')",
 }
 CHANNELS["dense"] = CHANNELS["dense"].replace(", reference_time => '2024-06-01'", "")
 
@@ -313,8 +314,8 @@ def deadlines(conn: psycopg.Connection[Any], side: psycopg.Connection[Any], qs: 
 
 
 PRUNED = {
-    "lexical": "SELECT unit_id FROM rcll.channel_lexical(%(q)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s), prune_above => %(prune)s) ORDER BY rank",
-    "session": "SELECT unit_id FROM rcll.channel_session(%(q)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s), %(qe)s, prune_above => %(prune)s) ORDER BY rank",
+    "lexical": "SELECT unit_id FROM rcll.channel_lexical(%(q)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s, include_self_declared => true), prune_above => %(prune)s) ORDER BY rank",
+    "session": "SELECT unit_id FROM rcll.channel_session(%(q)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s, include_self_declared => true), %(qe)s, prune_above => %(prune)s) ORDER BY rank",
 }
 
 
@@ -346,7 +347,7 @@ def pruning(conn: psycopg.Connection[Any], qs: list[dict[str, Any]], prune: floa
     return rows
 
 
-ROUTE = "SELECT unit_id FROM rcll.channel_dense(%(qe)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s), exact_below => %(exact)s) ORDER BY rank"
+ROUTE = "SELECT unit_id FROM rcll.channel_dense(%(qe)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s, include_self_declared => true), exact_below => %(exact)s) ORDER BY rank"
 
 
 def routing(conn: psycopg.Connection[Any], qs: list[dict[str, Any]]) -> list[list[Any]]:

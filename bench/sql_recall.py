@@ -38,7 +38,7 @@ from bench._common import connect, create_database, embedded_cluster, pct, table
 from bench.recall import BANK, build, queries
 from rcll.memory import Memory
 
-SQL = """SELECT count(*) FROM rcll.recall(%(q)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s),
+SQL = """SELECT count(*) FROM rcll.recall(%(q)s, rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s, include_self_declared => true),
                                          deadline_ms => %(deadline)s)"""
 
 
@@ -68,6 +68,7 @@ def queries_from_bank(conn: psycopg.Connection[Any], count: int) -> list[dict[st
             f["rooms"] = [f"room-{int(rng.integers(0, 200))}"]
         elif kind == "author":
             f["authors"] = [f"agent-{int(rng.integers(0, 10))}"]
+            f["include_self_declared"] = True   # the synthetic writers declared themselves
         out.append({"text": query, "filters": f})
     return out
 
