@@ -30,7 +30,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select
 
 from conftest import Leg, _leg
-from rcll.auth import TokenMap
+from rcll.auth import Caller, TokenMap
 from rcll.defaults import CHANNELS
 from rcll.request import PARAMETERS
 from sqlcall import call, call_one, refused
@@ -168,7 +168,9 @@ SHOTS = Path(os.environ.get("RCLL_CONSOLE_SHOTS") or Path(tempfile.gettempdir())
 ALICE = "alice-token-" + "a" * 24
 BOB = "bob-token-" + "b" * 24
 DANA = "dana-token-" + "d" * 24          # a person: the one who decides merges
-TOKENS = {ALICE: "alice", BOB: "bob", DANA: "person:dana"}
+ERIN = "erin-token-" + "e" * 24          # a person who may read and write, not forget
+TOKENS: dict[str, str | Caller] = {ALICE: "alice", BOB: "bob", DANA: "person:dana",
+                                   ERIN: Caller("person:erin", ("*",), frozenset({"read", "write"}))}
 NOTES = [
     (ALICE, "deployment", "decision", "We deploy with Argo CD since March; Helm charts stay for local dev only."),
     (ALICE, "deployment", "rule", "Every deploy goes to the canary first and waits ten minutes before the fleet."),
@@ -308,11 +310,16 @@ def ready(d: Any, view: str, timeout: float = 60) -> None:
     wait(d, lambda x: x.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == view, timeout)
 
 
-def open_console(d: Any, base: str, token: str | None, view: str = "plan") -> None:
+def open_console(d: Any, base: str, token: str | None, view: str = "plan", bank: str = "fleet") -> None:
     """Load the page fresh, answer the token prompt from the keyboard, wait for `view`."""
-    d.get(f"{base}/?bank=fleet#{view}")
-    d.execute_script("sessionStorage.clear(); document.body.removeAttribute('data-ready');")
-    d.refresh()
+    # A new document (not a hash change) that forgets the last test's token before its script runs,
+    # so that no request goes out with that token, or without it half-way (a 401 in the browser's log).
+    d.get("about:blank")
+    fresh = d.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": "sessionStorage.clear();"})
+    try:
+        d.get(f"{base}/?bank={bank}#{view}")
+    finally:
+        d.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": fresh["identifier"]})
     if token is not None:
         field = wait(d, lambda x: x.find_element(By.ID, "token") if x.find_element(By.ID, "token").is_displayed()
                      else False)
@@ -448,3 +455,81 @@ def test_no_decision_controls_for_an_agent_or_on_a_read_only_server(page: Any, s
         assert "read-only" in page.find_element(By.ID, "merges-readonly").text
     finally:
         site.sql("SELECT rcll.reject_room_merge('fleet', 'database')")
+
+
+SCRATCH = [("leak", "The staging password is qxsecretq-4711."), ("leak", "Rotate the staging password every month."),
+           ("daily", "Standup is at nine in the small room."), ("daily", "The canary waits ten minutes."),
+           (None, "The on-call phone is in the second drawer.")]
+
+
+def test_a_unit_or_a_thread_is_forgotten_after_a_dry_run_count_and_a_confirmation(page: Any, site: Site) -> None:
+    site.sql("SELECT rcll.create_bank('scratch')")
+    ids = {}
+    for thread, text in SCRATCH:
+        r = httpx.post(f"{site.base}/retain", headers=bearer(DANA), timeout=60,
+                       json={"bank": "scratch", "content": text, "thread": thread})
+        assert r.status_code == 200, r.text
+        ids[text] = r.json()["unit_ids"][0]
+    secret = ids[SCRATCH[0][1]]
+    count = lambda: site.sql("SELECT count(*) FROM rcll.memory_units u JOIN rcll.banks b USING (bank_id) "  # noqa: E731
+                             "WHERE b.name = 'scratch'")[0][0]
+    open_console(page, site.base, DANA, view="units", bank="scratch")
+    rows = lambda: page.find_elements(By.CSS_SELECTOR, "#units-table tbody tr[data-unit-id]")  # noqa: E731
+    wait(page, lambda _: len(rows()) == 5)
+    row = page.find_element(By.CSS_SELECTOR, f'#units-table tr[data-unit-id="{secret}"]')
+    row.find_element(By.CSS_SELECTOR, "button.row-forget").click()
+    wait(page, lambda x: x.find_element(By.TAG_NAME, "body").get_attribute("data-forget") == "counted-unit")
+    dialog = page.find_element(By.ID, "forget-dialog")
+    assert dialog.is_displayed() and "qxsecretq" in dialog.find_element(By.ID, "forget-text").text
+    counts = {r.get_attribute("data-kind"): r.find_element(By.CSS_SELECTOR, "td.num").text
+              for r in dialog.find_elements(By.CSS_SELECTOR, "#forget-counts tbody tr")}
+    assert counts["units"] == "1" and counts["documents"] == "1", counts
+    assert count() == 5, "the dry run changed nothing"
+    # The thread instead: counted again before anything can go; then cancelled.
+    dialog.find_element(By.CSS_SELECTOR, "input[value=thread]").click()
+    wait(page, lambda x: x.find_element(By.TAG_NAME, "body").get_attribute("data-forget") == "counted-thread")
+    assert page.find_element(By.ID, "forget-confirm").text == "Forget 2 units"
+    shot(page, "forget")
+    page.find_element(By.ID, "forget-cancel").click()
+    wait(page, lambda x: "Nothing was forgotten" in x.find_element(By.ID, "status").text)
+    assert count() == 5 and not dialog.is_displayed()
+    # Now for real: the unit, with a reason.
+    page.find_element(By.CSS_SELECTOR, f'#units-table tr[data-unit-id="{secret}"] button.row-forget').click()
+    wait(page, lambda x: x.find_element(By.TAG_NAME, "body").get_attribute("data-forget") == "counted-unit")
+    page.find_element(By.ID, "forget-reason").send_keys("a password pasted by mistake")
+    page.find_element(By.ID, "forget-confirm").click()
+    wait(page, lambda x: x.find_element(By.TAG_NAME, "body").get_attribute("data-forget") == "forgotten-unit")
+    assert "Forgotten: " in page.find_element(By.ID, "status").text and len(rows()) == 4
+    assert count() == 4 and site.sql("SELECT count(*) FROM rcll.memory_units WHERE unit_id = %s", (secret,)) == [(0,)]
+    assert site.sql("SELECT reason FROM rcll.forget_log WHERE bank_name = 'scratch'") == [("a password pasted by mistake",)]
+    # And a whole thread.
+    daily = ids[SCRATCH[2][1]]
+    page.find_element(By.CSS_SELECTOR, f'#units-table tr[data-unit-id="{daily}"] button.row-forget').click()
+    wait(page, lambda x: x.find_element(By.TAG_NAME, "body").get_attribute("data-forget") == "counted-unit")
+    page.find_element(By.CSS_SELECTOR, "#forget-dialog input[value=thread]").click()
+    wait(page, lambda x: x.find_element(By.TAG_NAME, "body").get_attribute("data-forget") == "counted-thread")
+    page.find_element(By.ID, "forget-confirm").click()
+    wait(page, lambda x: x.find_element(By.TAG_NAME, "body").get_attribute("data-forget") == "forgotten-thread")
+    assert len(rows()) == 2 and count() == 2
+
+
+def test_the_retention_policies_are_listed_and_forget_needs_the_verb_and_a_writable_server(page: Any,
+                                                                                           site: Site) -> None:
+    for body in ({"keep": "P90D", "layer": "L2"}, {"keep": 3600, "room": "testing"}):
+        r = httpx.put(f"{site.base}/retention", headers=bearer(DANA), timeout=30, json={"bank": "fleet", **body})
+        assert r.status_code == 200, r.text
+    try:
+        open_console(page, site.base, DANA, view="retention")
+        rows = page.find_elements(By.CSS_SELECTOR, "#retention-table tbody tr")
+        shown = sorted(tuple(td.text for td in r.find_elements(By.TAG_NAME, "td"))[:4] for r in rows)
+        assert shown == [("any", "any", "L2", "90 days P90D"), ("testing", "any", "any", "1 hour PT1H")], shown
+        shot(page, "retention")
+        open_console(page, site.base, ERIN, view="units")             # no forget verb: no forget control
+        assert page.find_elements(By.CSS_SELECTOR, "#units-table tbody tr[data-unit-id]")
+        assert page.find_elements(By.CSS_SELECTOR, "button.row-forget") == []
+        open_console(page, site.reader_base, None, view="units")      # read-only: no forget control at all
+        assert page.find_elements(By.CSS_SELECTOR, "#units-table tbody tr[data-unit-id]")
+        assert page.find_elements(By.CSS_SELECTOR, "button.row-forget") == []
+    finally:
+        for body in ({"keep": None, "layer": "L2"}, {"keep": None, "room": "testing"}):
+            httpx.put(f"{site.base}/retention", headers=bearer(DANA), timeout=30, json={"bank": "fleet", **body})

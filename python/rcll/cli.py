@@ -1,4 +1,5 @@
-"""The `rcll` command: serve, models, mcp, db, install, bank, retain, recall, rooms, tags, stats, state, export, import, graphs."""
+"""The `rcll` command: serve, models, mcp, db, install, bank, retain, recall, rooms, tags, stats, state, export, import,
+graphs, and the destructive verbs forget, drop-bank, correct (with history) and retention."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from rcll.export import read_manifest, validate_pam
 from rcll.install import InstallError
 from rcll.memory import DEFAULT_BANK, Memory, bounded_model_work
 from rcll.request import PARAMETERS, RecallRequest
-from rcll.validate import decode_text
+from rcll.results import Forgotten
+from rcll.validate import decode_text, duration_arg, duration_text
 
 DEFAULT_PORT = 8765
 
@@ -131,9 +133,14 @@ def _read_jsonl(stream: IO[bytes], defaults: dict[str, Any]) -> Iterator[Documen
 def cmd_retain(args: argparse.Namespace) -> int:
     fields: dict[str, Any] = {k: v for k, v in {"room": args.room, "thread": args.thread, "source": args.source,
                                                 "tags": args.tag or None}.items() if v is not None}
+    expiry = {k: v for k, v in {"expires_at": args.expires_at, "ttl": duration_arg(args.ttl, "ttl")}.items()
+              if v is not None}
     with _memory(args) as memory:
         _note_no_author(args, memory)
         if args.jsonl:
+            if expiry:
+                raise RcllError("ttl" if "ttl" in expiry else "expires_at", "applies to one document, not to --jsonl",
+                                "retain the documents that expire one by one")
             stream = sys.stdin.buffer if args.jsonl == "-" else open(args.jsonl, "rb")  # noqa: SIM115
             with stream, tqdm(unit="doc", disable=args.json or not sys.stderr.isatty()) as bar:
                 results = memory.retain_many(_read_jsonl(stream, fields), bank=args.bank, via="cli",
@@ -143,7 +150,7 @@ def cmd_retain(args: argparse.Namespace) -> int:
                  {"documents": len(results), "created": created})
             return 0
         text = decode_text(sys.stdin.buffer.read()) if args.text is None or args.text == "-" else args.text
-        result = memory.retain(text, bank=args.bank, via="cli", **fields)
+        result = memory.retain(text, bank=args.bank, via="cli", **fields, **expiry)
     _out(args, f"document {result.document_id}: {len(result.unit_ids)} unit(s)"
                f"{'' if result.created else ' (already retained)'}",
          {"document_id": result.document_id, "unit_ids": result.unit_ids, "created": result.created})
@@ -251,7 +258,16 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_state(args: argparse.Namespace) -> int:
+    if args.key is None and not (args.action == "forget" and args.all_keys):
+        raise RcllError("key", "is required", f"rcll state {args.action} ROOM KEY"
+                        + (" (or --all-keys: every key of the room)" if args.action == "forget" else ""))
+    if args.action == "forget" and args.key is not None and args.all_keys:
+        raise RcllError("all_keys", "give a KEY or --all-keys, not both", "drop one of them")
     with _memory(args) as memory:
+        if args.action == "forget":
+            done = memory.forget_state(args.room, args.key, all_keys=args.all_keys, bank=args.bank,
+                                       dry_run=not args.yes, reason=args.reason)
+            return _forgotten(args, done, f"forgetting {args.room}/{args.key or '*'}")
         if args.action == "get":
             st = memory.get_state(args.room, args.key, bank=args.bank, version=args.version)
             if st is None:
@@ -274,6 +290,97 @@ def cmd_state(args: argparse.Namespace) -> int:
             res = memory.put_state(args.room, args.key, value, expected_version=args.expected_version,
                                    bank=args.bank, via="cli")
             _out(args, f"{args.room}/{args.key} is now version {res.version}", res.as_dict())
+    return 0
+
+
+# -- forget, drop-bank, correct, history, retention ----------------------------------------------
+
+def _counts(done: Forgotten) -> str:
+    rows = [(kind.replace("_", " "), n) for kind, n in done.counts.items() if n]
+    return "".join(f"\n  {kind:<24} {n:>10}" for kind, n in rows) or " nothing"
+
+
+def _forgotten(args: argparse.Namespace, done: Forgotten, what: str) -> int:
+    if done.dry_run:
+        _out(args, f"dry run: {what} would remove{_counts(done)}\nnothing changed; add --yes to do it",
+             done.as_dict())
+    else:
+        purged = f"\nvacuumed: {', '.join(done.purged)}" if done.purged else ""
+        _out(args, f"forgotten:{_counts(done)}{purged}", done.as_dict())
+    return 0
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        done = memory.forget(bank=args.bank, unit_ids=args.unit, document_ids=args.document, thread=args.thread,
+                             author=args.author, tag=args.tag, room=args.room, occurred_from=args.occurred_from,
+                             occurred_to=args.occurred_to, retained_from=args.retained_from,
+                             retained_to=args.retained_to, everything=args.everything, dry_run=not args.yes,
+                             reason=args.reason, purge=args.purge)
+    return _forgotten(args, done, "this forget")
+
+
+def cmd_drop_bank(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        done = memory.drop_bank(args.name, confirm=args.confirm, dry_run=not args.yes, reason=args.reason,
+                                purge=args.purge)
+    return _forgotten(args, done, f"dropping bank {args.name}")
+
+
+def _versions(args: argparse.Namespace, unit_id: int, versions: list[Any]) -> int:
+    if not versions:
+        raise RcllError("unit_id", f"no unit {unit_id} in bank {args.bank!r}",
+                        "unit ids come from retain and recall (--json); a forgotten unit has no history",
+                        code=Code.NOT_FOUND)
+    lines = []
+    for v in versions:
+        lines.append(f"v{v.version}{' (current)' if v.current else ''}: {v.text}")
+        if not v.current:
+            lines.append(f"    replaced {v.replaced_at:%Y-%m-%d %H:%M} by {v.replaced_by or 'no author'}: {v.reason}")
+    _out(args, "\n".join(lines), {"unit_id": unit_id, "versions": [v.as_dict() for v in versions]})
+    return 0
+
+
+def cmd_correct(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        _note_no_author(args, memory)
+        versions = memory.correct(args.unit_id, args.text, reason=args.reason, bank=args.bank)
+    return _versions(args, args.unit_id, versions)
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        versions = memory.history(args.unit_id, bank=args.bank)
+    return _versions(args, args.unit_id, versions)
+
+
+def _policy_name(p: dict[str, Any]) -> str:
+    where = ", ".join(f"{k} {p[k]}" for k in ("room", "hall", "layer") if p.get(k))
+    return where or "every unit"
+
+
+def cmd_retention(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        if args.action == "list":
+            policies = memory.retention(bank=args.bank)
+            lines = [f"{_policy_name(p)}: keep {duration_text(p['keep'])} ({p['units']} units, "
+                     f"{p['expired']} expired)" for p in policies]
+            _out(args, "\n".join(lines) or f"no retention policy in bank {args.bank}",
+                 [{**p, "keep_seconds": p["keep"].total_seconds(), "keep": duration_text(p["keep"])} for p in policies])
+            return 0
+        scope = {"room": args.room, "hall": args.hall, "layer": args.layer}
+        if args.action == "set":
+            if args.keep is None:
+                raise RcllError("keep", "is required", "e.g. --keep P90D (ISO 8601) or --keep 3600 (seconds)")
+            keep = duration_arg(args.keep, "keep")
+        else:
+            keep = None
+        changed = memory.set_retention(keep, bank=args.bank, **scope)
+    where = _policy_name(scope)
+    _out(args, (f"{where}: keep {duration_text(keep)}" if keep else f"{where}: policy removed")
+         + f" (expiry changed for {changed} unit(s))",
+         {"bank": args.bank, **scope, "keep": duration_text(keep) if keep else None,
+          "keep_seconds": keep.total_seconds() if keep else None, "changed": changed})
     return 0
 
 
@@ -528,8 +635,63 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--source")
     s.add_argument("--tag", action="append")
     s.add_argument("--jsonl", metavar="FILE", help='one {"content": ...} object per line; - for stdin')
+    s.add_argument("--expires-at", metavar="TIME", help="ISO 8601: recall stops returning it then, and it is forgotten")
+    s.add_argument("--ttl", metavar="SPAN", help="time to live instead: an ISO 8601 duration (P30D, PT12H) or seconds")
     s.add_argument("text", nargs="?")
     s.set_defaults(func=cmd_retain)
+
+    s = sub.add_parser("forget", parents=[common],
+                       help="forget memories by selector and everything derived (a dry run that prints the counts "
+                            "per kind unless --yes)")
+    s.add_argument("--bank", required=True)
+    s.add_argument("--unit", type=int, action="append", metavar="ID", help="a unit id (repeat for several)")
+    s.add_argument("--document", type=int, action="append", metavar="ID",
+                   help="a document id, with every unit of it (repeat for several)")
+    s.add_argument("--thread")
+    s.add_argument("--author", help="every memory this agent wrote")
+    s.add_argument("--tag")
+    s.add_argument("--room", help="with its aliases and merged names")
+    s.add_argument("--occurred-from", metavar="TIME", help="ISO 8601; [from, to) of when it happened (else said)")
+    s.add_argument("--occurred-to", metavar="TIME")
+    s.add_argument("--retained-from", metavar="TIME", help="ISO 8601; [from, to) of when it was written")
+    s.add_argument("--retained-to", metavar="TIME")
+    s.add_argument("--everything", metavar="BANK", help="every memory of the bank: repeat its name")
+    s.add_argument("--reason", help="kept in the forget log (never put the forgotten text here)")
+    s.add_argument("--yes", action="store_true", help="forget (without it: a dry run, nothing changes)")
+    s.add_argument("--purge", action="store_true", help="then VACUUM the tables touched (needs their owner)")
+    s.set_defaults(func=cmd_forget)
+
+    s = sub.add_parser("drop-bank", parents=[common],
+                       help="drop a whole bank and every row of it (a dry run unless --yes; --confirm repeats the name)")
+    s.add_argument("name")
+    s.add_argument("--confirm", required=True, metavar="NAME", help="the bank's name again")
+    s.add_argument("--reason")
+    s.add_argument("--yes", action="store_true", help="drop it (without it: a dry run, nothing changes)")
+    s.add_argument("--purge", action="store_true", help="then VACUUM the tables touched (needs their owner)")
+    s.set_defaults(func=cmd_drop_bank)
+
+    s = sub.add_parser("correct", parents=[common],
+                       help="replace a unit's text with a reason (the old text stays in its history)")
+    s.add_argument("unit_id", type=int)
+    s.add_argument("--bank", required=True)
+    s.add_argument("--text", required=True, help="the new text")
+    s.add_argument("--reason", required=True, help="why it is corrected")
+    s.set_defaults(func=cmd_correct)
+
+    s = sub.add_parser("history", parents=[common], help="every version of a unit's text, the current one first")
+    s.add_argument("unit_id", type=int)
+    s.add_argument("--bank", required=True)
+    s.set_defaults(func=cmd_history)
+
+    s = sub.add_parser("retention", parents=[common],
+                       help="a bank's retention policies: list; set --keep SPAN; remove (per room, hall and/or layer)")
+    s.add_argument("action", choices=["list", "set", "remove"], nargs="?", default="list")
+    s.add_argument("--bank", required=True)
+    s.add_argument("--keep", metavar="SPAN", help="set: an ISO 8601 duration (P90D) or seconds")
+    s.add_argument("--room")
+    s.add_argument("--hall")
+    s.add_argument("--layer", choices=["L0", "L1", "L2"])
+    s.set_defaults(func=cmd_retention)
 
     s = sub.add_parser("recall", parents=[common], help="recall facts for a query")
     _recall_flags(s)
@@ -550,14 +712,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_stats)
 
     s = sub.add_parser("state", parents=[common],
-                       help="a room's keyed state: get ROOM KEY, put ROOM KEY JSON, history ROOM KEY")
-    s.add_argument("action", choices=["get", "put", "history"])
+                       help="a room's keyed state: get ROOM KEY, put ROOM KEY JSON, history ROOM KEY, "
+                            "forget ROOM KEY|--all-keys (a dry run unless --yes)")
+    s.add_argument("action", choices=["get", "put", "history", "forget"])
     s.add_argument("room")
-    s.add_argument("key")
+    s.add_argument("key", nargs="?")
     s.add_argument("value", nargs="?", help="put: the JSON value")
     s.add_argument("--bank", required=True)
     s.add_argument("--version", type=int, help="get: this version instead of the latest")
     s.add_argument("--expected-version", type=int, default=0, help="put: the version you read (0: none yet)")
+    s.add_argument("--all-keys", action="store_true", help="forget: every key of the room")
+    s.add_argument("--reason", help="forget: kept in the forget log")
+    s.add_argument("--yes", action="store_true", help="forget: do it (without it: a dry run)")
     s.set_defaults(func=cmd_state)
 
     s = sub.add_parser("export", parents=[common], help="write a whole bank (PAM view + lossless sidecar) to a directory")

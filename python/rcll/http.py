@@ -24,7 +24,7 @@ from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, create_model
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -48,7 +48,7 @@ from rcll.memory import Memory, bounded_model_work, server_deadline_ms
 from rcll.request import ANNOTATIONS, MAX_DEADLINE_MS, PARAMETERS, RecallRequest
 from rcll.sqlsource import extension_version
 from rcll.upkeep import Upkeeper
-from rcll.validate import MAX_DURATION, MAX_QUERY, max_import_line_bytes
+from rcll.validate import MAX_DURATION, MAX_QUERY, duration_text, max_import_line_bytes
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 ARRIVED = "rcll.arrived"   # the ASGI scope key holding a request's arrival (time.perf_counter())
@@ -264,14 +264,11 @@ class RetentionPutResponse(BaseModel):
     changed: int = Field(description="units whose expiry changed")
 
 
-_SPAN = TypeAdapter(timedelta)
-
-
 def policy(row: Mapping[str, Any]) -> dict[str, Any]:
     """A row of rcll.retention_policies as JSON: keep as an ISO 8601 duration and in seconds."""
     keep: timedelta = row["keep"]
     return {**{k: row.get(k) for k in ("room", "hall", "layer", "units", "expired", "created_by", "created_at")},
-            "keep": _SPAN.dump_python(keep, mode="json"), "keep_seconds": keep.total_seconds()}
+            "keep": duration_text(keep), "keep_seconds": keep.total_seconds()}
 
 
 def _caller(request: Request) -> Caller:

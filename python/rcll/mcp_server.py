@@ -1,8 +1,9 @@
 """MCP server (official `mcp` SDK, 2.x MCPServer): the memory tools over stdio or streamable HTTP.
 
 Tools: memory_retain, memory_recall, memory_rooms, memory_tags, memory_state_get,
-memory_state_put, memory_session_start. Read tools carry readOnlyHint. Read-only mode registers
-only the read tools, connects as a role that cannot write (refusing to start otherwise), never
+memory_state_put, memory_session_start, memory_history, and the destructive memory_forget (a dry
+run unless dry_run is false) and memory_correct, which carry destructiveHint. Read tools carry
+readOnlyHint. Read-only mode registers only the read tools, connects as a role that cannot write (refusing to start otherwise), never
 needs an LLM key, and refuses to start if write tools are asked for too.
 
 Errors: a refused call is an MCP error result (isError) whose text is the JSON of
@@ -35,12 +36,18 @@ from rcll.http_guard import GuardConfig, body_capped
 from rcll.memory import Memory, bounded_model_work, server_deadline_ms
 from rcll.request import ANNOTATIONS, PARAMETERS, RecallRequest
 from rcll.sqlsource import extension_version
+from rcll.validate import duration_arg
 
-READ_TOOLS = ("memory_recall", "memory_rooms", "memory_tags", "memory_state_get", "memory_session_start")
-WRITE_TOOLS = ("memory_retain", "memory_state_put")
+READ_TOOLS = ("memory_recall", "memory_rooms", "memory_tags", "memory_state_get", "memory_session_start",
+              "memory_history")
+WRITE_TOOLS = ("memory_retain", "memory_state_put", "memory_forget", "memory_correct")
+DESTRUCTIVE_TOOLS = ("memory_forget", "memory_correct")      # among WRITE_TOOLS: they remove or replace
 
 _READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 _WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
+_DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False,
+                               open_world_hint=False)
+_TIME = "ISO 8601 timestamp"
 
 
 def _recall_signature() -> inspect.Signature:
@@ -161,6 +168,13 @@ def build_server(service: Memory, *, agent: str | None = None, tokens: TokenMap 
         rules = await call(service.as_caller(a).session_start, rooms=rooms, thread=thread, bank=bank or bank_default)
         return {"rules": [r.as_dict() for r in rules]}
 
+    @mcp.tool(annotations=_READ, description="Every version of a unit's text, the current one first, with who "
+              "corrected it, when and why.")
+    async def memory_history(unit_id: int, bank: str | None = None, ctx: Context | None = None) -> dict[str, Any]:
+        a = await call(who, ctx)
+        versions = await call(service.as_caller(a).history, unit_id, bank=bank or bank_default)
+        return {"unit_id": unit_id, "versions": [v.as_dict() for v in versions]}
+
     if write_tools:
         @mcp.tool(annotations=_WRITE, description="Retain text into memory. room is a topic label (free text, "
                   "canonicalised by spelling); the author is who this server says you are.")
@@ -168,11 +182,18 @@ def build_server(service: Memory, *, agent: str | None = None, tokens: TokenMap 
                                 thread: str | None = None, tags: list[str] | None = None,
                                 hall: str | None = None, layer: str | None = None, source: str | None = None,
                                 occurred_at: str | None = None, metadata: dict[str, Any] | None = None,
+                                expires_at: Annotated[str | None, Field(description=(
+                                    f"{_TIME}: the units stop being recalled then, and are forgotten"))] = None,
+                                ttl: Annotated[str | float | None, Field(description=(
+                                    "time to live instead of expires_at: an ISO 8601 duration (P30D, PT12H) or "
+                                    "seconds"))] = None,
                                 ctx: Context | None = None) -> dict[str, Any]:
             a = await call(who, ctx)
+            span = await call(duration_arg, ttl, "ttl")
             result = await call(service.as_caller(a).retain, content, bank=bank or bank_default, room=room,
                                 thread=thread, tags=tags, hall=hall, layer=layer, source=source,
-                                occurred_at=occurred_at, metadata=metadata, via="mcp")
+                                occurred_at=occurred_at, metadata=metadata, via="mcp", expires_at=expires_at,
+                                ttl=span)
             return dict(result.as_dict())
 
         @mcp.tool(annotations=_WRITE, description="Write a room's keyed state if expected_version is the current "
@@ -183,6 +204,40 @@ def build_server(service: Memory, *, agent: str | None = None, tokens: TokenMap 
             written = await call(service.as_caller(a).put_state, room, key, value, expected_version=expected_version,
                                  bank=bank or bank_default, via="api")
             return dict(written.as_dict())
+
+        @mcp.tool(annotations=_DESTRUCTIVE, description="Forget memories and everything derived from them. A DRY "
+                  "RUN unless dry_run is false: first call it as is, read the counts per kind, and only then repeat "
+                  "with dry_run false. Selectors (several must all match): unit_ids, document_ids, thread, author, "
+                  "tag, room, occurred_from/occurred_to, retained_from/retained_to (ISO 8601, [from, to)); or "
+                  "everything = the bank's name. No selector, or one matching nothing or every memory, is refused. "
+                  "Needs the forget verb.")
+        async def memory_forget(bank: str | None = None, unit_ids: list[int] | None = None,
+                                document_ids: list[int] | None = None, thread: str | None = None,
+                                author: str | None = None, tag: str | None = None, room: str | None = None,
+                                occurred_from: str | None = None, occurred_to: str | None = None,
+                                retained_from: str | None = None, retained_to: str | None = None,
+                                everything: str | None = None,
+                                dry_run: Annotated[bool, Field(description=(
+                                    "true (the default): count what would go, change nothing"))] = True,
+                                reason: Annotated[str | None, Field(description=(
+                                    "why (kept in the forget log: never the forgotten text)"))] = None,
+                                ctx: Context | None = None) -> dict[str, Any]:
+            a = await call(who, ctx)
+            gone = await call(service.as_caller(a).forget, bank=bank or bank_default, unit_ids=unit_ids,
+                              document_ids=document_ids, thread=thread, author=author, tag=tag, room=room,
+                              occurred_from=occurred_from, occurred_to=occurred_to, retained_from=retained_from,
+                              retained_to=retained_to, everything=everything, dry_run=dry_run, reason=reason)
+            return dict(gone.as_dict())
+
+        @mcp.tool(annotations=_DESTRUCTIVE, description="Replace a unit's wrong text with the right one, saying why: "
+                  "recall returns the new text at once; the old one stays in the unit's history (memory_history). "
+                  "unit_id comes from memory_recall's facts.")
+        async def memory_correct(unit_id: int, text: str, reason: str, bank: str | None = None,
+                                 ctx: Context | None = None) -> dict[str, Any]:
+            a = await call(who, ctx)
+            versions = await call(service.as_caller(a).correct, unit_id, text, reason=reason,
+                                  bank=bank or bank_default)
+            return {"unit_id": unit_id, "versions": [v.as_dict() for v in versions]}
 
     return mcp
 

@@ -223,6 +223,13 @@ def duration_arg(value: Any, field: str) -> timedelta | None:
     return span
 
 
+def duration_text(span: timedelta) -> str:
+    """A time span as ISO 8601 (P90D, PT1H): how every interface shows one."""
+    from pydantic import TypeAdapter  # deferred: only durations need pydantic's serializer
+
+    return str(TypeAdapter(timedelta).dump_python(span, mode="json"))
+
+
 def json_arg(value: Any, field: str, depth: int = 0) -> Any:
     """A JSON value PostgreSQL jsonb can hold (no NUL, finite numbers, bounded depth)."""
     if depth > 64:

@@ -35,7 +35,8 @@ def _strategies() -> dict[str, Any]:
             "as_of": maybe(text), "reference_time": maybe(text)}),
         "memory_retain": st.fixed_dictionaries({"content": st.one_of(text, anything)}, optional={
             "bank": bank, "room": maybe(text), "thread": maybe(text), "tags": texts, "hall": maybe(text),
-            "layer": maybe(text), "source": maybe(text), "occurred_at": maybe(text), "metadata": anything}),
+            "layer": maybe(text), "source": maybe(text), "occurred_at": maybe(text), "metadata": anything,
+            "expires_at": maybe(text), "ttl": maybe(st.one_of(text, st.floats(), st.integers()))}),
         "memory_rooms": st.fixed_dictionaries({}, optional={"bank": bank, "pattern": maybe(text)}),
         "memory_tags": st.fixed_dictionaries({}, optional={"bank": bank, "pattern": maybe(text)}),
         "memory_state_get": st.fixed_dictionaries({"room": st.one_of(text, anything), "key": st.one_of(text, anything)},
@@ -45,6 +46,17 @@ def _strategies() -> dict[str, Any]:
                                                   optional={"bank": bank, "expected_version": maybe(st.integers())}),
         "memory_session_start": st.fixed_dictionaries({}, optional={"bank": bank, "rooms": texts,
                                                                      "thread": maybe(text)}),
+        "memory_history": st.fixed_dictionaries({"unit_id": st.one_of(st.integers(), anything)},
+                                                optional={"bank": bank}),
+        # dry_run is never false here: the fuzzer probes the arguments, it does not empty the bank
+        "memory_forget": st.fixed_dictionaries({}, optional={
+            "bank": bank, "unit_ids": maybe(st.lists(st.integers(), max_size=3)), "document_ids": maybe(st.integers()),
+            "thread": maybe(text), "author": maybe(text), "tag": maybe(text), "room": maybe(text),
+            "occurred_from": maybe(text), "retained_to": maybe(text), "everything": maybe(text),
+            "dry_run": st.just(True), "reason": maybe(text)}),
+        "memory_correct": st.fixed_dictionaries({"unit_id": st.one_of(st.integers(), anything),
+                                                 "text": st.one_of(text, anything), "reason": st.one_of(text, anything)},
+                                                optional={"bank": bank}),
     }
 
 

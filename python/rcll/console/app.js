@@ -6,7 +6,8 @@ const TOKEN_KEY = "rcll.token";
 const PAGE = 50;
 const CHANNELS = ["dense", "lexical", "graph", "temporal", "entity", "session", "context"];
 
-const state = { me: null, bank: null, view: null, plan: null, stats: null, unitsOffset: 0, unitsQuery: {} };
+const state = { me: null, bank: null, view: null, plan: null, stats: null, unitsOffset: 0, unitsQuery: {},
+  forget: null };
 
 // -- helpers -----------------------------------------------------------------------------------
 
@@ -222,7 +223,9 @@ async function loadUnits() {
     el("td", {}, dash(u.room)), el("td", {}, dash(u.hall)), el("td", {}, u.layer),
     el("td", {}, dash(u.author)), el("td", {}, dash(u.thread)),
     el("td", { class: "text" }, u.text, u.superseded_by ? el("span", { class: "badge" }, `superseded by ${u.superseded_by}`) : null,
-      u.tags.length ? el("span", { class: "tags" }, u.tags.join(" ")) : null)));
+      u.tags.length ? el("span", { class: "tags" }, u.tags.join(" ")) : null),
+    el("td", {}, mayForget() ? el("button", { type: "button", class: "row-forget",
+      "aria-label": `Forget unit ${u.unit_id}…`, onclick: () => openForget(u) }, "Forget…") : null)));
   fill($("#units-table tbody"), rows, "No units match these filters.");
   const first = out.total ? state.unitsOffset + 1 : 0;
   $("#units-summary").textContent = `${first}–${state.unitsOffset + out.units.length} of ${out.total} units`;
@@ -389,6 +392,108 @@ async function decideMerge(p, decision, reason) {
   if (first) first.focus();
 }
 
+// -- forget: a unit, its document or its thread, after a dry run's count and a confirmation ------
+
+function mayForget() {
+  const me = state.me || {};
+  return !me.read_only && (me.can || []).includes("forget");
+}
+
+function forgetTarget(what) {
+  const u = state.forget;
+  if (what === "document") return `/documents/${u.document_id}`;
+  if (what === "thread") return `/threads/${encodeURIComponent(u.thread)}`;
+  return `/units/${u.unit_id}`;
+}
+
+function forgetWhat() {
+  return $("#forget-form").what.value || "unit";
+}
+
+// The dry run: DELETE ... ?dry_run=true answers what would go, counted per kind, and changes nothing.
+async function forgetCount() {
+  const what = forgetWhat();
+  const confirm = $("#forget-confirm");
+  confirm.disabled = true;
+  $("#forget-error").textContent = "";
+  $("#forget-counts").hidden = true;
+  $("#forget-summary").textContent = "Counting what would go…";
+  try {
+    const out = await api(forgetTarget(what), { method: "DELETE", params: { bank: state.bank, dry_run: true } });
+    const rows = Object.entries(out.counts).filter(([, n]) => n > 0);
+    fill($("#forget-counts tbody"), rows.map(([kind, n]) =>
+      el("tr", { dataset: { kind } }, el("td", {}, kind.replaceAll("_", " ")), el("td", { class: "num" }, n))), "Nothing.");
+    $("#forget-counts").hidden = false;
+    const units = out.counts.units || 0;
+    $("#forget-summary").textContent = `${units} unit${units === 1 ? "" : "s"} and what was derived from them would be ` +
+      "forgotten. This cannot be undone.";
+    confirm.textContent = `Forget ${units} unit${units === 1 ? "" : "s"}`;
+    confirm.disabled = false;
+  } catch (e) {
+    $("#forget-summary").textContent = "";
+    $("#forget-error").textContent = e.message + (e.body && e.body.hint ? ` — ${e.body.hint}` : "");
+  }
+  document.body.dataset.forget = `counted-${what}`;
+}
+
+function openForget(u) {
+  state.forget = u;
+  const f = $("#forget-form");
+  f.reset();
+  $("#forget-text").textContent = u.text.length > 240 ? u.text.slice(0, 240) + "…" : u.text;
+  $("#forget-unit").textContent = `This unit (#${u.unit_id})`;
+  $("#forget-document").textContent = u.document_id ? `Its whole document (#${u.document_id})` : "Its whole document";
+  $("#forget-thread").textContent = u.thread ? `Its whole thread (${u.thread})` : "Its whole thread (it has none)";
+  f.querySelector("[value=document]").disabled = !u.document_id;
+  f.querySelector("[value=thread]").disabled = !u.thread;
+  $("#forget-confirm").textContent = "Forget";
+  delete document.body.dataset.forget;
+  $("#forget-dialog").showModal();
+  forgetCount();
+}
+
+async function confirmForget() {
+  const what = forgetWhat();
+  const reason = $("#forget-reason").value.trim();
+  $("#forget-confirm").disabled = true;
+  try {
+    const out = await api(forgetTarget(what), { method: "DELETE",
+      params: { bank: state.bank, dry_run: false, reason: reason || null } });
+    $("#forget-dialog").close();
+    const parts = Object.entries(out.counts).filter(([, n]) => n > 0).map(([k, n]) => `${n} ${k.replaceAll("_", " ")}`);
+    say(`Forgotten: ${parts.join(", ")}.`, "ok");
+    await loadBankData();
+    await loadUnits();
+    document.body.dataset.forget = `forgotten-${what}`;
+    $("#units-title").focus();
+  } catch (e) {
+    $("#forget-error").textContent = e.message + (e.body && e.body.hint ? ` — ${e.body.hint}` : "");
+  }
+}
+
+// -- retention ---------------------------------------------------------------------------------
+
+function span(seconds) {
+  const units = [[86400, "day"], [3600, "hour"], [60, "minute"], [1, "second"]];
+  for (const [size, name] of units) {
+    if (seconds >= size && seconds % size === 0) {
+      const n = seconds / size;
+      return `${n} ${name}${n === 1 ? "" : "s"}`;
+    }
+  }
+  return `${seconds} seconds`;
+}
+
+async function loadRetention() {
+  const out = await api("/retention", { params: { bank: state.bank } });
+  fill($("#retention-table tbody"), out.policies.map((p) => el("tr", {},
+    el("td", {}, p.room || "any"), el("td", {}, p.hall || "any"), el("td", {}, p.layer || "any"),
+    el("td", { dataset: { keep: p.keep } }, `${span(p.keep_seconds)} `, el("code", {}, p.keep)),
+    el("td", { class: "num" }, p.units), el("td", { class: "num" }, p.expired),
+    el("td", {}, dash(p.created_by)), el("td", { class: "nowrap" }, when(p.created_at)))),
+  "No retention policy: units are kept until they are forgotten (or their own expiry passes).");
+}
+
 async function loadState() {
   const out = await api("/state/keys", { params: { bank: state.bank } });
   fill($("#state-table tbody"), out.keys.map((k) => el("tr", {},
@@ -432,6 +537,7 @@ const VIEWS = {
   recall: recallForm,
   merges: loadMerges,
   state: loadState,
+  retention: loadRetention,
   export: async () => { $("#export-name").textContent = `${state.bank}.rcll.ndjson`; },
 };
 
@@ -521,6 +627,17 @@ function wire() {
     runRecall(ev.target).then(() => { document.body.dataset.ready = "recall-done"; }).catch(fail);
   });
   $("#export-button").addEventListener("click", () => downloadExport().catch(fail));
+  for (const radio of document.querySelectorAll("#forget-form [name=what]")) {
+    radio.addEventListener("change", () => forgetCount());
+  }
+  $("#forget-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    confirmForget();
+  });
+  $("#forget-cancel").addEventListener("click", () => {
+    $("#forget-dialog").close();
+    say("Nothing was forgotten.");
+  });
 }
 
 document.addEventListener("DOMContentLoaded", () => {
