@@ -146,3 +146,16 @@ def test_retention_is_set_listed_and_removed_and_a_retain_takes_a_ttl(bank: str)
     assert gone["unit_ids"] and kept["unit_ids"]
     assert "4711" not in ok(rcll(bank, "recall", "--bank", "b", "lab door code"))
     assert refused(rcll(bank, "retain", "--bank", "b", "--ttl", "soon", "--json", "x"))["field"] == "ttl"
+
+
+def test_a_forget_in_batches_prints_a_progress_line_per_batch_and_ends_where_one_forget_would(bank: str) -> None:
+    for i in range(3):
+        retained(bank, f"Note {i}: the deploy window moved to Thursday.", "--thread", "old")
+    retained(bank, "Alice keeps the kitchen tidy.", "--thread", "fine")
+    p = rcll(bank, "forget", "--bank", "b", "--thread", "old", "--yes", "--batch", "1")
+    out = ok(p)
+    lines = [line for line in p.stderr.splitlines() if line.startswith("forgotten so far:")]
+    assert lines == ["forgotten so far: 1 units, 2 to go", "forgotten so far: 2 units, 1 to go",
+                     "forgotten so far: 3 units, 0 to go"], p.stderr
+    assert counted(out)["units"] == 3 and units(bank) == 1
+    assert refused(rcll(bank, "forget", "--bank", "b", "--unit", "1", "--yes", "--batch", "1", "--json"))["field"] == "batch"

@@ -316,8 +316,15 @@ def cmd_forget(args: argparse.Namespace) -> int:
                              author=args.author, tag=args.tag, room=args.room, occurred_from=args.occurred_from,
                              occurred_to=args.occurred_to, retained_from=args.retained_from,
                              retained_to=args.retained_to, everything=args.everything, dry_run=not args.yes,
-                             reason=args.reason, purge=args.purge)
+                             reason=args.reason, purge=args.purge, batch=args.batch,
+                             progress=lambda so_far: _progress(args, so_far))
     return _forgotten(args, done, "this forget")
+
+
+def _progress(args: argparse.Namespace, so_far: dict[str, int]) -> None:
+    # One line per batch on stderr, so stdout keeps the one answer (and --json stays one document).
+    print(f"forgotten so far: {so_far.get('units', 0)} units, {so_far.get('remaining', 0)} to go",
+          file=sys.stderr, flush=True)
 
 
 def cmd_drop_bank(args: argparse.Namespace) -> int:
@@ -659,6 +666,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--reason", help="kept in the forget log (never put the forgotten text here)")
     s.add_argument("--yes", action="store_true", help="forget (without it: a dry run, nothing changes)")
     s.add_argument("--purge", action="store_true", help="then VACUUM the tables touched (needs their owner)")
+    s.add_argument("--batch", type=int, metavar="N",
+                   help="with --yes: N units (whole documents) per transaction, a progress line after each, so "
+                        "writes into the bank wait one batch at most (selectors only, not ids)")
     s.set_defaults(func=cmd_forget)
 
     s = sub.add_parser("drop-bank", parents=[common],
