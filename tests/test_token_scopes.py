@@ -100,13 +100,6 @@ def renamed(export: bytes, bank: str) -> bytes:
 HttpCall = Callable[[TestClient, str, World], httpx.Response]
 
 
-# The destructive verbs resolve the bank in SQL (rcll._actable_bank, under the caller's isolation),
-# whose unknown-bank error words its hint differently ("List the banks you can reach") from the
-# one every other verb gives: code, field and message are the same, the hint is not compared.
-ACTABLE = frozenset({"forget", "forget_unit", "forget_state", "correct", "set_retention", "memory_forget",
-                     "memory_correct"})
-
-
 def first_unit(bank: str) -> int:
     """The first unit seed() wrote into the bank (ids from 10^7, three a bank, in BANKS' order)."""
     return 10_000_000 + 3 * list(BANKS).index(bank) if bank in BANKS else 1
@@ -256,8 +249,7 @@ def expected(caller: Caller, bank: str, verb: str) -> tuple[int, dict[str, Any] 
 def check(answer: Answer, caller: Caller, bank: str, verb: str, w: World, what: str) -> None:
     status, body = expected(caller, bank, verb)
     assert answer.status == status, (what, bank, caller, answer.raw[:300])
-    if body is not None and what.split()[-1] in ACTABLE:
-        body.pop("hint")
+    if body is not None:
         assert {k: answer.body.get(k) for k in body} == body, (what, answer.body)
     if status == 403:
         assert (answer.body["code"], answer.body["field"]) == ("RC006", "authorization"), (what, answer.body)
@@ -325,8 +317,6 @@ def test_every_http_endpoint_checks_the_bank_and_the_verb(world: World) -> None:
         if name != "import":        # (an import creates a missing bank)
             missing = http_answer(call(http(world.svc, tokens()), "delta", world))
             same = json.loads(beta.raw.replace("beta", "delta"))
-            if name in ACTABLE:
-                missing.body.pop("hint"), same.pop("hint")
             assert (missing.status, missing.body) == (beta.status, same), name
         but = Caller("agent", ("alpha", "alpha-*"), frozenset(VERBS) - {verb})            # wrong verb
         wrong = http_answer(call(http(world.svc, tokens(token=but)), "alpha", world))
@@ -361,8 +351,6 @@ def test_every_mcp_tool_checks_the_bank_and_the_verb(world: World) -> None:
         check(beta, only, "beta", verb, world, name)
         (missing,) = mcp_calls(world.svc, tokens(), [(name, args("delta"))])
         same = json.loads(json.dumps(beta.body).replace("beta", "delta"))
-        if name in ACTABLE:
-            missing.body.pop("hint"), same.pop("hint")
         assert (missing.ok, missing.body) == (beta.ok, same), name
         but = Caller("agent", ("alpha*",), frozenset(VERBS) - {verb})
         (wrong,) = mcp_calls(world.svc, tokens(token=but), [(name, args("alpha"))])

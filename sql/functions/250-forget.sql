@@ -36,7 +36,7 @@ BEGIN
     END IF;
     IF id IS NULL THEN
         RAISE EXCEPTION 'bank: unknown bank "%"', bank USING ERRCODE = 'RC002', COLUMN = 'bank',
-            HINT = 'List the banks you can reach with rcll.list_banks().';
+            HINT = format('Create it first: SELECT rcll.create_bank(%L) or `rcll bank create %s`.', bank, bank);
     END IF;
     -- Destructive verbs are a writer's: a role that may not write memory may not forget it either.
     IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = session_user)
