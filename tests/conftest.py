@@ -7,6 +7,7 @@ it is never skipped. RCLL_TEST_LEGS=pg18 narrows a local run to one leg.
 
 from __future__ import annotations
 
+import collections
 import fcntl
 import hashlib
 import itertools
@@ -119,12 +120,23 @@ def _start_leg(name: str, base: Path) -> Leg:
     return leg
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist's --dist loadfile hands out the files with the most tests first unless told not
+    # to, which sends the files of one long test (the wheel, the soak, a fuzzer) out last, to finish
+    # alone: it keeps the order pytest_collection_modifyitems gives instead.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Files holding a test marked slow run first, the rest in their order: `make test` spreads
-    files over parallel workers (pytest-xdist, --dist loadfile), and a long file handed out last
-    would finish alone."""
-    slow = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow)
+    """Files holding a test marked slow run first, then the others, those with more tests first:
+    `make test` spreads files over parallel workers (pytest-xdist, --dist loadfile), and a long
+    file handed out last would finish alone while the other worker waits."""
+    def file(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+    slow = {file(item) for item in items if item.get_closest_marker("slow")}
+    tests = collections.Counter(file(item) for item in items)
+    items.sort(key=lambda item: (file(item) not in slow, 0 if file(item) in slow else -tests[file(item)]))
 
 
 @pytest.fixture(scope="session")

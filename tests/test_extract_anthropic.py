@@ -9,9 +9,8 @@ import os
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anthropic
 import httpx2
 import psycopg
 import pytest
@@ -19,6 +18,9 @@ import pytest
 from rcll import extract
 from rcll.errors import RcllError
 from rcll.retain import Document, retain
+
+if TYPE_CHECKING:
+    import anthropic
 
 FIXTURES = Path(__file__).parent / "fixtures" / "anthropic"
 DOC_TIME = datetime(2026, 8, 26, 10, 0, tzinfo=UTC)
@@ -45,6 +47,9 @@ class Recorded:
         return httpx2.Response(rec["status"], headers=rec["headers"], content=body)
 
     def client(self, max_retries: int = 2) -> anthropic.Anthropic:
+        # Here: every test worker collects this file, one runs it, and the SDK takes seconds to import.
+        import anthropic
+
         return anthropic.Anthropic(api_key="sk-test", max_retries=max_retries,
                                    http_client=httpx2.Client(transport=httpx2.MockTransport(self)))
 

@@ -4,9 +4,12 @@ outside the token's banks changed, no sequence moved by a refused stream (the lo
 
 from __future__ import annotations
 
+import pytest
+
 from harness import fuzz_import
 
 
+@pytest.mark.slow
 def test_mutated_export_streams_never_reach_past_their_bank(dsn: str) -> None:
     out = fuzz_import.fuzz(dsn, streams=300)
     assert out["failures"] == [], out["failures"][:5]
