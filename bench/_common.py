@@ -22,11 +22,12 @@ from rcll.db import configure
 
 
 @contextmanager
-def embedded_cluster(port: int, prefix: str = "rcllb-", keep: bool = False) -> Iterator[cluster.Cluster]:
-    """A started embedded PG 18 cluster in a new directory under /tmp; destroyed afterwards
-    unless `keep` (then its URL is printed, for EXPLAIN)."""
+def embedded_cluster(port: int, prefix: str = "rcllb-", keep: bool = False, leg: str = "pg18") -> Iterator[cluster.Cluster]:
+    """A started cluster in a new directory under /tmp - the embedded PG 18, or with leg="pg15"
+    Debian's PostgreSQL 15 (the tests' second leg); destroyed afterwards unless `keep` (then its
+    URL is printed, for EXPLAIN)."""
     root = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
-    c = cluster.embedded(root / "pg18", port=port)
+    c = cluster.debian15(root / "pg15", port=port) if leg == "pg15" else cluster.embedded(root / "pg18", port=port)
     try:
         c.start()
         yield c

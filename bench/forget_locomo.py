@@ -1,6 +1,6 @@
 """Forgotten means never retained, at LoCoMo scale.
 
-    RCLL_LOCOMO=.../locomo10.json .venv/bin/python -m bench.forget_locomo [--port 55496] [--exact-only]
+    RCLL_LOCOMO=.../locomo10.json .venv/bin/python -m bench.forget_locomo [--port 55496] [--leg pg15] [--exact-only]
 
 Retains all ten LoCoMo conversations into one bank (chunk mode: one document per session, one
 chunk per turn "[<date>] <speaker>: <text>", each conversation its own thread), forgets five of
@@ -88,6 +88,8 @@ def first_difference(a: list[tuple[Any, ...]], b: list[tuple[Any, ...]]) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--port", type=int, default=55496)
+    ap.add_argument("--leg", choices=["pg18", "pg15"], default="pg18",
+                    help="the embedded PG 18 (default) or Debian's PostgreSQL 15, the tests' two legs")
     ap.add_argument("--exact-only", action="store_true",
                     help="only the claimed comparison (scoped, exact routes): a third of the recalls")
     args = ap.parse_args()
@@ -97,7 +99,7 @@ def main() -> int:
     t0 = time.perf_counter()
     vecs = {c.index: emb.embed([turn_text(t) for t in c.turns]) for c in convs}
     print(f"embedded {sum(len(c.turns) for c in convs)} turns in {time.perf_counter() - t0:.0f} s", flush=True)
-    with embedded_cluster(args.port, prefix="rcllforget-") as cl:
+    with embedded_cluster(args.port, prefix="rcllforget-", leg=args.leg) as cl:
         dsn = create_database(cl, "forget_locomo")
         with connect(dsn, autocommit=True) as conn:
             t0 = time.perf_counter()
