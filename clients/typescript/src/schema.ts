@@ -1270,6 +1270,13 @@ export interface components {
             last_run?: string | null;
             /** Last Error */
             last_error?: string | null;
+            /**
+             * Graphs
+             * @description the periodic jobs' dense-graph runs: auto, building (step, steps, why, started), index_builds, last_end, last_steps, last_error
+             */
+            graphs?: {
+                [key: string]: unknown;
+            } | null;
         };
         /** VersionBody */
         VersionBody: {
