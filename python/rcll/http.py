@@ -33,6 +33,7 @@ from rcll.auth import Caller, Forbidden, TokenMap
 from rcll.errors import CODES, Code, RcllError, from_database, status
 from rcll.http_answers import (
     HealthAnswer,
+    HistoryResponse,
     ImportAnswer,
     RecallAnswer,
     RoomsAnswer,
@@ -209,22 +210,6 @@ class CorrectRequest(BaseModel):
     bank: str = Field(min_length=1, max_length=128, pattern=NAME)
     text: str = Field(min_length=1, max_length=1 << 20, description="the unit's new text")
     reason: str = Field(min_length=1, max_length=1000, description="why it is corrected (kept in its history)")
-
-
-class VersionBody(BaseModel):
-    version: int
-    text: str
-    current: bool
-    since: datetime | None
-    replaced_at: datetime | None
-    replaced_by: str | None
-    reason: str | None
-
-
-class HistoryResponse(BaseModel):
-    bank: str
-    unit_id: int
-    versions: list[VersionBody] = Field(description="the current version first")
 
 
 class RetentionPut(BaseModel):

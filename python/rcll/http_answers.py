@@ -16,7 +16,7 @@ from typing import Any, get_type_hints
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from rcll.export import ImportSummary
-from rcll.results import Fact, Room, State, Stats, Tag, Timings
+from rcll.results import Fact, Room, State, Stats, Tag, Timings, Version
 
 
 def _derived(cls: type, *, exclude: tuple[str, ...] = (), name: str | None = None,
@@ -33,6 +33,12 @@ def _list(model: type[BaseModel], nullable: bool = False) -> Any:
     """list[model] (or None) as a field type of create_model: a model made at run time is no static type."""
     return list[model] | None if nullable else list[model]  # type: ignore[valid-type]
 
+
+# One version of a unit's text (GET /units/{id}/history, PATCH /units/{id}), as Memory.history returns it.
+VersionBody = _derived(Version, name="VersionBody")
+HistoryResponse = create_model(
+    "HistoryResponse", bank=(str, ...), unit_id=(int, ...),
+    versions=(_list(VersionBody), Field(description="the current version first")))
 
 # A fact as recall returns it: its context (the chunk before it, which the reranker read) stays out.
 FactAnswer = _derived(Fact, exclude=("context",))
