@@ -417,6 +417,13 @@ def test_a_frozen_service_never_hangs_a_recall(leg: Leg, service_dsn: str, servi
                 assert any("timeout expired" in n for n in notices), notices
                 assert elapsed < 4.0
 
+            # The timeout ends the wait for the service; a caller's cancel during that connect
+            # still cancels the recall (on PostgreSQL 15 libpq's 2 s connect_timeout comes later).
+            with psycopg.connect(service_dsn, autocommit=True) as cancelled:
+                threading.Timer(0.5, cancelled.cancel_safe).start()
+                with pytest.raises(psycopg.errors.QueryCanceled, match="user request"):
+                    _recall_with(cancelled, 1000)
+
             proxy.frozen.clear()
             time.sleep(0.5)
             rows, notices, _ = _recall_with(connected, 600_000)

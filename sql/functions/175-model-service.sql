@@ -55,6 +55,7 @@ DECLARE
     detail  text;
     code    text;
     pause   double precision := 0.0005;
+    timed_out boolean;
 BEGIN
     -- One failure per statement is enough: the rest of its model phases are skipped at once.
     IF rcll._model_service_gave_up() THEN
@@ -77,9 +78,18 @@ BEGIN
                 -- that accepts and never answers holds it until statement_timeout (or a cancel).
                 -- That timeout ends the wait for the service, not the recall; a cancel still
                 -- cancels.
+                -- Which cancel this was, its message says (PostgreSQL's English). Translated
+                -- (lc_messages), the timeout's is the one that comes once statement_timeout has
+                -- passed since the statement's first protocol message: now() outside a transaction
+                -- block. Not since statement_timestamp(): Bind and Execute reset that, while the
+                -- timer runs from Parse - a fresh backend's planning made a timeout look early.
                 -- (statement_timeout reads back with its unit: '1500ms', '2s'; '0' is none.)
-                IF NOT coalesce(nullif(current_setting('statement_timeout'), '0')::interval
-                                <= clock_timestamp() - started, false) THEN
+                timed_out := CASE SQLERRM
+                                 WHEN 'canceling statement due to statement timeout' THEN true
+                                 WHEN 'canceling statement due to user request' THEN false
+                                 ELSE coalesce(nullif(current_setting('statement_timeout'), '0')::interval
+                                               <= clock_timestamp() - now(), false) END;
+                IF NOT timed_out THEN
                     RAISE;
                 END IF;
                 failure := format('did not answer the connection within statement_timeout (%s)', current_setting('statement_timeout'));
@@ -200,30 +210,6 @@ COMMENT ON FUNCTION rcll._model_service(text, text, text[], double precision, te
 COMMENT ON FUNCTION rcll._model_service_ask(text, text, text[], double precision, text[])
     IS 'Internal: one request to the model service (op embed, rerank or count over texts - a rerank with count_texts counts their tokens too, a second row; deadline_ms counted from the statement''s start) through dblink, as the rcll schema''s owner (its user mapping holds the password). Waits at most until the deadline (or rcll.model_service_timeout_ms), polling; then leaves the request unanswered on an open connection, which the backend''s next request reads first (or, still unanswered, skips the service at once) - it never connects again to a service that stopped answering. answer: the service''s rows; on failure answer is NULL and failure says why (NULL too when an earlier request of this statement failed). Never raises.';
 
-CREATE OR REPLACE FUNCTION rcll._model_embed(query text, deadline_ms double precision, skipped text)
-RETURNS vector
-LANGUAGE plpgsql STABLE
-AS $$
-DECLARE
-    r record;
-BEGIN
-    IF rcll._model_source() = 'in-database' THEN
-        RETURN rcll._model_embed_query(_model_embed.query);
-    END IF;
-    SELECT * INTO r FROM rcll._model_service('embed', NULL, ARRAY[_model_embed.query], _model_embed.deadline_ms);
-    IF r.answer IS NULL THEN
-        IF r.failure IS NOT NULL THEN
-            RAISE NOTICE 'recall: the model service (%) %: %', rcll.model_service(), r.failure, skipped
-                USING HINT = 'Start it (rcll serve, or rcll models), or check SELECT rcll.model_service(); recall answers from the other channels meanwhile.';
-        END IF;
-        RETURN NULL;
-    END IF;
-    RETURN r.answer[1]::public.vector;
-END
-$$;
-COMMENT ON FUNCTION rcll._model_embed(text, double precision, text)
-    IS 'Internal: the bge-small query embedding from the model service (or the in-database models); NULL when the service does not answer in time, with a NOTICE that says why and what recall skips (skipped).';
-
 CREATE OR REPLACE FUNCTION rcll._model_embed_texts(texts text[], deadline_ms double precision, skipped text)
 RETURNS text[]
 LANGUAGE plpgsql STABLE
@@ -249,6 +235,15 @@ END
 $$;
 COMMENT ON FUNCTION rcll._model_embed_texts(text[], double precision, text)
     IS 'Internal: the bge-small query embeddings of texts (each embedded alone; vector literals, in order), in one request to the model service (or from the in-database models); NULL when the service does not answer in time, with a NOTICE that says why and what recall skips (skipped).';
+
+CREATE OR REPLACE FUNCTION rcll._model_embed(query text, deadline_ms double precision, skipped text)
+RETURNS vector
+LANGUAGE sql STABLE
+AS $$
+    SELECT (rcll._model_embed_texts(ARRAY[_model_embed.query], _model_embed.deadline_ms, _model_embed.skipped))[1]::public.vector
+$$;
+COMMENT ON FUNCTION rcll._model_embed(text, double precision, text)
+    IS 'Internal: the bge-small query embedding from the model service (or the in-database models); NULL when the service does not answer in time, with a NOTICE that says why and what recall skips (skipped).';
 
 CREATE OR REPLACE FUNCTION rcll._model_rerank_counted(query text, passages text[], count_texts text[],
                                                       deadline_ms double precision,
