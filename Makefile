@@ -10,8 +10,11 @@ run: bootstrap extension
 # Two workers (pytest-xdist), whole files each: a test waiting on a server, a subprocess or the
 # database leaves the other core to the second worker. TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= 2
+# Bytecode is cached even where PYTHONDONTWRITEBYTECODE is set: every `rcll` subprocess, server
+# and plpython3u backend a test starts would otherwise compile rcll's modules from source again,
+# and pytest rewrite every test module in each worker.
 test: bootstrap-test pg15-leg browser node-client typescript-client extension
-	.venv/bin/pytest -n $(TEST_WORKERS) --dist loadfile tests
+	env -u PYTHONDONTWRITEBYTECODE .venv/bin/pytest -n $(TEST_WORKERS) --dist loadfile tests
 
 # node-postgres for tests/test_node_client.py (SQL recall from Node.js): installed once from the lock file.
 node-client: tests/node/node_modules/.package-lock.json
