@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -45,6 +46,8 @@ class Leg:
         self.name = name
         self.cluster = c
         self._templates: set[str] = set()
+        self._ddl: psycopg.Connection[Any] | None = None
+        self._ddl_lock = threading.Lock()
 
     def url(self, dbname: str = "postgres") -> str:
         return self.cluster.url(dbname)
@@ -52,15 +55,27 @@ class Leg:
     def admin(self) -> psycopg.Connection[Any]:
         return psycopg.connect(self.url(), autocommit=True)
 
+    def _run_ddl(self, statement: sql.Composed) -> None:
+        """CREATE/DROP DATABASE on one admin connection kept per leg and process (two backend
+        start-ups less per test), opened again when a test restarted the server under it."""
+        with self._ddl_lock:
+            for attempt in (1, 2):
+                if self._ddl is None or self._ddl.closed or self._ddl.broken:
+                    self._ddl = self.admin()
+                try:
+                    self._ddl.execute(statement)
+                    return
+                except psycopg.OperationalError:
+                    if attempt == 2 or not self._ddl.broken:
+                        raise
+
     def new_database(self, template: str = TEMPLATE) -> str:
         name = f"t_{os.getpid()}_{next(_counter)}"
-        with self.admin() as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template)))
+        self._run_ddl(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template)))
         return name
 
     def drop_database(self, name: str) -> None:
-        with self.admin() as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        self._run_ddl(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
     def template(self, name: str, build: Callable[[psycopg.Connection[Any]], object]) -> str:
         """A database that build(conn) fills once per leg and session, starting from a fresh rcll
@@ -154,6 +169,8 @@ _legs: dict[str, Leg] = {}
 def legs(test_root: Path) -> Iterator[dict[str, Leg]]:
     yield _legs
     for leg in _legs.values():
+        if leg._ddl is not None:
+            leg._ddl.close()
         leg.cluster.destroy()
 
 
