@@ -134,7 +134,7 @@ def candidates(conn: psycopg.Connection[Any], request: RecallRequest, *, query_e
     added up (faster in banks of tens of thousands of units and more; in a bank of a thousand, the
     lists' round trip costs more than it saves: README "Recall latency"). With deadline_ms (from
     the statements' start; None: none), each connection starts a channel only while that leaves it
-    time, the lexical channel always (rcll.recall_channels)."""
+    time, the lexical channel when none ran before it (rcll.recall_channels)."""
     params = _params(request, query_embedding, entity_query_embedding, limit, deadline_ms)
     if side is None:
         with conn.cursor(row_factory=dict_row) as cur:
