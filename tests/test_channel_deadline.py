@@ -161,3 +161,21 @@ def test_with_no_channel_run_before_it_the_lexical_channel_runs_past_the_deadlin
         END $$""")
     assert len(notices) == 1, notices
     assert "when the lexical channel was to start: the session, graph channels are skipped" in notices[0], notices
+
+
+def test_sql_recall_past_its_deadline_answers_from_the_lexical_channel_with_one_channel_notice(
+        db: psycopg.Connection[Any]) -> None:
+    # rcll.recall hands its deadline to the channels: spent before them, the answer is the
+    # lexical channel's fused order, never an error, and the channel phase says so once.
+    seed(db)
+    notices: list[str] = []
+    db.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+    sql = ("SELECT unit_id, rank_dense, rank_lexical, rank_session FROM rcll.recall(%(q)s, rcll.recall_scope(%(bank)s), "
+           "query_embedding => %(qe)s::vector, reference_time => '2024-05-15', deadline_ms => %(deadline)s)")
+    rows = db.execute(sql, _args(1)).fetchall()
+    assert rows and all(d is None and lex is not None and s is None for _, d, lex, s in rows)
+    assert len([n for n in notices if "channel was to start" in n]) == 1, notices
+    notices.clear()
+    plain = db.execute(sql.replace(", deadline_ms => %(deadline)s", ""), _args(None)).fetchall()
+    assert db.execute(sql, _args(600_000)).fetchall() == plain
+    assert not [n for n in notices if "channel was to start" in n]
