@@ -76,6 +76,7 @@ def queries_from_bank(conn: psycopg.Connection[Any], count: int) -> list[dict[st
 def notice_kind(message: str) -> str:
     """What a NOTICE says recall did without: where the deadline's time went."""
     for needle, kind in (("after the channels", "rerank skipped (channels spent the deadline)"),
+                         ("channel was to start", "channels skipped by the deadline"),
                          ("cut the rerank", "rerank cut"), ("cut the context view", "context view cut"),
                          ("did not answer within", "service late"), ("has not answered", "service still late"),
                          ("deadline passed while waiting for a model slot", "no model slot in time"),

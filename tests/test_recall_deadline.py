@@ -18,6 +18,7 @@ from conftest import pg15_only
 from rcll import models
 from rcll.db import configure
 from rcll.deadline import Deadline, DeadlinePassed, Depth, call_tokens, pair_cost, rerank_within
+from rcll.defaults import CHANNELS
 from rcll.recall import Direct, Fact, recall
 from rcll.request import RecallRequest as R
 from rcll.retain import Document, retain_many
@@ -59,12 +60,16 @@ def test_a_generous_deadline_returns_exactly_the_undeadlined_result(db: psycopg.
 def test_a_one_millisecond_deadline_still_returns_fused_results_flagged(db: psycopg.Connection[Any]) -> None:
     store(db)
     q = "billing runbook"
-    full = recall(Direct(db), R(query=q, bank=BANK, rerank_depth=0))            # the fused order, no rerank
+    # The deadline is spent before the channels: only the lexical channel runs (it always does),
+    # fused as it would be alone, no rerank.
+    lexical = {c: 0.0 for c in CHANNELS if c != "lexical"}
+    full = recall(Direct(db), R(query=q, bank=BANK, rerank_depth=0, weights=lexical))
     cut = recall(Direct(db), R(query=q, bank=BANK, deadline_ms=1))
     assert cut.facts and cut.deadline_cut
     assert (cut.rerank_depth_reached, cut.context_depth_reached) == (0, 0)
     assert [f.unit_id for f in cut.facts] == [f.unit_id for f in full.facts]
     assert all(f.rerank_score is None for f in cut.facts)
+    assert all(f.rank_dense is None and f.rank_session is None for f in cut.facts)
 
 
 class SlowScores:

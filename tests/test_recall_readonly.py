@@ -30,6 +30,11 @@ MODEL_SERVICE_CALLS = {("public", "dblink_get_connections"), ("public", "dblink_
                        ("public", "dblink_send_query"), ("public", "dblink_is_busy"),
                        ("public", "dblink_disconnect"), ("public", "dblink_get_result"),
                        ("pg_catalog", "pg_sleep"), ("pg_catalog", "clock_timestamp"), ("pg_catalog", "set_config")}
+# The channel phase's deadline check keeps its statement's progress in a session setting (when the
+# first channel started, how many did, whether the deadline ended the phase): it reads the clock and
+# sets that one setting, and writes nothing to the database.
+CHANNEL_CLOCK = "rcll._channel_starts"
+CHANNEL_CLOCK_CALLS = {("pg_catalog", "set_config")}
 # Reading the clock writes nothing: the deadline's arithmetic needs it anywhere on the path
 # (rcll._recall_rerank gives the rerank what the channels left).
 CLOCK = ("pg_catalog", "clock_timestamp")
@@ -125,6 +130,7 @@ def test_recall_path_contains_no_write_and_no_volatile_call(db: psycopg.Connecti
                     parts = [p["String"]["sval"] for p in value["funcname"]]
                     schema, fn = (parts if len(parts) == 2 else ["pg_catalog", parts[0]])
                     if ((name == MODEL_SERVICE and (schema, fn) in MODEL_SERVICE_CALLS) or f"{schema}.{fn}" == MODEL_SERVICE
+                            or (name == CHANNEL_CLOCK and (schema, fn) in CHANNEL_CLOCK_CALLS)
                             or (schema, fn) == CLOCK):
                         continue
                     row = db.execute("""SELECT bool_and(provolatile = 'v') FROM pg_proc
@@ -151,6 +157,8 @@ QUERIES = [
     ("SELECT count(*) FROM rcll.recall('helm deploy carol last week', scope => rcll.recall_scope('b'), query_embedding => %(qe)s)", 1),
     ("SELECT count(*) FROM rcll.channel_graph('carol', rcll.recall_scope('b'))", 1),
     ("SELECT count(*) FROM rcll.recall_channels('helm deploy carol last week', rcll.recall_scope('b'), query_embedding => %(qe)s)", 1),
+    # under a deadline already spent: the channel phase's check keeps its setting, and writes nothing
+    ("SELECT count(*) FROM rcll.recall_channels('helm deploy carol last week', rcll.recall_scope('b'), query_embedding => %(qe)s, deadline_ms => 1)", 1),
 ]
 
 

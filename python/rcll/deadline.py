@@ -1,6 +1,8 @@
 """Recall's latency deadline: the cross-encoder reads fused candidates while time is left.
 
-Embedding the query and the SQL phases always run; what the deadline bounds is the rerank, the
+Embedding the query always runs; the channels start only while the deadline leaves them time
+(rcll.recall_channels: the first that does not fit and the ones after it are skipped, the lexical
+channel runs when none ran before it), and the fusion always. What the deadline bounds most is the rerank, the
 one phase whose cost grows with depth and with load (hindsight's users report 30-130 s recalls on
 CPU at a fixed depth). The reranker reads candidates in fused order, in batches, and stops when
 the time is spent; the context view (the top of its order read again with the chunk before them)

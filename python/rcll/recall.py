@@ -15,6 +15,7 @@ channel names, and take every value as a parameter.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -71,7 +72,7 @@ def _named(names: Sequence[str], casts: dict[str, str] | None = None) -> sql.Com
 _SCOPE = sql.SQL("rcll.recall_scope({})").format(_named(SCOPE, {"as_of": "timestamptz"}))
 _WEIGHTS = _named([f"{c}_weight" for c in CHANNELS])
 _CHANNEL_ARGS = _named(["query_embedding", "entity_query_embedding", "time_range", "reference_time",
-                        "channel_limit"], {"time_range": "tstzrange", "reference_time": "timestamptz"})
+                        "channel_limit", "deadline_ms"], {"time_range": "tstzrange", "reference_time": "timestamptz"})
 
 # Phases 2-3 in one statement: the channels one after another, then their fusion.
 _CANDIDATES = sql.SQL('SELECT * FROM rcll.recall_candidates(query => %(query)s, scope => {}, {}, {}, '
@@ -109,19 +110,20 @@ def _ms(start: float) -> float:
 
 
 def _params(request: RecallRequest, query_embedding: Vector | None, entity_query_embedding: Vector | None,
-            limit: int | None) -> dict[str, Any]:
+            limit: int | None, deadline_ms: int | None) -> dict[str, Any]:
     return {"query": request.query, **request.scope,
             **{f"{c}_weight": w for c, w in request.weights.items()},
             "query_embedding": None if query_embedding is None else np.asarray(query_embedding, dtype=np.float32),
             "entity_query_embedding": (None if entity_query_embedding is None
                                        else np.asarray(entity_query_embedding, dtype=np.float32)),
             "time_range": request.time_range, "reference_time": request.reference_time or "now",
-            "channel_limit": request.channel_limit, "limit": request.limit if limit is None else limit}
+            "channel_limit": request.channel_limit, "limit": request.limit if limit is None else limit,
+            "deadline_ms": deadline_ms}
 
 
 def candidates(conn: psycopg.Connection[Any], request: RecallRequest, *, query_embedding: Vector | None = None,
                entity_query_embedding: Vector | None = None, limit: int | None = None,
-               side: psycopg.Connection[Any] | None = None) -> list[Fact]:
+               side: psycopg.Connection[Any] | None = None, deadline_ms: int | None = None) -> list[Fact]:
     """Phases 2-3 only, on connections the caller holds: rcll.recall_candidates for `request`, as
     Facts in fused order (at most `limit`, default request.limit). entity_query_embedding is the
     embedding of rcll.query_without_entities (entity_query); without it the entity channel ranks by
@@ -130,8 +132,10 @@ def candidates(conn: psycopg.Connection[Any], request: RecallRequest, *, query_e
     (rcll.recall_channels on each, rcll.fuse_candidates on `conn`): the same facts in the same
     order, in about the time of the BM25 channels and the fusion instead of every channel's time
     added up (faster in banks of tens of thousands of units and more; in a bank of a thousand, the
-    lists' round trip costs more than it saves: README "Recall latency")."""
-    params = _params(request, query_embedding, entity_query_embedding, limit)
+    lists' round trip costs more than it saves: README "Recall latency"). With deadline_ms (from
+    the statements' start; None: none), each connection starts a channel only while that leaves it
+    time, the lexical channel when none ran before it (rcll.recall_channels)."""
+    params = _params(request, query_embedding, entity_query_embedding, limit, deadline_ms)
     if side is None:
         with conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute(_CANDIDATES, params).fetchall()
@@ -237,8 +241,12 @@ class _Transactions:
                    entity_query_embedding: Vector | None, limit: int, deadline: Deadline) -> list[Fact]:
         with (self._within(deadline) as conn, self._transaction(conn, request.bank), self.spare() as free,
               self._transaction(free, request.bank) if free is not None else nullcontext() as side):
+            # The channels get the time the deadline has left as they are sent, by the rule SQL's
+            # recall applies (rcll.recall_channels): the same statements, so the same check.
+            left = None if deadline.ms is None else max(math.floor(deadline.left() * 1000.0), 0)
             return candidates(conn, request, query_embedding=query_embedding,
-                              entity_query_embedding=entity_query_embedding, limit=limit, side=side)
+                              entity_query_embedding=entity_query_embedding, limit=limit, side=side,
+                              deadline_ms=left)
 
 
 class Pooled(_Transactions):

@@ -7,8 +7,8 @@ the fields below (`PARAMETERS`), so a new field reaches every one of them
 (tests/test_recall_request.py proves each accepts each field).
 
 The scope fields are rcll.recall_scope's parameters, the rest rcll.recall_candidates' (time_from
-and time_to are its time_range) plus the client's phases: the rerank depths, the token budget
-and the deadline. The test holds those lists equal to the functions' arguments in the catalog.
+and time_to are its time_range; its deadline_ms bounds the channels) plus the client's phases:
+the rerank depths, the token budget and the deadline's rest. The test holds those lists equal to the functions' arguments in the catalog.
 """
 
 from __future__ import annotations

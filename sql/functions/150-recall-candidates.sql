@@ -137,7 +137,8 @@ CREATE OR REPLACE FUNCTION rcll.recall_candidates(
     entity_weight          double precision DEFAULT 1.0,
     session_weight         double precision DEFAULT 1.0,
     context_weight         double precision DEFAULT 0.0,
-    "limit"                integer DEFAULT (rcll.recall_defaults()).candidate_limit)
+    "limit"                integer DEFAULT (rcll.recall_defaults()).candidate_limit,
+    deadline_ms            integer DEFAULT NULL)
 RETURNS TABLE (unit_id bigint, text text, room text, hall text, layer text, author text, thread text,
                tags text[], valid tstzrange, occurred_start timestamptz, mentioned_at timestamptz,
                document_id bigint, provenance jsonb, fused_score double precision,
@@ -163,7 +164,8 @@ AS $$
               channel_limit => recall_candidates.channel_limit, dense_weight => recall_candidates.dense_weight,
               lexical_weight => recall_candidates.lexical_weight, graph_weight => recall_candidates.graph_weight,
               temporal_weight => recall_candidates.temporal_weight, entity_weight => recall_candidates.entity_weight,
-              session_weight => recall_candidates.session_weight, context_weight => recall_candidates.context_weight) c) h
+              session_weight => recall_candidates.session_weight, context_weight => recall_candidates.context_weight,
+              deadline_ms => recall_candidates.deadline_ms) c) h
     CROSS JOIN LATERAL rcll.fuse_candidates(
         scope => recall_candidates.scope, channels => h.channels, unit_ids => h.unit_ids, scores => h.scores,
         ranks => h.ranks, dense_weight => recall_candidates.dense_weight,
@@ -173,5 +175,5 @@ AS $$
         "limit" => recall_candidates."limit") f
     ORDER BY f.fused_score DESC, f.unit_id
 $$;
-COMMENT ON FUNCTION rcll.recall_candidates(text, rcll.recall_scope, vector, vector, tstzrange, timestamptz, integer, double precision, double precision, double precision, double precision, double precision, double precision, double precision, integer)
-    IS 'Recall without the rerank: the dense, lexical, graph, temporal, entity (who: units linked to an entity the query names, ranked by entity_query_embedding - the query without its names, rcll.query_without_entities - else query_embedding) and session (where: documents by BM25 over their whole text) channels, each at most channel_limit units, all filtered before ranking, fused by a per-query z-score sum: each channel''s scores standardised over its own list, a unit it did not return at its lowest z, a channel with fewer than two hits or flat scores silent; fused_score = sum of weight * z. The context channel (dense hits read with the chunk before them) runs only with context_weight > 0. Each row: the unit, its axes, the fused score, its rank in each channel (NULL = not found there) and context, the last 16 words of the chunk before it in its document when that chunk passes the same scope (the reranker''s second view). What it may read is one value, scope (rcll.recall_scope: bank, rooms, authors, filters), built once by the caller and passed to every channel; a weight of 0 skips a channel. Without query_embedding the query is embedded by the model service or the in-database models where registered (rcll.use_model_service, rcll.enable_in_database_models), else the dense channel is skipped (NOTICE). From psql: SELECT * FROM rcll.recall_candidates(''deploy'', rcll.recall_scope(''fleet'', rooms => ''{deployment}'')).';
+COMMENT ON FUNCTION rcll.recall_candidates(text, rcll.recall_scope, vector, vector, tstzrange, timestamptz, integer, double precision, double precision, double precision, double precision, double precision, double precision, double precision, integer, integer)
+    IS 'Recall without the rerank: the dense, lexical, graph, temporal, entity (who: units linked to an entity the query names, ranked by entity_query_embedding - the query without its names, rcll.query_without_entities - else query_embedding) and session (where: documents by BM25 over their whole text) channels, each at most channel_limit units, all filtered before ranking, fused by a per-query z-score sum: each channel''s scores standardised over its own list, a unit it did not return at its lowest z, a channel with fewer than two hits or flat scores silent; fused_score = sum of weight * z. The context channel (dense hits read with the chunk before them) runs only with context_weight > 0. Each row: the unit, its axes, the fused score, its rank in each channel (NULL = not found there) and context, the last 16 words of the chunk before it in its document when that chunk passes the same scope (the reranker''s second view). What it may read is one value, scope (rcll.recall_scope: bank, rooms, authors, filters), built once by the caller and passed to every channel; a weight of 0 skips a channel. Without query_embedding the query is embedded by the model service or the in-database models where registered (rcll.use_model_service, rcll.enable_in_database_models), else the dense channel is skipped (NOTICE). deadline_ms (default none; counted from the statement''s start) bounds the channels: each starts only while the deadline leaves it time (rcll.recall_channels), the lexical channel when none ran before it. From psql: SELECT * FROM rcll.recall_candidates(''deploy'', rcll.recall_scope(''fleet'', rooms => ''{deployment}'')).';

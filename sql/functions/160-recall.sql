@@ -111,8 +111,11 @@ DECLARE
     ms     double precision := _recall_rerank.deadline_ms;
     -- What the statement needs after the model service's last answer (the order, the budget
     -- cut, the rows to the client): the service is asked to be done that much before the deadline.
-    reserve constant double precision := 20;
+    -- 20 ms, or 5% of the deadline when more: that work takes longer in proportion as the backend
+    -- gets less of a core (docs/benchmarks.md, "The channels bounded by the deadline").
+    reserve constant double precision := greatest(20, 0.05 * coalesce(_recall_rerank.deadline_ms, 0));
     spare  double precision;
+    spent  boolean := false;
     counted record;
 BEGIN
     IF texts IS NULL THEN
@@ -125,15 +128,16 @@ BEGIN
     -- With deadline_ms (counted from the start of the statement) both views read in fused order
     -- while time is left (rcll._model_rerank_until); what is not read keeps its fused order.
     -- The whole recall is bounded by deadline_ms: the rerank gets what the channels left of it,
-    -- and none when that cannot read even two candidates (a NOTICE says so).
+    -- and none when that leaves the service less than 20 ms beyond the reserve (a NOTICE says so).
     IF models AND rcll._model_service_gave_up() THEN
         depth := 0;                              -- its NOTICE said why
     ELSIF models AND depth > 0 AND ms IS NOT NULL THEN
         spare := ms - 1000 * extract(epoch FROM clock_timestamp() - statement_timestamp());
-        IF spare < 2 * reserve THEN
+        IF spare < reserve + 20 THEN
             RAISE NOTICE 'recall: the deadline (% ms) left % ms after the channels: the rerank is skipped', ms, round(greatest(spare, 0))
-                USING HINT = 'The candidates keep their fused order; allow a longer deadline_ms for a reranked answer.';
+                USING HINT = 'The candidates keep their fused order and the token budget is estimated; allow a longer deadline_ms for a reranked answer.';
             depth := 0;
+            spent := true;
         END IF;
     END IF;
     IF models AND depth > 0 THEN
@@ -172,10 +176,11 @@ BEGIN
     FROM generate_subscripts(texts, 1) AS o(i);
 
     -- Phase 5: fill the token budget (fact text only): a fact that does not fit is skipped and
-    -- the next, shorter one may still fit.
+    -- the next, shorter one may still fit. When the channels spent the deadline, the counts are
+    -- estimated: asking the model service would only wait past it (up to 100 ms).
     IF toks IS NOT NULL THEN
         NULL;                                    -- counted with the rerank
-    ELSIF models THEN
+    ELSIF models AND NOT spent THEN
         toks := rcll._model_token_counts(texts);
     ELSE
         toks := rcll._approx_tokens(texts);
@@ -227,6 +232,7 @@ AS $$
             query_embedding => (SELECT e.query_vector FROM e),
             entity_query_embedding => (SELECT e.entity_vector FROM e),
             time_range => recall.time_range, reference_time => recall.reference_time,
+            deadline_ms => recall.deadline_ms,
             "limit" => greatest(greatest(coalesce(recall."limit", (rcll.recall_defaults()).candidate_limit), 0),
                                 greatest(coalesce(recall.rerank_depth, 0), 0))) WITH ORDINALITY AS c
     )
@@ -243,4 +249,4 @@ AS $$
     ORDER BY r.ordinal
 $$;
 COMMENT ON FUNCTION rcll.recall(text, rcll.recall_scope, integer, integer, integer, integer, vector, tstzrange, timestamptz, integer, vector)
-    IS 'Recall from SQL: rcll.recall_candidates over the scope (rcll.recall_scope: bank, rooms, authors, filters), then the cross-encoder rerank of the top rerank_depth candidates (the top context_depth of its order read again with the chunk before them, by the mean of both scores), then the cut to "limit" facts and budget tokens of fact text (skipping facts that do not fit). Fusion runs with rcll.recall_candidates'' defaults: tuning it (channel_limit, the channel weights) is rcll.recall_candidates'' job. With in-database models (rcll.enable_in_database_models) the query (and, for the entity channel, the query without the entities it names) is embedded and reranked here; without them pass query_embedding (and entity_query_embedding, the embedding of rcll.query_without_entities; else the entity channel ranks by query_embedding), and the rerank is skipped (NOTICE). deadline_ms (default none) is a latency budget for the whole statement, from its start: the embedding and the channels run, then the cross-encoder reads candidates in fused order while time is left (none when the channels left too little: a NOTICE says so), the rest keep their fused order (rerank_score NULL), and a NOTICE says where the deadline cut it. Never writes. From psql: SELECT text FROM rcll.recall(''how do we deploy?'', rcll.recall_scope(''fleet'', rooms => ''{deployment}'')).';
+    IS 'Recall from SQL: rcll.recall_candidates over the scope (rcll.recall_scope: bank, rooms, authors, filters), then the cross-encoder rerank of the top rerank_depth candidates (the top context_depth of its order read again with the chunk before them, by the mean of both scores), then the cut to "limit" facts and budget tokens of fact text (skipping facts that do not fit). Fusion runs with rcll.recall_candidates'' defaults: tuning it (channel_limit, the channel weights) is rcll.recall_candidates'' job. With in-database models (rcll.enable_in_database_models) the query (and, for the entity channel, the query without the entities it names) is embedded and reranked here; without them pass query_embedding (and entity_query_embedding, the embedding of rcll.query_without_entities; else the entity channel ranks by query_embedding), and the rerank is skipped (NOTICE). deadline_ms (default none) is a latency budget for the whole statement, from its start: the embedding runs, each channel starts only while the deadline leaves it time (rcll.recall_channels: the first that does not fit and the later ones are skipped, the lexical channel runs when none ran before it, a NOTICE names them), then the cross-encoder reads candidates in fused order while time is left (none when the channels left too little: a NOTICE says so), the rest keep their fused order (rerank_score NULL), and a NOTICE says where the deadline cut it. Never writes. From psql: SELECT text FROM rcll.recall(''how do we deploy?'', rcll.recall_scope(''fleet'', rooms => ''{deployment}'')).';
