@@ -13,19 +13,20 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import psycopg
 import pytest
-from agents import Agent, FunctionTool, RunContextWrapper, set_tracing_disabled
-from agents.mcp import MCPServer, MCPServerStdio, MCPServerStreamableHttp
-from agents.tool_context import ToolContext
 
 from rcll.mcp_server import READ_TOOLS, WRITE_TOOLS
 
+if TYPE_CHECKING:
+    from agents.mcp import MCPServer
+
+# The SDK is imported inside the tests: every pytest-xdist worker collects this file, and the
+# import costs seconds of CPU that a worker not running these tests would spend for nothing.
 ROOT = Path(__file__).resolve().parents[1]
-set_tracing_disabled(True)      # the SDK's traces would go to OpenAI's servers: nothing leaves the machine
 TOKEN = "tok-" + "s" * 32
 
 
@@ -47,6 +48,10 @@ def text(result: Any) -> Any:
 async def use(server: MCPServer) -> dict[str, Any]:
     """What an agent does with RCLL's MCP server: list, retain, recall - directly and as the
     Agent's own function tools."""
+    from agents import Agent, FunctionTool, RunContextWrapper, set_tracing_disabled
+    from agents.tool_context import ToolContext
+
+    set_tracing_disabled(True)      # the SDK's traces would go to OpenAI's servers: nothing leaves the machine
     async with server:
         names = {t.name for t in await server.list_tools()}
         r = await server.call_tool("memory_retain", {"bank": "b", "content": "We deploy the API with Argo CD.",
@@ -66,6 +71,8 @@ async def use(server: MCPServer) -> dict[str, Any]:
 
 @pytest.mark.slow
 def test_the_agents_sdk_stdio_client_lists_and_calls_rcll_tools(bank: str) -> None:
+    from agents.mcp import MCPServerStdio
+
     server = MCPServerStdio(params={"command": sys.executable, "args": ["-m", "rcll.cli", "mcp", "--dsn", bank],
                                     "env": _env(RCLL_AGENT="assistant")},
                             client_session_timeout_seconds=120)
@@ -100,6 +107,8 @@ def http_server(bank: str, tmp_path: Path) -> Iterator[str]:
 
 @pytest.mark.slow
 def test_the_agents_sdk_streamable_http_client_lists_and_calls_rcll_tools_with_its_token_only(http_server: str) -> None:
+    from agents.mcp import MCPServerStreamableHttp
+
     server = MCPServerStreamableHttp(params={"url": http_server, "headers": {"Authorization": f"Bearer {TOKEN}"},
                                              "timeout": 120, "sse_read_timeout": 120},
                                      client_session_timeout_seconds=120)

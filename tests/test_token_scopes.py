@@ -14,6 +14,7 @@ import anyio
 import httpx
 import psycopg
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from conftest import MakeLoginRole
@@ -21,7 +22,7 @@ from harness import fuzz_import
 from rcll.auth import VERBS, Caller, TokenMap
 from rcll.errors import CODES, Code, RcllError, unknown_bank
 from rcll.http import create_app
-from rcll.mcp_server import build_server, http_app
+from rcll.mcp_server import MCPServer, build_server, http_app
 from rcll.memory import Memory
 
 # Every bank's data carries its own marker (in unit text, room, tag, state key and value), and unit
@@ -33,10 +34,46 @@ OTHER = "other-token-" + "o" * 24
 NDJSON = {"Content-Type": "application/x-ndjson"}
 
 
+class Scopes(TokenMap):
+    """A server's token map that grows: every scope a test tries is added under a token of its own."""
+
+    def add(self, pairs: dict[str, Caller]) -> None:
+        self._callers.update(TokenMap.from_pairs(pairs)._callers)
+
+
+class Served:
+    """The one HTTP app and the one MCP server over a service that a test drives. Building either
+    costs far more than the requests a case sends, so each case's token map is added to theirs under
+    fresh tokens (Served.login) instead of a server being built for it: a client made earlier keeps
+    the scope it was made with, and both read the map at every request, as a server reads its own."""
+
+    def __init__(self, svc: Memory) -> None:
+        self.svc = svc
+        self.tokens = Scopes()
+        self.app = create_app(service=svc, tokens=self.tokens)
+        self._mcp: MCPServer | None = None
+        self._logins = itertools.count()
+
+    def login(self, tm: dict[str, Caller]) -> str:
+        """Add tm's tokens (renamed, so that no earlier case's scope is changed); the bearer token
+        that stands for tm's TOKEN."""
+        n = next(self._logins)
+        self.tokens.add({f"{n:05d}-{token}": caller for token, caller in tm.items()})
+        return f"{n:05d}-{TOKEN}"
+
+    @property
+    def mcp(self) -> MCPServer:
+        if self._mcp is None:
+            self._mcp = build_server(self.svc, tokens=self.tokens)
+        return self._mcp
+
+
 @dataclass
 class World:
     dsn: str
     svc: Memory
+    served: Served
+    anonymous: FastAPI      # the app of a server without tokens
     units: dict[str, set[int]] = field(default_factory=dict)
     exports: dict[str, bytes] = field(default_factory=dict)
 
@@ -64,8 +101,8 @@ def world(dsn: str) -> Iterator[World]:
     units = seed(dsn)
     svc = Memory(dsn)
     try:
-        w = World(dsn, svc, units)
-        admin = TestClient(create_app(service=svc, tokens=TokenMap()))
+        w = World(dsn, svc, Served(svc), create_app(service=svc, tokens=TokenMap()), units)
+        admin = TestClient(w.anonymous)
         for bank in BANKS:
             w.exports[bank] = admin.get("/export", params={"bank": bank}).content
         yield w
@@ -73,14 +110,13 @@ def world(dsn: str) -> Iterator[World]:
         svc.close()
 
 
-def tokens(**scopes: Caller) -> TokenMap:
-    return TokenMap.from_pairs({TOKEN: scopes.get("token", Caller("agent")),
-                                OTHER: Caller("other", ("*",), frozenset(VERBS))})
+def tokens(**scopes: Caller) -> dict[str, Caller]:
+    return {TOKEN: scopes.get("token", Caller("agent")), OTHER: Caller("other", ("*",), frozenset(VERBS))}
 
 
-def http(svc: Memory, tm: TokenMap) -> TestClient:
-    """An HTTP client of an app over the already open service (the service outlives the app)."""
-    return TestClient(create_app(service=svc, tokens=tm), headers={"Authorization": f"Bearer {TOKEN}"})
+def http(served: Served, tm: dict[str, Caller]) -> TestClient:
+    """An HTTP client, as tm's TOKEN, of the app over the already open service (which outlives it)."""
+    return TestClient(served.app, headers={"Authorization": f"Bearer {served.login(tm)}"})
 
 
 def renamed(export: bytes, bank: str) -> bytes:
@@ -193,14 +229,14 @@ def mcp_answer(result: Any) -> Answer:
     return Answer(True, 200, body, text + json.dumps(body))
 
 
-def mcp_calls(svc: Memory, tm: TokenMap, calls: list[tuple[str, dict[str, Any]]],
-              token: str = TOKEN) -> list[Answer]:
-    """Call MCP tools through the streamable-HTTP app (in process), as `token`."""
+def mcp_calls(served: Served, tm: dict[str, Caller], calls: list[tuple[str, dict[str, Any]]]) -> list[Answer]:
+    """Call MCP tools through the streamable-HTTP app (in process), as tm's TOKEN."""
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    server = build_server(svc, tokens=tm)
-    app = http_app(server, tm)
+    token = served.login(tm)
+    server = served.mcp
+    app = http_app(server, served.tokens)      # each app runs a session manager of its own
 
     async def go() -> list[Answer]:
         out = []
@@ -308,25 +344,25 @@ def test_a_bad_token_entry_is_refused_naming_the_fix(text: str, field: str, word
 def test_every_http_endpoint_checks_the_bank_and_the_verb(world: World) -> None:
     for name, (verb, call) in HTTP.items():
         only = Caller("agent", ("alpha", "alpha-*"), frozenset({verb}))
-        c = http(world.svc, tokens(token=only))
+        c = http(world.served, tokens(token=only))
         check(http_answer(call(c, "alpha", world)), only, "alpha", verb, world, name)       # allowed
         check(http_answer(call(c, "alpha-2", world)), only, "alpha-2", verb, world, name)   # by pattern
         beta = http_answer(call(c, "beta", world))                                         # wrong bank
         check(beta, only, "beta", verb, world, name)
         # Out of reach is word for word what the database says of a bank that does not exist.
         if name != "import":        # (an import creates a missing bank)
-            missing = http_answer(call(http(world.svc, tokens()), "delta", world))
+            missing = http_answer(call(http(world.served, tokens()), "delta", world))
             same = json.loads(beta.raw.replace("beta", "delta"))
             assert (missing.status, missing.body) == (beta.status, same), name
         but = Caller("agent", ("alpha", "alpha-*"), frozenset(VERBS) - {verb})            # wrong verb
-        wrong = http_answer(call(http(world.svc, tokens(token=but)), "alpha", world))
+        wrong = http_answer(call(http(world.served, tokens(token=but)), "alpha", world))
         check(wrong, but, "alpha", verb, world, name)
         assert wrong.status == 403 and f"no {verb} scope" in wrong.body["error"], name
 
 
 def test_an_import_goes_only_to_a_bank_in_reach_whatever_its_header_says(world: World) -> None:
     alpha_only = Caller("agent", ("alpha",), frozenset({"import", "read"}))
-    c = http(world.svc, tokens(token=alpha_only))
+    c = http(world.served, tokens(token=alpha_only))
     # The bank row decides where an import writes; a header naming an allowed bank changes nothing.
     sneaky = renamed(world.exports["beta"], "beta").replace(b'"bank": "beta"', b'"bank": "alpha"', 1)
     assert json.loads(sneaky.splitlines()[0])["bank"] == "alpha"
@@ -344,35 +380,35 @@ def test_an_import_goes_only_to_a_bank_in_reach_whatever_its_header_says(world: 
 def test_every_mcp_tool_checks_the_bank_and_the_verb(world: World) -> None:
     for name, (verb, args) in MCP.items():
         only = Caller("agent", ("alpha*",), frozenset({verb}))
-        allowed, by_pattern, beta = mcp_calls(world.svc, tokens(token=only),
+        allowed, by_pattern, beta = mcp_calls(world.served, tokens(token=only),
                                               [(name, args("alpha")), (name, args("alpha-2")), (name, args("beta"))])
         check(allowed, only, "alpha", verb, world, name)
         check(by_pattern, only, "alpha-2", verb, world, name)
         check(beta, only, "beta", verb, world, name)
-        (missing,) = mcp_calls(world.svc, tokens(), [(name, args("delta"))])
+        (missing,) = mcp_calls(world.served, tokens(), [(name, args("delta"))])
         same = json.loads(json.dumps(beta.body).replace("beta", "delta"))
         assert (missing.ok, missing.body) == (beta.ok, same), name
         but = Caller("agent", ("alpha*",), frozenset(VERBS) - {verb})
-        (wrong,) = mcp_calls(world.svc, tokens(token=but), [(name, args("alpha"))])
+        (wrong,) = mcp_calls(world.served, tokens(token=but), [(name, args("alpha"))])
         check(wrong, but, "alpha", verb, world, name)
     # A tool called without a bank uses the server's default bank, which is checked like any other.
     only = Caller("agent", ("alpha",), frozenset(VERBS))
-    (default,) = mcp_calls(world.svc, tokens(token=only), [("memory_rooms", {})])
+    (default,) = mcp_calls(world.served, tokens(token=only), [("memory_rooms", {})])
     assert (default.status, default.body) == (404, unknown_bank("default").as_dict())
 
 
 def test_the_console_lists_only_the_banks_in_reach_and_merges_need_admin(world: World) -> None:
     some = Caller("person:dana", ("alpha*",), frozenset({"read"}))
-    c = http(world.svc, tokens(token=some))
+    c = http(world.served, tokens(token=some))
     assert sorted(b["name"] for b in c.get("/banks").json()["banks"]) == ["alpha", "alpha-2"]
-    everything = TestClient(create_app(service=world.svc, tokens=TokenMap()))
+    everything = TestClient(world.anonymous)
     assert {"beta", "gamma"} <= {b["name"] for b in everything.get("/banks").json()["banks"]}
     decide = {"from_room": "room-qxalphaq", "decision": "approve"}
     r = c.post("/merges/decide", json={"bank": "alpha", **decide})
     assert r.status_code == 403 and "no admin scope" in r.json()["error"], r.text
     r = c.post("/merges/decide", json={"bank": "beta", **decide})
     assert (r.status_code, r.json()) == (404, unknown_bank("beta").as_dict())
-    admin = http(world.svc, tokens(token=Caller("person:dana", ("alpha",), frozenset({"admin"}))))
+    admin = http(world.served, tokens(token=Caller("person:dana", ("alpha",), frozenset({"admin"}))))
     r = admin.post("/merges/decide", json={"bank": "alpha", **decide})    # past the scope: no merge pending
     assert (r.status_code, r.json()["code"], r.json()["field"]) == (404, "RC003", "from_room"), r.text
 
@@ -382,7 +418,7 @@ def test_a_read_only_server_refuses_writes_even_to_a_token_that_may_write(world:
     ro = Memory(login_role(member_of="rcll_reader").dsn, read_only=True)
     try:
         writer = Caller("agent", ("*",), frozenset(VERBS))
-        c = http(ro, tokens(token=writer))
+        c = http(Served(ro), tokens(token=writer))
         for name in ("retain", "state_put", "import", "forget", "forget_unit", "forget_state", "correct",
                      "set_retention"):
             r = HTTP[name][1](c, "alpha", world)
@@ -393,7 +429,7 @@ def test_a_read_only_server_refuses_writes_even_to_a_token_that_may_write(world:
 
 
 def test_without_tokens_every_bank_and_every_verb_answers_as_before(world: World) -> None:
-    c = TestClient(create_app(service=world.svc, tokens=TokenMap()))
+    c = TestClient(world.anonymous)
     for name, (_, call) in HTTP.items():
         for bank in ("alpha", "beta"):
             assert call(c, bank, world).status_code == 200, (name, bank)
@@ -422,7 +458,7 @@ def test_no_response_ever_carries_a_unit_of_a_bank_out_of_reach(world: World) ->
     @given(caller=callers, reqs=requests)
     def run(caller: Caller, reqs: list[tuple[str, str, str]]) -> None:
         tm = tokens(token=caller)
-        c = http(world.svc, tm)
+        c = http(world.served, tm)
         mcp: list[tuple[str, str, dict[str, Any]]] = []
         for _, name, bank in reqs:
             if name in HTTP:
@@ -438,7 +474,7 @@ def test_no_response_ever_carries_a_unit_of_a_bank_out_of_reach(world: World) ->
             key = f"{name}:{expected(caller, bank, (HTTP.get(name) or MCP[name])[0])[0]}"
             seen[key] = seen.get(key, 0) + 1
         if mcp:
-            for (name, bank, _), answer in zip(mcp, mcp_calls(world.svc, tm, [(n, a) for n, _, a in mcp])):
+            for (name, bank, _), answer in zip(mcp, mcp_calls(world.served, tm, [(n, a) for n, _, a in mcp])):
                 check(answer, caller, bank, MCP[name][0], world, f"MCP {name}")
                 if name == "memory_retain" and answer.ok:
                     world.units[bank] |= set(answer.body["unit_ids"])

@@ -15,6 +15,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 from collections.abc import Iterator
@@ -61,8 +62,11 @@ def _run(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout:
 
 @pytest.fixture(scope="module")
 def built() -> Path:
-    """The client compiled once for this file: dist/ (the package) and .test-build/ (its tests)."""
+    """The client compiled once for this file: dist/ (the package) and .test-build/ (its tests),
+    from empty directories, so that nothing an earlier build left behind is tested or packed."""
     npm = _npm()
+    for out in ("dist", ".test-build"):
+        shutil.rmtree(CLIENT / out, ignore_errors=True)
     _run([npm, "run", "--silent", "build"], CLIENT)
     _run([npm, "run", "--silent", "build:test"], CLIENT)
     return CLIENT
@@ -161,11 +165,21 @@ def test_npm_pack_makes_a_tarball_that_installs_imports_and_runs_the_readme_snip
         built: Path, live: Live, tmp_path: Path) -> None:
     _one_leg(live)
     npm = _npm()
-    packed = json.loads(_run([npm, "pack", "--json", "--pack-destination", str(tmp_path)], built))
+    # `npm pack` runs the prepack script, the package's build, before it packs; `built` has just run
+    # that same script, so the pack skips it rather than compile the package a second time, and the
+    # tarball is proven below to carry exactly what that build wrote.
+    assert json.loads((built / "package.json").read_text())["scripts"]["prepack"] == "npm run build"
+    packed = json.loads(_run([npm, "pack", "--json", "--ignore-scripts", "--pack-destination", str(tmp_path)], built))
     tarball = tmp_path / packed[0]["filename"]
     shipped = {f["path"] for f in packed[0]["files"]}
     assert {"package.json", "README.md", "dist/index.js", "dist/index.d.ts", "dist/schema.d.ts"} <= shipped, shipped
     assert not any(p.startswith(("src/", "test/", ".test-build/", "node_modules/")) for p in shipped), shipped
+    built_files = {f"dist/{p.relative_to(built / 'dist').as_posix()}" for p in (built / "dist").rglob("*") if p.is_file()}
+    assert {p for p in shipped if p.startswith("dist/")} == built_files, "the tarball's dist/ is the build's"
+    with tarfile.open(tarball) as tar:
+        for name in built_files:
+            member = tar.extractfile(f"package/{name}")
+            assert member is not None and member.read() == (built / name).read_bytes(), name
     app = tmp_path / "app"
     app.mkdir()
     (app / "package.json").write_text(json.dumps({"name": "app", "private": True, "type": "module"}))
