@@ -5,13 +5,34 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 import psycopg
 import pytest
 
+from conftest import Leg
 from rcll import models
-from test_recall_seed import seed
+from rcll.db import configure
+from test_recall_seed import UNITS, seed
+
+
+class Seeded(NamedTuple):
+    db: psycopg.Connection[Any]
+    ids: dict[str, int]
+
+
+@pytest.fixture
+def seeded(leg: Leg) -> Iterator[Seeded]:
+    """A copy, for each test, of test_recall_seed's store (seeded once per leg), and its unit ids by key."""
+    name = leg.new_database(leg.template("channels_seed", seed))
+    try:
+        with psycopg.connect(leg.url(name), autocommit=True) as conn:
+            configure(conn)
+            key = {u.text: u.key for u in UNITS}
+            yield Seeded(conn, {key[t]: int(u) for u, t in conn.execute("SELECT unit_id, text FROM rcll.memory_units")})
+    finally:
+        leg.drop_database(name)
 
 
 def _qe(text: str) -> Any:
@@ -25,8 +46,8 @@ def _ids(db: psycopg.Connection[Any], sql: str, params: dict[str, Any]) -> list[
 DENSE = "SELECT unit_id FROM rcll.channel_dense(%(qe)s, rcll.recall_scope('b', rooms => %(rooms)s), exact_below => %(exact)s) ORDER BY rank"
 
 
-def test_dense_ranks_the_nearest_unit_first_on_both_paths(db: psycopg.Connection[Any]) -> None:
-    ids = seed(db)
+def test_dense_ranks_the_nearest_unit_first_on_both_paths(seeded: Seeded) -> None:
+    db, ids = seeded
     qe = _qe("which charts do we deploy to kubernetes with")
     exact = _ids(db, DENSE, {"qe": qe, "rooms": None, "exact": 100000})
     hnsw = _ids(db, DENSE, {"qe": qe, "rooms": None, "exact": 0})
@@ -37,8 +58,8 @@ def test_dense_ranks_the_nearest_unit_first_on_both_paths(db: psycopg.Connection
     assert scores == sorted(scores, reverse=True) and 0 < scores[0] <= 1
 
 
-def test_dense_filters_before_ranking(db: psycopg.Connection[Any]) -> None:
-    ids = seed(db)
+def test_dense_filters_before_ranking(seeded: Seeded) -> None:
+    db, ids = seeded
     qe = _qe("which charts do we deploy to kubernetes with")
     for exact in (0, 100000):
         got = _ids(db, DENSE, {"qe": qe, "rooms": ["database"], "exact": exact})
@@ -59,8 +80,8 @@ def _bm25(docs: dict[int, list[str]], query: list[str], k1: float = 1.2, b: floa
     return out
 
 
-def test_lexical_is_okapi_bm25_with_per_bank_idf(db: psycopg.Connection[Any]) -> None:
-    seed(db)
+def test_lexical_is_okapi_bm25_with_per_bank_idf(seeded: Seeded) -> None:
+    db, _ = seeded
     # A second bank with the same words must not change bank b's IDF.
     db.execute("SELECT rcll.create_bank('other')")
     db.execute("""SELECT rcll.retain_chunks(bank => 'other', content => 'x', author => 'z',
@@ -80,8 +101,8 @@ def test_lexical_is_okapi_bm25_with_per_bank_idf(db: psycopg.Connection[Any]) ->
         assert got[uid] == pytest.approx(s, rel=1e-9)
 
 
-def test_lexical_pruned_candidates_agree_with_exact_scoring(db: psycopg.Connection[Any]) -> None:
-    seed(db)
+def test_lexical_pruned_candidates_agree_with_exact_scoring(seeded: Seeded) -> None:
+    db, _ = seeded
     db.execute("ANALYZE rcll.memory_units")
     for q in ("helm rollback", "database backups", "carol berlin office"):
         pruned = db.execute("SELECT unit_id, score FROM rcll.channel_lexical(%s, rcll.recall_scope('b')) ORDER BY rank", (q,)).fetchall()
@@ -95,9 +116,12 @@ def test_bm25_in_a_big_bank_prunes_without_losing_small_scopes_or_documents(db: 
     # "zebra" is rare and lies outside the tiny room. Pruned by bank-wide frequency alone, the
     # tiny room's units (which match only "deploy") were never candidates: both channels came back
     # empty there while exact BM25 lists the room's every unit.
+    # Big enough: a term is pruned in a bank of over 1,000 units once it is in over 1,000 of them
+    # (rcll._bm25_pruned_terms), so 3,000 "deploy" units prune it three times over (the whole-bank
+    # check below proves it was); more units would take the same route, only slower to write.
     db.execute("SELECT rcll.create_bank('big')")
     db.execute("""SELECT rcll.retain_chunks(bank => 'big', content => 'bulk', room => 'main', embeddings => NULL,
-                  chunks => ARRAY(SELECT 'deploy step' || i FROM generate_series(1, 21000) i))""")
+                  chunks => ARRAY(SELECT 'deploy step' || i FROM generate_series(1, 3000) i))""")
     db.execute("""SELECT rcll.retain_chunks(bank => 'big', content => 'zebras', room => 'main', embeddings => NULL,
                   chunks => ARRAY(SELECT 'zebra deploy ' || i FROM generate_series(1, 10) i))""")
     db.execute("""SELECT rcll.retain_chunks(bank => 'big', content => 'tiny', room => 'tiny', embeddings => NULL,
@@ -134,15 +158,15 @@ def test_bm25_in_a_big_bank_prunes_without_losing_small_scopes_or_documents(db: 
         assert first == many, prune
 
 
-def test_lexical_needs_no_refreshed_stats(db: psycopg.Connection[Any]) -> None:
-    ids = seed(db)
+def test_lexical_needs_no_refreshed_stats(seeded: Seeded) -> None:
+    db, ids = seeded
     db.execute("UPDATE rcll.bank_stats SET unit_count = 0, total_length = 0")
     got = _ids(db, "SELECT unit_id FROM rcll.channel_lexical('helm rollback', rcll.recall_scope('b')) ORDER BY rank", {})
     assert got[0] == ids["rollback"]
 
 
-def test_session_reads_the_refreshed_document_count(db: psycopg.Connection[Any]) -> None:
-    seed(db)   # refreshes bank_stats
+def test_session_reads_the_refreshed_document_count(seeded: Seeded) -> None:
+    db, _ = seeded   # seed() refreshed bank_stats
     stats = db.execute("SELECT s.document_count, (SELECT count(*) FROM rcll.documents d WHERE d.bank_id = s.bank_id) "
                        "FROM rcll.bank_stats s WHERE s.bank_id = rcll._bank_id('b')").fetchone()
     assert stats is not None and stats[0] == stats[1] > 1
@@ -161,8 +185,8 @@ def test_session_reads_the_refreshed_document_count(db: psycopg.Connection[Any])
     assert [r[0] for r in stale] and [r[1] for r in stale] != [r[1] for r in read]
 
 
-def test_lexical_takes_quotes_and_backslashes_verbatim(db: psycopg.Connection[Any]) -> None:
-    ids = seed(db)
+def test_lexical_takes_quotes_and_backslashes_verbatim(seeded: Seeded) -> None:
+    db, ids = seeded
 
     def lexical(q: str) -> list[tuple[int, float]]:
         return [(int(u), float(s)) for u, s in db.execute(
@@ -178,8 +202,8 @@ def test_lexical_takes_quotes_and_backslashes_verbatim(db: psycopg.Connection[An
     assert lexical("") == [] and lexical("the of and") == []
 
 
-def test_graph_spreads_from_named_entities_over_two_hops(db: psycopg.Connection[Any]) -> None:
-    ids = seed(db)
+def test_graph_spreads_from_named_entities_over_two_hops(seeded: Seeded) -> None:
+    db, ids = seeded
     rows = db.execute("SELECT unit_id, score FROM rcll.channel_graph('where did Caroline move to?', rcll.recall_scope('b')) ORDER BY rank").fetchall()
     got = {int(r[0]): float(r[1]) for r in rows}
     # hop 1: both units naming Carol (alias "caroline"); hop 2: the unit linked from one of them.
@@ -190,15 +214,15 @@ def test_graph_spreads_from_named_entities_over_two_hops(db: psycopg.Connection[
     assert set(one_hop) == {ids["lunch"], ids["berlin"]}
 
 
-def test_graph_matches_entities_fuzzily_and_ignores_stop_words(db: psycopg.Connection[Any]) -> None:
-    seed(db)
+def test_graph_matches_entities_fuzzily_and_ignores_stop_words(seeded: Seeded) -> None:
+    db, _ = seeded
     names = [r[0] for r in db.execute("SELECT name FROM rcll.query_entities('how do we use kubernetess', 'b')")]
     assert names == ["Kubernetes"]
     assert db.execute("SELECT count(*) FROM rcll.channel_graph('how do we do it', rcll.recall_scope('b'))").fetchone() == (0,)
 
 
-def test_graph_walks_only_through_readable_units(db: psycopg.Connection[Any]) -> None:
-    ids = seed(db)
+def test_graph_walks_only_through_readable_units(seeded: Seeded) -> None:
+    db, ids = seeded
     got = _ids(db, "SELECT unit_id FROM rcll.channel_graph('Carol', rcll.recall_scope('b', rooms => '{database}'))", {})
     assert got == []                               # the linked unit is reachable only via social
     got = _ids(db, "SELECT unit_id FROM rcll.channel_graph('Helm', rcll.recall_scope('b', authors => '{bob}'))", {})
@@ -206,6 +230,19 @@ def test_graph_walks_only_through_readable_units(db: psycopg.Connection[Any]) ->
 
 
 REF = "2024-05-15 12:00+00"
+_pure: dict[str, str] = {}
+
+
+@pytest.fixture
+def pure(leg: Leg) -> Iterator[psycopg.Connection[Any]]:
+    """A connection to one rcll database per leg, made once and shared by the tests that call
+    functions reading and writing no table (rcll.parse_time_range): a database of its own for
+    each of them would cost more than the test."""
+    if leg.name not in _pure:
+        _pure[leg.name] = leg.new_database()
+    with psycopg.connect(leg.url(_pure[leg.name]), autocommit=True) as conn:
+        configure(conn)
+        yield conn
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -230,7 +267,8 @@ REF = "2024-05-15 12:00+00"
     ("how do we deploy", None),
 ])
 def test_time_expressions_resolve_against_the_reference_time(
-        db: psycopg.Connection[Any], text: str, expected: str | None) -> None:
+        pure: psycopg.Connection[Any], text: str, expected: str | None) -> None:
+    db = pure
     db.execute("SET TimeZone = 'UTC'")
     row = db.execute("SELECT rcll.parse_time_range(%s, %s::timestamptz) = %s::tstzrange, rcll.parse_time_range(%s, %s::timestamptz)::text",
                      (text, REF, expected, text, REF)).fetchone()
@@ -241,8 +279,8 @@ def test_time_expressions_resolve_against_the_reference_time(
         assert row[0], row[1]
 
 
-def test_temporal_channel_returns_units_in_the_range(db: psycopg.Connection[Any]) -> None:
-    ids = seed(db)
+def test_temporal_channel_returns_units_in_the_range(seeded: Seeded) -> None:
+    db, ids = seeded
     got = _ids(db, "SELECT unit_id FROM rcll.channel_temporal('what did we decide last week', rcll.recall_scope('b'), reference_time => %(r)s) ORDER BY rank",
                {"r": REF})
     assert set(got) == {ids["helm"], ids["rollback"], ids["backups"]}
@@ -251,8 +289,8 @@ def test_temporal_channel_returns_units_in_the_range(db: psycopg.Connection[Any]
     assert _ids(db, "SELECT unit_id FROM rcll.channel_temporal('no time here', rcll.recall_scope('b'))", {}) == []
 
 
-def test_temporal_orders_by_meaning_when_given_the_embedding(db: psycopg.Connection[Any]) -> None:
-    ids = seed(db)
+def test_temporal_orders_by_meaning_when_given_the_embedding(seeded: Seeded) -> None:
+    db, ids = seeded
     qe = _qe("database backups")
     got = _ids(db, "SELECT unit_id FROM rcll.channel_temporal('last week', rcll.recall_scope('b'), reference_time => %(r)s, query_embedding => %(qe)s) ORDER BY rank",
                {"r": REF, "qe": qe})
@@ -268,8 +306,8 @@ CHANNELS = {
 
 
 @pytest.mark.parametrize("channel", sorted(CHANNELS))
-def test_every_channel_applies_every_filter(db: psycopg.Connection[Any], channel: str) -> None:
-    ids = seed(db)
+def test_every_channel_applies_every_filter(seeded: Seeded, channel: str) -> None:
+    db, ids = seeded
     qe = _qe("deploy helm database backups")
     sql = CHANNELS[channel]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -14,7 +14,7 @@ import numpy.typing as npt
 import psycopg
 import pytest
 
-from conftest import pg15_only
+from conftest import Leg, pg15_only, python_path
 from rcll import models
 from rcll.db import configure
 from rcll.deadline import Deadline, DeadlinePassed, Depth, call_tokens, pair_cost, rerank_within
@@ -41,13 +41,31 @@ def store(db: psycopg.Connection[Any], n: int = 30) -> None:
     retain_many(db, BANK, docs)
 
 
+@pytest.fixture
+def stored_dsn(leg: Leg) -> Iterator[str]:
+    """A copy, for each test, of the bank store() fills once per leg: retaining it embeds its 75
+    chunks through the model, which the tests that read it need done only once."""
+    name = leg.new_database(leg.template("recall_deadline_store", store))
+    try:
+        yield leg.url(name)
+    finally:
+        leg.drop_database(name)
+
+
+@pytest.fixture
+def stored(stored_dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(stored_dsn, autocommit=True) as conn:
+        configure(conn)
+        yield conn
+
+
 def ranked(result: Any) -> list[tuple[int, float | None]]:
     return [(f.unit_id, f.rerank_score) for f in result.facts]
 
 
 @pytest.mark.slow
-def test_a_generous_deadline_returns_exactly_the_undeadlined_result(db: psycopg.Connection[Any]) -> None:
-    store(db)
+def test_a_generous_deadline_returns_exactly_the_undeadlined_result(stored: psycopg.Connection[Any]) -> None:
+    db = stored
     q = "what changed in the deploys process after review?"
     plain = recall(Direct(db), R(query=q, bank=BANK))
     timed = recall(Direct(db), R(query=q, bank=BANK, deadline_ms=600_000))
@@ -57,8 +75,8 @@ def test_a_generous_deadline_returns_exactly_the_undeadlined_result(db: psycopg.
     assert (plain.rerank_depth_reached, plain.context_depth_reached, plain.deadline_cut) == (40, 15, False)
 
 
-def test_a_one_millisecond_deadline_still_returns_fused_results_flagged(db: psycopg.Connection[Any]) -> None:
-    store(db)
+def test_a_one_millisecond_deadline_still_returns_fused_results_flagged(stored: psycopg.Connection[Any]) -> None:
+    db = stored
     q = "billing runbook"
     # The deadline is spent before the channels: only the lexical channel runs (it always does),
     # fused as it would be alone, no rerank.
@@ -365,11 +383,12 @@ def test_the_reranker_batches_a_full_read_as_one_call_would() -> None:
 
 @pg15_only
 def test_in_database_recall_keeps_its_rows_under_a_generous_deadline_and_cuts_under_a_tiny_one(
-        models_dsn: str) -> None:
+        stored_dsn: str) -> None:
+    # The bank as the client retained it (models_dsn's set-up, on the copy): recall runs the models in here.
     sql = ("SELECT unit_id, rerank_score FROM rcll.recall(%s, rcll.recall_scope(%s), deadline_ms => %s)")
-    with psycopg.connect(models_dsn, autocommit=True) as db:
+    with psycopg.connect(stored_dsn, autocommit=True) as db:
+        db.execute("SELECT rcll.enable_in_database_models(%s)", (python_path(),))
         configure(db)
-        store(db)
         q = "what changed in the deploys process after review?"
         plain = db.execute("SELECT unit_id, rerank_score FROM rcll.recall(%s, rcll.recall_scope(%s))",
                            (q, BANK)).fetchall()
