@@ -1,7 +1,7 @@
 """RcllStore (the LangGraph store) against Memory: the store's own cost, and its search quality.
 
     .venv/bin/python -m bench.store overhead [--items 150] [--searches 60]
-    .venv/bin/python -m bench.store locomo [--conversations 0,1] [--every N] [--turn-items]
+    .venv/bin/python -m bench.store locomo [--conversations 0,1] [--every N] [--turn-items] [--dump-rankings F]
 
 overhead: LoCoMo turns put one by one through RcllStore.put and, interleaved, the same work on
 Memory by hand (Memory.retain of the text, then Memory.put_state of the value: what a put does),
@@ -26,11 +26,13 @@ SQL time only; the default's side is reranked, ~1-3 s a question on an idle mach
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
@@ -187,7 +189,7 @@ def locomo(args: argparse.Namespace) -> None:
     models._embedder = _Once(models.get_embedder())  # type: ignore[assignment]
     models._reranker = _Once(models.get_reranker())  # type: ignore[assignment]
     with fresh_database("storelocomo", port=args.port) as dsn, connect(dsn, autocommit=True) as conn, \
-            Memory(dsn) as memory:
+            Memory(dsn) as memory, open(args.dump_rankings, "w") if args.dump_rankings else nullcontext() as dump:
         unit_dia = retain(conn, convs)
         stores: dict[tuple[str, int], RcllStore] = {}
         for c in convs:
@@ -204,6 +206,10 @@ def locomo(args: argparse.Namespace) -> None:
                 # every item recall found, so that the merged matches are its whole ranking
                 hits = stores[(layout, q.conv)].search(ns, query=q.question, limit=args.limit)
                 ranking[VIA[layout]] = _turns_found(hits) if layout == SESSIONS else [h.key for h in hits]
+            if dump is not None:
+                dump.write(json.dumps({"conv": q.conv, "qid": q.qid, "category": q.category, "evidence": q.evidence,
+                                       "rankings": ranking}) + "\n")
+                dump.flush()
             for g, members in groups.items():
                 if q.conv in members:
                     for name, ranked in ranking.items():
@@ -240,6 +246,7 @@ def main() -> int:
     lo.add_argument("--every", type=int, default=1, help="every n-th question only (both sides the same ones)")
     lo.add_argument("--turn-items", action="store_true", help="also one item per turn (a document per turn)")
     lo.add_argument("--limit", type=int, default=100, help="items a search returns")
+    lo.add_argument("--dump-rankings", metavar="FILE", help="write each question's rankings (turn ids) as a JSON line")
     lo.add_argument("--port", type=int, default=55561)
     lo.set_defaults(func=locomo)
     args = ap.parse_args()
