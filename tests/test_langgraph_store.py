@@ -1,11 +1,16 @@
 """RcllStore is a LangGraph BaseStore that behaves as LangGraph documents its stores.
 
-LangGraph's packages ship no contract tests for stores (langgraph-checkpoint-conformance covers
-checkpointers only), so the documented behaviour of its reference store, InMemoryStore, is the
-contract: one scenario body runs against InMemoryStore and RcllStore, through the sync API and
-the async one, and the answers must be the same (differential). InMemoryStore embeds with RCLL's
-own embedder, so that "the best match" means the same to both. Then what RcllStore promises beyond
-it: versions kept as history, units replaced and never duplicated, TTL, the namespace mapping.
+LangGraph's packages ship no contract tests for stores: langgraph-checkpoint-conformance (PyPI
+0.0.2) covers checkpointers only (put, put_writes, get_tuple, list, delete_thread, delete_for_runs,
+copy_thread, prune, delta channel history), and the store tests of its repository
+(libs/checkpoint/tests/test_store.py for InMemoryStore, libs/checkpoint-postgres and
+libs/checkpoint-sqlite's tests/test_store.py and test_async_store.py) are each implementation's own
+fixtures and are not in any wheel (the wheels include only langgraph/). So the documented
+behaviour of its reference store, InMemoryStore, is the contract: one scenario body runs against
+InMemoryStore and RcllStore, through the sync API and the async one, and the answers must be the
+same (differential). InMemoryStore embeds with RCLL's own embedder, so that "the best match" means
+the same to both. Then what RcllStore promises beyond it: versions kept as history, units replaced
+and never duplicated, TTL, the namespace mapping, a session item's turns as one document.
 """
 
 from __future__ import annotations
