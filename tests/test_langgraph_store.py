@@ -1,11 +1,16 @@
 """RcllStore is a LangGraph BaseStore that behaves as LangGraph documents its stores.
 
-LangGraph's packages ship no contract tests for stores (langgraph-checkpoint-conformance covers
-checkpointers only), so the documented behaviour of its reference store, InMemoryStore, is the
-contract: one scenario body runs against InMemoryStore and RcllStore, through the sync API and
-the async one, and the answers must be the same (differential). InMemoryStore embeds with RCLL's
-own embedder, so that "the best match" means the same to both. Then what RcllStore promises beyond
-it: versions kept as history, units replaced and never duplicated, TTL, the namespace mapping.
+LangGraph's packages ship no contract tests for stores: langgraph-checkpoint-conformance (PyPI
+0.0.2) covers checkpointers only (put, put_writes, get_tuple, list, delete_thread, delete_for_runs,
+copy_thread, prune, delta channel history), and the store tests of its repository
+(libs/checkpoint/tests/test_store.py for InMemoryStore, libs/checkpoint-postgres and
+libs/checkpoint-sqlite's tests/test_store.py and test_async_store.py) are each implementation's own
+fixtures and are not in any wheel (the wheels include only langgraph/). So the documented
+behaviour of its reference store, InMemoryStore, is the contract: one scenario body runs against
+InMemoryStore and RcllStore, through the sync API and the async one, and the answers must be the
+same (differential). InMemoryStore embeds with RCLL's own embedder, so that "the best match" means
+the same to both. Then what RcllStore promises beyond it: versions kept as history, units replaced
+and never duplicated, TTL, the namespace mapping, a session item's turns as one document.
 """
 
 from __future__ import annotations
@@ -21,7 +26,14 @@ from langgraph.store.memory import InMemoryStore
 
 from rcll import Memory
 from rcll.errors import RcllError
-from rcll.integrations.langgraph import RcllStore, namespace_of, prefix_tag, room_of, thread_of
+from rcll.integrations.langgraph import (
+    RcllSearchItem,
+    RcllStore,
+    namespace_of,
+    prefix_tag,
+    room_of,
+    thread_of,
+)
 from rcll.models import get_embedder
 
 INDEX = {"fields": ["text"]}
@@ -186,6 +198,34 @@ def test_a_put_replaces_the_units_of_the_previous_version_never_duplicates_them(
     assert [h.key for h in hits][:1] == ["k"] and len({h.key for h in hits}) == len(hits)
     recalled = memory.recall("where does Alice live?", bank="agents").facts
     assert not any("Lyon" in f.text or "Porto" in f.text for f in recalled)
+
+
+def test_a_session_item_is_one_document_of_its_turns_and_a_search_says_which_turn_it_found(memory: Memory) -> None:
+    store = RcllStore(memory, bank="agents", index={"fields": ["turns[*].text"]}, time_field="date",  # type: ignore[arg-type]
+                      recall={"reference_time": "2023-06-01T00:00:00Z"})
+    ns = ("chats", "alice")
+    trip = ["Alice: we are back from the trip", "Bob: how was Lisbon?", "Alice: the tram up the hill was the best part"]
+    store.put(ns, "s1", {"date": "2023-05-20T10:00:00+00:00", "turns": [{"text": t} for t in trip]})
+    store.put(ns, "s2", {"date": "2023-05-27T10:00:00+00:00", "turns": [{"text": "Bob: I adopted a cat named Miso"},
+                                                                       {"text": "Alice: a cat! congratulations"}]})
+    units = memory.units(bank="agents", threads=[thread_of(ns, "s1")]).units
+    # the turns are the chunks of one document, in their order, dated by the item's time field
+    assert len({u.document_id for u in units}) == 1
+    assert [u.text for u in sorted(units, key=lambda u: u.unit_id)] == trip
+    assert {u.at.isoformat()[:10] for u in units} == {"2023-05-20"}
+    hits = store.search(ns, query="what did Alice like most in Lisbon?", limit=2)
+    assert isinstance(hits[0], RcllSearchItem) and hits[0].key == "s1"
+    best = hits[0].matches[0]
+    assert (best.path, best.text) == ("turns[*].text.2", trip[2])
+    assert best.rank == 1 and best.score == hits[0].score
+    # matches of every item, merged by rank, are the search's ranking of turns (each once)
+    ranks = sorted(m.rank for h in hits for m in h.matches)
+    assert ranks == sorted(set(ranks)) and len(ranks) == 5
+    assert [m.rank for m in hits[0].matches] == sorted(m.rank for m in hits[0].matches)
+    # an update that keeps the turns keeps the units and what they map to
+    store.put(ns, "s1", {"date": "2023-05-20T10:00:00+00:00", "turns": [{"text": t} for t in trip], "read": True})
+    again = store.search(ns, query="what did Alice like most in Lisbon?", limit=1)
+    assert again[0].matches[0].path == "turns[*].text.2"
 
 
 def test_the_only_item_of_a_bank_can_be_replaced_and_deleted(memory: Memory) -> None:

@@ -13,16 +13,20 @@ join cannot be ambiguous):
 - bank: the store's bank, for every namespace;
 - room state (rcll.put_state): room = the namespace's labels joined by ".", key = the item's key;
   the value is an envelope {"rcll_store": 1, "value", "created_at", "ttl", "expires_at", "texts",
-  "documents"} - compare-and-set on its version, every earlier version kept as history;
-- memory units (retain): each text the index fields name is a document of thread
-  json.dumps([room, key]), tagged "langgraph" and "langgraph:<p>" for every prefix p of the
-  namespace (so that a search under a prefix is recall with tags_all=["langgraph:<prefix>"]).
+  "documents", "units"} - compare-and-set on its version, every earlier version kept as history;
+- memory units (retain): the texts the index fields name are the chunks of one document of thread
+  json.dumps([room, key]), in their order (an item holding a session's turns under
+  "turns[*].text" is a session document, as retain files one), dated by time_field, tagged
+  "langgraph" and "langgraph:<p>" for every prefix p of the namespace (so that a search under a
+  prefix is recall with tags_all=["langgraph:<prefix>"]); "units" maps each unit to its text.
 
 A put whose indexed texts changed forgets the previous version's units in the transaction that
 writes the new ones (never two versions' units side by side); one whose texts did not change keeps
 them. `search(query=...)` is RCLL's recall inside the namespace prefix (hybrid first stage and
-cross-encoder), one score per item (its best unit), then LangGraph's filter and offset/limit. A
-batch reads once (rcll.state_keys) and writes in one transaction.
+cross-encoder), one score per item (its best unit), then LangGraph's filter and offset/limit; each
+result is an RcllSearchItem, whose `matches` say which of the item's texts recall ranked (path,
+text, rank in the whole search, score). A batch reads once (rcll.state_keys) and writes in one
+transaction.
 
 As LangGraph's InMemoryStore: ops in a batch read the store as it was before the batch, and the
 last put of a key wins; search without a query lists items in the order their namespaces, then
@@ -43,7 +47,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import psycopg
@@ -79,7 +83,8 @@ from rcll.retain import retain
 from rcll.validate import required_text, state_value_arg, text_arg, time_arg
 from rcll.workqueue import WRITE, admitted
 
-__all__ = ["ENVELOPE", "TAG", "RcllStore", "namespace_of", "prefix_tag", "room_of", "thread_of"]
+__all__ = ["ENVELOPE", "TAG", "Match", "RcllSearchItem", "RcllStore", "namespace_of", "prefix_tag", "room_of",
+           "thread_of"]
 
 ENVELOPE = "rcll_store"          # marks a room state value as an RcllStore item (its format version)
 TAG = "langgraph"                # every unit the store writes; "langgraph:<prefix>" per namespace prefix
@@ -119,6 +124,45 @@ def _time(value: Any) -> datetime | None:
 Pair = tuple[tuple[str, ...], str]      # (namespace, key): an item
 
 
+class Match(NamedTuple):
+    """One indexed text of a found item that the search ranked.
+
+    path: the text's label as the store keeps it (the index field's path, with ".<i>" for the i-th
+    text of a path that names several: "turns[*].text.3"); text: the chunk recall ranked (a long
+    text is several chunks); rank: its place in the whole search's ranking, across items (1 = best);
+    score: as the item's score (the cross-encoder's, or the fused one where the rerank did not reach)."""
+
+    path: str
+    text: str
+    rank: int
+    score: float
+
+
+class RcllSearchItem(SearchItem):
+    """A SearchItem (equal to LangGraph's for every comparison and in dict()) that also says which
+    of the item's indexed texts the search ranked: `matches`, best first. An item whose value holds
+    many texts (a session's turns, a document's paragraphs) tells where in it the answer is, and
+    merging several items' matches by rank gives the search's ranking of texts."""
+
+    __slots__ = ("matches",)
+
+    def __init__(self, namespace: tuple[str, ...], key: str, value: dict[str, Any], created_at: datetime,
+                 updated_at: datetime, score: float | None = None, matches: Sequence[Match] = ()) -> None:
+        super().__init__(namespace, key, value, created_at, updated_at, score)
+        self.matches = list(matches)
+
+
+class _Hit(NamedTuple):
+    """A unit recall ranked: its item, document, id, text, place in the ranking (from 1) and score."""
+
+    pair: Pair
+    document: int | None
+    unit: int
+    text: str
+    rank: int
+    score: float
+
+
 @dataclass
 class _Stored:
     """An item as the store holds it: the room state's current version and its envelope."""
@@ -141,9 +185,14 @@ class _Stored:
         return Item(value=dict(self.envelope["value"]), key=self.key, namespace=self.namespace,
                     created_at=_time(self.envelope["created_at"]) or self.updated_at, updated_at=self.updated_at)
 
-    def found(self, score: float | None) -> SearchItem:
-        return SearchItem(self.namespace, self.key, dict(self.envelope["value"]),
-                          _time(self.envelope["created_at"]) or self.updated_at, self.updated_at, score)
+    def found(self, score: float | None, matches: Sequence[Match] = ()) -> RcllSearchItem:
+        return RcllSearchItem(self.namespace, self.key, dict(self.envelope["value"]),
+                              _time(self.envelope["created_at"]) or self.updated_at, self.updated_at, score, matches)
+
+    def path_of(self, unit_id: int) -> str | None:
+        """The label of the indexed text a unit of this version was chunked from."""
+        owner = {u: i for u, i in self.envelope.get("units", [])}.get(unit_id)
+        return None if owner is None else str(self.envelope["texts"][owner][0])
 
 
 class RcllStore(BaseStore):
@@ -239,18 +288,18 @@ class RcllStore(BaseStore):
     def _ranks(self, op: Op) -> bool:
         return isinstance(op, SearchOp) and bool(op.query) and self.index_config is not None
 
-    def _recall(self, op: SearchOp) -> list[tuple[Pair, int | None, float]]:
-        """RCLL's recall inside the namespace prefix: (item, document, score) per unit, best first."""
+    def _recall(self, op: SearchOp) -> list[_Hit]:
+        """RCLL's recall inside the namespace prefix: one hit per unit, best first."""
         request = RecallRequest(query=op.query or "", bank=self.bank, tags_all=[prefix_tag(op.namespace_prefix)],
                                 **({"budget": None} | self.recall))
         out = []
-        for fact in self.memory.recall(request).facts:
+        for rank, fact in enumerate(self.memory.recall(request).facts, 1):
             try:
                 room, key = json.loads(fact.thread or "")
             except (ValueError, TypeError):
                 continue
             score = fact.rerank_score if fact.rerank_score is not None else fact.fused_score
-            out.append(((namespace_of(room), key), fact.document_id, float(score)))
+            out.append(_Hit((namespace_of(room), key), fact.document_id, fact.unit_id, fact.text, rank, float(score)))
         return out
 
     def _batch(self, ops: list[Op]) -> list[Result]:
@@ -262,7 +311,7 @@ class RcllStore(BaseStore):
             stored = self._read_all()
         else:
             stored = self._read([(op.namespace, op.key) for op in ops if isinstance(op, (GetOp, PutOp))]
-                                + [pair for hits in recalled.values() for pair, _, _ in hits])
+                                + [hit.pair for hits in recalled.values() for hit in hits])
         now = _now()
         live = {k: s for k, s in stored.items() if not s.expired(now)}
         everything = live if listing else None
@@ -279,10 +328,11 @@ class RcllStore(BaseStore):
                 if i in recalled:
                     page = self._ranked(op, recalled[i], live, lambda: everything or self._live(now))
                 else:
-                    page = [(s, None) for s in self._listed(op, live)[op.offset:op.offset + op.limit]]
-                results.append([s.found(score) for s, score in page])
+                    page = [(s, None, []) for s in self._listed(op, live)[op.offset:op.offset + op.limit]]
+                found: list[SearchItem] = [s.found(score, matches) for s, score, matches in page]
+                results.append(found)
                 if op.refresh_ttl:
-                    refresh.update({(s.namespace, s.key): s for s, _ in page})
+                    refresh.update({(s.namespace, s.key): s for s, _, _ in page})
             elif isinstance(op, ListNamespacesOp):
                 results.append(_list_namespaces(op, live.values()))
             else:
@@ -305,21 +355,24 @@ class RcllStore(BaseStore):
             first[s.namespace] = min(first.get(s.namespace, c), c)
         return sorted(items, key=lambda s: (first[s.namespace], s.envelope["created_at"], s.namespace, s.key))
 
-    def _ranked(self, op: SearchOp, hits: list[tuple[Pair, int | None, float]], live: dict[Pair, _Stored],
-                everything: Callable[[], dict[Pair, _Stored]]) -> list[tuple[_Stored, float | None]]:
-        scored: list[tuple[float, _Stored]] = []
-        seen: set[Pair] = set()
-        for pair, document, score in hits:
-            s = live.get(pair)
+    def _ranked(self, op: SearchOp, hits: list[_Hit], live: dict[Pair, _Stored],
+                everything: Callable[[], dict[Pair, _Stored]]) -> list[tuple[_Stored, float | None, list[Match]]]:
+        # One entry per item, at its best unit; its other units become its matches.
+        scored: dict[Pair, tuple[float, _Stored, list[Match]]] = {}
+        for hit in hits:
+            s = live.get(hit.pair)
             # a unit of the item's current version only (a concurrent put may have replaced it)
-            if s is None or pair in seen or document not in s.envelope["documents"] or not _kept(op, s):
+            if s is None or hit.document not in s.envelope["documents"] or not _kept(op, s):
                 continue
-            seen.add(pair)
-            scored.append((score, s))
-        out: list[tuple[_Stored, float | None]] = [(s, score) for score, s in scored[op.offset:op.offset + op.limit]]
+            entry = scored.setdefault(hit.pair, (hit.score, s, []))
+            path = s.path_of(hit.unit)
+            if path is not None:
+                entry[2].append(Match(path, hit.text, hit.rank, hit.score))
+        out: list[tuple[_Stored, float | None, list[Match]]] = [
+            (s, score, matches) for score, s, matches in list(scored.values())[op.offset:op.offset + op.limit]]
         if len(out) < op.limit:
             # As InMemoryStore: items with nothing indexed fill a short page, unscored.
-            out += [(s, None) for s in self._listed(op, everything()) if not s.envelope["documents"]
+            out += [(s, None, []) for s in self._listed(op, everything()) if not s.envelope["documents"]
                     ][:op.limit - len(out)]
         return out
 
@@ -360,22 +413,24 @@ class RcllStore(BaseStore):
                     when[(op.namespace, op.key)] = time_arg(op.value.get(self.time_field), f"value.{self.time_field}")
         # One document per item: its indexed texts are the document's chunks (a long text is
         # chunked as retain chunks it), so an item is one document as a retained text is.
+        # Each chunk remembers the text it came from (owners), so that a search can say which of
+        # an item's texts it found.
         plans = []
         for op in puts:
             old = stored.get((op.namespace, op.key))
             texts = self._texts(op)
             changed = old is None or old.envelope.get("texts") != texts or op.value is None
-            chunks = [c for _, t in texts for c in chunk_text(t)] if changed and op.value is not None else []
-            plans.append((op, old, texts, changed, chunks))
+            pieces = [(c, i) for i, (_, t) in enumerate(texts) for c in chunk_text(t)] if changed and op.value is not None else []
+            plans.append((op, old, texts, changed, [c for c, _ in pieces], [i for _, i in pieces]))
         with admitted(WRITE):
-            flat = [c for _, _, _, _, chunks in plans for c in chunks]
+            flat = [c for _, _, _, _, chunks, _ in plans for c in chunks]
             vectors = get_embedder().embed(flat) if flat else np.zeros((0, 0), np.float32)
             now = _now()           # a TTL counts from the write, after the model work
             with self.memory._tx(b) as conn:
-                _forget_threads(conn, b, [thread_of(op.namespace, op.key) for op, old, _, changed, _ in plans
+                _forget_threads(conn, b, [thread_of(op.namespace, op.key) for op, old, _, changed, _, _ in plans
                                           if old is not None and old.envelope["documents"] and changed])
                 at = 0
-                for op, old, texts, changed, chunks in plans:
+                for op, old, texts, changed, chunks, owners in plans:
                     pair = (op.namespace, op.key)
                     if op.value is None:
                         if old is not None:
@@ -383,21 +438,23 @@ class RcllStore(BaseStore):
                                          "reason => %s)", (b, room_of(op.namespace), op.key, "langgraph store delete"))
                         continue
                     documents = [] if changed or old is None else list(old.envelope["documents"])
+                    units = [] if changed or old is None else list(old.envelope.get("units", []))
                     if chunks:
                         doc = Document(content="\n".join(t for _, t in texts), thread=thread_of(*pair),
                                        occurred_at=when.get(pair), source="langgraph",
                                        tags=[TAG, *(prefix_tag(op.namespace[:i]) for i in range(1, len(op.namespace) + 1))],
                                        metadata={"namespace": list(op.namespace), "key": op.key,
                                                  "paths": [p for p, _ in texts]})
-                        documents = [retain(conn, b, doc, via="langgraph",
-                                            prepared=(chunks, vectors[at:at + len(chunks)])).document_id]
+                        kept = retain(conn, b, doc, via="langgraph", prepared=(chunks, vectors[at:at + len(chunks)]))
+                        documents = [kept.document_id]
+                        units = [[u, i] for u, i in zip(kept.unit_ids, owners, strict=True)]
                         at += len(chunks)
                     # an expired item not yet swept is gone for LangGraph: its key starts again
                     created = old.envelope["created_at"] if old is not None and not old.expired(now) else now.isoformat()
                     ttl = op.ttl
                     envelope = {ENVELOPE: 1, "value": dict(op.value), "created_at": created, "ttl": ttl,
                                 "expires_at": (now + timedelta(minutes=ttl)).isoformat() if ttl else None,
-                                "texts": texts, "documents": documents}
+                                "texts": texts, "documents": documents, "units": units}
                     _put(conn, b, op.namespace, op.key, envelope, old.version if old is not None else 0)
                 for s in refresh:
                     envelope = dict(s.envelope, expires_at=(now + timedelta(minutes=s.envelope["ttl"])).isoformat())
