@@ -2,7 +2,7 @@
 PG_CONFIG ?= $(shell .venv/bin/python -c "from rcll.cluster import embedded_bindir; print(embedded_bindir() / 'pg_config')" 2>/dev/null || echo pg_config)
 PY = .venv/bin/python
 
-.PHONY: run test bootstrap bootstrap-test pg15-leg browser node-client typescript-client typescript-types extension install lint bench bench-retain bench-recall bench-locomo
+.PHONY: run test test-setup system-packages bootstrap bootstrap-test pg15-leg browser node-client typescript-client typescript-types extension install lint bench bench-retain bench-recall bench-locomo
 
 run: bootstrap extension
 	.venv/bin/rcll serve
@@ -13,8 +13,18 @@ TEST_WORKERS ?= 2
 # Bytecode is cached even where PYTHONDONTWRITEBYTECODE is set: every `rcll` subprocess, server
 # and plpython3u backend a test starts would otherwise compile rcll's modules from source again,
 # and pytest rewrite every test module in each worker.
-test: bootstrap-test pg15-leg browser node-client typescript-client extension
-	env -u PYTHONDONTWRITEBYTECODE .venv/bin/pytest -n $(TEST_WORKERS) --dist loadfile tests
+test: test-setup
+	env -u PYTHONDONTWRITEBYTECODE .venv/bin/pytest -n $(TEST_WORKERS) --dist loadfile --durations=15 tests
+
+# The suite's set-up: pip's and npm's installs side by side (they wait on the disk and the
+# registries more than on a core), the system packages one apt at a time, then the scripts.
+test-setup:
+	@$(MAKE) --no-print-directory -j4 -O bootstrap-test node-client typescript-client system-packages
+	@$(MAKE) --no-print-directory extension
+
+system-packages:
+	@$(MAKE) --no-print-directory pg15-leg
+	@$(MAKE) --no-print-directory browser
 
 # node-postgres for tests/test_node_client.py (SQL recall from Node.js): installed once from the lock file.
 node-client: tests/node/node_modules/.package-lock.json
