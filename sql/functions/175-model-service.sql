@@ -256,7 +256,7 @@ BEGIN
     IF rcll._model_source() = 'in-database' THEN
         scores := CASE WHEN deadline_ms IS NULL THEN rcll._model_rerank(query, passages)
                        ELSE rcll._model_rerank_until(query, passages, deadline_ms, extract(epoch FROM statement_timestamp())) END;
-        tokens := rcll._model_count_tokens(count_texts);
+        tokens := CASE WHEN count_texts IS NOT NULL THEN rcll._model_count_tokens(count_texts) END;
         RETURN;
     END IF;
     -- The token counts ride with the rerank: one round trip, and none left to wait for after the
@@ -274,29 +274,14 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION rcll._model_rerank_counted(text, text[], text[], double precision)
-    IS 'Internal: rcll._model_rerank_scores and rcll._model_token_counts of count_texts in one request to the model service (or from the in-database models); both NULL when the service does not answer (a NOTICE says why).';
+    IS 'Internal: rcll._model_rerank_scores and rcll._model_token_counts of count_texts (NULL: no counts) in one request to the model service (or from the in-database models); both NULL when the service does not answer (a NOTICE says why).';
 
 CREATE OR REPLACE FUNCTION rcll._model_rerank_scores(query text, passages text[], deadline_ms double precision)
 RETURNS real[]
-LANGUAGE plpgsql STABLE
+LANGUAGE sql STABLE
 AS $$
-DECLARE
-    r record;
-BEGIN
-    IF rcll._model_source() = 'in-database' THEN
-        RETURN CASE WHEN deadline_ms IS NULL THEN rcll._model_rerank(query, passages)
-                    ELSE rcll._model_rerank_until(query, passages, deadline_ms, extract(epoch FROM statement_timestamp())) END;
-    END IF;
-    SELECT * INTO r FROM rcll._model_service('rerank', query, passages, deadline_ms);
-    IF r.answer IS NULL THEN
-        IF r.failure IS NOT NULL THEN
-            RAISE NOTICE 'recall: the model service (%) %: the rerank is skipped', rcll.model_service(), r.failure
-                USING HINT = 'Start it (rcll serve, or rcll models), or allow a longer deadline_ms; the candidates keep their fused order.';
-        END IF;
-        RETURN NULL;
-    END IF;
-    RETURN r.answer[1]::real[];
-END
+    SELECT (rcll._model_rerank_counted(_model_rerank_scores.query, _model_rerank_scores.passages, NULL,
+                                       _model_rerank_scores.deadline_ms)).scores
 $$;
 COMMENT ON FUNCTION rcll._model_rerank_scores(text, text[], double precision)
     IS 'Internal: cross-encoder logits of (query, passage) pairs in input order - with deadline_ms (from the statement''s start) only the prefix read while time was left - from the model service (or the in-database models); NULL when the service does not answer (a NOTICE says why).';
