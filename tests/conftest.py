@@ -8,6 +8,7 @@ it is never skipped. RCLL_TEST_LEGS=pg18 narrows a local run to one leg.
 from __future__ import annotations
 
 import collections
+import contextlib
 import fcntl
 import hashlib
 import itertools
@@ -76,6 +77,15 @@ class Leg:
 
     def drop_database(self, name: str) -> None:
         self._run_ddl(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+    @contextlib.contextmanager
+    def database(self, template: str = TEMPLATE) -> Iterator[str]:
+        """The URL of a new database copied from template, dropped afterwards."""
+        name = self.new_database(template)
+        try:
+            yield self.url(name)
+        finally:
+            self.drop_database(name)
 
     def template(self, name: str, build: Callable[[psycopg.Connection[Any]], object]) -> str:
         """A database that build(conn) fills once per leg and session, starting from a fresh rcll
@@ -199,9 +209,8 @@ def pg15(legs: dict[str, Leg], test_root: Path) -> Leg:
 @pytest.fixture
 def dsn(leg: Leg) -> Iterator[str]:
     """A fresh database with rcll installed, on each leg."""
-    name = leg.new_database()
-    yield leg.url(name)
-    leg.drop_database(name)
+    with leg.database() as url:
+        yield url
 
 
 @pytest.fixture

@@ -67,13 +67,10 @@ def _store(db: psycopg.Connection[Any]) -> None:
 def store(leg: Leg) -> Iterator[psycopg.Connection[Any]]:
     """A bank with a tiny room (3 units) and a big one (BIG units), random unit vectors, analysed:
     a copy, for each test, of a database built once per leg."""
-    name = leg.new_database(leg.template("channel_plans_store", _store))
-    try:
-        with psycopg.connect(leg.url(name), autocommit=True) as conn:
-            configure(conn)
-            yield conn
-    finally:
-        leg.drop_database(name)
+    with leg.database(leg.template("channel_plans_store", _store)) as url, \
+         psycopg.connect(url, autocommit=True) as conn:
+        configure(conn)
+        yield conn
 
 
 def _nodes(node: dict[str, Any]) -> list[dict[str, Any]]:

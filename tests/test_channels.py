@@ -25,14 +25,10 @@ class Seeded(NamedTuple):
 @pytest.fixture
 def seeded(leg: Leg) -> Iterator[Seeded]:
     """A copy, for each test, of test_recall_seed's store (seeded once per leg), and its unit ids by key."""
-    name = leg.new_database(leg.template("channels_seed", seed))
-    try:
-        with psycopg.connect(leg.url(name), autocommit=True) as conn:
-            configure(conn)
-            key = {u.text: u.key for u in UNITS}
-            yield Seeded(conn, {key[t]: int(u) for u, t in conn.execute("SELECT unit_id, text FROM rcll.memory_units")})
-    finally:
-        leg.drop_database(name)
+    with leg.database(leg.template("channels_seed", seed)) as url, psycopg.connect(url, autocommit=True) as conn:
+        configure(conn)
+        key = {u.text: u.key for u in UNITS}
+        yield Seeded(conn, {key[t]: int(u) for u, t in conn.execute("SELECT unit_id, text FROM rcll.memory_units")})
 
 
 def _qe(text: str) -> Any:

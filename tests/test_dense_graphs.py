@@ -51,11 +51,8 @@ def fleet(db: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
 def small_fleet_dsn(leg: Leg) -> Iterator[str]:
     """The same two banks at SMALL and SMALL // 2 units: enough for what the plan says and runs (a
     copy, for each test, of a database built once per leg)."""
-    name = leg.new_database(leg.template("dense_graphs_small_fleet", lambda db: _fleet(db, (SMALL, SMALL // 2))))
-    try:
-        yield leg.url(name)
-    finally:
-        leg.drop_database(name)
+    with leg.database(leg.template("dense_graphs_small_fleet", lambda db: _fleet(db, (SMALL, SMALL // 2)))) as url:
+        yield url
 
 
 @pytest.fixture

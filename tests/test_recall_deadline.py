@@ -45,11 +45,8 @@ def store(db: psycopg.Connection[Any], n: int = 30) -> None:
 def stored_dsn(leg: Leg) -> Iterator[str]:
     """A copy, for each test, of the bank store() fills once per leg: retaining it embeds its 75
     chunks through the model, which the tests that read it need done only once."""
-    name = leg.new_database(leg.template("recall_deadline_store", store))
-    try:
-        yield leg.url(name)
-    finally:
-        leg.drop_database(name)
+    with leg.database(leg.template("recall_deadline_store", store)) as url:
+        yield url
 
 
 @pytest.fixture
