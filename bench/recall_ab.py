@@ -64,6 +64,20 @@ def old_functions(ref: str, files: list[str]) -> str:
     return text
 
 
+def _same(a: list[Any], b: list[Any]) -> bool:
+    """Both sides returned the same units in the same order with the same scores."""
+    return len(a) == len(b) and all(x[0] == y[0] and abs(x[1] - y[1]) <= 1e-9 for x, y in zip(a, b, strict=True))
+
+
+def _summary(times: dict[str, list[float]], same: int, queries: int) -> list[list[Any]]:
+    """Each side's p50 and p95, the median per-query ratio, and how many answers were the same."""
+    ratios = [x / y for x, y in zip(times["this tree"], times["old"], strict=True)]
+    rows: list[list[Any]] = [[side, statistics.median(v), pct(v, 0.95)] for side, v in times.items()]
+    rows.append(["median per-query ratio (this tree / old)", statistics.median(ratios), ""])
+    rows.append(["same units, order and scores", f"{same}/{queries}", ""])
+    return rows
+
+
 def compare(conn: psycopg.Connection[Any], qs: list[dict[str, Any]]) -> list[list[Any]]:
     sides = {"this tree": "recall_candidates", "old": "recall_candidates_old"}
     times: dict[str, list[float]] = {k: [] for k in sides}
@@ -78,13 +92,8 @@ def compare(conn: psycopg.Connection[Any], qs: list[dict[str, Any]]) -> list[lis
             t = time.perf_counter()
             got[side] = conn.execute(CALL.format(fn=sides[side]), p).fetchall()
             times[side].append((time.perf_counter() - t) * 1000)
-        a, b = got["this tree"], got["old"]
-        same += len(a) == len(b) and all(x[0] == y[0] and abs(x[1] - y[1]) <= 1e-9 for x, y in zip(a, b, strict=True))
-    ratios = [x / y for x, y in zip(times["this tree"], times["old"], strict=True)]
-    rows: list[list[Any]] = [[side, statistics.median(v), pct(v, 0.95)] for side, v in times.items()]
-    rows.append(["median per-query ratio (this tree / old)", statistics.median(ratios), ""])
-    rows.append(["same units, order and scores", f"{same}/{len(qs)}", ""])
-    return rows
+        same += _same(got["this tree"], got["old"])
+    return _summary(times, same, len(qs))
 
 
 # The client's side by side, on the _old functions: both connections' lists through the client.
@@ -125,13 +134,8 @@ def compare_side_by_side(conn: psycopg.Connection[Any], side: psycopg.Connection
                     got[name] = sides[name](r, q["qe"])
                 if rnd:
                     times[name].append((time.perf_counter() - t) * 1000)
-        a, b = got["this tree"], got["old"]
-        same += len(a) == len(b) and all(x[0] == y[0] and abs(x[1] - y[1]) <= 1e-9 for x, y in zip(a, b, strict=True))
-    ratios = [x / y for x, y in zip(times["this tree"], times["old"], strict=True)]
-    rows: list[list[Any]] = [[name, statistics.median(v), pct(v, 0.95)] for name, v in times.items()]
-    rows.append(["median per-query ratio (this tree / old)", statistics.median(ratios), ""])
-    rows.append(["same units, order and scores", f"{same}/{len(qs)}", ""])
-    return rows
+        same += _same(got["this tree"], got["old"])
+    return _summary(times, same, len(qs))
 
 
 def main() -> int:
