@@ -107,7 +107,7 @@ _OLD_FUSE = sql.SQL("SELECT unit_id, fused_score FROM rcll.fuse_candidates_old(s
 
 def _old_side_by_side(conn: psycopg.Connection[Any], side: psycopg.Connection[Any], r: RecallRequest,
                       qe: Any) -> list[Any]:
-    p = rcll_recall._params(r, qe, None, None)
+    p = rcll_recall._params(r, qe, None, None, None)
     other = rcll_recall._side_work.submit(lambda: side.execute(_OLD_CHANNELS, {**p, "channels": list(rcll_recall.SIDE_CHANNELS)}).fetchall())
     hits = conn.execute(_OLD_CHANNELS, {**p, "channels": list(rcll_recall.MAIN_CHANNELS)}).fetchall()
     hits += other.result()
