@@ -97,9 +97,13 @@ def compare(conn: psycopg.Connection[Any], qs: list[dict[str, Any]]) -> list[lis
 
 
 # The client's side by side, on the _old functions: both connections' lists through the client.
+# The client's channel arguments but deadline_ms: an older ref's functions lack it, and a newer
+# one's default it to NULL (no deadline), as the timed recalls here run.
+_OLD_CHANNEL_ARGS = rcll_recall._named(["query_embedding", "entity_query_embedding", "time_range", "reference_time",
+                                        "channel_limit"], {"time_range": "tstzrange", "reference_time": "timestamptz"})
 _OLD_CHANNELS = sql.SQL("SELECT channel, unit_id, score, rank FROM rcll.recall_channels_old(query => %(query)s, "
                         "scope => {}, {}, {}, channels => %(channels)s::text[])").format(
-    rcll_recall._SCOPE, rcll_recall._CHANNEL_ARGS, rcll_recall._WEIGHTS)
+    rcll_recall._SCOPE, _OLD_CHANNEL_ARGS, rcll_recall._WEIGHTS)
 _OLD_FUSE = sql.SQL("SELECT unit_id, fused_score FROM rcll.fuse_candidates_old(scope => {}, channels => %(c)b::text[], "
                     "unit_ids => %(u)b::bigint[], scores => %(s)b::double precision[], ranks => %(k)b::integer[], {}, "
                     '"limit" => %(limit)s)').format(rcll_recall._SCOPE, rcll_recall._WEIGHTS)
@@ -124,7 +128,7 @@ def compare_side_by_side(conn: psycopg.Connection[Any], side: psycopg.Connection
     same = 0
     for i, q in enumerate(qs):
         r = RecallRequest(query=q["text"], bank=bench_recall.BANK, reference_time="2024-06-01",
-                          include_self_declared=True, **q["filters"])
+                          **({"include_self_declared": True} | q["filters"]))
         order = list(sides) if i % 2 == 0 else list(sides)[::-1]
         got = {}
         for rnd in range(2):                                                    # warm, then timed
