@@ -8,11 +8,13 @@ it is never skipped. RCLL_TEST_LEGS=pg18 narrows a local run to one leg.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import contextlib
 import fcntl
 import hashlib
 import itertools
 import os
+import queue
 import shutil
 import subprocess
 import sys
@@ -49,6 +51,11 @@ class Leg:
         self._templates: set[str] = set()
         self._ddl: psycopg.Connection[Any] | None = None
         self._ddl_lock = threading.Lock()
+        self._doomed: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._dropper: threading.Thread | None = None
+        self.undropped: list[str] = []
+        self._maker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"maker-{name}")
+        self._next: concurrent.futures.Future[str] | None = None
 
     def url(self, dbname: str = "postgres") -> str:
         return self.cluster.url(dbname)
@@ -70,13 +77,65 @@ class Leg:
                     if attempt == 2 or not self._ddl.broken:
                         raise
 
-    def new_database(self, template: str = TEMPLATE) -> str:
+    def _create_database(self, template: str) -> str:
         name = f"t_{os.getpid()}_{next(_counter)}"
         self._run_ddl(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template)))
         return name
 
+    def new_database(self, template: str = TEMPLATE) -> str:
+        """A new database copied from template. Copies of the rcll template are made one ahead, in
+        the background while a test runs, so the next test's is usually waiting for it."""
+        if template != TEMPLATE:
+            return self._create_database(template)
+        made: str | None = None
+        if self._next is not None:
+            try:
+                made = self._next.result()
+            except psycopg.Error:          # the server was restarted under it: made again below
+                made = None
+        self._next = self._maker.submit(self._create_database, TEMPLATE)
+        return made if made is not None else self._create_database(TEMPLATE)
+
     def drop_database(self, name: str) -> None:
-        self._run_ddl(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        """Dropped by the leg's dropper thread, off the test's clock: a DROP DATABASE right after
+        the test's last connection closed finds its backend still exiting and sleeps 100 ms
+        (PostgreSQL's CountOtherDBBackends) - on every test. Names are never reused; a database
+        the dropper could not drop goes with the cluster at the end of the session."""
+        if self._dropper is None:
+            self._dropper = threading.Thread(target=self._drop_doomed, name=f"dropper-{self.name}", daemon=True)
+            self._dropper.start()
+        self._doomed.put(name)
+
+    def _drop_doomed(self) -> None:
+        conn: psycopg.Connection[Any] | None = None
+        while (name := self._doomed.get()) is not None:
+            for attempt in range(3):       # a test may have restarted the server under the connection
+                try:
+                    if conn is None or conn.closed or conn.broken:
+                        conn = self.admin()
+                    conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+                    break
+                except psycopg.OperationalError:
+                    threading.Event().wait(0.5 * (attempt + 1))
+                except psycopg.Error as e:     # left for the cluster's removal, and said at the end
+                    self.undropped.append(f"{name}: {e}")
+                    break
+            else:
+                self.undropped.append(f"{name}: no connection after 3 attempts")
+        if conn is not None:
+            conn.close()
+
+    def close(self) -> None:
+        """Stop making databases ahead, let the dropper finish its queue (for at most 10 s) and
+        close the DDL connection."""
+        self._maker.shutdown(wait=True, cancel_futures=True)
+        if self._dropper is not None:
+            self._doomed.put(None)
+            self._dropper.join(timeout=10)
+        if self._ddl is not None:
+            self._ddl.close()
+        for failure in self.undropped:
+            print(f"conftest: {self.name}: a test database was not dropped: {failure}", file=sys.stderr)
 
     @contextlib.contextmanager
     def database(self, template: str = TEMPLATE) -> Iterator[str]:
@@ -179,8 +238,7 @@ _legs: dict[str, Leg] = {}
 def legs(test_root: Path) -> Iterator[dict[str, Leg]]:
     yield _legs
     for leg in _legs.values():
-        if leg._ddl is not None:
-            leg._ddl.close()
+        leg.close()
         leg.cluster.destroy()
 
 
