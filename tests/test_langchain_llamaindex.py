@@ -6,19 +6,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
-from langchain_core.documents import Document
-from langchain_core.retrievers import BaseRetriever as LangChainRetriever
-from langchain_core.tools import BaseTool
-from llama_index.core.base.llms.types import ChatMessage
-from llama_index.core.memory import Memory as ChatMemory
-from llama_index.core.retrievers import BaseRetriever as LlamaIndexRetriever
-from llama_index.core.schema import NodeWithScore
 
 from rcll import Memory
 from rcll.errors import RcllError
-from rcll.integrations import langchain, llamaindex
+
+if TYPE_CHECKING:
+    from llama_index.core.base.llms.types import ChatMessage
+
+# LangChain and LlamaIndex are imported inside the tests: every pytest-xdist worker collects this
+# file, and the two frameworks' imports take seconds of the worker that does not run it.
 
 
 @pytest.fixture
@@ -32,6 +31,11 @@ def memory(dsn: str) -> Iterator[Memory]:
 
 
 def test_the_langchain_retriever_returns_documents_best_first_inside_its_filters(memory: Memory) -> None:
+    from langchain_core.documents import Document
+    from langchain_core.retrievers import BaseRetriever as LangChainRetriever
+
+    from rcll.integrations import langchain
+
     retriever = langchain.RcllRetriever(memory=memory, filters={"rooms": ["deployment"]}, k=5)
     assert isinstance(retriever, LangChainRetriever)
     docs = retriever.invoke("how do we deploy the API?")
@@ -45,12 +49,16 @@ def test_the_langchain_retriever_returns_documents_best_first_inside_its_filters
 
 
 def test_the_langchain_retriever_passes_its_deadline_to_recall(memory: Memory) -> None:
+    from rcll.integrations import langchain
+
     retriever = langchain.RcllRetriever(memory=memory, deadline_ms=5000)
     assert retriever.recall("who owns billing?").deadline_ms == 5000
     assert "Carol" in retriever.invoke("who owns billing?")[0].page_content
 
 
 def test_a_retriever_with_a_wrong_filter_is_refused_when_made_naming_it(memory: Memory) -> None:
+    from rcll.integrations import langchain, llamaindex
+
     with pytest.raises(RcllError) as e:
         langchain.RcllRetriever(memory=memory, filters={"room": ["deployment"]})
     assert e.value.field == "filters.room"
@@ -63,6 +71,10 @@ def test_a_retriever_with_a_wrong_filter_is_refused_when_made_naming_it(memory: 
 
 
 def test_the_langchain_tools_retain_then_recall(memory: Memory) -> None:
+    from langchain_core.tools import BaseTool
+
+    from rcll.integrations import langchain
+
     tools = {t.name: t for t in langchain.rcll_tools(memory, room="people")}
     assert set(tools) == {"retain", "recall"} and all(isinstance(t, BaseTool) for t in tools.values())
     assert set(tools["retain"].args) == {"text", "tags"} and set(tools["recall"].args) == {"query"}
@@ -73,6 +85,11 @@ def test_the_langchain_tools_retain_then_recall(memory: Memory) -> None:
 
 
 def test_the_llamaindex_retriever_returns_scored_nodes(memory: Memory) -> None:
+    from llama_index.core.retrievers import BaseRetriever as LlamaIndexRetriever
+    from llama_index.core.schema import NodeWithScore
+
+    from rcll.integrations import llamaindex
+
     retriever = llamaindex.RcllRetriever(memory, filters={"rooms": ["billing"]}, top_k=3)
     assert isinstance(retriever, LlamaIndexRetriever)
     nodes = retriever.retrieve("who owns billing?")
@@ -84,7 +101,11 @@ def test_the_llamaindex_retriever_returns_scored_nodes(memory: Memory) -> None:
 
 
 def test_llamaindex_memory_flushes_into_the_block_and_reads_it_back(memory: Memory) -> None:
+    from llama_index.core.base.llms.types import ChatMessage
+    from llama_index.core.memory import Memory as ChatMemory
     from sqlalchemy.ext.asyncio import create_async_engine
+
+    from rcll.integrations import llamaindex
 
     block = llamaindex.RcllMemoryBlock(memory=memory, thread="chat-1", priority=0)
 
