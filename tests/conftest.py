@@ -41,6 +41,7 @@ os.environ.setdefault("RCLL_ALLOWED_HOSTS", "testserver")
 LEGS = [leg for leg in os.environ.get("RCLL_TEST_LEGS", "pg18,pg15").split(",") if leg]
 PORTS = {"pg18": 55418, "pg15": 55415}
 TEMPLATE = "rcll_template"
+DROPPER = "rcll_dropper"     # the database the dropper thread connects to
 _counter = itertools.count()
 
 
@@ -111,8 +112,8 @@ class Leg:
         while (name := self._doomed.get()) is not None:
             for attempt in range(3):       # a test may have restarted the server under the connection
                 try:
-                    if conn is None or conn.closed or conn.broken:
-                        conn = self.admin()
+                    if conn is None or conn.closed or conn.broken:   # not in postgres: tests copy that one
+                        conn = psycopg.connect(self.url(DROPPER), autocommit=True)
                     conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
                     break
                 except psycopg.OperationalError:
@@ -196,8 +197,9 @@ def _start_leg(name: str, base: Path) -> Leg:
     c.start()
     leg = Leg(name, c)
     with leg.admin() as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(TEMPLATE)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(TEMPLATE)))
+        for name in (TEMPLATE, DROPPER):
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     with psycopg.connect(leg.url(TEMPLATE)) as conn:
         install.install(conn)
         conn.commit()

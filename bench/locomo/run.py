@@ -192,6 +192,8 @@ def main() -> int:
     context_depths = sorted({int(m) for m in args.context_depths.split(",")} | {0})
     configs = [(d, m) for d in depths for m in context_depths if m <= d]
     default = (DEFAULT_RERANK_DEPTH, DEFAULT_CONTEXT_DEPTH)
+    if default not in configs:      # the default is always scored and timed (--depths need not name it)
+        configs = sorted([*configs, default])
 
     convs, questions = load()
     if args.conversations:
