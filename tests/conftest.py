@@ -45,6 +45,15 @@ DROPPER = "rcll_dropper"     # the database the dropper thread connects to
 _counter = itertools.count()
 
 
+@contextlib.contextmanager
+def connected(url: str) -> Iterator[psycopg.Connection[Any]]:
+    """An autocommit connection to url with the vector type registered: what a test reading or
+    filling an rcll database (the db fixture, a template's build, a copy of one) opens."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        configure(conn)
+        yield conn
+
+
 class Leg:
     def __init__(self, name: str, c: cluster.Cluster) -> None:
         self.name = name
@@ -78,8 +87,8 @@ class Leg:
                     if attempt == 2 or not self._ddl.broken:
                         raise
 
-    def _create_database(self, template: str) -> str:
-        name = f"t_{os.getpid()}_{next(_counter)}"
+    def _create_database(self, template: str, name: str | None = None) -> str:
+        name = name or f"t_{os.getpid()}_{next(_counter)}"
         self._run_ddl(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template)))
         return name
 
@@ -153,15 +162,12 @@ class Leg:
         corpus that several tests read, and may each change, costs its building once."""
         dbname = f"tpl_{name}"
         if dbname not in self._templates:
-            with self.admin() as conn:
-                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(dbname)))
-                conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(dbname),
-                                                                          sql.Identifier(TEMPLATE)))
-            with psycopg.connect(self.url(dbname), autocommit=True) as conn:
-                configure(conn)
+            self._run_ddl(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(dbname)))
+            self._create_database(TEMPLATE, dbname)
+            with connected(self.url(dbname)) as conn:
                 build(conn)
-            with self.admin() as conn:    # nobody connects to it again: copying it needs it idle
-                conn.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS false").format(sql.Identifier(dbname)))
+            # nobody connects to it again: copying it needs it idle
+            self._run_ddl(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS false").format(sql.Identifier(dbname)))
             self._templates.add(dbname)
         return dbname
 
@@ -276,8 +282,7 @@ def dsn(leg: Leg) -> Iterator[str]:
 @pytest.fixture
 def db(dsn: str) -> Iterator[psycopg.Connection[Any]]:
     """An autocommit connection to a fresh rcll database (vector type registered)."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        configure(conn)
+    with connected(dsn) as conn:
         yield conn
 
 

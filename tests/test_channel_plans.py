@@ -17,8 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from conftest import Leg
-from rcll.db import configure
+from conftest import Leg, connected
 
 BANK = "plans"
 BIG = 6000          # units in the big room: above exact_below, and big enough that HNSW beats reading the bank
@@ -67,9 +66,7 @@ def _store(db: psycopg.Connection[Any]) -> None:
 def store(leg: Leg) -> Iterator[psycopg.Connection[Any]]:
     """A bank with a tiny room (3 units) and a big one (BIG units), random unit vectors, analysed:
     a copy, for each test, of a database built once per leg."""
-    with leg.database(leg.template("channel_plans_store", _store)) as url, \
-         psycopg.connect(url, autocommit=True) as conn:
-        configure(conn)
+    with leg.database(leg.template("channel_plans_store", _store)) as url, connected(url) as conn:
         yield conn
 
 

@@ -11,9 +11,8 @@ from typing import Any, NamedTuple
 import psycopg
 import pytest
 
-from conftest import Leg
+from conftest import Leg, connected
 from rcll import models
-from rcll.db import configure
 from test_recall_seed import UNITS, seed
 
 
@@ -25,8 +24,7 @@ class Seeded(NamedTuple):
 @pytest.fixture
 def seeded(leg: Leg) -> Iterator[Seeded]:
     """A copy, for each test, of test_recall_seed's store (seeded once per leg), and its unit ids by key."""
-    with leg.database(leg.template("channels_seed", seed)) as url, psycopg.connect(url, autocommit=True) as conn:
-        configure(conn)
+    with leg.database(leg.template("channels_seed", seed)) as url, connected(url) as conn:
         key = {u.text: u.key for u in UNITS}
         yield Seeded(conn, {key[t]: int(u) for u, t in conn.execute("SELECT unit_id, text FROM rcll.memory_units")})
 
@@ -236,8 +234,7 @@ def pure(leg: Leg) -> Iterator[psycopg.Connection[Any]]:
     each of them would cost more than the test."""
     if leg.name not in _pure:
         _pure[leg.name] = leg.new_database()
-    with psycopg.connect(leg.url(_pure[leg.name]), autocommit=True) as conn:
-        configure(conn)
+    with connected(leg.url(_pure[leg.name])) as conn:
         yield conn
 
 

@@ -11,10 +11,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from conftest import Leg
+from conftest import Leg, connected
 from rcll import graphs
 from rcll.cli import main as cli
-from rcll.db import configure
 from sqlcall import refused
 from test_channel_plans import _chunks, _nested_plans, _scans
 
@@ -57,8 +56,7 @@ def small_fleet_dsn(leg: Leg) -> Iterator[str]:
 
 @pytest.fixture
 def small_fleet(small_fleet_dsn: str) -> Iterator[psycopg.Connection[Any]]:
-    with psycopg.connect(small_fleet_dsn, autocommit=True) as conn:
-        configure(conn)
+    with connected(small_fleet_dsn) as conn:
         yield conn
 
 

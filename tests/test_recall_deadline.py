@@ -14,7 +14,7 @@ import numpy.typing as npt
 import psycopg
 import pytest
 
-from conftest import Leg, pg15_only, python_path
+from conftest import Leg, connected, pg15_only, python_path
 from rcll import models
 from rcll.db import configure
 from rcll.deadline import Deadline, DeadlinePassed, Depth, call_tokens, pair_cost, rerank_within
@@ -51,8 +51,7 @@ def stored_dsn(leg: Leg) -> Iterator[str]:
 
 @pytest.fixture
 def stored(stored_dsn: str) -> Iterator[psycopg.Connection[Any]]:
-    with psycopg.connect(stored_dsn, autocommit=True) as conn:
-        configure(conn)
+    with connected(stored_dsn) as conn:
         yield conn
 
 
