@@ -84,7 +84,7 @@ def test_the_wheel_alone_installs_retains_and_recalls(empty_database: str, tmp_p
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "RCLL_DSN", "RCLL_MODEL_DIR", "VIRTUAL_ENV", "PYTHONHOME")}
-    env |= {"PIP_DISABLE_PIP_VERSION_CHECK": "1", "LLM_PROVIDER": "none", "RCLL_HOME": str(tmp_path / "home")}
+    env |= {"LLM_PROVIDER": "none", "RCLL_HOME": str(tmp_path / "home")}
     _run([str(Path(sys.executable).parent / "uv"), "pip", "install", "-q", "--python", str(venv / "bin" / "python"),
           str(wheel)], env=env, cwd=tmp_path, timeout=1200)
     site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
