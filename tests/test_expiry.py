@@ -55,3 +55,33 @@ def test_a_retention_policy_expires_its_layer_and_is_listed_in_stats(dsn: str, d
         assert m.upkeep().expired == 0
         assert db.execute("SELECT count(*) FROM rcll.memory_units WHERE expires_at IS NOT NULL").fetchone() == (0,)
         assert rule.unit_ids
+
+
+def test_the_scope_skips_the_expiry_test_only_while_its_bank_holds_no_expired_unit(
+        dsn: str, db: psycopg.Connection[Any]) -> None:
+    # rcll.recall_scope's has_expired: false lets every channel's plan drop the expiry test
+    # (docs/scaling.md); it must be true exactly while the bank holds an expired unit not yet swept.
+    def has_expired(bank: str) -> bool:
+        return bool(db.execute("SELECT (rcll.recall_scope(%s)).has_expired", (bank,)).fetchone()[0])  # type: ignore[index]
+
+    def lexical(bank: str, scope_sql: str = "rcll.recall_scope(%(b)s)") -> list[str]:
+        return [r[0] for r in db.execute(
+            f"SELECT u.text FROM rcll.channel_lexical('lab door code', {scope_sql}) c "
+            "JOIN rcll.memory_units u USING (unit_id) ORDER BY c.rank", {"b": bank}).fetchall()]
+
+    with Memory(dsn, bank="b") as m:
+        m.create_bank("b")
+        m.create_bank("c")
+        m.retain("The lab door opens with a badge.", ttl=timedelta(days=30))
+        m.retain("The lab door code is on the badge.", bank="c")
+        assert not has_expired("b") and not has_expired("c")
+        m.retain("The door code of the lab is 4711.", expires_at=PAST)
+        assert has_expired("b") and not has_expired("c")
+        assert lexical("b") == ["The lab door opens with a badge."]
+        # A scope built by hand without the field (NULL) makes the test all the same.
+        by_hand = "jsonb_populate_record(NULL::rcll.recall_scope, to_jsonb(rcll.recall_scope(%(b)s)) - 'has_expired')"
+        assert lexical("b", by_hand) == ["The lab door opens with a badge."]
+        assert [f.text for f in m.recall("lab door code").facts] == ["The lab door opens with a badge."]
+        m.upkeep()
+        assert not has_expired("b")
+        assert lexical("b") == ["The lab door opens with a badge."]

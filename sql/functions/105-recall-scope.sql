@@ -77,11 +77,16 @@ AS $$
                rcll._recall_authors(recall_scope.authors, recall_scope.mine),
                coalesce(recall_scope.include_unattributed, false), recall_scope.halls, recall_scope.layers,
                recall_scope.tags_any, recall_scope.tags_all, recall_scope.thread, recall_scope.as_of,
-               coalesce(recall_scope.include_self_declared, false))::rcll.recall_scope
+               coalesce(recall_scope.include_self_declared, false),
+               -- Expired units not yet swept, in this snapshot and by this transaction's now() (the
+               -- instant rcll._in_scope compares with): usually none, found by an empty range
+               -- scan of the expiry index; then the filters skip the expiry test.
+               EXISTS (SELECT 1 FROM rcll.memory_units m
+                       WHERE m.expires_at <= now() AND m.bank_id = b.id))::rcll.recall_scope
     FROM (SELECT rcll._bank_id(recall_scope.bank) AS id) b
 $$;
 COMMENT ON FUNCTION rcll.recall_scope(text, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, boolean)
-    IS 'The scope of a recall, resolved once: the bank''s id (unknown bank: error), rooms expanded through aliases and merges (rcll._expand_rooms; NULL = all rooms), authors narrowed by mine (rcll._recall_authors; NULL = all) - matched by server-resolved authors only, unless include_self_declared - and the other filters as given. rcll.recall_candidates builds it once and passes it to every channel.';
+    IS 'The scope of a recall, resolved once: the bank''s id (unknown bank: error), rooms expanded through aliases and merges (rcll._expand_rooms; NULL = all rooms), authors narrowed by mine (rcll._recall_authors; NULL = all) - matched by server-resolved authors only, unless include_self_declared - the other filters as given, and whether the bank held expired units not yet swept (has_expired: when it did not, the filters skip the expiry test). rcll.recall_candidates builds it once and passes it to every channel.';
 
 CREATE OR REPLACE FUNCTION rcll._in_scope(u anyelement, scope rcll.recall_scope)
 RETURNS boolean
@@ -109,7 +114,9 @@ AS $$
        AND ((scope).thread IS NULL OR (u).thread = (scope).thread)
        AND ((scope).as_of IS NULL OR (u).valid @> (scope).as_of)
        -- Expired units are out of every scope at once; the sweep (rcll.expire) removes them later.
-       AND ((u).expires_at IS NULL OR (u).expires_at > now())
+       -- A scope whose bank held no expired unit (has_expired false) skips the test: in a custom
+       -- plan the whole line folds away (reading every unit's expires_at cost ~2% of the SQL phase).
+       AND ((scope).has_expired IS FALSE OR (u).expires_at IS NULL OR (u).expires_at > now())
 $$;
 COMMENT ON FUNCTION rcll._in_scope(anyelement, rcll.recall_scope)
     IS 'Internal: whether a unit (a row of rcll.memory_units or rcll.unit_lexicon) passes a recall''s scope (bank, expanded rooms, resolved authors - a self-declared author only with include_self_declared -, halls, layers, tags, thread, validity as of; an expired unit never passes). Every channel filters through it; it is inlined into their queries.';

@@ -55,7 +55,7 @@ AS $$
     -- only while the deadline leaves it time (rcll._channel_starts): that check is in each
     -- channel's WHERE, reads none of its rows and is STABLE, so the planner makes it the channel's
     -- one-time filter, evaluated when the channel's turn comes; a channel it stops never runs.
-    -- Without deadline_ms it is true at once and the statement does what it did before.
+    -- Without deadline_ms the check is not even called, and the statement does what it did before.
     WITH run AS (
         SELECT rcll._channels_in_run_order(ARRAY[recall_channels.dense_weight, recall_channels.lexical_weight,
             recall_channels.graph_weight, recall_channels.temporal_weight, recall_channels.entity_weight,
@@ -69,9 +69,9 @@ AS $$
           AND (recall_channels.query_embedding IS NOT NULL OR rcll._notice(
                 'recall: dense channel skipped: no query_embedding was passed',
                 'Pass query_embedding (the rcll Python client does), or let rcll.recall embed the query in the database (SELECT rcll.enable_in_database_models(...)).'))
-          AND rcll._channel_starts(
+          AND (recall_channels.deadline_ms IS NULL OR rcll._channel_starts(
                 CASE WHEN recall_channels.dense_weight > 0 AND rcll._runs_channel('dense', recall_channels.channels)
-                     THEN 'dense' ELSE 'context' END, recall_channels.deadline_ms, (SELECT run.channels FROM run))
+                     THEN 'dense' ELSE 'context' END, recall_channels.deadline_ms, (SELECT run.channels FROM run)))
     ), ctx AS (
         -- Context (off by default since the session and entity channels: research/locomo/RESEARCH.md, third round):
         -- the top 100 dense hits and the chunk after each, scored with the chunk before them.
@@ -80,7 +80,7 @@ AS $$
             seeds => (SELECT array_agg(d.unit_id) FROM d WHERE d.rank <= 100),
             scope => recall_channels.scope, "limit" => recall_channels.channel_limit) c
         WHERE recall_channels.context_weight > 0 AND rcll._runs_channel('context', recall_channels.channels)
-          AND rcll._channel_starts('context', recall_channels.deadline_ms, (SELECT run.channels FROM run))
+          AND (recall_channels.deadline_ms IS NULL OR rcll._channel_starts('context', recall_channels.deadline_ms, (SELECT run.channels FROM run)))
     ), bm25 AS (
         -- The lexical and session channels share one candidate scan (rcll._bm25_channels).
         SELECT c.channel, c.unit_id, c.score, c.rank FROM rcll._bm25_channels(
@@ -89,21 +89,21 @@ AS $$
             -- arguments, evaluated in this order when the scan starts: the lexical channel's
             -- check (it always runs: it only counts the step), then the session channel's
             lexical => recall_channels.lexical_weight > 0 AND rcll._runs_channel('lexical', recall_channels.channels)
-                       AND rcll._channel_starts('lexical', recall_channels.deadline_ms, (SELECT run.channels FROM run)),
+                       AND (recall_channels.deadline_ms IS NULL OR rcll._channel_starts('lexical', recall_channels.deadline_ms, (SELECT run.channels FROM run))),
             session => recall_channels.session_weight > 0 AND rcll._runs_channel('session', recall_channels.channels)
-                       AND rcll._channel_starts('session', recall_channels.deadline_ms, (SELECT run.channels FROM run))) c
+                       AND (recall_channels.deadline_ms IS NULL OR rcll._channel_starts('session', recall_channels.deadline_ms, (SELECT run.channels FROM run)))) c
     ), g AS (
         SELECT c.unit_id, c.score, c.rank FROM rcll.channel_graph(
             query => recall_channels.query, scope => recall_channels.scope, "limit" => recall_channels.channel_limit) c
         WHERE recall_channels.graph_weight > 0 AND rcll._runs_channel('graph', recall_channels.channels)
-          AND rcll._channel_starts('graph', recall_channels.deadline_ms, (SELECT run.channels FROM run))
+          AND (recall_channels.deadline_ms IS NULL OR rcll._channel_starts('graph', recall_channels.deadline_ms, (SELECT run.channels FROM run)))
     ), t AS (
         SELECT c.unit_id, c.score, c.rank FROM rcll.channel_temporal(
             query => recall_channels.query, scope => recall_channels.scope,
             time_range => recall_channels.time_range, reference_time => recall_channels.reference_time,
             query_embedding => recall_channels.query_embedding, "limit" => recall_channels.channel_limit) c
         WHERE recall_channels.temporal_weight > 0 AND rcll._runs_channel('temporal', recall_channels.channels)
-          AND rcll._channel_starts('temporal', recall_channels.deadline_ms, (SELECT run.channels FROM run))
+          AND (recall_channels.deadline_ms IS NULL OR rcll._channel_starts('temporal', recall_channels.deadline_ms, (SELECT run.channels FROM run)))
     ), e AS (
         -- Without the embedding of the query minus its names, the query's own (psql: still works).
         SELECT c.unit_id, c.score, c.rank FROM rcll.channel_entity(
@@ -111,7 +111,7 @@ AS $$
             query_embedding => coalesce(recall_channels.entity_query_embedding, recall_channels.query_embedding),
             "limit" => recall_channels.channel_limit) c
         WHERE recall_channels.entity_weight > 0 AND rcll._runs_channel('entity', recall_channels.channels)
-          AND rcll._channel_starts('entity', recall_channels.deadline_ms, (SELECT run.channels FROM run))
+          AND (recall_channels.deadline_ms IS NULL OR rcll._channel_starts('entity', recall_channels.deadline_ms, (SELECT run.channels FROM run)))
     )
     SELECT x.* FROM (
         SELECT 'dense'::text AS channel, d.unit_id, d.score, d.rank FROM d

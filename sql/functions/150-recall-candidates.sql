@@ -57,10 +57,19 @@ AS $$
         -- fused = sum over channels of w * z, a missing unit at the channel's lowest z: the sum of
         -- every channel's w * zmin, plus w * (z - zmin) where the unit was found. A unit only a
         -- silent channel found keeps the base (it follows every unit a speaking channel found).
-        -- A unit's channels are summed in channel order, never in an order its id could change.
+        -- A unit's channels are summed in channel-name order, never in an order its id could
+        -- change: one term per channel (a unit is in a channel's list once), added left to right in
+        -- that order, a channel that did not find it adding 0 (exact: the same float as a sum
+        -- ordered by channel, without a sort per unit).
         SELECT z.unit_id,
                (SELECT coalesce(sum(m.w * m.zmin), 0) FROM zmin m)
-                 + coalesce(sum(z.w * (z.z - m.zmin) ORDER BY z.ch) FILTER (WHERE z.z IS NOT NULL), 0) AS score,
+                 + (coalesce(sum(z.w * (z.z - m.zmin)) FILTER (WHERE z.ch = 'context' AND z.z IS NOT NULL), 0)
+                    + coalesce(sum(z.w * (z.z - m.zmin)) FILTER (WHERE z.ch = 'dense' AND z.z IS NOT NULL), 0)
+                    + coalesce(sum(z.w * (z.z - m.zmin)) FILTER (WHERE z.ch = 'entity' AND z.z IS NOT NULL), 0)
+                    + coalesce(sum(z.w * (z.z - m.zmin)) FILTER (WHERE z.ch = 'graph' AND z.z IS NOT NULL), 0)
+                    + coalesce(sum(z.w * (z.z - m.zmin)) FILTER (WHERE z.ch = 'lexical' AND z.z IS NOT NULL), 0)
+                    + coalesce(sum(z.w * (z.z - m.zmin)) FILTER (WHERE z.ch = 'session' AND z.z IS NOT NULL), 0)
+                    + coalesce(sum(z.w * (z.z - m.zmin)) FILTER (WHERE z.ch = 'temporal' AND z.z IS NOT NULL), 0)) AS score,
                min(z.rank) FILTER (WHERE z.ch = 'dense') AS rd,
                min(z.rank) FILTER (WHERE z.ch = 'lexical') AS rl,
                min(z.rank) FILTER (WHERE z.ch = 'graph') AS rg,
