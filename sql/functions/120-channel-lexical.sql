@@ -19,10 +19,16 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE
 -- No search_path (990-search-path.sql leaves it out): inlined into the BM25 query, where it is the
 -- expression itself, not a call per term.
 AS $$
-    SELECT idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))
+    -- Rounded to a multiple of 2^-32: a sum of such terms is exact while it stays under 2^21 (53
+    -- bits of mantissa; a BM25 score is a few hundred at most), so it is the same float whatever
+    -- order its terms are added in. A float sum otherwise depends on its order, and the rows' order
+    -- on ids: a bank that forgot something would score its survivors a last bit apart from one that
+    -- never held it. (Summing in lexeme order did the same with a sort per query, ~1% of the SQL
+    -- phase at 100k: docs/scaling.md.)
+    SELECT round(idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl)) * 4294967296.0) / 4294967296.0
 $$;
 COMMENT ON FUNCTION rcll._bm25_term(double precision, double precision, double precision, double precision, double precision, double precision)
-    IS 'Internal: one term''s Okapi BM25 weight: idf x tf x (k1 + 1) / (tf + k1 x (1 - b + b x dl / avgdl)). Inlined into rcll._bm25_channels.';
+    IS 'Internal: one term''s Okapi BM25 weight: idf x tf x (k1 + 1) / (tf + k1 x (1 - b + b x dl / avgdl)), rounded to a multiple of 2^-32 so that sums of terms are exact (order-independent). Inlined into rcll._bm25_channels.';
 
 CREATE OR REPLACE FUNCTION rcll._query_lexemes(query text, bank_id integer)
 RETURNS text[]
@@ -183,11 +189,10 @@ BEGIN
                ln(1 + (greatest(corpus.n, (SELECT max(x.df) FROM l_df x)) - d.df + 0.5) / (d.df + 0.5)) AS idf
         FROM l_df d
     ), l_scored AS (
-        -- Every score sums its terms in lexeme order (here and in the session's sums): a float
-        -- sum depends on its order, and the rows' order on ids, so a bank that forgot something
-        -- would otherwise score its survivors a last bit apart from one that never held it.
+        -- Every score sums terms on a binary grid (rcll._bm25_term), here and in the session's
+        -- sums: exact, so no order of the rows (which ids decide) changes it.
         SELECT h.unit_id,
-               sum(rcll._bm25_term(i.idf, h.tf, h.dl, corpus.avgdl, _bm25_channels.k1, _bm25_channels.b) ORDER BY h.lexeme) AS s
+               sum(rcll._bm25_term(i.idf, h.tf, h.dl, corpus.avgdl, _bm25_channels.k1, _bm25_channels.b)) AS s
         FROM hits h JOIN l_idf i ON i.lexeme = h.lexeme
         WHERE h.keep
         GROUP BY h.unit_id
@@ -229,7 +234,7 @@ BEGIN
         SELECT t.document_id
         FROM s_tf t JOIN s_idf i ON i.lexeme = t.lexeme JOIN s_dl l ON l.document_id = t.document_id
         GROUP BY t.document_id
-        ORDER BY sum(rcll._bm25_term(i.idf, t.tf, l.dl, avgdl, _bm25_channels.k1, _bm25_channels.b) ORDER BY t.lexeme) DESC,
+        ORDER BY sum(rcll._bm25_term(i.idf, t.tf, l.dl, avgdl, _bm25_channels.k1, _bm25_channels.b)) DESC,
                  t.document_id
         LIMIT lim                 -- every document holds at least one unit
     ), s_tf_all AS (
@@ -247,7 +252,7 @@ BEGIN
         GROUP BY x.document_id, x.lexeme
     ), s_docs AS (
         SELECT t.document_id,
-               sum(rcll._bm25_term(i.idf, t.tf, l.dl, avgdl, _bm25_channels.k1, _bm25_channels.b) ORDER BY t.lexeme) AS s
+               sum(rcll._bm25_term(i.idf, t.tf, l.dl, avgdl, _bm25_channels.k1, _bm25_channels.b)) AS s
         FROM s_tf_all t JOIN s_idf i ON i.lexeme = t.lexeme JOIN s_dl l ON l.document_id = t.document_id
         GROUP BY t.document_id
         ORDER BY 2 DESC, 1
