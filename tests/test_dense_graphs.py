@@ -361,7 +361,10 @@ def test_the_server_builds_a_graph_while_writes_and_recalls_go_on_and_health_sho
         blocker.execute("LOCK TABLE rcll.memory_units IN ROW EXCLUSIVE MODE")
         with TestClient(create_app(service=m, upkeep_seconds=3600), base_url="http://127.0.0.1") as client:
             deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and not graphs.builds(small_fleet):
+            # Until the build has reached its wait: before that, PostgreSQL's progress row is in
+            # 'initializing', with no index yet (seen on a loaded machine).
+            while time.monotonic() < deadline and not any(
+                    b.phase.startswith("waiting for writers") for b in graphs.builds(small_fleet)):
                 time.sleep(0.05)
             (build,) = graphs.builds(small_fleet)
             assert build.index_name == f"memory_units_embedding_hnsw_bank_{other}" and build.bank_id == other
