@@ -46,6 +46,10 @@ CREATE OR REPLACE FUNCTION rcll._bm25_pruned_terms(
     terms text[], n double precision, prune_above double precision,
     OUT common text[], OUT common_freq double precision[], OUT gen text[])
 LANGUAGE plpgsql STABLE
+-- Its own plan cache mode: called from rcll._bm25_channels, whose force_custom_plan would otherwise
+-- hold here too and plan the pg_stats read (a view over four catalogs) on every recall, ~0.4-1 ms of
+-- the SQL phase at 100k (docs/scaling.md); its plan does not depend on the query's terms.
+SET plan_cache_mode = auto
 AS $$
 BEGIN
     -- Candidates come from the rarer query terms only: every unit containing one of them is read,
@@ -117,7 +121,12 @@ BEGIN
         -- length over N - all three from the same refresh of rcll.bank_stats (rcll._bm25_corpus);
         -- counted here only when never refreshed (counting them on every recall was an index scan
         -- over every document of the bank: migration 015, docs/scaling.md).
-        ndocs := greatest(coalesce(corpus.ndocs, (SELECT count(*) FROM rcll.documents d WHERE d.bank_id = bk)), 1);
+        -- (Two statements, so that the usual case is a simple expression, not a query planned on every recall.)
+        ndocs := corpus.ndocs;
+        IF ndocs IS NULL THEN
+            ndocs := (SELECT count(*) FROM rcll.documents d WHERE d.bank_id = bk);
+        END IF;
+        ndocs := greatest(ndocs, 1);
         avgdl := greatest(corpus.avgdl * corpus.n / ndocs, 1);
     END IF;
     -- Candidates from the rarer terms only (rcll._bm25_pruned_terms); a pruned term still scores,
