@@ -370,7 +370,8 @@ def ef_sweep(conn: psycopg.Connection[Any], d: dict[str, Any], picks: dict[str, 
             qs = queries(d, b, kind, count)
             ps = [query_params(q, d["names"][b]) for q in qs]
             in_scope = conn.execute(
-                "SELECT count(*) FROM rcll.memory_units u WHERE u.embedding IS NOT NULL AND rcll._in_scope(u, "
+                "SELECT count(*) FROM rcll.memory_units u WHERE u.embedding IS NOT NULL "
+                "AND rcll._in_scope(u.bank_id, u.room, u.author, u.tags, u.hall, u.layer, u.thread, u.valid, u.expires_at, "
                 "rcll.recall_scope(%(bank)s, rooms => %(rooms)s, authors => %(authors)s, include_self_declared => true))", ps[0]).fetchone()[0]  # type: ignore[index]
             cases.append((f"{label} ({d['sizes'][b]:,})", kind, in_scope, ps, exact_top10(conn, ps)))
     rows: list[list[Any]] = []

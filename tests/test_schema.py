@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -43,6 +45,29 @@ def test_every_function_runs_with_a_pinned_search_path_but_the_inlined_helpers(d
     assert len(rows) > 100
     assert [sig for name, sig, pinned in rows if not pinned and name not in inlined] == []
     assert sorted(name for name, _, pinned in rows if not pinned) == sorted(inlined)
+
+
+def test_every_call_of_the_inlined_unit_tests_passes_one_units_columns_in_their_order(db: psycopg.Connection[Any]) -> None:
+    # rcll._in_scope and rcll._in_time_range take a unit's columns, not its row (the planner copied
+    # memory_units' row descriptor for every (u).column of an inlined body: 105-recall-scope.sql);
+    # a call that swapped two text columns (room for hall) would still run. Every call in sql/
+    # and bench/ passes X.<parameter> for one alias X, in the parameters' order.
+    root = Path(__file__).resolve().parent.parent
+    sources = {p: p.read_text() for p in [*sorted((root / "sql" / "functions").glob("*.sql")), *sorted((root / "bench").glob("*.py"))]}
+    for fn, after in (("_in_scope", ["scope"]), ("_in_time_range", ["lo", "hi", "hi_mentioned"])):
+        names = db.execute("SELECT proargnames FROM pg_proc WHERE proname = %s AND pronamespace = 'rcll'::regnamespace",
+                           (fn,)).fetchall()
+        assert len(names) == 1, names
+        columns = [n for n in names[0][0] if n not in after]
+        assert names[0][0] == [*columns, *after]
+        call = re.compile(rf"rcll\.{fn}\((?!\s*$)([^()]*)")
+        calls = [(p.name, m.group(1)) for p, text in sources.items() for m in call.finditer(text)
+                 if not text[max(m.start() - 40, 0):m.start()].rstrip().endswith(("FUNCTION", "ON FUNCTION"))]
+        assert len(calls) >= (15 if fn == "_in_scope" else 2), calls
+        for where, args in calls:
+            alias = args.split(".", 1)[0].strip()
+            expected = ", ".join(f"{alias}.{c}" for c in columns) + ", "
+            assert args.startswith(expected), (where, args)
 
 
 CATALOG = """

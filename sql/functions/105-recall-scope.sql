@@ -88,35 +88,42 @@ $$;
 COMMENT ON FUNCTION rcll.recall_scope(text, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, boolean)
     IS 'The scope of a recall, resolved once: the bank''s id (unknown bank: error), rooms expanded through aliases and merges (rcll._expand_rooms; NULL = all rooms), authors narrowed by mine (rcll._recall_authors; NULL = all) - matched by server-resolved authors only, unless include_self_declared - the other filters as given, and whether the bank held expired units not yet swept (has_expired: when it did not, the filters skip the expiry test). rcll.recall_candidates builds it once and passes it to every channel.';
 
-CREATE OR REPLACE FUNCTION rcll._in_scope(u anyelement, scope rcll.recall_scope)
+CREATE OR REPLACE FUNCTION rcll._in_scope(
+    bank_id integer, room text, author text, tags text[], hall text, layer text, thread text,
+    valid tstzrange, expires_at timestamptz, scope rcll.recall_scope)
 RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE
 -- No search_path (990-search-path.sql leaves it out): any SET clause would stop the planner from
 -- inlining it into the caller's query (it reads no table and calls only built-ins - now() and
 -- operators, which pg_catalog resolves first).
 AS $$
-    -- u is a row of rcll.memory_units, or of rcll.unit_lexicon (BM25's narrow copy, which carries
-    -- the same scope columns): polymorphic, so both read one predicate and it still inlines.
-    -- The filters every channel applies before ranking, for one unit, the bank included (so a
-    -- channel's WHERE needs no separate bank_id test). Inlined into a channel's query, whose
-    -- custom plan holds the scope as a constant, each (scope).field folds to a constant: the NULL
-    -- branches vanish and (u).bank_id = <id> is a plain qual that the (bank_id, ...) indexes serve.
-    SELECT (u).bank_id = (scope).bank_id
-       AND ((scope).rooms IS NULL OR (u).room = ANY ((scope).rooms))
+    -- The filters every channel applies before ranking, for one unit (of rcll.memory_units, or of
+    -- rcll.unit_lexicon, BM25's narrow copy, which carries the same scope columns), the bank
+    -- included (so a channel's WHERE needs no separate bank_id test). Callers pass the unit's
+    -- columns in this order, u.bank_id, u.room, u.author, u.tags, u.hall, u.layer, u.thread,
+    -- u.valid, u.expires_at (tests/test_schema.py checks every call): not the row itself, because
+    -- the planner parses an inlined function's body on every plan, and each (u).column of a
+    -- memory_units row copied the table's row descriptor with its defaults and CHECK constraints
+    -- (~9 KB) - about 0.2 ms of planning per call site, a dozen call sites per recall
+    -- (docs/scaling.md). Inlined into a channel's query, whose custom plan holds the scope as a
+    -- constant, each (scope).field folds to a constant: the NULL branches vanish and
+    -- bank_id = <id> is a plain qual that the (bank_id, ...) indexes serve.
+    SELECT bank_id = (scope).bank_id
+       AND ((scope).rooms IS NULL OR room = ANY ((scope).rooms))
        AND ((scope).authors IS NULL
-            OR ((u).author = ANY ((scope).authors)
-                AND ((scope).include_self_declared OR NOT 'author-source:self_declared' = ANY ((u).tags)))
-            OR ((scope).include_unattributed AND (u).author IS NULL))
-       AND ((scope).halls IS NULL OR (u).hall = ANY ((scope).halls))
-       AND ((scope).layers IS NULL OR (u).layer = ANY ((scope).layers))
-       AND ((scope).tags_any IS NULL OR (u).tags && (scope).tags_any)
-       AND ((scope).tags_all IS NULL OR (u).tags @> (scope).tags_all)
-       AND ((scope).thread IS NULL OR (u).thread = (scope).thread)
-       AND ((scope).as_of IS NULL OR (u).valid @> (scope).as_of)
+            OR (author = ANY ((scope).authors)
+                AND ((scope).include_self_declared OR NOT 'author-source:self_declared' = ANY (tags)))
+            OR ((scope).include_unattributed AND author IS NULL))
+       AND ((scope).halls IS NULL OR hall = ANY ((scope).halls))
+       AND ((scope).layers IS NULL OR layer = ANY ((scope).layers))
+       AND ((scope).tags_any IS NULL OR tags && (scope).tags_any)
+       AND ((scope).tags_all IS NULL OR tags @> (scope).tags_all)
+       AND ((scope).thread IS NULL OR thread = (scope).thread)
+       AND ((scope).as_of IS NULL OR valid @> (scope).as_of)
        -- Expired units are out of every scope at once; the sweep (rcll.expire) removes them later.
        -- A scope whose bank held no expired unit (has_expired false) skips the test: in a custom
        -- plan the whole line folds away (reading every unit's expires_at cost ~2% of the SQL phase).
-       AND ((scope).has_expired IS FALSE OR (u).expires_at IS NULL OR (u).expires_at > now())
+       AND ((scope).has_expired IS FALSE OR expires_at IS NULL OR expires_at > now())
 $$;
-COMMENT ON FUNCTION rcll._in_scope(anyelement, rcll.recall_scope)
-    IS 'Internal: whether a unit (a row of rcll.memory_units or rcll.unit_lexicon) passes a recall''s scope (bank, expanded rooms, resolved authors - a self-declared author only with include_self_declared -, halls, layers, tags, thread, validity as of; an expired unit never passes). Every channel filters through it; it is inlined into their queries.';
+COMMENT ON FUNCTION rcll._in_scope(integer, text, text, text[], text, text, text, tstzrange, timestamptz, rcll.recall_scope)
+    IS 'Internal: whether a unit, given by its scope columns (bank_id, room, author, tags, hall, layer, thread, valid, expires_at of a row of rcll.memory_units or rcll.unit_lexicon), passes a recall''s scope (bank, expanded rooms, resolved authors - a self-declared author only with include_self_declared -, halls, layers, tags, thread, validity as of; an expired unit never passes). Every channel filters through it; it is inlined into their queries.';

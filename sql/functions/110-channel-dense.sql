@@ -58,7 +58,7 @@ BEGIN
         SELECT count(*) INTO n FROM (
             SELECT 1 FROM rcll.memory_units u
             WHERE u.embedding IS NOT NULL
-              AND rcll._in_scope(u, scope)
+              AND rcll._in_scope(u.bank_id, u.room, u.author, u.tags, u.hall, u.layer, u.thread, u.valid, u.expires_at, scope)
             LIMIT exact_below + 1) s;
     END IF;
 
@@ -69,7 +69,7 @@ BEGIN
         WITH f AS MATERIALIZED (
             SELECT u.unit_id, u.embedding FROM rcll.memory_units u
             WHERE u.embedding IS NOT NULL
-              AND rcll._in_scope(u, scope))
+              AND rcll._in_scope(u.bank_id, u.room, u.author, u.tags, u.hall, u.layer, u.thread, u.valid, u.expires_at, scope))
         SELECT d.unit_id, 1 - d.dist, (row_number() OVER (ORDER BY d.dist, d.unit_id))::integer
         FROM (SELECT f.unit_id, f.embedding OPERATOR(public.<=>) q AS dist FROM f ORDER BY 2, 1 LIMIT lim) d
         ORDER BY 3;
@@ -80,7 +80,7 @@ BEGIN
         SELECT d.unit_id, 1 - d.dist, (row_number() OVER (ORDER BY d.dist, d.unit_id))::integer
         FROM (
             SELECT u.unit_id, u.embedding OPERATOR(public.<=>) q AS dist FROM rcll.memory_units u
-            WHERE rcll._in_scope(u, scope)
+            WHERE rcll._in_scope(u.bank_id, u.room, u.author, u.tags, u.hall, u.layer, u.thread, u.valid, u.expires_at, scope)
             ORDER BY u.embedding OPERATOR(public.<=>) q
             LIMIT lim) d
         ORDER BY 3;

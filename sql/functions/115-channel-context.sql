@@ -38,7 +38,7 @@ BEGIN
     FROM rcll.memory_units u
     JOIN rcll.memory_units p ON p.document_id = u.document_id AND p.chunk_index = u.chunk_index - 1
     WHERE u.unit_id = ANY (preceding_units.unit_ids) AND u.bank_id = (scope).bank_id
-      AND rcll._in_scope(p, scope);
+      AND rcll._in_scope(p.bank_id, p.room, p.author, p.tags, p.hall, p.layer, p.thread, p.valid, p.expires_at, scope);
 END
 $$;
 COMMENT ON FUNCTION rcll.preceding_units(bigint[], rcll.recall_scope)
@@ -69,13 +69,13 @@ BEGIN
         SELECT u.unit_id, u.document_id, u.chunk_index, 1 - (u.embedding OPERATOR(public.<=>) q) AS sim
         FROM rcll.memory_units u
         WHERE u.unit_id = ANY (channel_context.seeds) AND u.embedding IS NOT NULL
-          AND rcll._in_scope(u, scope)
+          AND rcll._in_scope(u.bank_id, u.room, u.author, u.tags, u.hall, u.layer, u.thread, u.valid, u.expires_at, scope)
     ), w AS (
         SELECT DISTINCT n.unit_id, n.document_id, n.chunk_index, 1 - (n.embedding OPERATOR(public.<=>) q) AS sim
         FROM s JOIN rcll.memory_units n
           ON n.document_id = s.document_id AND n.chunk_index IN (s.chunk_index - 1, s.chunk_index + 1)
         WHERE n.embedding IS NOT NULL
-          AND rcll._in_scope(n, scope)
+          AND rcll._in_scope(n.bank_id, n.room, n.author, n.tags, n.hall, n.layer, n.thread, n.valid, n.expires_at, scope)
     ), known AS (
         SELECT s.unit_id, s.document_id, s.chunk_index, s.sim FROM s
         UNION SELECT w.unit_id, w.document_id, w.chunk_index, w.sim FROM w

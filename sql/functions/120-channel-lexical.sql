@@ -33,6 +33,8 @@ COMMENT ON FUNCTION rcll._bm25_term(double precision, double precision, double p
 CREATE OR REPLACE FUNCTION rcll._query_lexemes(query text, bank_id integer)
 RETURNS text[]
 LANGUAGE sql STABLE
+-- Its own plan cache mode, as rcll._bm25_pruned_terms below: its plan does not turn on the query.
+SET plan_cache_mode = auto
 AS $$
     SELECT ARRAY(SELECT DISTINCT t.lexeme
                  FROM rcll.banks x, unnest(to_tsvector(x.text_search_config, coalesce(_query_lexemes.query, ''))) t
@@ -150,7 +152,9 @@ BEGIN
     IF common IS NOT NULL AND ((scope).rooms IS NOT NULL OR (scope).authors IS NOT NULL
             OR (scope).halls IS NOT NULL OR (scope).layers IS NOT NULL OR (scope).tags_any IS NOT NULL
             OR (scope).tags_all IS NOT NULL OR (scope).thread IS NOT NULL) THEN
-        scoped := ARRAY(SELECT m.unit_id FROM rcll.memory_units m WHERE rcll._in_scope(m, scope) LIMIT scope_exact + 1);
+        scoped := ARRAY(SELECT m.unit_id FROM rcll.memory_units m
+                        WHERE rcll._in_scope(m.bank_id, m.room, m.author, m.tags, m.hall, m.layer, m.thread, m.valid, m.expires_at, scope)
+                        LIMIT scope_exact + 1);
         IF cardinality(scoped) > scope_exact THEN
             scoped := NULL;
         END IF;
@@ -171,7 +175,8 @@ BEGIN
         SELECT c.unit_id, c.document_id, c.keep, c.dl, (c.e).lexeme,
                coalesce(array_length((c.e).positions, 1), 1)::double precision AS tf
         FROM (
-            SELECT u.unit_id, u.document_id, u.lexical_length AS dl, rcll._in_scope(u, scope) AS keep,
+            SELECT u.unit_id, u.document_id, u.lexical_length AS dl,
+                   rcll._in_scope(u.bank_id, u.room, u.author, u.tags, u.hall, u.layer, u.thread, u.valid, u.expires_at, scope) AS keep,
                    unnest(ts_filter(setweight(u.lexical, 'A', terms), '{a}')) AS e
             FROM rcll.unit_lexicon u
             -- The bank's own posting lists of the terms (unit_lexicon_bank_lexemes, migration 016):
@@ -180,7 +185,8 @@ BEGIN
             WHERE rcll._bank_keys(u.bank_id, tsvector_to_array(u.lexical)) && gen_keys
             UNION ALL
             -- A small scope's units that match only pruned terms (above; none when scoped is NULL).
-            SELECT u.unit_id, u.document_id, u.lexical_length, rcll._in_scope(u, scope),
+            SELECT u.unit_id, u.document_id, u.lexical_length,
+                   rcll._in_scope(u.bank_id, u.room, u.author, u.tags, u.hall, u.layer, u.thread, u.valid, u.expires_at, scope),
                    unnest(ts_filter(setweight(u.lexical, 'A', terms), '{a}'))
             FROM rcll.unit_lexicon u
             WHERE u.unit_id = ANY (scoped) AND u.lexical @@ rcll._tsquery_any(common)
@@ -257,7 +263,7 @@ BEGIN
                 AND u.document_id IN (SELECT f.document_id FROM s_first f)
                 AND u.lexical @@ rcll._tsquery_any(common) AND NOT u.lexical @@ rcll._tsquery_any(gen)
                 AND (scoped IS NULL OR u.unit_id <> ALL (scoped))
-                AND rcll._in_scope(u, scope)) x
+                AND rcll._in_scope(u.bank_id, u.room, u.author, u.tags, u.hall, u.layer, u.thread, u.valid, u.expires_at, scope)) x
         GROUP BY x.document_id, x.lexeme
     ), s_docs AS (
         SELECT t.document_id,
@@ -270,7 +276,7 @@ BEGIN
                CASE WHEN q IS NULL OR u.embedding IS NULL THEN NULL
                     ELSE u.embedding OPERATOR(public.<=>) q END AS dist, u.chunk_index
         FROM s_docs d JOIN rcll.memory_units u ON u.document_id = d.document_id
-        WHERE rcll._in_scope(u, scope)
+        WHERE rcll._in_scope(u.bank_id, u.room, u.author, u.tags, u.hall, u.layer, u.thread, u.valid, u.expires_at, scope)
     )
     -- Both lists are cut with ORDER BY ... LIMIT and numbered after: a top-N sort of the scored
     -- units, and the session's units read document by document only until the limit is reached

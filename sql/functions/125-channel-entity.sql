@@ -100,7 +100,7 @@ BEGIN
         SELECT u.unit_id, u.embedding FROM rcll.memory_units u
         WHERE u.unit_id IN (SELECT ue.unit_id FROM rcll.unit_entities ue WHERE ue.entity_id = ANY (ents))
           AND u.embedding IS NOT NULL
-          AND rcll._in_scope(u, scope))
+          AND rcll._in_scope(u.bank_id, u.room, u.author, u.tags, u.hall, u.layer, u.thread, u.valid, u.expires_at, scope))
     SELECT d.unit_id, 1 - d.dist, (row_number() OVER (ORDER BY d.dist, d.unit_id))::integer
     FROM (SELECT f.unit_id, f.embedding OPERATOR(public.<=>) q AS dist FROM f ORDER BY 2, 1 LIMIT lim) d
     ORDER BY 3;

@@ -23,7 +23,10 @@ CREATE OR REPLACE FUNCTION rcll._query_entities(
     max_entities   integer DEFAULT 16)
 RETURNS TABLE (entity_id bigint, name text, matched text, similarity real)
 LANGUAGE plpgsql STABLE
-SET plan_cache_mode = force_custom_plan
+-- The server's usual plan cache mode, not the channels' force_custom_plan (which it would inherit
+-- from rcll.channel_graph): its statements' plans do not turn on the query's n-grams, and planned
+-- on every recall they cost ~0.5 ms, more than they took to run (docs/scaling.md).
+SET plan_cache_mode = auto
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -151,6 +154,7 @@ BEGIN
         SELECT array_agg(x.unit_id ORDER BY x.act DESC, x.unit_id DESC), array_agg(x.act ORDER BY x.act DESC, x.unit_id DESC)
         INTO units, uact
         FROM (
+          SELECT a.unit_id, a.act FROM (
             -- Sums in activation order: a float sum depends on its order, which ids must not decide.
             SELECT m.unit_id, sum(m.act ORDER BY m.act) AS act FROM (
                 SELECT s.unit_id, e.act * power(channel_graph.decay, hop - 1) AS act
@@ -159,7 +163,7 @@ BEGIN
                     SELECT ue.unit_id FROM rcll.unit_entities ue
                     JOIN rcll.memory_units u ON u.unit_id = ue.unit_id
                     WHERE ue.entity_id = e.entity_id AND NOT rcll._keyless_link(ue.role)
-                      AND rcll._in_scope(u, scope)
+                      AND rcll._in_scope(u.bank_id, u.room, u.author, u.tags, u.hall, u.layer, u.thread, u.valid, u.expires_at, scope)
                     ORDER BY ue.unit_id DESC LIMIT cap) s
                 UNION ALL
                 -- Units -> linked units (both directions), weighted by the link.
@@ -171,12 +175,18 @@ BEGIN
                     SELECT k.from_unit, k.weight FROM rcll.links k WHERE k.to_unit = f.unit_id) l
                 JOIN rcll.memory_units u ON u.unit_id = l.other
                 WHERE hop > 1
-                  AND rcll._in_scope(u, scope)
+                  AND rcll._in_scope(u.bank_id, u.room, u.author, u.tags, u.hall, u.layer, u.thread, u.valid, u.expires_at, scope)
             ) m
-            WHERE m.unit_id <> ALL (all_units)
             GROUP BY m.unit_id
-            ORDER BY act DESC, m.unit_id DESC
-            LIMIT cap * 4) x;
+            -- The units reached before are dropped after the sums, above this fence (OFFSET 0):
+            -- below it the planner pushed the test into both link scans and estimated it there
+            -- element by element against the link columns' statistics - ~0.7 ms of planning per
+            -- hop once all_units holds a few hundred units, more than the hop took to run
+            -- (docs/scaling.md). Same rows: a unit's sum is dropped whole either way.
+            OFFSET 0) a
+          WHERE a.unit_id <> ALL (all_units)
+          ORDER BY a.act DESC, a.unit_id DESC
+          LIMIT cap * 4) x;
         EXIT WHEN units IS NULL;
         all_units := all_units || units;
         all_act := all_act || uact;

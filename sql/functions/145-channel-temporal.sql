@@ -1,24 +1,26 @@
 -- Temporal channel: units whose time falls in the range the query names (or the caller passes).
 
 CREATE OR REPLACE FUNCTION rcll._in_time_range(
-    u rcll.memory_units, lo timestamptz, hi timestamptz, hi_mentioned timestamptz)
+    occurred_start timestamptz, occurred_end timestamptz, mentioned_at timestamptz, valid tstzrange,
+    lo timestamptz, hi timestamptz, hi_mentioned timestamptz)
 RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE
 -- No search_path (990-search-path.sql leaves it out): inlined into the channel's queries (as
 -- rcll._in_scope, 105-recall-scope.sql), whose custom plans then compare the unit's columns with the
--- range's constants.
+-- range's constants. It takes the unit's columns, not its row, for the reason rcll._in_scope does
+-- (each (u).column of a memory_units row cost the planner a copy of the table's row descriptor).
 AS $$
     -- A unit's time is when it happened (occurred_start..occurred_end), else when it was said
     -- (mentioned_at), else when it became valid. In range = starts in [lo, hi) - a unit known only
     -- by when it was said, in [lo, hi_mentioned) - or, for an event with an end, spans into it.
-    SELECT (coalesce((u).occurred_start, (u).mentioned_at, lower((u).valid)) >= lo
-            AND coalesce((u).occurred_start, (u).mentioned_at, lower((u).valid)) < hi_mentioned
-            AND ((u).occurred_start IS NOT NULL OR (u).mentioned_at IS NULL OR (u).mentioned_at < hi_mentioned)
-            AND ((u).occurred_start IS NULL OR (u).occurred_start < hi))
-        OR ((u).occurred_end IS NOT NULL AND (u).occurred_start < lo AND (u).occurred_end >= lo)
+    SELECT (coalesce(occurred_start, mentioned_at, lower(valid)) >= lo
+            AND coalesce(occurred_start, mentioned_at, lower(valid)) < hi_mentioned
+            AND (occurred_start IS NOT NULL OR mentioned_at IS NULL OR mentioned_at < hi_mentioned)
+            AND (occurred_start IS NULL OR occurred_start < hi))
+        OR (occurred_end IS NOT NULL AND occurred_start < lo AND occurred_end >= lo)
 $$;
-COMMENT ON FUNCTION rcll._in_time_range(rcll.memory_units, timestamptz, timestamptz, timestamptz)
-    IS 'Internal: whether a unit''s time (occurred_start..occurred_end, else mentioned_at, else the start of validity) falls in [lo, hi) - up to hi_mentioned for a unit known only by when it was said. Inlined into rcll.channel_temporal''s queries.';
+COMMENT ON FUNCTION rcll._in_time_range(timestamptz, timestamptz, timestamptz, tstzrange, timestamptz, timestamptz, timestamptz)
+    IS 'Internal: whether a unit''s time (occurred_start..occurred_end, else mentioned_at, else the start of validity; the unit''s columns) falls in [lo, hi) - up to hi_mentioned for a unit known only by when it was said. Inlined into rcll.channel_temporal''s queries.';
 
 CREATE OR REPLACE FUNCTION rcll.channel_temporal(
     query           text,
@@ -70,8 +72,8 @@ BEGIN
             SELECT u.unit_id, u.embedding OPERATOR(public.<=>) channel_temporal.query_embedding AS dist
             FROM rcll.memory_units u
             WHERE u.embedding IS NOT NULL
-              AND rcll._in_time_range(u, lo, hi, hi_mentioned)
-              AND rcll._in_scope(u, scope)
+              AND rcll._in_time_range(u.occurred_start, u.occurred_end, u.mentioned_at, u.valid, lo, hi, hi_mentioned)
+              AND rcll._in_scope(u.bank_id, u.room, u.author, u.tags, u.hall, u.layer, u.thread, u.valid, u.expires_at, scope)
             ORDER BY u.embedding OPERATOR(public.<=>) channel_temporal.query_embedding
             LIMIT lim) d
         ORDER BY 3;
@@ -82,8 +84,8 @@ BEGIN
     WITH c AS MATERIALIZED (
         SELECT u.unit_id, coalesce(u.occurred_start, u.mentioned_at, lower(u.valid)) AS t
         FROM rcll.memory_units u
-        WHERE rcll._in_time_range(u, lo, hi, hi_mentioned)
-          AND rcll._in_scope(u, scope)
+        WHERE rcll._in_time_range(u.occurred_start, u.occurred_end, u.mentioned_at, u.valid, lo, hi, hi_mentioned)
+          AND rcll._in_scope(u.bank_id, u.room, u.author, u.tags, u.hall, u.layer, u.thread, u.valid, u.expires_at, scope)
         LIMIT greatest(coalesce(channel_temporal.scan_limit, 5000), lim)
     ), s AS (
         SELECT c.unit_id, 1 / (1 + abs(extract(epoch FROM c.t - anchor)::double precision) / 86400) AS score

@@ -89,7 +89,7 @@ AS $$
         SELECT f.*, u.text, u.room, u.hall, u.layer, u.author, u.thread, u.tags, u.valid, u.occurred_start,
                u.mentioned_at, u.document_id, u.provenance
         FROM fused f JOIN rcll.memory_units u ON u.unit_id = f.unit_id
-        WHERE rcll._in_scope(u, fuse_candidates.scope)
+        WHERE rcll._in_scope(u.bank_id, u.room, u.author, u.tags, u.hall, u.layer, u.thread, u.valid, u.expires_at, fuse_candidates.scope)
     )
     SELECT k.unit_id, k.text, k.room, k.hall, k.layer, k.author, k.thread, k.tags, k.valid, k.occurred_start,
            k.mentioned_at, k.document_id, k.provenance, k.score, k.rd, k.rl, k.rg, k.rt, k.rx, k.re, k.rs,
