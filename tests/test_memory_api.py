@@ -19,7 +19,7 @@ import pytest
 from mcp import Client
 
 import clicall
-from conftest import Leg
+from conftest import Leg, scratch_dir
 from rcll import Memory
 from rcll.auth import Caller
 from rcll.document import Document, RetainResult
@@ -223,7 +223,7 @@ def test_cli_http_and_mcp_go_through_memory(dsn: str) -> None:
 
 
 def test_cli_verbs_work_on_a_fresh_home_and_errors_are_one_line() -> None:
-    home = Path(tempfile.mkdtemp(prefix="rcllm-", dir="/tmp"))
+    home = Path(tempfile.mkdtemp(prefix="rcllm-", dir=scratch_dir()))
     env = {**os.environ, "RCLL_HOME": str(home), "LLM_PROVIDER": "none", "PYTHONPATH": str(ROOT / "python")}
     env.pop("RCLL_DSN", None)
 

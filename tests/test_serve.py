@@ -17,6 +17,8 @@ import httpx
 import psycopg
 import pytest
 
+from conftest import scratch_dir
+
 ENV: dict[str, str] = {}   # the server's environment (its RCLL_HOME), for the tests that reach its database
 
 
@@ -33,7 +35,7 @@ class Server(NamedTuple):
 
 @pytest.fixture(scope="module")
 def serving() -> Iterator[Server]:
-    home = Path(tempfile.mkdtemp(prefix="rclls-", dir="/tmp"))
+    home = Path(tempfile.mkdtemp(prefix="rclls-", dir=scratch_dir()))
     env = {**os.environ, "RCLL_HOME": str(home), "LLM_PROVIDER": "none"}
     env.pop("RCLL_DSN", None)
     ENV.clear()
