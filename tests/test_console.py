@@ -270,7 +270,7 @@ def bearer(token: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def driver() -> Iterator[Any]:
+def driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service as DriverService
 
@@ -280,7 +280,10 @@ def driver() -> Iterator[Any]:
                 "--window-size=1280,800", "--force-device-scale-factor=1", "--lang=en-US"):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    d = webdriver.Chrome(options=options, service=DriverService(str(CHROMEDRIVER)))
+    # Chromium leaves its singleton socket's folder in TMPDIR: one under pytest's temporary folders,
+    # not a new org.chromium.Chromium.* in /tmp per run.
+    service = DriverService(str(CHROMEDRIVER), env={**os.environ, "TMPDIR": str(tmp_path_factory.mktemp("chromium"))})
+    d = webdriver.Chrome(options=options, service=service)
     d.set_page_load_timeout(60)
     # The viewport itself is 1280x800 (a window of that size has less room inside).
     d.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",

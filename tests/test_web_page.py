@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import http.server
 import json
+import os
 import socket
 import threading
 import time
@@ -130,7 +131,9 @@ def world(legs: dict[str, Leg], test_root: Path, tmp_path_factory: pytest.TempPa
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
                 f"--host-resolver-rules=MAP {REBIND} 127.0.0.1"):
         options.add_argument(arg)
-    driver = webdriver.Chrome(options=options, service=DriverService(str(CHROMEDRIVER)))
+    # TMPDIR: Chromium's singleton socket folder stays under pytest's temporary folders (tests/test_console.py).
+    service = DriverService(str(CHROMEDRIVER), env={**os.environ, "TMPDIR": str(tmp_path_factory.mktemp("chromium"))})
+    driver = webdriver.Chrome(options=options, service=service)
     driver.set_page_load_timeout(60)
     driver.set_script_timeout(60)
     try:
