@@ -227,15 +227,30 @@ def _start_leg(name: str, base: Path) -> Leg:
     return leg
 
 
-# -- the run: its OS user, and what it must not leave behind ---------------------------------------
+# -- the run: its OS user, its directories, and what it must not leave behind -------------------
 
 RUN_ENV = "RCLL_TEST_RUN"            # every process of the run inherits it: how leftovers are found
-LEFTOVER_PLACES = (Path("/tmp"), Path("/dev/shm"))
 
 
 def _is_controller(config: pytest.Config) -> bool:
     """The process that runs the session (pytest itself, or pytest-xdist's controller), not a worker."""
     return not hasattr(config, "workerinput")
+
+
+class _Run(NamedTuple):
+    id: str
+    made_user: str | None          # the OS user made for this run (removed at its end)
+    dirs: tuple[Path, ...]         # the run's temporary directory (TMPDIR) and scratch directory
+
+
+_RUN = pytest.StashKey[_Run]()
+
+
+def _run_dir(parent: str, run: str, mode: int) -> Path:
+    path = Path(parent) / f"rcll-run-{run}"
+    path.mkdir(mode=mode)
+    path.chmod(mode)                 # past the umask
+    return path
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -244,34 +259,30 @@ def pytest_configure(config: pytest.Config) -> None:
     # alone: it keeps the order pytest_collection_modifyitems gives instead.
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
-    if not _is_controller(config):
+    if not _is_controller(config) or RUN_ENV in os.environ:
         return                       # the workers inherit the controller's environment
-    run = os.environ.setdefault(RUN_ENV, uuid.uuid4().hex[:10])
-    config.stash[_RUN] = _Run(run, made_user=None, before=_rcll_entries())
-    if os.geteuid() == 0 and "RCLL_SERVER_USER" not in os.environ:
+    run = uuid.uuid4().hex[:10]
+    os.environ[RUN_ENV] = run
+    # Everything the run's processes put in the temporary directory (socket directories, the model
+    # service's) and the clusters' scratch space live in directories of the run, so that what it
+    # leaves behind is told apart from what other users of the machine have there. The temporary
+    # one is shared like /tmp (servers running as other users make their socket directories in it).
+    # pytest's own temporary folders stay where they were (kept, as pytest keeps them).
+    tmp = _run_dir(tempfile.gettempdir(), run, 0o1777)
+    scratch = _run_dir(scratch_dir(), run, 0o755) if scratch_dir() != tempfile.gettempdir() else tmp
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
+    os.environ["TMPDIR"], os.environ["RCLL_TEST_SCRATCH"] = str(tmp), str(scratch)
+    tempfile.tempdir = None          # gettempdir() reads TMPDIR again
+    user = None
+    if os.geteuid() == 0 and cluster.SERVER_USER_ENV not in os.environ:
         # A name no machine has seen: the workers' first clusters create it at the same moment.
-        user = f"rcllt{run}"
-        os.environ[cluster.SERVER_USER_ENV] = user
-        config.stash[_RUN] = config.stash[_RUN]._replace(made_user=user)
-
-
-class _Run(NamedTuple):
-    id: str
-    made_user: str | None         # the OS user made for this run (removed at its end)
-    before: frozenset[str]        # rcll entries in LEFTOVER_PLACES before the run
-
-
-_RUN = pytest.StashKey[_Run]()
-
-
-def _rcll_entries() -> frozenset[str]:
-    return frozenset(str(place / name) for place in LEFTOVER_PLACES if place.is_dir()
-                     for name in os.listdir(place) if "rcll" in name)
+        user = os.environ[cluster.SERVER_USER_ENV] = f"rcllt{run}"
+    config.stash[_RUN] = _Run(run, user, tuple(dict.fromkeys((tmp, scratch))))
 
 
 def _run_processes(run: str, uid: int | None) -> list[str]:
-    """Processes of this run still alive, but this one: those carrying RUN_ENV=run in their
-    environment, and any of the run's OS user."""
+    """Processes of this run still alive, but this one and its ancestors: those carrying
+    RUN_ENV=run in their environment, and any of the run's OS user."""
     found = []
     marker = f"{RUN_ENV}={run}".encode()
     ours, pid = set(), os.getpid()           # this process and its ancestors (make, a shell)
@@ -296,10 +307,21 @@ def _run_processes(run: str, uid: int | None) -> list[str]:
     return found
 
 
+def _left_in(dirs: tuple[Path, ...], uid: int | None) -> list[str]:
+    """What the run left: rcll entries in its directories, and anything its OS user owns in the
+    machine's own /tmp and /dev/shm (written past TMPDIR)."""
+    left = [str(entry) for d in dirs for entry in d.iterdir() if "rcll" in entry.name]
+    if uid is not None:
+        for place in {Path(os.environ.get("PYTEST_DEBUG_TEMPROOT", "/tmp")), Path("/tmp"), Path("/dev/shm")}:
+            with contextlib.suppress(OSError):
+                left += [str(e) for e in place.iterdir() if e.lstat().st_uid == uid]
+    return left
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """As the run ends (after pytest-xdist's workers are gone): nothing of it may remain - no
-    process, no rcll entry in /tmp or /dev/shm that was not there before - and its OS user goes."""
+    process, no rcll entry in its directories - then its directories and its OS user go."""
     if not _is_controller(session.config) or _RUN not in session.config.stash:
         return
     run = session.config.stash[_RUN]
@@ -313,7 +335,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         if not left:
             break
         threading.Event().wait(0.2)
-    left += sorted(_rcll_entries() - run.before)
+    left += _left_in(run.dirs, uid)
     if left:
         print("\nconftest: the run left these behind:\n  " + "\n  ".join(left), file=sys.stderr)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -321,6 +343,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             if line[0].isdigit():
                 with contextlib.suppress(OSError):
                     os.kill(int(line.split()[0]), 9)
+    for d in run.dirs:
+        shutil.rmtree(d, ignore_errors=True)
     if run.made_user and uid is not None:
         for _ in range(50):          # userdel refuses while a killed process of the user lingers
             proc = subprocess.run(["userdel", run.made_user], capture_output=True, text=True)

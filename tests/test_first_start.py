@@ -12,6 +12,7 @@ import os
 import pwd
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -19,8 +20,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from clicall import rcll
 from conftest import python_path
 from rcll import cluster
+from rcll.model_service import ModelService
 
 PROCESSES = 4
 # Each process imports rcll, says it is ready, waits for the word, then opens Memory() on the home.
@@ -121,3 +124,23 @@ def test_processes_opening_a_fresh_home_at_once_without_root_start_one_cluster(t
     finally:
         c = cluster.embedded(home / "pg18", os_user=user.pw_name if user else None)
         c.destroy()
+
+
+def test_rcll_db_stop_removes_the_socket_directory(tmp_path: Path) -> None:
+    env = {**base_env(tmp_path / "home")}
+    c = cluster.embedded(tmp_path / "home" / "pg18")
+    try:
+        assert rcll("db", "start", env=env).returncode == 0
+        assert c.socket_dir.is_dir()
+        assert rcll("db", "stop", env=env).returncode == 0
+        assert not c.socket_dir.exists()
+    finally:
+        c.destroy()
+
+
+def test_a_closed_model_service_removes_its_socket_directory() -> None:
+    socket_dir = Path(tempfile.gettempdir()) / f"rcll-models-t{uuid.uuid4().hex[:8]}"
+    service = ModelService(socket_dir, port=50432).start()
+    assert socket_dir.is_dir()
+    service.close()
+    assert not socket_dir.exists()

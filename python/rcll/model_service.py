@@ -255,7 +255,6 @@ class ModelService:
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._closed = threading.Event()
-        self._made_dir = False          # whether start() made socket_dir (close() then removes it)
         self.requests = 0
 
     # -- addresses --------------------------------------------------------------------------------
@@ -279,7 +278,6 @@ class ModelService:
         another user's directory in its place is refused (it lives in the shared temporary dir)."""
         with contextlib.suppress(FileExistsError):
             path.mkdir(mode=0o700)
-            self._made_dir = True
         st = path.lstat()
         if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
             raise RcllError("socket_dir", f"{path} is not a directory (a symlink or a file is in its place)",
@@ -346,9 +344,8 @@ class ModelService:
         if self.socket_dir is not None:
             with contextlib.suppress(FileNotFoundError):
                 socket_path(self.socket_dir, self.port).unlink()
-            if self._made_dir:           # one it made, once empty: nothing of it is left behind
-                with contextlib.suppress(OSError):
-                    self.socket_dir.rmdir()
+            with contextlib.suppress(OSError):     # the service's own directory: none left behind
+                self.socket_dir.rmdir()                # (kept if something else lives in it)
 
     def __enter__(self) -> ModelService:
         return self.start()
