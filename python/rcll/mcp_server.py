@@ -202,7 +202,7 @@ def build_server(service: Memory, *, agent: str | None = None, tokens: TokenMap 
                                    bank: str | None = None, ctx: Context | None = None) -> dict[str, Any]:
             a = await call(who, ctx)
             written = await call(service.as_caller(a).put_state, room, key, value, expected_version=expected_version,
-                                 bank=bank or bank_default, via="api")
+                                 bank=bank or bank_default, via="mcp")
             return dict(written.as_dict())
 
         @mcp.tool(annotations=_DESTRUCTIVE, description="Forget memories and everything derived from them. A DRY "
