@@ -52,6 +52,9 @@ PG15_SKIPPED = (None if PG15_READY or os.geteuid() == 0 or "RCLL_TEST_LEGS" in o
                 "needs root (as root: make pg15-leg); running pg18 alone")
 LEGS = [leg for leg in os.environ.get("RCLL_TEST_LEGS", "pg18" if PG15_SKIPPED else "pg18,pg15").split(",") if leg]
 PORTS = {"pg18": 55418, "pg15": 55415}
+# The tests of the extension route need rcll's scripts in the server's extension directory.
+EXTENSION_SKIPPED = ("{leg}: the extension-route tests skipped: installing rcll's extension files into "
+                     "{sharedir} needs root (as root: make install PG_CONFIG=...)")
 TEMPLATE = "rcll_template"
 DROPPER = "rcll_dropper"     # the database the dropper thread connects to
 _counter = itertools.count()
@@ -192,6 +195,8 @@ class Leg:
         sharedir = Path(subprocess.run([str(pg_config), "--sharedir"], check=True, capture_output=True,
                                        text=True).stdout.strip()) / "extension"
         source = Path(extension_dir())
+        if not os.access(sharedir, os.W_OK):        # Debian's, without root: CREATE EXTENSION cannot be tried
+            pytest.skip(EXTENSION_SKIPPED.format(leg=self.name, sharedir=sharedir))
         # The lock is the extension directory itself (flock on its descriptor): no lock file to leave.
         held = os.open(sharedir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
@@ -360,6 +365,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     lines = []
     if PG15_SKIPPED:
         lines.append(PG15_SKIPPED)
+    elif "pg15" in LEGS and PG15_READY and not os.access("/usr/share/postgresql/15/extension", os.W_OK):
+        lines.append(EXTENSION_SKIPPED.format(leg="pg15", sharedir="/usr/share/postgresql/15/extension"))
     if os.geteuid() == 0:
         lines.append(f"clusters run as the OS user {cluster.server_user()} (made for this run)")
     if BROWSER_SKIPPED:

@@ -205,14 +205,14 @@ class Cluster:
         kwargs: dict[str, object] = {}
         if self.os_user and _is_root():
             # Drop root's groups too: with gid 0 a root-group directory's group bits would apply.
-            uid, gid = self._server_ids()
+            uid, gid = self.server_ids()
             kwargs.update(user=uid, group=gid, extra_groups=[], cwd="/")
         proc = subprocess.run(cmd, capture_output=True, text=True, **kwargs)  # type: ignore[call-overload]
         if check and proc.returncode != 0:
             raise ClusterError(f"{args[0]} failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
         return proc  # type: ignore[no-any-return]
 
-    def _server_ids(self) -> tuple[int, int]:
+    def server_ids(self) -> tuple[int, int]:
         """The uid and gid the server runs as: the dedicated OS user when root starts it, else ours."""
         if self.os_user and _is_root():
             entry = ensure_os_user(self.os_user)
@@ -222,7 +222,7 @@ class Cluster:
     def _prepare_dirs(self) -> None:
         """The data directory, the socket directory and the log, each the server's user's alone
         (mode 0700 / 0600): also for a cluster an earlier release made with wider modes."""
-        uid, gid = self._server_ids()
+        uid, gid = self.server_ids()
         self.datadir.mkdir(parents=True, exist_ok=True)
         _private_dir(self.socket_dir, uid, gid)
         if _is_root():
