@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import os
 import pwd
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -39,6 +41,19 @@ with Memory() as memory:
     print(memory.dsn, sorted(b.name for b in memory.banks()))
 """
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="creating an OS user needs root")
+
+
+@pytest.fixture
+def tmp_path() -> Iterator[Path]:
+    """A directory other OS users can be given, removed afterwards: in the run's temporary
+    directory, not under pytest's own (any pytest starting meanwhile makes /tmp/pytest-of-<user>
+    private again, and a server or process of another user could no longer reach its files)."""
+    path = Path(tempfile.mkdtemp(prefix="first-start-"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def open_at_once(tmp: Path, env: dict[str, str], python: str = sys.executable,
