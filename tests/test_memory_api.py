@@ -313,3 +313,11 @@ def test_a_unit_of_work_checks_each_verbs_scope_as_the_verb_alone(memory: Memory
     assert memory.get_state("deployment", "spread") is not None and memory.units(threads=["t1"]).total == 1
     assert memory.state_history("deployment", "spread")[0].provenance["who"] == "agent"
 
+
+def test_the_integrations_use_only_memorys_public_api() -> None:
+    # No private part of Memory, no SQL of their own, no connection: every call goes through a verb.
+    for path in sorted((ROOT / "python" / "rcll" / "integrations").glob("*.py")):
+        source = path.read_text()
+        for raw in ("memory._", "._tx(", "._bank(", "SELECT ", ".execute(", "import psycopg", "from psycopg"):
+            assert raw not in source, (path.name, raw)
+        assert not {"rcll.retain", "rcll.db"} & _rcll_imports(path), path.name
