@@ -70,11 +70,6 @@ class Sync:
         return call
 
 
-    async def puts_at_once(self, namespace: tuple[str, ...], key: str, values: list[dict[str, Any]]) -> list[Any]:
-        """One put per value, all at once: a thread each (the errors, if any, are returned)."""
-        with ThreadPoolExecutor(len(values)) as pool:
-            futures = [pool.submit(self.store.put, namespace, key, v) for v in values]
-            return [f.exception() for f in futures]
 
 
 class Async(Sync):
@@ -83,10 +78,16 @@ class Async(Sync):
     def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
         return getattr(self.store, "a" + name)  # type: ignore[no-any-return]
 
-    async def puts_at_once(self, namespace: tuple[str, ...], key: str, values: list[dict[str, Any]]) -> list[Any]:
-        """One aput per value, gathered."""
-        got = await asyncio.gather(*(self.store.aput(namespace, key, v) for v in values), return_exceptions=True)
+
+async def at_once(api: type[Sync], puts: list[tuple[BaseStore, dict[str, Any]]]) -> list[Any]:
+    """Each (store, value) put to ("race",) "k", all at once: a thread each (sync) or gathered
+    (async); the errors, if any, are returned."""
+    if api is Async:
+        got = await asyncio.gather(*(store.aput(("race",), "k", v) for store, v in puts), return_exceptions=True)
         return [g if isinstance(g, BaseException) else None for g in got]
+    with ThreadPoolExecutor(len(puts)) as pool:
+        futures = [pool.submit(store.put, ("race",), "k", v) for store, v in puts]
+        return [f.exception() for f in futures]
 
 
 class Listed(list[Any]):
@@ -179,7 +180,7 @@ async def scenario(s: Sync) -> list[tuple[str, Any]]:
     out.append(("query after delete", unordered(await s.search(("users", "alice"), query="dark theme", limit=5))))
     # concurrent puts to one key: last write wins, none fails
     values = [{"text": f"writer {i} was here", "i": i} for i in range(20)]
-    errors = await s.puts_at_once(("race",), "k", values)
+    errors = await at_once(type(s), [(s.store, v) for v in values])
     out.append(("concurrent put errors", [repr(e) for e in errors if e is not None]))
     last = await s.get(("race",), "k")
     out.append(("concurrent put: one of the values", last is not None and last.value in values))
@@ -394,23 +395,30 @@ def test_a_read_refreshes_the_ttl_without_filling_the_history(memory: Memory) ->
 
 
 @pytest.mark.parametrize("api", [Sync, Async], ids=["sync", "async"])
-def test_concurrent_puts_to_one_key_are_last_write_wins_with_every_version_kept(memory: Memory,
+def test_concurrent_puts_to_one_key_are_last_write_wins_with_every_version_kept(memory: Memory, dsn: str,
                                                                               api: type[Sync]) -> None:
     # 20 writers at once, 20 rounds: none fails, the key holds one of the round's values, every
-    # put is a version. Unindexed, to keep it short: the scenario above races 20 indexed writers
-    # (their units replaced under the key's lock) against each store.
-    store = RcllStore(memory, bank="agents", index=None)
+    # put is a version. The writers share four stores, each on a Memory (a pool) of its own, so
+    # that they take turns in the database as well as in each store's process-local turn.
+    # Unindexed, to keep it short: the scenario above races 20 indexed writers (their units
+    # replaced under the key's lock) against each store.
+    others = [Memory(dsn, bank="agents") for _ in range(3)]
+    stores = [RcllStore(m, bank="agents", index=None) for m in [memory, *others]]
     written: list[dict[str, Any]] = []
 
     async def rounds() -> None:
         for r in range(20):
             values = [{"text": f"round {r}: writer {w} was here", "w": w} for w in range(20)]
-            errors = await api(store).puts_at_once(("race",), "k", values)
+            errors = await at_once(api, [(stores[w % len(stores)], v) for w, v in enumerate(values)])
             assert [e for e in errors if e is not None] == []
             written.extend(values)
-            last = await api(store).get(("race",), "k")
+            last = await api(stores[r % len(stores)]).get(("race",), "k")
             assert last is not None and last.value in values
-    asyncio.run(rounds())
+    try:
+        asyncio.run(rounds())
+    finally:
+        for m in others:
+            m.close()
     history = memory.state_history(room_of(("race",)), "k", bank="agents")
     assert [h.version for h in history] == list(range(len(written), 0, -1))
     assert sorted((h.value["value"] for h in history), key=lambda v: v["text"]) == sorted(written, key=lambda v: v["text"])

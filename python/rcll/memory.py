@@ -376,7 +376,7 @@ class Memory:
                             code=Code.INVALID_INPUT)
 
     @contextmanager
-    def transaction(self) -> Iterator[Memory]:
+    def transaction(self, *, timeout: float | None = None) -> Iterator[Memory]:
         """A unit of work: several verbs in one transaction, as psycopg's `with conn.transaction()`.
 
             with memory.transaction() as tx:
@@ -391,12 +391,13 @@ class Memory:
         exception leaves it. Inside a unit of work, a transaction() block is a savepoint. Work that
         needs connections of its own is refused in one (RcllError on transaction): recall,
         retain_many, consolidate, export, import, purge, the graphs; so is any verb once the
-        block has ended. READ COMMITTED (PostgreSQL's default) is what lock_states expects."""
+        block has ended. READ COMMITTED (PostgreSQL's default) is what lock_states expects.
+        timeout: seconds to wait for a pooled connection (default rcll.db.POOL_TIMEOUT)."""
         if self._unit is not None:
             with self._in_unit(None):
                 yield self
             return
-        with self._connection() as conn, database_errors(read_only=self.read_only), conn.transaction():
+        with self._connection(timeout) as conn, database_errors(read_only=self.read_only), conn.transaction():
             act_as(conn, self.agent)
             unit = _Unit(conn)
             view = self._bound_view(self.bank, self.agent, self.scope)

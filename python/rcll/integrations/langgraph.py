@@ -49,7 +49,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
@@ -92,6 +94,11 @@ ENVELOPE = "rcll_store"          # marks a room state value as an RcllStore item
 TAG = "langgraph"                # every unit the store writes; "langgraph:<prefix>" per namespace prefix
 TOO_BROAD = "RC007"              # forget refused: matches nothing, or every unit of the bank
 REASON = "langgraph store: replaced or deleted"
+# A put waits its key's turn rather than fail: writers of one key take turns in the database, and
+# in this process first (one stripe lock per key), so that they do not hold every pooled connection
+# while they wait. WRITE_WAIT: seconds a batch may wait for a connection, its turn included.
+STRIPES = 64
+WRITE_WAIT = 120.0
 
 
 def room_of(namespace: Sequence[str]) -> str:
@@ -233,6 +240,7 @@ class RcllStore(BaseStore):
         RecallRequest(query="check", bank=self.bank, **self.recall)      # every field checked now
         if self.bank not in {b.name for b in memory.banks()}:
             memory.create_bank(self.bank)
+        self._stripes = [threading.Lock() for _ in range(STRIPES)]
 
     # -- BaseStore --------------------------------------------------------------------------------
 
@@ -414,6 +422,8 @@ class RcllStore(BaseStore):
         # item's texts it found.
         texts = {(op.namespace, op.key): self._texts(op) for op in puts}
         embedded: dict[Pair, _Pieces] = {}
+        # The model work holds an admission place (rcll.workqueue) before the transaction, not
+        # during it: Memory.retain takes its own there.
         with admitted(WRITE):
             todo = [(op, _pieces(texts[(op.namespace, op.key)])) for op in puts if op.value is not None
                     and _changed(stored.get((op.namespace, op.key)), texts[(op.namespace, op.key)])]
@@ -423,54 +433,66 @@ class RcllStore(BaseStore):
             for op, (chunks, owners) in todo:
                 embedded[(op.namespace, op.key)] = (chunks, owners, vectors[at:at + len(chunks)])
                 at += len(chunks)
-            now = _now()           # a TTL counts from the write, after the model work
-            pairs = sorted({(op.namespace, op.key) for op in puts} | {(s.namespace, s.key) for s in refresh})
-            with self.memory.transaction() as tx:
-                current = self._stored(tx.lock_states([(room_of(ns), k) for ns, k in pairs], bank=self.bank))
-                # Forgets first: a forget takes the bank's write lock alone, a retain shares it, so
-                # a unit of work that forgets after it retained could wait for another that does the same.
-                for op in puts:
-                    old = current.get((op.namespace, op.key))
-                    if old is not None and old.envelope["documents"] and (
-                            op.value is None or _changed(old, texts[(op.namespace, op.key)])):
-                        self._forget_units(tx, thread_of(op.namespace, op.key))
-                for op in puts:
-                    pair = (op.namespace, op.key)
-                    old = current.get(pair)
-                    if op.value is None:
-                        if old is not None:
-                            tx.forget_state(room_of(op.namespace), op.key, bank=self.bank, dry_run=False,
-                                            reason="langgraph store delete")
-                        continue
-                    if _changed(old, texts[pair]):
-                        documents, units = self._index(tx, op, texts[pair], embedded.get(pair), when.get(pair))
-                    else:
-                        assert old is not None
-                        documents, units = list(old.envelope["documents"]), list(old.envelope.get("units", []))
-                    # an expired item not yet swept is gone for LangGraph: its key starts again
-                    created = old.envelope["created_at"] if old is not None and not old.expired(now) else now.isoformat()
-                    ttl = op.ttl
-                    envelope = {ENVELOPE: 1, "value": dict(op.value), "created_at": created,
-                                "updated_at": now.isoformat(), "ttl": ttl,
-                                "expires_at": (now + timedelta(minutes=ttl)).isoformat() if ttl else None,
-                                "texts": texts[pair], "documents": documents, "units": units}
-                    tx.put_state(room_of(op.namespace), op.key, envelope, bank=self.bank, via="langgraph",
-                                 expected_version=old.version if old is not None else 0)
-                for s in refresh:
-                    # a refresh of the version the read returned; a newer one has its own expiry
-                    got = current.get((s.namespace, s.key))
-                    if got is None or got.version != s.version or (s.namespace, s.key) in texts:
-                        continue
-                    envelope = dict(s.envelope, expires_at=(now + timedelta(minutes=s.envelope["ttl"])).isoformat(),
-                                    updated_at=s.updated_at.isoformat())
-                    tx.put_state(room_of(s.namespace), s.key, envelope, bank=self.bank, via="langgraph",
-                                 expected_version=s.version)
+        pairs = sorted({(op.namespace, op.key) for op in puts} | {(s.namespace, s.key) for s in refresh})
+        with self._turn(pairs), self.memory.transaction(timeout=WRITE_WAIT) as tx:
+            current = self._stored(tx.lock_states([(room_of(ns), k) for ns, k in pairs], bank=self.bank))
+            now = _now()       # a TTL counts from the write, after the model work and the keys' turn
+            # Forgets first: a forget takes the bank's write lock alone, a retain shares it, so
+            # a unit of work that forgets after it retained could wait for another that does the same.
+            for op in puts:
+                old = current.get((op.namespace, op.key))
+                if old is not None and old.envelope["documents"] and (
+                        op.value is None or _changed(old, texts[(op.namespace, op.key)])):
+                    self._forget_units(tx, thread_of(op.namespace, op.key))
+            for op in puts:
+                pair = (op.namespace, op.key)
+                old = current.get(pair)
+                if op.value is None:
+                    if old is not None:
+                        tx.forget_state(room_of(op.namespace), op.key, bank=self.bank, dry_run=False,
+                                        reason="langgraph store delete")
+                    continue
+                if _changed(old, texts[pair]):
+                    documents, units = self._index(tx, op, texts[pair], embedded.get(pair), when.get(pair))
+                else:
+                    assert old is not None
+                    documents, units = list(old.envelope["documents"]), list(old.envelope.get("units", []))
+                # an expired item not yet swept is gone for LangGraph: its key starts again
+                created = old.envelope["created_at"] if old is not None and not old.expired(now) else now.isoformat()
+                ttl = op.ttl
+                envelope = {ENVELOPE: 1, "value": dict(op.value), "created_at": created,
+                            "updated_at": now.isoformat(), "ttl": ttl,
+                            "expires_at": (now + timedelta(minutes=ttl)).isoformat() if ttl else None,
+                            "texts": texts[pair], "documents": documents, "units": units}
+                tx.put_state(room_of(op.namespace), op.key, envelope, bank=self.bank, via="langgraph",
+                             expected_version=old.version if old is not None else 0)
+            for s in refresh:
+                # a refresh of the version the read returned; a newer one has its own expiry
+                got = current.get((s.namespace, s.key))
+                if got is None or got.version != s.version or (s.namespace, s.key) in texts:
+                    continue
+                envelope = dict(s.envelope, expires_at=(now + timedelta(minutes=s.envelope["ttl"])).isoformat(),
+                                updated_at=s.updated_at.isoformat())
+                tx.put_state(room_of(s.namespace), s.key, envelope, bank=self.bank, via="langgraph",
+                             expected_version=s.version)
+
+    @contextmanager
+    def _turn(self, pairs: Sequence[Pair]) -> Iterator[None]:
+        """This process's writers of these keys, one at a time (the stripes taken in one order)."""
+        stripes = sorted({hash(p) % STRIPES for p in pairs})
+        with ExitStack() as stack:
+            for i in stripes:
+                stack.enter_context(self._stripes[i])
+            yield
 
     def _index(self, tx: Memory, op: PutOp, texts: list[list[str]], pieces: _Pieces | None,
                when: datetime | None) -> tuple[list[int], list[list[int]]]:
         """Retain an item's indexed texts as one document (in the unit of work); its documents and
         [unit, text] pairs."""
-        chunks, owners, vectors = pieces if pieces is not None else _embedded(texts)
+        if pieces is None:
+            with admitted(WRITE):
+                pieces = _embedded(texts)
+        chunks, owners, vectors = pieces
         if not chunks:
             return [], []
         ns = op.namespace
