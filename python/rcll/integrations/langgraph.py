@@ -262,8 +262,7 @@ class RcllStore(BaseStore):
         now = _now()
         stored = self._read_all()
         expired = [PutOp(s.namespace, s.key, None) for s in stored.values() if s.expired(now)]
-        self._write(expired, stored)
-        return len(expired)
+        return self._write(expired, stored, sweep=True)
 
     # -- reads ------------------------------------------------------------------------------------
 
@@ -392,8 +391,11 @@ class RcllStore(BaseStore):
         at = s.expires_at
         return ttl is not None and at is not None and now + timedelta(minutes=ttl) - at >= timedelta(minutes=ttl / 10)
 
-    def _write(self, puts: list[PutOp], stored: dict[Pair, _Stored], refresh: Sequence[_Stored] = ()) -> None:
-        """Write the puts (and the reads' TTL refreshes) in one unit of work of the Memory.
+    def _write(self, puts: list[PutOp], stored: dict[Pair, _Stored], refresh: Sequence[_Stored] = (),
+               sweep: bool = False) -> int:
+        """Write the puts (and the reads' TTL refreshes) in one unit of work of the Memory; returns
+        how many items it deleted. sweep: the deletes are the sweep's, of items expired when it
+        read - one that a put has renewed since stays.
 
         Last write wins, without retries and without errors: the unit of work locks the keys it
         writes (Memory.lock_states: every other writer of them waits), reads their current versions
@@ -402,7 +404,7 @@ class RcllStore(BaseStore):
         is embedded under the lock (rare: two writers of one key, one of them with the old texts)."""
         refresh = [s for s in refresh if self._refreshes(s, _now())]
         if not puts and not refresh:
-            return
+            return 0
         self.memory.check_writable()
         if any(op.value is None for op in puts):
             self.memory.scope.check(self.bank, "forget")     # a delete forgets, whether the key exists or not
@@ -437,6 +439,10 @@ class RcllStore(BaseStore):
         with self._turn(pairs), self.memory.transaction(timeout=WRITE_WAIT) as tx:
             current = self._stored(tx.lock_states([(room_of(ns), k) for ns, k in pairs], bank=self.bank))
             now = _now()       # a TTL counts from the write, after the model work and the keys' turn
+            if sweep:
+                puts = [op for op in puts if (old := current.get((op.namespace, op.key))) is not None
+                        and old.expired(now)]
+            deleted = 0
             # Forgets first: a forget takes the bank's write lock alone, a retain shares it, so
             # a unit of work that forgets after it retained could wait for another that does the same.
             for op in puts:
@@ -451,6 +457,7 @@ class RcllStore(BaseStore):
                     if old is not None:
                         tx.forget_state(room_of(op.namespace), op.key, bank=self.bank, dry_run=False,
                                         reason="langgraph store delete")
+                        deleted += 1
                     continue
                 if _changed(old, texts[pair]):
                     documents, units = self._index(tx, op, texts[pair], embedded.get(pair), when.get(pair))
@@ -469,12 +476,13 @@ class RcllStore(BaseStore):
             for s in refresh:
                 # a refresh of the version the read returned; a newer one has its own expiry
                 got = current.get((s.namespace, s.key))
-                if got is None or got.version != s.version or (s.namespace, s.key) in texts:
+                if got is None or got.version != s.version or got.expired(now) or (s.namespace, s.key) in texts:
                     continue
                 envelope = dict(s.envelope, expires_at=(now + timedelta(minutes=s.envelope["ttl"])).isoformat(),
                                 updated_at=s.updated_at.isoformat())
                 tx.put_state(room_of(s.namespace), s.key, envelope, bank=self.bank, via="langgraph",
                              expected_version=s.version)
+        return deleted
 
     @contextmanager
     def _turn(self, pairs: Sequence[Pair]) -> Iterator[None]:
