@@ -511,3 +511,15 @@ def test_a_time_field_dates_the_units_and_recall_options_reach_every_search(memo
     with pytest.raises(RcllError) as e:
         RcllStore(memory, bank="agents", recall={"tags_all": ["x"]})
     assert e.value.field == "recall.tags_all"
+
+
+def test_the_same_text_scores_the_same_unless_another_text_of_its_item_comes_before_it(memory: Memory) -> None:
+    # The cross-encoder's second view reads a chunk with the end of the one before it in its
+    # document (the item): docs/integrations.md, "Scores".
+    store = RcllStore(memory, bank="agents", index={"fields": ["notes", "text"]})  # type: ignore[arg-type]
+    text = "Alice deploys the API with Argo CD"
+    store.put(("a",), "one", {"text": text})
+    store.put(("a",), "two", {"text": text})
+    store.put(("a",), "after", {"notes": "Bob likes tea", "text": text})
+    scores = {h.key: h.score for h in store.search(("a",), query="how does Alice deploy?")}
+    assert scores["one"] == scores["two"] != scores["after"]
