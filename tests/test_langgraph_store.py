@@ -394,6 +394,7 @@ def test_a_read_refreshes_the_ttl_without_filling_the_history(memory: Memory) ->
     assert store.get(("s",), "k", refresh_ttl=False) is None
 
 
+@pytest.mark.slow      # ~5 s a case: the file (~95 s on both legs) is handed out first
 @pytest.mark.parametrize("api", [Sync, Async], ids=["sync", "async"])
 def test_concurrent_puts_to_one_key_are_last_write_wins_with_every_version_kept(memory: Memory, dsn: str,
                                                                               api: type[Sync]) -> None:
