@@ -68,7 +68,7 @@ from rcll.results import (
     Upkeep,
     Version,
 )
-from rcll.retain import prepare, retain, retain_many
+from rcll.retain import Prepared, prepare, retain, retain_many
 from rcll.sqlsource import extension_version, migrations
 from rcll.streams import ExportBudget
 from rcll.upkeep import auto_graphs, graph_min_units
@@ -162,6 +162,13 @@ class _Pool:
     exports: ExportBudget = dataclasses.field(default_factory=ExportBudget.from_env)   # export streams' own connections
 
 
+@dataclass
+class _Unit:
+    """A unit of work's connection, shared by its views (Memory.transaction); None once it ended."""
+
+    conn: psycopg.Connection[Any] | None
+
+
 @contextmanager
 def bounded_model_work() -> Iterator[WorkQueue]:
     """For servers, while they serve: model work (query embedding, rerank, retain embedding) goes
@@ -201,6 +208,10 @@ class Memory:
     connecting until open() (servers open in their start-up hook).
     """
 
+    # A unit of work's views (Memory.transaction) run every verb on its connection, inside its
+    # transaction; None for every other view.
+    _unit: _Unit | None = None
+
     def __init__(self, dsn: str | None = None, *, bank: str = DEFAULT_BANK, agent: str | None = None,
                  read_only: bool = False, pool_size: int = 4, install: bool | None = None,
                  extension: bool = False, open: bool = True) -> None:
@@ -225,16 +236,21 @@ class Memory:
         view.scope = scope
         return view
 
+    def _bound_view(self, bank: str, agent: str | None, scope: Caller) -> Memory:
+        view = Memory._view(self._shared, bank, agent, scope)
+        view._unit = self._unit
+        return view
+
     def as_agent(self, agent: str | None) -> Memory:
         """This Memory acting as `agent` (the identity a server authenticated), sharing the pool
-        and keeping this view's scope."""
-        return Memory._view(self._shared, self.bank, agent, self.scope)
+        and keeping this view's scope (and its unit of work, inside one)."""
+        return self._bound_view(self.bank, agent, self.scope)
 
     def as_caller(self, caller: Caller) -> Memory:
         """This Memory acting for `caller` (a bearer token's agent and scope, rcll.auth): every verb
         then reaches only the caller's banks and only with its verbs; a bank out of reach is an
         unknown bank, exactly as one that does not exist."""
-        return Memory._view(self._shared, self.bank, caller.agent, caller)
+        return self._bound_view(self.bank, caller.agent, caller)
 
     def as_login(self, configured: str | None = None) -> Memory:
         """This Memory acting as the identity the database resolves for its own login
@@ -325,7 +341,14 @@ class Memory:
         set-returning function over an empty table may never evaluate it), and the unknown bank
         the database reports is answered as one outside the caller's scope
         (rcll.errors.unknown_bank). timeout: seconds to wait for a pooled connection (default
-        rcll.db.POOL_TIMEOUT), then psycopg_pool.PoolTimeout."""
+        rcll.db.POOL_TIMEOUT), then psycopg_pool.PoolTimeout. Inside a unit of work
+        (Memory.transaction): a savepoint on its connection."""
+        if self._unit is not None:
+            with self._in_unit(bank) as conn:
+                if bank is not None and resolve:
+                    conn.execute("SELECT rcll._bank_id(%s)", (bank,))
+                yield conn
+            return
         with (self._connection(timeout) as conn, database_errors(read_only=self.read_only, bank=bank),
               conn.transaction()):
             act_as(conn, self.agent)
@@ -334,9 +357,61 @@ class Memory:
             yield conn
 
     @contextmanager
+    def _in_unit(self, bank: str | None) -> Iterator[psycopg.Connection[Any]]:
+        """A verb's step inside this view's unit of work: a savepoint, so that a verb that fails
+        undoes only itself (as psycopg's nested transaction blocks do), acting as this view's agent."""
+        conn = None if self._unit is None else self._unit.conn
+        if conn is None:
+            raise RcllError("transaction", "this unit of work has ended",
+                            "run the verbs inside the with memory.transaction() block", code=Code.INVALID_INPUT)
+        with database_errors(read_only=self.read_only, bank=bank), conn.transaction():
+            act_as(conn, self.agent)
+            yield conn
+
+    def _outside_unit(self, what: str) -> None:
+        """Refuse work that cannot join a unit of work's transaction (it takes connections of its own)."""
+        if self._unit is not None:
+            raise RcllError("transaction", f"{what} cannot run inside a unit of work (it uses connections of its "
+                            "own)", "call it on the Memory, outside the with memory.transaction() block",
+                            code=Code.INVALID_INPUT)
+
+    @contextmanager
+    def transaction(self, *, timeout: float | None = None) -> Iterator[Memory]:
+        """A unit of work: several verbs in one transaction, as psycopg's `with conn.transaction()`.
+
+            with memory.transaction() as tx:
+                states = tx.lock_states([("deployment", "spread")])
+                tx.put_state("deployment", "spread", {...}, expected_version=...)
+                tx.forget(thread="t1", dry_run=False)
+
+        `tx` is this Memory (its agent, its scope, its bank) bound to one pooled connection: each
+        verb checks its input, the caller's scope and its own verb exactly as it does alone, and
+        runs in a savepoint of the one transaction - a verb that raises undoes only itself, and
+        the caller may go on. The block commits when it ends, and rolls everything back when an
+        exception leaves it. Inside a unit of work, a transaction() block is a savepoint. Work that
+        needs connections of its own is refused in one (RcllError on transaction): recall,
+        retain_many, consolidate, export, import, purge, the graphs; so is any verb once the
+        block has ended. READ COMMITTED (PostgreSQL's default) is what lock_states expects.
+        timeout: seconds to wait for a pooled connection (default rcll.db.POOL_TIMEOUT)."""
+        if self._unit is not None:
+            with self._in_unit(None):
+                yield self
+            return
+        with self._connection(timeout) as conn, database_errors(read_only=self.read_only), conn.transaction():
+            act_as(conn, self.agent)
+            unit = _Unit(conn)
+            view = self._bound_view(self.bank, self.agent, self.scope)
+            view._unit = unit
+            try:
+                yield view
+            finally:
+                unit.conn = None         # every view of it: the connection goes back to the pool
+
+    @contextmanager
     def _session(self, bank: str) -> Iterator[psycopg.Connection[Any]]:
         """A pooled connection in autocommit mode acting as the agent for the whole session, for
         work on `bank` that commits its own transactions (bulk retain, consolidation)."""
+        self._outside_unit("this verb")
         with self._connection() as conn, database_errors(read_only=self.read_only, bank=bank):
             conn.autocommit = True
             try:
@@ -348,6 +423,7 @@ class Memory:
                     conn.autocommit = False
 
     def _pool(self) -> ConnectionPool[psycopg.Connection[Any]]:
+        self._outside_unit("this verb")
         if not self._shared.opened or self._shared.pool is None:
             raise RcllError("memory", "this Memory is closed", "open() it, or use it in a with block",
                             code=Code.UNAVAILABLE)
@@ -408,12 +484,17 @@ class Memory:
                thread: str | None = None, tags: Sequence[str] | None = None, hall: str | None = None,
                layer: str | None = None, source: str | None = None, occurred_at: datetime | str | None = None,
                metadata: Mapping[str, Any] | None = None, via: str = "python",
-               expires_at: datetime | str | None = None, ttl: timedelta | None = None) -> RetainResult:
+               expires_at: datetime | str | None = None, ttl: timedelta | None = None,
+               prepared: Prepared | None = None) -> RetainResult:
         """Retain one document: chunks embedded locally (LLM_PROVIDER=none), or facts extracted
         (offline, anthropic). The same content in the same bank and thread is stored once
         (created=False the second time). The author is this Memory's agent, never an argument.
         expires_at or ttl: when its units expire (recall stops returning them at once; the
-        periodic sweep forgets them); the bank's retention policies may make it earlier."""
+        periodic sweep forgets them); the bank's retention policies may make it earlier.
+        prepared: chunk mode's model work done already - the chunks (each one unit, in order) and
+        their embeddings by rcll.models.get_embedder(), as rcll.retain.prepare makes them - so that
+        a unit of work (Memory.transaction) does not wait on the model; the extraction modes
+        ignore it."""
         self.check_writable()
         b = self._bank(bank, "write")
         expiry = _expiry(expires_at, ttl)
@@ -434,8 +515,16 @@ class Memory:
         # pooled connection), so retain() runs inside the transaction that sets it.
         # The model work waits for a slot (rcll.workqueue) before a connection is taken, so
         # writers queued behind the models hold no connection a reader needs, and vice versa.
+        if prepared is not None:
+            chunks, vectors = prepared
+            if not isinstance(chunks, list) or not all(isinstance(c, str) and c.strip() for c in chunks):
+                raise RcllError("prepared", "its chunks must be a list of non-empty texts",
+                                "pass (chunks, embeddings) as rcll.retain.prepare makes them")
+            if not chunks or len(vectors) != len(chunks):
+                raise RcllError("prepared", f"{len(chunks)} chunks but {len(vectors)} embeddings",
+                                "pass (chunks, embeddings) with one embedding per chunk, e.g. rcll.retain.prepare's")
         with admitted(WRITE):
-            prepared = prepare(doc)
+            prepared = prepared if prepared is not None else prepare(doc)
             with self._tx(b, resolve=False) as conn:
                 if expiry is not None:
                     # Read by the units' expiry trigger (rcll._units_expiry), for this transaction only.
@@ -471,6 +560,7 @@ class Memory:
         while time is left, and the result says how deep it read (rerank_depth_reached,
         context_depth_reached) and whether the deadline cut it (deadline_cut). The recall itself
         is rcll.recall.recall over this Memory's pool."""
+        self._outside_unit("recall")
         unknown = sorted(set(fields) - {p.name for p in PARAMETERS})
         if unknown:
             raise RcllError(unknown[0], "is not a recall field",
@@ -552,6 +642,37 @@ class Memory:
                                (b, r, k, Jsonb(value), ev, required_text(via, "via"))).fetchone()
         assert row is not None
         return StateWritten(r, k, int(row[0]))
+
+    @retried_once
+    def get_states(self, pairs: Iterable[tuple[str, str]], *, bank: str | None = None) -> list[StateKey]:
+        """Many keyed states at once (rcll.get_states), each at its current version: the (room, key)
+        pairs given, exact strings; a pair with no state has no row."""
+        b = self._bank(bank)
+        rooms, keys = self._pairs(pairs)
+        with self._tx(b) as conn, conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute("SELECT * FROM rcll.get_states(bank => %s, rooms => %s, keys => %s)",
+                               (b, rooms, keys)).fetchall()
+        return [StateKey.from_row(r) for r in rows]
+
+    def lock_states(self, pairs: Iterable[tuple[str, str]], *, bank: str | None = None) -> list[StateKey]:
+        """In a unit of work (Memory.transaction), for a read-modify-write: lock these keyed states
+        until it ends - every other writer of them waits - and return their current versions, as
+        get_states (rcll.lock_states). A put_state with the version read here cannot lose: last
+        write wins, and every version is kept. Needs the write verb."""
+        self.check_writable()
+        b = self._bank(bank, "write")
+        rooms, keys = self._pairs(pairs)
+        with self._tx(b) as conn, conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute("SELECT * FROM rcll.lock_states(bank => %s, rooms => %s, keys => %s)",
+                               (b, rooms, keys)).fetchall()
+        return [StateKey.from_row(r) for r in rows]
+
+    @staticmethod
+    def _pairs(pairs: Iterable[tuple[str, str]]) -> tuple[list[str], list[str]]:
+        got = list(pairs)
+        if not all(isinstance(p, tuple | list) and len(p) == 2 for p in got):
+            raise RcllError("pairs", "must be (room, key) pairs", 'pass [("deployment", "spread"), ...]')
+        return ([required_text(r, "room") for r, _ in got], [required_text(k, "key") for _, k in got])
 
     @retried_once
     def state_history(self, room: str, key: str, *, bank: str | None = None) -> list[State]:
@@ -667,6 +788,7 @@ class Memory:
         unknown bank is refused here, before the first line; so is an export beyond the budget of
         connections exports may hold (rcll.streams: Busy, HTTP 503). Close the iterator (or read it
         to the end) to give its connection back."""
+        self._outside_unit("export")
         b = self._known_bank(bank, "export")
         # Not from the pool: a download lasts as long as its client reads (rcll.streams).
         return self._shared.exports.stream(self.dsn, lambda conn: iter_export(conn, b))
@@ -741,6 +863,7 @@ class Memory:
         CONCURRENTLY: retains and recalls go on meanwhile). Minutes on a big store. Refused
         (graphs.Busy, RC004) while another session runs it."""
         self._whole_store("rebuilding the graphs")
+        self._outside_unit("rebuilding the graphs")
         with database_errors():
             return graphs.apply(self.dsn, min_units, progress, max_share, maintenance_work_mem, m, ef_construction,
                                 tracker)
@@ -779,6 +902,8 @@ class Memory:
         what remains ({"units": ..., "remaining": ...}) after each."""
         self.check_writable()
         b = self._bank(bank, "forget")
+        if purge:
+            self._outside_unit("purge")
         args = {"bank": b, "unit_ids": _ids(unit_ids, "unit_ids"), "document_ids": _ids(document_ids, "document_ids"),
                 "thread": text_arg(thread, "thread"), "author": text_arg(author, "author"), "tag": text_arg(tag, "tag"),
                 "room": text_arg(room, "room"), "occurred_from": time_arg(occurred_from, "occurred_from"),
