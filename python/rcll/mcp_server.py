@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
 import sys
 import time
 from collections.abc import Mapping
@@ -33,8 +32,9 @@ from pydantic import Field
 from rcll.auth import Caller, TokenMap
 from rcll.errors import Code, RcllError, status
 from rcll.http_guard import GuardConfig, body_capped
-from rcll.memory import Memory, bounded_model_work, server_deadline_ms
+from rcll.memory import Memory, bounded_model_work
 from rcll.request import ANNOTATIONS, PARAMETERS, RecallRequest
+from rcll.settings import DEFAULTS, Settings
 from rcll.sqlsource import extension_version
 from rcll.validate import duration_arg
 
@@ -66,12 +66,12 @@ def _recall_signature() -> inspect.Signature:
 RECALL_SIGNATURE = _recall_signature()
 
 
-def recall_request(fields: dict[str, Any], default_bank: str) -> RecallRequest:
+def recall_request(fields: dict[str, Any], default_bank: str, deadline_ms: int = DEFAULTS.deadline_ms) -> RecallRequest:
     """The one place MCP builds a recall: the tool's arguments (None: the field's default; no bank:
-    the server's default bank; no deadline_ms: the server's)."""
+    the server's default bank; no deadline_ms: the server's, settings.deadline_ms)."""
     given = {k: v for k, v in fields.items() if v is not None}
     given.setdefault("bank", default_bank)
-    given.setdefault("deadline_ms", server_deadline_ms())
+    given.setdefault("deadline_ms", deadline_ms)
     return RecallRequest(**given)
 
 
@@ -96,7 +96,7 @@ def build_server(service: Memory, *, agent: str | None = None, tokens: TokenMap 
         raise RcllError("write_tools", "a read-only server cannot serve write tools",
                         "drop --write-tools, or run a read-write server", code=Code.NOT_PERMITTED)
     tokens = tokens or TokenMap()
-    bank_default = default_bank or os.environ.get("RCLL_BANK") or "default"
+    bank_default = default_bank or service.settings.bank
     mcp = MCPServer(name="rcll", version=extension_version(),
                     instructions="Memory for an agent fleet: recall before you act, retain what you learn. "
                                  "Rooms are topics; the author of a write is who this server says you are.")
@@ -124,7 +124,7 @@ def build_server(service: Memory, *, agent: str | None = None, tokens: TokenMap 
     async def memory_recall(ctx: Context | None = None, **fields: Any) -> dict[str, Any]:
         started = time.perf_counter()
         a = await call(who, ctx)
-        request = await call(recall_request, fields, bank_default)
+        request = await call(recall_request, fields, bank_default, service.settings.deadline_ms)
         result = await call(service.as_caller(a).recall, request, started=started)
         return dict(result.as_dict())
 
@@ -242,13 +242,15 @@ def build_server(service: Memory, *, agent: str | None = None, tokens: TokenMap 
     return mcp
 
 
-def http_app(mcp: MCPServer, tokens: TokenMap, *, path: str = "/mcp", host: str = "127.0.0.1") -> Any:
+def http_app(mcp: MCPServer, tokens: TokenMap, *, path: str = "/mcp", host: str = "127.0.0.1",
+             settings: Settings = DEFAULTS) -> Any:
     """The streamable-HTTP ASGI app, refusing requests without a valid bearer token when tokens
     are configured (401 with {field, error, hint}). host: where it listens; on loopback the SDK
-    also refuses Host headers that are not loopback (DNS rebinding), beyond it they are accepted."""
+    also refuses Host headers that are not loopback (DNS rebinding), beyond it they are accepted.
+    settings: the body cap (settings.max_body_bytes)."""
     app = mcp.streamable_http_app(streamable_http_path=path, json_response=True, host=host)
     # Every body capped before it is read or the token checked (rcll.http_guard, RCLL_MAX_BODY_BYTES).
-    limit = GuardConfig.from_env(host).max_body_bytes
+    limit = GuardConfig.from_settings(settings, host).max_body_bytes
     if not tokens.enabled:
         return body_capped(app, limit)
 
@@ -273,8 +275,9 @@ def http_app(mcp: MCPServer, tokens: TokenMap, *, path: str = "/mcp", host: str 
 def run(memory: Memory, *, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8766,
         agent: str | None = None, default_bank: str | None = None, tokens: TokenMap | None = None) -> None:
     """Serve the MCP tools over `memory` until stopped: over stdio (the agent is `agent`, the
-    launcher's configuration) or streamable HTTP (the agent is each bearer token's)."""
-    tokens = tokens if tokens is not None else TokenMap.from_env()
+    launcher's configuration) or streamable HTTP (the agent is each bearer token's; tokens default
+    to memory's settings)."""
+    tokens = tokens if tokens is not None else TokenMap.from_settings(memory.settings)
     if agent and not memory.identity_honoured:
         print("rcll mcp: warning: the database role is not a member of rcll_identity_server; "
               "writes will carry no server identity", file=sys.stderr)
@@ -282,7 +285,7 @@ def run(memory: Memory, *, transport: str = "stdio", host: str = "127.0.0.1", po
                           write_tools=not memory.read_only)
     # Model work through one bounded queue sized to the cores: over the limit a tool call is
     # refused at once (field "server", busy) instead of waiting without bound.
-    with bounded_model_work():
+    with bounded_model_work(memory.settings):
         if transport == "stdio":
             server.run("stdio")
             return
@@ -290,4 +293,5 @@ def run(memory: Memory, *, transport: str = "stdio", host: str = "127.0.0.1", po
 
         print(f"RCLL MCP (streamable HTTP) on http://{host}:{port}/mcp{' read-only' if memory.read_only else ''}",
               file=sys.stderr, flush=True)
-        uvicorn.run(http_app(server, tokens, host=host), host=host, port=port, log_level="warning")
+        uvicorn.run(http_app(server, tokens, host=host, settings=memory.settings), host=host, port=port,
+                    log_level="warning")

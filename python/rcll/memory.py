@@ -42,7 +42,6 @@ from rcll.auth import ANONYMOUS, Caller, act_as, can_write, identity_server_ok
 from rcll.consolidate import Observation, consolidate
 from rcll.db import configure, connect, resolve_dsn, retried_once
 from rcll.db import pool as db_pool
-from rcll.deadline import server_deadline_ms
 from rcll.document import Document, RetainResult
 from rcll.errors import Code, RcllError, database_errors
 from rcll.export import ExportSummary, ImportSummary, export_bank, import_bank, import_stream, iter_export
@@ -69,9 +68,9 @@ from rcll.results import (
     Version,
 )
 from rcll.retain import prepare, retain, retain_many
+from rcll.settings import Settings
 from rcll.sqlsource import extension_version, migrations
 from rcll.streams import ExportBudget
-from rcll.upkeep import auto_graphs, graph_min_units
 from rcll.validate import (
     MAX_VERSION,
     bool_arg,
@@ -92,7 +91,7 @@ from rcll.workqueue import installed as installed_queue
 __all__ = [
     "DEFAULT_BANK", "Bank", "Busy", "Document", "ExportSummary", "FloorRoom", "Health", "ImportSummary", "Memory",
     "MergeProposal", "Observation", "RecallResult", "RetainResult", "Room", "Rule", "State", "StateKey",
-    "StateWritten", "Stats", "Tag", "TokenAccount", "Unit", "UnitPage", "bounded_model_work", "server_deadline_ms",
+    "StateWritten", "Stats", "Tag", "TokenAccount", "Unit", "UnitPage", "bounded_model_work",
 ]
 
 DEFAULT_BANK = "default"
@@ -155,20 +154,25 @@ class _Pool:
     read_only: bool
     pool_size: int
     configure: Callable[[psycopg.Connection[Any]], None]
+    settings: Settings
     pool: ConnectionPool[psycopg.Connection[Any]] | None = None
     opened: bool = False
     identity_honoured: bool = False
     installed: str | None = None
-    exports: ExportBudget = dataclasses.field(default_factory=ExportBudget.from_env)   # export streams' own connections
+    exports: ExportBudget = dataclasses.field(init=False)     # export streams' own connections
+
+    def __post_init__(self) -> None:
+        self.exports = ExportBudget.from_settings(self.settings)
 
 
 @contextmanager
-def bounded_model_work() -> Iterator[WorkQueue]:
+def bounded_model_work(settings: Settings) -> Iterator[WorkQueue]:
     """For servers, while they serve: model work (query embedding, rerank, retain embedding) goes
     through one bounded queue sized to the cores (rcll.workqueue) - a request over the limit is
     refused at once with Busy (HTTP 503 + Retry-After) instead of waiting without bound, and reads
-    and writes share the model slots fairly. A Python caller of Memory has no queue otherwise."""
-    queue = installed_queue() or WorkQueue()
+    and writes share the model slots fairly (sized by settings: RCLL_MODEL_SLOTS and the limits). A
+    Python caller of Memory has no queue otherwise."""
+    queue = installed_queue() or WorkQueue.from_settings(settings)
     previous = install_queue(queue)
     try:
         yield queue
@@ -192,8 +196,9 @@ def schema_is_current(conn: psycopg.Connection[Any]) -> bool:
 class Memory:
     """A memory store: a pool of connections to one database and the verbs.
 
-    dsn: a PostgreSQL connection string (default: $RCLL_DSN, else the embedded database, started
-    if needed). bank: the bank a verb uses when it is not given one. agent: the identity writes
+    dsn: a PostgreSQL connection string (default: settings.dsn - $RCLL_DSN -, else the embedded
+    database, started if needed). settings: every other knob (rcll.settings.Settings; None reads
+    the environment once, here: Settings.from_env()), for every verb of this Memory. bank: the bank a verb uses when it is not given one. agent: the identity writes
     and `mine` recalls act as. read_only: only the read verbs, over a role that cannot write
     (opening refuses a role that can). install: None installs or upgrades the schema when it is
     missing or behind, True always (what `rcll serve` does), False never; extension: install as
@@ -201,20 +206,21 @@ class Memory:
     connecting until open() (servers open in their start-up hook).
     """
 
-    def __init__(self, dsn: str | None = None, *, bank: str = DEFAULT_BANK, agent: str | None = None,
-                 read_only: bool = False, pool_size: int = 4, install: bool | None = None,
+    def __init__(self, dsn: str | None = None, *, settings: Settings | None = None, bank: str = DEFAULT_BANK,
+                 agent: str | None = None, read_only: bool = False, pool_size: int = 4, install: bool | None = None,
                  extension: bool = False, open: bool = True) -> None:
+        config = Settings.from_env() if settings is None else settings
         self.bank = check_bank(bank)
         self.agent = agent
         self.scope: Caller = ANONYMOUS
         self._install = install
         self._extension = extension
         try:
-            target = resolve_dsn(dsn)
+            target = resolve_dsn(dsn or config.dsn, config)
         except cluster.ClusterError as e:
             raise RcllError("dsn", f"the embedded database cannot start: {e}",
                             "set RCLL_DSN (or pass dsn=) to use another PostgreSQL", code=Code.UNAVAILABLE) from e
-        self._shared = _Pool(target, read_only, pool_size, self._configure)
+        self._shared = _Pool(target, read_only, pool_size, self._configure, config)
         if open:
             self.open()
 
@@ -258,6 +264,11 @@ class Memory:
     @property
     def read_only(self) -> bool:
         return self._shared.read_only
+
+    @property
+    def settings(self) -> Settings:
+        """The settings every verb of this Memory (and of its views) uses."""
+        return self._shared.settings
 
     @property
     def identity_honoured(self) -> bool:
@@ -427,7 +438,7 @@ class Memory:
             tags=list_arg(tags, "tags") or [],
             hall=text_arg(hall, "hall"),
             layer=text_arg(layer, "layer"),
-            metadata=metadata_arg(dict(metadata or {})),
+            metadata=metadata_arg(dict(metadata or {}), limit=self.settings.max_metadata_bytes),
         )
         v = required_text(via, "via")
         # rcll.agent is transaction-local (a session setting would leak to the next user of the
@@ -435,12 +446,12 @@ class Memory:
         # The model work waits for a slot (rcll.workqueue) before a connection is taken, so
         # writers queued behind the models hold no connection a reader needs, and vice versa.
         with admitted(WRITE):
-            prepared = prepare(doc)
+            prepared = prepare(doc, self.settings)
             with self._tx(b, resolve=False) as conn:
                 if expiry is not None:
                     # Read by the units' expiry trigger (rcll._units_expiry), for this transaction only.
                     conn.execute("SELECT set_config('rcll.expires_at', %s, true)", (expiry.isoformat(),))
-                return retain(conn, b, doc, via=v, prepared=prepared)
+                return retain(conn, b, doc, via=v, prepared=prepared, settings=self.settings)
 
     def retain_many(self, docs: Iterable[Document | str], *, bank: str | None = None, via: str = "python",
                     batch_size: int = 512, on_progress: Callable[[int], None] | None = None) -> list[RetainResult]:
@@ -453,7 +464,8 @@ class Memory:
         size = int_arg(batch_size, "batch_size", 1, 100_000) or 512
         items = (Document(content=d) if isinstance(d, str) else d for d in docs)
         with self._session(b) as conn:
-            return retain_many(conn, b, items, via=v, batch_size=size, on_progress=on_progress)
+            return retain_many(conn, b, items, via=v, batch_size=size, on_progress=on_progress,
+                               settings=self.settings)
 
     # -- recall -----------------------------------------------------------------------------------
 
@@ -485,7 +497,7 @@ class Memory:
             raise RcllError("mine", "this server has no identity for you",
                             "authenticate (bearer token or --agent), or filter by authors")
         store = Pooled(self._pool(), agent=self.agent, read_only=self.read_only)
-        return recall(store, request, started=started)
+        return recall(store, request, started=started, settings=self.settings)
 
     # -- rooms, tags, stats -------------------------------------------------------------------------
 
@@ -545,7 +557,7 @@ class Memory:
         b = self._bank(bank, "write")
         r, k = required_text(room, "room"), required_text(key, "key")
         ev = int_arg(expected_version, "expected_version", 0, MAX_VERSION, 0)
-        state_value_arg(value)
+        state_value_arg(value, limit=self.settings.max_state_bytes)
         with self._tx(b, resolve=False) as conn:
             row = conn.execute("SELECT rcll.put_state(bank => %s, room => %s, key => %s, value => %s, "
                                "expected_version => %s, via => %s)",
@@ -702,7 +714,7 @@ class Memory:
             self._whole_store("a restore", field="restore")
         with self._connection() as conn:
             return import_stream(conn, lines, on_conflict=policy, allow=self._may_import, agent=self.agent,
-                                 restore=restore)
+                                 restore=restore, max_line=self.settings.max_import_line_bytes)
 
     # -- the store's HNSW graphs (a DBA's operation) -----------------------------------------------
 
@@ -757,7 +769,7 @@ class Memory:
         crossed min_units its own graph and the global graph without it - built concurrently and
         swapped in by renames, so writes and recalls go on. Nothing when the graphs already match;
         graphs.Busy while another run is under way. Returns the steps run."""
-        return self.apply_dense_graph_plan(min_units=graph_min_units() if min_units is None else min_units,
+        return self.apply_dense_graph_plan(min_units=self.settings.graph_min_units if min_units is None else min_units,
                                            tracker=tracker)
 
     # -- forget and correct -----------------------------------------------------------------------
@@ -862,7 +874,7 @@ class Memory:
         new = required_text(text, "text", limit=1 << 20)
         why = required_text(reason, "reason", limit=1000)
         with admitted(WRITE):
-            embedding = models.get_embedder().embed([new])[0]
+            embedding = models.get_embedder(self.settings).embed([new])[0]
             with self._tx() as conn:
                 conn.execute("SELECT rcll.correct(bank => %s, unit_id => %s, text => %s, embedding => %s, reason => %s)",
                              (b, uid, new, embedding, why))
@@ -914,7 +926,7 @@ class Memory:
         RCLL_UPKEEP_SECONDS (default 300, the graphs on a thread of their own); `rcll upkeep` runs
         it once (for cron). A whole-store write: refused on a scoped or read-only Memory."""
         self._whole_store("upkeep (every bank's statistics)", "upkeep")
-        build = auto_graphs() if graphs is None else graphs
+        build = self.settings.auto_graphs if graphs is None else graphs
         t = time.perf_counter()
         with self._tx() as conn:
             # Expired units first, so the statistics recounted next no longer hold them.
@@ -939,4 +951,5 @@ class Memory:
         lo = int_arg(min_size, "min_size", 2, 10_000) or 2
         groups = int_arg(max_groups, "max_groups", 1, 1_000_000) or 100
         with self._session(b) as conn:
-            return consolidate(conn, b, time_window=time_window, min_size=lo, max_groups=groups)
+            return consolidate(conn, b, time_window=time_window, min_size=lo, max_groups=groups,
+                               settings=self.settings)

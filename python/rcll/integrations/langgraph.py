@@ -408,7 +408,7 @@ class RcllStore(BaseStore):
                 if not isinstance(op.value, dict):
                     raise RcllError("value", f"must be a dict, got {type(op.value).__name__}",
                                     "LangGraph stores keep dicts: wrap it, e.g. {'value': ...}")
-                state_value_arg(op.value)
+                state_value_arg(op.value, limit=self.memory.settings.max_state_bytes)
                 if self.time_field is not None:
                     when[(op.namespace, op.key)] = time_arg(op.value.get(self.time_field), f"value.{self.time_field}")
         # One document per item: its indexed texts are the document's chunks (a long text is
@@ -424,7 +424,7 @@ class RcllStore(BaseStore):
             plans.append((op, old, texts, changed, [c for c, _ in pieces], [i for _, i in pieces]))
         with admitted(WRITE):
             flat = [c for _, _, _, _, chunks, _ in plans for c in chunks]
-            vectors = get_embedder().embed(flat) if flat else np.zeros((0, 0), np.float32)
+            vectors = get_embedder(self.memory.settings).embed(flat) if flat else np.zeros((0, 0), np.float32)
             now = _now()           # a TTL counts from the write, after the model work
             with self.memory._tx(b) as conn:
                 _forget_threads(conn, b, [thread_of(op.namespace, op.key) for op, old, _, changed, _, _ in plans
@@ -445,7 +445,8 @@ class RcllStore(BaseStore):
                                        tags=[TAG, *(prefix_tag(op.namespace[:i]) for i in range(1, len(op.namespace) + 1))],
                                        metadata={"namespace": list(op.namespace), "key": op.key,
                                                  "paths": [p for p, _ in texts]})
-                        kept = retain(conn, b, doc, via="langgraph", prepared=(chunks, vectors[at:at + len(chunks)]))
+                        kept = retain(conn, b, doc, via="langgraph", prepared=(chunks, vectors[at:at + len(chunks)]),
+                                      settings=self.memory.settings)
                         documents = [kept.document_id]
                         units = [[u, i] for u, i in zip(kept.unit_ids, owners, strict=True)]
                         at += len(chunks)
