@@ -24,7 +24,7 @@ from rcll.errors import Code, RcllError, from_database
 from rcll.export import read_manifest, validate_pam
 from rcll.install import InstallError
 from rcll.memory import DEFAULT_BANK, Memory, bounded_model_work
-from rcll.request import PARAMETERS, RecallRequest
+from rcll.request import FORGET_PARAMETERS, PARAMETERS, ForgetRequest, RecallRequest
 from rcll.results import Forgotten
 from rcll.settings import DEFAULTS, Settings, tokenize_in_one_call
 from rcll.validate import decode_text, duration_arg, duration_text
@@ -311,14 +311,36 @@ def _forgotten(args: argparse.Namespace, done: Forgotten, what: str) -> int:
     return 0
 
 
+def _forget_flags(s: argparse.ArgumentParser) -> None:
+    """`rcll forget`'s flags: one per ForgetRequest field (rcll.request.FORGET_PARAMETERS, so none is
+    left out); dry_run is --yes, its opposite (a dry run unless it is given)."""
+    for p in FORGET_PARAMETERS:
+        flag = f"--{p.flag}"
+        if p.name == "dry_run":
+            s.add_argument("--yes", action="store_true", help="forget (without it: a dry run, nothing changes)")
+        elif p.kind == "flag":
+            s.add_argument(flag, dest=p.name, action="store_true", help=p.help)
+        elif p.kind == "ids":
+            s.add_argument(flag, dest=p.name, type=int, action="append", metavar="ID",
+                           help=f"{p.help} (repeat for several)")
+        elif p.kind == "int":
+            s.add_argument(flag, dest=p.name, type=int, metavar="N", help=p.help)
+        else:
+            s.add_argument(flag, dest=p.name, required=p.name == "bank", help=p.help,
+                           metavar="TIME" if p.kind == "time" else None)
+
+
+def forget_request(args: argparse.Namespace) -> ForgetRequest:
+    """The one place the CLI builds a forget: the flags given (the others at their defaults)."""
+    given = {p.name: getattr(args, p.name) for p in FORGET_PARAMETERS
+             if p.name != "dry_run" and getattr(args, p.name, None) is not None}
+    return ForgetRequest(**given, dry_run=not args.yes)
+
+
 def cmd_forget(args: argparse.Namespace) -> int:
+    request = forget_request(args)
     with _memory(args) as memory:
-        done = memory.forget(bank=args.bank, unit_ids=args.unit, document_ids=args.document, thread=args.thread,
-                             author=args.author, tag=args.tag, room=args.room, occurred_from=args.occurred_from,
-                             occurred_to=args.occurred_to, retained_from=args.retained_from,
-                             retained_to=args.retained_to, everything=args.everything, dry_run=not args.yes,
-                             reason=args.reason, purge=args.purge, batch=args.batch,
-                             progress=lambda so_far: _progress(args, so_far))
+        done = memory.forget(request, progress=lambda so_far: _progress(args, so_far))
     return _forgotten(args, done, "this forget")
 
 
@@ -653,25 +675,7 @@ def build_parser(settings: Settings = DEFAULTS) -> argparse.ArgumentParser:
     s = sub.add_parser("forget", parents=[common],
                        help="forget memories by selector and everything derived (a dry run that prints the counts "
                             "per kind unless --yes)")
-    s.add_argument("--bank", required=True)
-    s.add_argument("--unit", type=int, action="append", metavar="ID", help="a unit id (repeat for several)")
-    s.add_argument("--document", type=int, action="append", metavar="ID",
-                   help="a document id, with every unit of it (repeat for several)")
-    s.add_argument("--thread")
-    s.add_argument("--author", help="every memory this agent wrote")
-    s.add_argument("--tag")
-    s.add_argument("--room", help="with its aliases and merged names")
-    s.add_argument("--occurred-from", metavar="TIME", help="ISO 8601; [from, to) of when it happened (else said)")
-    s.add_argument("--occurred-to", metavar="TIME")
-    s.add_argument("--retained-from", metavar="TIME", help="ISO 8601; [from, to) of when it was written")
-    s.add_argument("--retained-to", metavar="TIME")
-    s.add_argument("--everything", metavar="BANK", help="every memory of the bank: repeat its name")
-    s.add_argument("--reason", help="kept in the forget log (never put the forgotten text here)")
-    s.add_argument("--yes", action="store_true", help="forget (without it: a dry run, nothing changes)")
-    s.add_argument("--purge", action="store_true", help="then VACUUM the tables touched (needs their owner)")
-    s.add_argument("--batch", type=int, metavar="N",
-                   help="with --yes: N units (whole documents) per transaction, a progress line after each, so "
-                        "writes into the bank wait one batch at most (selectors only, not ids)")
+    _forget_flags(s)
     s.set_defaults(func=cmd_forget)
 
     s = sub.add_parser("drop-bank", parents=[common],

@@ -45,7 +45,15 @@ from rcll.http_console import explain
 from rcll.http_console import router as console_router
 from rcll.http_guard import Guard, GuardConfig
 from rcll.memory import Memory, bounded_model_work
-from rcll.request import ANNOTATIONS, MAX_DEADLINE_MS, PARAMETERS, RecallRequest
+from rcll.request import (
+    ANNOTATIONS,
+    FORGET_ANNOTATIONS,
+    FORGET_PARAMETERS,
+    MAX_DEADLINE_MS,
+    PARAMETERS,
+    ForgetRequest,
+    RecallRequest,
+)
 from rcll.settings import DEFAULTS, Settings
 from rcll.sqlsource import extension_version
 from rcll.upkeep import Upkeeper
@@ -175,33 +183,42 @@ class StatePutResponse(BaseModel):
 
 # -- forget, correct, retention ---------------------------------------------------------------------
 
-DRY_RUN = "true (the default): count what would go and change nothing; false: forget"
-PURGE = "after the commit, VACUUM the tables the forget touched (needs their owner; docs/forgetting.md)"
-REASON = "why (kept in the forget log; never put the forgotten text here)"
+# The DELETE routes' query parameters say what ForgetRequest's fields say.
+_FORGET = {p.name: p for p in FORGET_PARAMETERS}
+DRY_RUN, PURGE, REASON = _FORGET["dry_run"].help, _FORGET["purge"].help, _FORGET["reason"].help
 TEXT = 512
 
 
-class ForgetRequest(BaseModel):
-    """POST /forget: selectors (several must all match), or everything = the bank's name."""
+def _forget_body() -> type[BaseModel]:
+    """POST /forget's body: every ForgetRequest field (rcll.request.FORGET_PARAMETERS, so none is
+    left out). The schema checks shapes; ForgetRequest checks the values."""
+    fields: dict[str, Any] = {}
+    for p in FORGET_PARAMETERS:
+        if p.name == "bank":
+            fields[p.name] = (str, Field(min_length=1, max_length=p.limit, pattern=NAME, description=p.help))
+        elif p.kind == "text":
+            fields[p.name] = (str | None, Field(default=None, max_length=p.limit, description=p.help))
+        elif p.kind == "ids":
+            fields[p.name] = (list[int] | None, Field(default=None, max_length=100_000, description=p.help))
+        elif p.kind == "int":
+            fields[p.name] = (int | None, Field(default=None, ge=1, description=p.help))
+        else:
+            fields[p.name] = (FORGET_ANNOTATIONS[p.kind], Field(default=p.default, description=p.help))
+    model: type[BaseModel] = create_model("ForgetRequest", __config__=ConfigDict(extra="forbid"),
+                                          __doc__="POST /forget: selectors (several must all match), or everything = "
+                                                  "the bank's name.", **fields)
+    return model
 
-    model_config = ConfigDict(extra="forbid")
-    bank: str = Field(min_length=1, max_length=128, pattern=NAME)
-    unit_ids: list[int] | None = Field(default=None, max_length=100_000, description="these units")
-    document_ids: list[int] | None = Field(default=None, max_length=100_000,
-                                           description="these documents, with every unit of theirs")
-    thread: str | None = Field(default=None, max_length=TEXT, description="every memory of this thread")
-    author: str | None = Field(default=None, max_length=TEXT, description="every memory this agent wrote")
-    tag: str | None = Field(default=None, max_length=TEXT, description="every memory with this tag")
-    room: str | None = Field(default=None, max_length=TEXT, description="every memory of this room (aliases followed)")
-    occurred_from: datetime | None = Field(default=None, description="[from, to) of when it happened (else said)")
-    occurred_to: datetime | None = None
-    retained_from: datetime | None = Field(default=None, description="[from, to) of when it was written")
-    retained_to: datetime | None = None
-    everything: str | None = Field(default=None, max_length=128, description=(
-        "the bank's name, to forget every memory of it (a selector that matches everything is refused otherwise)"))
-    dry_run: bool = Field(default=True, description=DRY_RUN)
-    reason: str | None = Field(default=None, max_length=1000, description=REASON)
-    purge: bool = Field(default=False, description=PURGE)
+
+if TYPE_CHECKING:
+    ForgetBody = BaseModel
+else:
+    ForgetBody = _forget_body()
+
+
+def forget_request(body: BaseModel) -> ForgetRequest:
+    """The one place HTTP builds a forget: the body's fields."""
+    return ForgetRequest(**body.model_dump())
 
 
 class ForgetResponse(BaseModel):
@@ -455,11 +472,11 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | 
     # write to correct, admin to set a retention policy; a dry run unless dry_run is false.
 
     @app.post("/forget", response_model=ForgetResponse)
-    def forget(req: ForgetRequest, who: Who) -> dict[str, Any]:
+    def forget(req: ForgetBody, who: Who) -> dict[str, Any]:
         """Forget memories by selector (several must all match) and everything derived from them, in
         one transaction. A dry run unless dry_run is false. No selector, a selector matching nothing, or
         one matching every memory of the bank without everything is refused (RC007)."""
-        return svc.as_caller(who).forget(**req.model_dump()).as_dict()
+        return svc.as_caller(who).forget(forget_request(req)).as_dict()
 
     @app.delete("/units/{unit_id}", response_model=ForgetResponse)
     def forget_unit(unit_id: UnitId, bank: Bank, who: Who, dry_run: DryRun = True, reason: Reason = None,

@@ -33,7 +33,14 @@ from rcll.auth import Caller, TokenMap
 from rcll.errors import Code, RcllError, status
 from rcll.http_guard import GuardConfig, body_capped
 from rcll.memory import Memory, bounded_model_work
-from rcll.request import ANNOTATIONS, PARAMETERS, RecallRequest
+from rcll.request import (
+    ANNOTATIONS,
+    FORGET_ANNOTATIONS,
+    FORGET_PARAMETERS,
+    PARAMETERS,
+    ForgetRequest,
+    RecallRequest,
+)
 from rcll.settings import DEFAULTS, Settings
 from rcll.sqlsource import extension_version
 from rcll.validate import duration_arg
@@ -64,6 +71,27 @@ def _recall_signature() -> inspect.Signature:
 
 
 RECALL_SIGNATURE = _recall_signature()
+
+
+def _forget_signature() -> inspect.Signature:
+    """memory_forget's parameters: every ForgetRequest field (rcll.request.FORGET_PARAMETERS, so
+    none is left out), bank optional (the server's default bank), then the SDK's context."""
+    params = [inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=None if p.name == "bank" else p.default,
+                                annotation=Annotated[FORGET_ANNOTATIONS[p.kind], Field(description=p.help)])
+              for p in FORGET_PARAMETERS]
+    params.append(inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Context | None))
+    return inspect.Signature(params, return_annotation=dict[str, Any])
+
+
+FORGET_SIGNATURE = _forget_signature()
+
+
+def forget_request(fields: dict[str, Any], default_bank: str) -> ForgetRequest:
+    """The one place MCP builds a forget: the tool's arguments (None: the field's default; no bank:
+    the server's default bank)."""
+    given = {k: v for k, v in fields.items() if v is not None}
+    given.setdefault("bank", default_bank)
+    return ForgetRequest(**given)
 
 
 def recall_request(fields: dict[str, Any], default_bank: str, deadline_ms: int = DEFAULTS.deadline_ms) -> RecallRequest:
@@ -205,29 +233,19 @@ def build_server(service: Memory, *, agent: str | None = None, tokens: TokenMap 
                                  bank=bank or bank_default, via="mcp")
             return dict(written.as_dict())
 
-        @mcp.tool(annotations=_DESTRUCTIVE, description="Forget memories and everything derived from them. A DRY "
-                  "RUN unless dry_run is false: first call it as is, read the counts per kind, and only then repeat "
-                  "with dry_run false. Selectors (several must all match): unit_ids, document_ids, thread, author, "
-                  "tag, room, occurred_from/occurred_to, retained_from/retained_to (ISO 8601, [from, to)); or "
-                  "everything = the bank's name. No selector, or one matching nothing or every memory, is refused. "
-                  "Needs the forget verb.")
-        async def memory_forget(bank: str | None = None, unit_ids: list[int] | None = None,
-                                document_ids: list[int] | None = None, thread: str | None = None,
-                                author: str | None = None, tag: str | None = None, room: str | None = None,
-                                occurred_from: str | None = None, occurred_to: str | None = None,
-                                retained_from: str | None = None, retained_to: str | None = None,
-                                everything: str | None = None,
-                                dry_run: Annotated[bool, Field(description=(
-                                    "true (the default): count what would go, change nothing"))] = True,
-                                reason: Annotated[str | None, Field(description=(
-                                    "why (kept in the forget log: never the forgotten text)"))] = None,
-                                ctx: Context | None = None) -> dict[str, Any]:
+        async def memory_forget(ctx: Context | None = None, **fields: Any) -> dict[str, Any]:
             a = await call(who, ctx)
-            gone = await call(service.as_caller(a).forget, bank=bank or bank_default, unit_ids=unit_ids,
-                              document_ids=document_ids, thread=thread, author=author, tag=tag, room=room,
-                              occurred_from=occurred_from, occurred_to=occurred_to, retained_from=retained_from,
-                              retained_to=retained_to, everything=everything, dry_run=dry_run, reason=reason)
+            request = await call(forget_request, fields, bank_default)
+            gone = await call(service.as_caller(a).forget, request)
             return dict(gone.as_dict())
+
+        memory_forget.__signature__ = FORGET_SIGNATURE  # type: ignore[attr-defined]
+        mcp.tool(annotations=_DESTRUCTIVE, description="Forget memories and everything derived from them. A DRY "
+                 "RUN unless dry_run is false: first call it as is, read the counts per kind, and only then repeat "
+                 "with dry_run false. Selectors (several must all match): unit_ids, document_ids, thread, author, "
+                 "tag, room, occurred_from/occurred_to, retained_from/retained_to (ISO 8601, [from, to)); or "
+                 "everything = the bank's name. No selector, or one matching nothing or every memory, is refused. "
+                 "Needs the forget verb.")(memory_forget)
 
         @mcp.tool(annotations=_DESTRUCTIVE, description="Replace a unit's wrong text with the right one, saying why: "
                   "recall returns the new text at once; the old one stays in the unit's history (memory_history). "

@@ -33,6 +33,7 @@ from types import TracebackType
 from typing import IO, Any
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
@@ -47,7 +48,7 @@ from rcll.errors import Code, RcllError, database_errors
 from rcll.export import ExportSummary, ImportSummary, export_bank, import_bank, import_stream, iter_export
 from rcll.graphs import Busy as GraphsBusy
 from rcll.recall import Pooled, RecallResult, recall
-from rcll.request import PARAMETERS, RecallRequest
+from rcll.request import FORGET_PARAMETERS, FORGET_SQL, PARAMETERS, ForgetRequest, RecallRequest
 from rcll.results import (
     Bank,
     FloorRoom,
@@ -113,6 +114,8 @@ PURGE_UNITS: tuple[tuple[str, str], ...] = (
     ("rcll.audit_log", "VACUUM rcll.audit_log"),
     ("rcll.room_state", "VACUUM rcll.room_state"),
 )
+# rcll.forget's arguments, each by name (ForgetRequest.arguments; FORGET_SQL is the function's parameters).
+_FORGET_ARGS = sql.SQL(", ").join(sql.SQL("{} => {}").format(sql.Identifier(n), sql.Placeholder(n)) for n in FORGET_SQL)
 PURGE_BANK = (*PURGE_UNITS, ("rcll.rooms", "VACUUM rcll.rooms"), ("rcll.room_aliases", "VACUUM rcll.room_aliases"),
               ("rcll.llm_calls", "VACUUM rcll.llm_calls"))
 
@@ -127,23 +130,6 @@ def _expiry(expires_at: datetime | str | None, ttl: timedelta | None) -> datetim
             raise RcllError("ttl", "must be a positive time span", "e.g. ttl=timedelta(days=30)")
         return datetime.now(UTC) + ttl
     return at
-
-
-def _batch_arg(batch: int | None) -> int | None:
-    if batch is None:
-        return None
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise RcllError("batch", "must be a positive number of units", "pass batch=1000, or leave it out")
-    return batch
-
-
-def _ids(values: Sequence[int] | None, field: str) -> list[int] | None:
-    """A list of positive ids, or None (not given); anything else is the caller's error."""
-    if values is None:
-        return None
-    if isinstance(values, (str, bytes)) or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-        raise RcllError(field, "must be a list of integer ids", f"pass {field}=[12, 34]")
-    return [int(v) for v in values]
 
 
 @dataclass
@@ -774,53 +760,41 @@ class Memory:
 
     # -- forget and correct -----------------------------------------------------------------------
 
-    def forget(self, *, bank: str | None = None, unit_ids: Sequence[int] | None = None,
-               document_ids: Sequence[int] | None = None, thread: str | None = None, author: str | None = None,
-               tag: str | None = None, room: str | None = None, occurred_from: datetime | str | None = None,
-               occurred_to: datetime | str | None = None, retained_from: datetime | str | None = None,
-               retained_to: datetime | str | None = None, everything: str | None = None,
-               dry_run: bool = True, reason: str | None = None, purge: bool = False,
-               batch: int | None = None, progress: Callable[[dict[str, int]], None] | None = None) -> Forgotten:
+    def forget(self, request: ForgetRequest | None = None, *,
+               progress: Callable[[dict[str, int]], None] | None = None, **fields: Any) -> Forgotten:
         """Forget memories by selector (rcll.forget; several selectors must all match;
-        everything=<the bank's name> for all of it). A dry run by default: it counts what would go
-        and changes nothing - pass dry_run=False to forget. A selector matching nothing, or every
-        memory without everything=, is refused. Everything derived goes in the same transaction
-        (docs/forgetting.md). purge=True vacuums the touched tables after the commit.
-        batch=n forgets n units (whole documents) per transaction until none is left, so writes
-        into the bank wait one batch at most; progress, if given, receives the counts so far and
-        what remains ({"units": ..., "remaining": ...}) after each."""
+        everything=<the bank's name> for all of it). The keywords are ForgetRequest's fields (bank -
+        default this Memory's -, unit_ids, document_ids, thread, author, tag, room, occurred_from/
+        occurred_to, retained_from/retained_to, everything, dry_run, reason, batch, purge), or pass a
+        whole ForgetRequest (the keywords then replace its fields); a keyword given as None is left
+        at its default. A dry run by default: it counts what would go and changes nothing - pass
+        dry_run=False to forget. A selector matching nothing, or every memory without everything=,
+        is refused. Everything derived goes in the same transaction (docs/forgetting.md). purge=True
+        vacuums the touched tables after the commit. batch=n forgets n units (whole documents) per
+        transaction until none is left, so writes into the bank wait one batch at most; progress, if
+        given, receives the counts so far and what remains ({"units": ..., "remaining": ...}) after each."""
+        unknown = sorted(set(fields) - {p.name for p in FORGET_PARAMETERS})
+        if unknown:
+            raise RcllError(unknown[0], "is not a forget field", f"use {', '.join(p.name for p in FORGET_PARAMETERS)}")
         self.check_writable()
-        b = self._bank(bank, "forget")
-        args = {"bank": b, "unit_ids": _ids(unit_ids, "unit_ids"), "document_ids": _ids(document_ids, "document_ids"),
-                "thread": text_arg(thread, "thread"), "author": text_arg(author, "author"), "tag": text_arg(tag, "tag"),
-                "room": text_arg(room, "room"), "occurred_from": time_arg(occurred_from, "occurred_from"),
-                "occurred_to": time_arg(occurred_to, "occurred_to"),
-                "retained_from": time_arg(retained_from, "retained_from"),
-                "retained_to": time_arg(retained_to, "retained_to"), "everything": text_arg(everything, "everything"),
-                "dry_run": bool(dry_run), "reason": text_arg(reason, "reason", limit=1000),
-                "batch": _batch_arg(batch) if not dry_run else None}
-        if args["batch"] is not None and (unit_ids is not None or document_ids is not None):
-            # A later batch would find the ids an earlier one forgot gone, and refuse them as typos.
-            raise RcllError("batch", "forgets by thread, author, tag, room, time range or everything in batches, "
-                            "not by ids", "pass the ids in lists of the size you want, one forget each")
+        given = {k: v for k, v in fields.items() if v is not None}
+        base = {} if request is None else {f.name: getattr(request, f.name) for f in dataclasses.fields(request)}
+        b = self._bank(given.get("bank", base.get("bank")), "forget")
+        asked = ForgetRequest(**(base | given | {"bank": b}))
         counts: dict[str, int] = {}
         while True:
             with self._tx() as conn:
-                rows = conn.execute(
-                    "SELECT kind, count FROM rcll.forget(bank => %(bank)s, unit_ids => %(unit_ids)s, "
-                    "document_ids => %(document_ids)s, thread => %(thread)s, author => %(author)s, tag => %(tag)s, "
-                    "room => %(room)s, occurred_from => %(occurred_from)s, occurred_to => %(occurred_to)s, "
-                    "retained_from => %(retained_from)s, retained_to => %(retained_to)s, everything => %(everything)s, "
-                    "dry_run => %(dry_run)s, reason => %(reason)s, batch => %(batch)s)", args).fetchall()
+                rows = conn.execute(sql.SQL("SELECT kind, count FROM rcll.forget({})").format(_FORGET_ARGS),
+                                    asked.arguments).fetchall()
             step = {str(k): int(n) for k, n in rows}
             remaining = step.pop("remaining", 0)
             for k, n in step.items():
                 counts[k] = counts.get(k, 0) + n
-            if progress is not None and args["batch"] is not None:
+            if progress is not None and asked.batch is not None:
                 progress({**counts, "remaining": remaining})
             if remaining == 0:
                 break
-        return Forgotten(bool(dry_run), counts, self._purge(PURGE_UNITS, b) if purge and not dry_run else [])
+        return Forgotten(asked.dry_run, counts, self._purge(PURGE_UNITS, b) if asked.purge and not asked.dry_run else [])
 
     def forget_state(self, room: str, key: str | None = None, *, all_keys: bool = False, bank: str | None = None,
                      dry_run: bool = True, reason: str | None = None) -> Forgotten:
