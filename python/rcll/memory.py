@@ -751,7 +751,7 @@ class Memory:
 
     def upkeep_graphs(self, *, min_units: int | None = None, tracker: graphs.Tracker | None = None) -> list[graphs.Step]:
         """The periodic jobs' part in the graphs: apply rcll.dense_graph_plan with its defaults
-        (min_units None: RCLL_GRAPH_MIN_UNITS, else the plan's 20,000), which gives every bank that
+        (min_units None: settings.graph_min_units - RCLL_GRAPH_MIN_UNITS -, else the plan's 20,000), which gives every bank that
         crossed min_units its own graph and the global graph without it - built concurrently and
         swapped in by renames, so writes and recalls go on. Nothing when the graphs already match;
         graphs.Busy while another run is under way. Returns the steps run."""
@@ -894,11 +894,11 @@ class Memory:
         """The store's periodic jobs, once: rcll.refresh_bank_stats() recounts every bank's BM25
         corpus statistics (recall reads them; a bank never refreshed is counted on every recall,
         0.7-3 s in a bank of 333,333 units), and rcll.fold_room_counts() folds the room registry's
-        pending deltas. Then, with graphs (None: RCLL_AUTO_GRAPHS, on unless set to off), the
-        dense-graph plan (upkeep_graphs; graph_min_units None: RCLL_GRAPH_MIN_UNITS, else 20,000):
-        minutes when a big bank has just crossed it, nothing otherwise. `rcll serve` runs it every
-        RCLL_UPKEEP_SECONDS (default 300, the graphs on a thread of their own); `rcll upkeep` runs
-        it once (for cron). A whole-store write: refused on a scoped or read-only Memory."""
+        pending deltas. Then, with graphs (None: settings.auto_graphs, RCLL_AUTO_GRAPHS, on unless
+        off), the dense-graph plan (upkeep_graphs; graph_min_units None: settings.graph_min_units,
+        RCLL_GRAPH_MIN_UNITS, else 20,000): minutes when a big bank has just crossed it, nothing
+        otherwise. `rcll serve` runs it every RCLL_UPKEEP_SECONDS (default 300, the graphs on a
+        thread of their own); `rcll upkeep` runs it once (for cron). A whole-store write: refused on a scoped or read-only Memory."""
         self._whole_store("upkeep (every bank's statistics)", "upkeep")
         build = self.settings.auto_graphs if graphs is None else graphs
         t = time.perf_counter()

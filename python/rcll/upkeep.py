@@ -29,9 +29,9 @@ MIN_UNITS_ENV = KNOBS["graph_min_units"].env
 class Upkeeper:
     """Runs memory.upkeep() at once and then every `seconds`, until stop(). A failed round is one
     line on stderr and the next round comes as planned. With graphs on (None: the memory's
-    settings, RCLL_AUTO_GRAPHS),
-    each round that finds no run of the graph plan under way starts one on a thread of its own
-    (Memory.upkeep_graphs, which does nothing when the graphs already match)."""
+    settings.auto_graphs, RCLL_AUTO_GRAPHS), each round that finds no run of the graph plan under
+    way starts one on a thread of its own (Memory.upkeep_graphs, which does nothing when the graphs
+    already match), with the memory's settings.graph_min_units."""
 
     def __init__(self, memory: Memory, seconds: float, *, graphs: bool | None = None) -> None:
         self._memory, self._seconds = memory, seconds
