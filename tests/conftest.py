@@ -38,11 +38,15 @@ from psycopg import conninfo, sql
 import rcll
 from rcll import cluster, install
 from rcll.db import configure
+from rcll.settings import Settings
 from rcll.sqlsource import extension_dir
 
 # Starlette's TestClient sends Host: testserver; the HTTP app answers only the hosts it is told
 # (rcll.http_guard), so the suite tells it this one. Tests of the Host rule set their own.
 os.environ.setdefault("RCLL_ALLOWED_HOSTS", "testserver")
+# The same for a test that passes its settings instead of reading the environment: the defaults,
+# and that host answered.
+SETTINGS = Settings(allowed_hosts="testserver")
 
 PG15_READY = (cluster.DEBIAN_PG15_BIN / "postgres").exists() and \
     Path("/usr/share/postgresql/15/extension/vector.control").exists()
@@ -215,9 +219,9 @@ class Leg:
 def _start_leg(name: str, base: Path) -> Leg:
     settings = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
     if name == "pg18":
-        c = cluster.embedded(base / name, port=PORTS[name], **settings)
+        c = cluster.embedded(base / name, port=PORTS[name], config=Settings.from_env(), **settings)
     elif name == "pg15":
-        c = cluster.debian15(base / name, port=PORTS[name], os_user=cluster.server_user(), **settings)
+        c = cluster.debian15(base / name, port=PORTS[name], os_user=cluster.server_user(Settings.from_env()), **settings)
     else:
         raise ValueError(f"unknown test leg {name!r} (RCLL_TEST_LEGS)")
     c.start()
@@ -368,7 +372,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     elif "pg15" in LEGS and PG15_READY and not os.access("/usr/share/postgresql/15/extension", os.W_OK):
         lines.append(EXTENSION_SKIPPED.format(leg="pg15", sharedir="/usr/share/postgresql/15/extension"))
     if os.geteuid() == 0:
-        lines.append(f"clusters run as the OS user {cluster.server_user()} (made for this run)")
+        lines.append(f"clusters run as the OS user {cluster.server_user(Settings.from_env())} (made for this run)")
     if BROWSER_SKIPPED:
         lines.append(BROWSER_SKIPPED)
     return lines

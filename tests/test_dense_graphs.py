@@ -11,9 +11,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from conftest import Leg, connected
+from conftest import SETTINGS, Leg, connected
 from rcll import graphs
 from rcll.cli import main as cli
+from rcll.settings import Settings
 from sqlcall import refused
 from test_channel_plans import _chunks, _nested_plans, _scans
 
@@ -284,8 +285,7 @@ def test_one_upkeep_round_gives_a_bank_that_crossed_the_threshold_its_own_graph(
         capsys: pytest.CaptureFixture[str]) -> None:
     from rcll.memory import Memory
     other = _bank_id(small_fleet, "other")
-    monkeypatch.delenv("RCLL_AUTO_GRAPHS", raising=False)        # on by default
-    with Memory(small_fleet_dsn) as m:
+    with Memory(small_fleet_dsn, settings=Settings()) as m:         # the graphs on by default
         assert m.upkeep().graph_steps == []                           # the default threshold: nothing to do
         done = m.upkeep(graph_min_units=AUTO_MIN)
         assert done.graph_steps and f"bank {other} (other) holds at least {AUTO_MIN} units: its own graph" in done.graph_steps
@@ -294,7 +294,7 @@ def test_one_upkeep_round_gives_a_bank_that_crossed_the_threshold_its_own_graph(
         assert listed["memory_units_embedding_hnsw"].excluded_banks == [other] and listed["memory_units_embedding_hnsw"].valid
         assert m.upkeep(graph_min_units=AUTO_MIN).graph_steps == []       # the next round: the graphs match
     # RCLL_GRAPH_MIN_UNITS is the jobs' threshold (and `rcll graphs`' default); `rcll upkeep` says what it built.
-    monkeypatch.setenv("RCLL_GRAPH_MIN_UNITS", str(SMALL + 1))
+    monkeypatch.setenv("RCLL_GRAPH_MIN_UNITS", str(SMALL + 1))      # the CLI reads the environment
     assert cli(["upkeep", "--dsn", small_fleet_dsn]) == 0
     assert f"bank {other}: below {SMALL + 1} units" in capsys.readouterr().out
     assert _own_graphs(small_fleet) == {}
@@ -303,28 +303,25 @@ def test_one_upkeep_round_gives_a_bank_that_crossed_the_threshold_its_own_graph(
 def test_auto_graphs_off_leaves_the_graphs_to_the_dba(small_fleet: psycopg.Connection[Any], small_fleet_dsn: str,
                                                       monkeypatch: pytest.MonkeyPatch,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    from rcll import upkeep
     from rcll.errors import RcllError
     from rcll.memory import Memory
-    monkeypatch.setenv("RCLL_GRAPH_MIN_UNITS", str(AUTO_MIN))
-    monkeypatch.setenv("RCLL_AUTO_GRAPHS", "off")
-    with Memory(small_fleet_dsn) as m:
+    env = {"RCLL_GRAPH_MIN_UNITS": str(AUTO_MIN), "RCLL_AUTO_GRAPHS": "off"}
+    with Memory(small_fleet_dsn, settings=Settings.from_env(env)) as m:
         assert m.upkeep().graph_steps is None
-        assert cli(["upkeep", "--dsn", small_fleet_dsn]) == 0
-        assert cli(["graphs", "--dsn", small_fleet_dsn]) == 0
+        assert cli(["upkeep", "--dsn", small_fleet_dsn], env) == 0
+        assert cli(["graphs", "--dsn", small_fleet_dsn], env) == 0
         out = capsys.readouterr().out
         assert "RCLL_AUTO_GRAPHS=off" in out and "CREATE INDEX CONCURRENTLY" in out    # the plan is the DBA's to run
         assert _own_graphs(small_fleet) == {}
         assert m.upkeep(graphs=True).graph_steps                       # the Memory option overrides the setting
         assert len(_own_graphs(small_fleet)) == 1
     for name, bad in (("RCLL_AUTO_GRAPHS", "sometimes"), ("RCLL_GRAPH_MIN_UNITS", "0"), ("RCLL_GRAPH_MIN_UNITS", "lots")):
-        monkeypatch.setenv(name, bad)
         with pytest.raises(RcllError) as e:
-            upkeep.auto_graphs() if name == "RCLL_AUTO_GRAPHS" else upkeep.graph_min_units()
+            Settings.from_env({name: bad})
         assert e.value.field == name
-        assert cli(["serve", "--dsn", "postgresql:///nowhere?host=/nonexistent"]) == 2    # refused before it starts
+        # refused before it starts
+        assert cli(["serve", "--dsn", "postgresql:///nowhere?host=/nonexistent"], {name: bad}) == 2
         assert name in capsys.readouterr().err
-        monkeypatch.delenv(name)
 
 
 def test_a_second_run_of_the_plan_waits_its_turn(small_fleet: psycopg.Connection[Any], small_fleet_dsn: str) -> None:
@@ -352,12 +349,11 @@ def test_the_server_builds_a_graph_while_writes_and_recalls_go_on_and_health_sho
     from rcll.http import create_app
     from rcll.memory import Memory
     other = _bank_id(small_fleet, "other")
-    monkeypatch.setenv("RCLL_GRAPH_MIN_UNITS", str(AUTO_MIN))
-    monkeypatch.delenv("RCLL_AUTO_GRAPHS", raising=False)
+    env = {"RCLL_GRAPH_MIN_UNITS": str(AUTO_MIN)}
     # A writer that does not commit holds the build in its first wait (CREATE INDEX CONCURRENTLY
     # waits for the writers it found when it started): the build is under way for as long as the
     # test needs, and every other write and read must pass it.
-    with psycopg.connect(small_fleet_dsn) as blocker, Memory(small_fleet_dsn) as m:
+    with psycopg.connect(small_fleet_dsn) as blocker, Memory(small_fleet_dsn, settings=SETTINGS.replace(graph_min_units=AUTO_MIN)) as m:
         blocker.execute("LOCK TABLE rcll.memory_units IN ROW EXCLUSIVE MODE")
         with TestClient(create_app(service=m, upkeep_seconds=3600), base_url="http://127.0.0.1") as client:
             deadline = time.monotonic() + 60
@@ -373,7 +369,7 @@ def test_the_server_builds_a_graph_while_writes_and_recalls_go_on_and_health_sho
             assert seen["auto"] is True and seen["building"]["step"] >= 1
             assert seen["building"]["why"] == f"bank {other} (other) holds at least {AUTO_MIN} units: its own graph"
             assert seen["index_builds"][0]["index_name"] == build.index_name
-            assert cli(["graphs", "--dsn", small_fleet_dsn]) == 0
+            assert cli(["graphs", "--dsn", small_fleet_dsn], env) == 0
             assert f"building now: {build.index_name}" in capsys.readouterr().out
 
             t = time.monotonic()

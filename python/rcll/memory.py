@@ -33,6 +33,7 @@ from types import TracebackType
 from typing import IO, Any
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
@@ -42,13 +43,12 @@ from rcll.auth import ANONYMOUS, Caller, act_as, can_write, identity_server_ok
 from rcll.consolidate import Observation, consolidate
 from rcll.db import configure, connect, resolve_dsn, retried_once
 from rcll.db import pool as db_pool
-from rcll.deadline import server_deadline_ms
 from rcll.document import Document, RetainResult
 from rcll.errors import Code, RcllError, database_errors
 from rcll.export import ExportSummary, ImportSummary, export_bank, import_bank, import_stream, iter_export
 from rcll.graphs import Busy as GraphsBusy
 from rcll.recall import Pooled, RecallResult, recall
-from rcll.request import PARAMETERS, RecallRequest
+from rcll.request import FORGET_PARAMETERS, FORGET_SQL, PARAMETERS, ForgetRequest, RecallRequest
 from rcll.results import (
     Bank,
     FloorRoom,
@@ -69,9 +69,9 @@ from rcll.results import (
     Version,
 )
 from rcll.retain import Prepared, prepare, retain, retain_many
+from rcll.settings import Settings
 from rcll.sqlsource import extension_version, migrations
 from rcll.streams import ExportBudget
-from rcll.upkeep import auto_graphs, graph_min_units
 from rcll.validate import (
     MAX_VERSION,
     bool_arg,
@@ -92,7 +92,7 @@ from rcll.workqueue import installed as installed_queue
 __all__ = [
     "DEFAULT_BANK", "Bank", "Busy", "Document", "ExportSummary", "FloorRoom", "Health", "ImportSummary", "Memory",
     "MergeProposal", "Observation", "RecallResult", "RetainResult", "Room", "Rule", "State", "StateKey",
-    "StateWritten", "Stats", "Tag", "TokenAccount", "Unit", "UnitPage", "bounded_model_work", "server_deadline_ms",
+    "StateWritten", "Stats", "Tag", "TokenAccount", "Unit", "UnitPage", "bounded_model_work",
 ]
 
 DEFAULT_BANK = "default"
@@ -114,6 +114,8 @@ PURGE_UNITS: tuple[tuple[str, str], ...] = (
     ("rcll.audit_log", "VACUUM rcll.audit_log"),
     ("rcll.room_state", "VACUUM rcll.room_state"),
 )
+# rcll.forget's arguments, each by name (ForgetRequest.arguments; FORGET_SQL is the function's parameters).
+_FORGET_ARGS = sql.SQL(", ").join(sql.SQL("{} => {}").format(sql.Identifier(n), sql.Placeholder(n)) for n in FORGET_SQL)
 PURGE_BANK = (*PURGE_UNITS, ("rcll.rooms", "VACUUM rcll.rooms"), ("rcll.room_aliases", "VACUUM rcll.room_aliases"),
               ("rcll.llm_calls", "VACUUM rcll.llm_calls"))
 
@@ -130,23 +132,6 @@ def _expiry(expires_at: datetime | str | None, ttl: timedelta | None) -> datetim
     return at
 
 
-def _batch_arg(batch: int | None) -> int | None:
-    if batch is None:
-        return None
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise RcllError("batch", "must be a positive number of units", "pass batch=1000, or leave it out")
-    return batch
-
-
-def _ids(values: Sequence[int] | None, field: str) -> list[int] | None:
-    """A list of positive ids, or None (not given); anything else is the caller's error."""
-    if values is None:
-        return None
-    if isinstance(values, (str, bytes)) or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-        raise RcllError(field, "must be a list of integer ids", f"pass {field}=[12, 34]")
-    return [int(v) for v in values]
-
-
 @dataclass
 class _Pool:
     """What every view of one Memory shares: the database, its pool and the server's mode."""
@@ -155,11 +140,15 @@ class _Pool:
     read_only: bool
     pool_size: int
     configure: Callable[[psycopg.Connection[Any]], None]
+    settings: Settings
     pool: ConnectionPool[psycopg.Connection[Any]] | None = None
     opened: bool = False
     identity_honoured: bool = False
     installed: str | None = None
-    exports: ExportBudget = dataclasses.field(default_factory=ExportBudget.from_env)   # export streams' own connections
+    exports: ExportBudget = dataclasses.field(init=False)     # export streams' own connections
+
+    def __post_init__(self) -> None:
+        self.exports = ExportBudget.from_settings(self.settings)
 
 
 @dataclass
@@ -170,12 +159,13 @@ class _Unit:
 
 
 @contextmanager
-def bounded_model_work() -> Iterator[WorkQueue]:
+def bounded_model_work(settings: Settings) -> Iterator[WorkQueue]:
     """For servers, while they serve: model work (query embedding, rerank, retain embedding) goes
     through one bounded queue sized to the cores (rcll.workqueue) - a request over the limit is
     refused at once with Busy (HTTP 503 + Retry-After) instead of waiting without bound, and reads
-    and writes share the model slots fairly. A Python caller of Memory has no queue otherwise."""
-    queue = installed_queue() or WorkQueue()
+    and writes share the model slots fairly (sized by settings: RCLL_MODEL_SLOTS and the limits). A
+    Python caller of Memory has no queue otherwise."""
+    queue = installed_queue() or WorkQueue.from_settings(settings)
     previous = install_queue(queue)
     try:
         yield queue
@@ -199,8 +189,9 @@ def schema_is_current(conn: psycopg.Connection[Any]) -> bool:
 class Memory:
     """A memory store: a pool of connections to one database and the verbs.
 
-    dsn: a PostgreSQL connection string (default: $RCLL_DSN, else the embedded database, started
-    if needed). bank: the bank a verb uses when it is not given one. agent: the identity writes
+    dsn: a PostgreSQL connection string (default: settings.dsn - $RCLL_DSN -, else the embedded
+    database, started if needed). settings: every other knob (rcll.settings.Settings; None reads
+    the environment once, here: Settings.from_env()), for every verb of this Memory. bank: the bank a verb uses when it is not given one. agent: the identity writes
     and `mine` recalls act as. read_only: only the read verbs, over a role that cannot write
     (opening refuses a role that can). install: None installs or upgrades the schema when it is
     missing or behind, True always (what `rcll serve` does), False never; extension: install as
@@ -212,20 +203,21 @@ class Memory:
     # transaction; None for every other view.
     _unit: _Unit | None = None
 
-    def __init__(self, dsn: str | None = None, *, bank: str = DEFAULT_BANK, agent: str | None = None,
-                 read_only: bool = False, pool_size: int = 4, install: bool | None = None,
+    def __init__(self, dsn: str | None = None, *, settings: Settings | None = None, bank: str = DEFAULT_BANK,
+                 agent: str | None = None, read_only: bool = False, pool_size: int = 4, install: bool | None = None,
                  extension: bool = False, open: bool = True) -> None:
+        config = Settings.from_env() if settings is None else settings
         self.bank = check_bank(bank)
         self.agent = agent
         self.scope: Caller = ANONYMOUS
         self._install = install
         self._extension = extension
         try:
-            target = resolve_dsn(dsn)
+            target = resolve_dsn(dsn or config.dsn, config)
         except cluster.ClusterError as e:
             raise RcllError("dsn", f"the embedded database cannot start: {e}",
                             "set RCLL_DSN (or pass dsn=) to use another PostgreSQL", code=Code.UNAVAILABLE) from e
-        self._shared = _Pool(target, read_only, pool_size, self._configure)
+        self._shared = _Pool(target, read_only, pool_size, self._configure, config)
         if open:
             self.open()
 
@@ -274,6 +266,11 @@ class Memory:
     @property
     def read_only(self) -> bool:
         return self._shared.read_only
+
+    @property
+    def settings(self) -> Settings:
+        """The settings every verb of this Memory (and of its views) uses."""
+        return self._shared.settings
 
     @property
     def identity_honoured(self) -> bool:
@@ -508,7 +505,7 @@ class Memory:
             tags=list_arg(tags, "tags") or [],
             hall=text_arg(hall, "hall"),
             layer=text_arg(layer, "layer"),
-            metadata=metadata_arg(dict(metadata or {})),
+            metadata=metadata_arg(dict(metadata or {}), limit=self.settings.max_metadata_bytes),
         )
         v = required_text(via, "via")
         # rcll.agent is transaction-local (a session setting would leak to the next user of the
@@ -524,12 +521,12 @@ class Memory:
                 raise RcllError("prepared", f"{len(chunks)} chunks but {len(vectors)} embeddings",
                                 "pass (chunks, embeddings) with one embedding per chunk, e.g. rcll.retain.prepare's")
         with admitted(WRITE):
-            prepared = prepared if prepared is not None else prepare(doc)
+            prepared = prepared if prepared is not None else prepare(doc, self.settings)
             with self._tx(b, resolve=False) as conn:
                 if expiry is not None:
                     # Read by the units' expiry trigger (rcll._units_expiry), for this transaction only.
                     conn.execute("SELECT set_config('rcll.expires_at', %s, true)", (expiry.isoformat(),))
-                return retain(conn, b, doc, via=v, prepared=prepared)
+                return retain(conn, b, doc, via=v, prepared=prepared, settings=self.settings)
 
     def retain_many(self, docs: Iterable[Document | str], *, bank: str | None = None, via: str = "python",
                     batch_size: int = 512, on_progress: Callable[[int], None] | None = None) -> list[RetainResult]:
@@ -542,7 +539,8 @@ class Memory:
         size = int_arg(batch_size, "batch_size", 1, 100_000) or 512
         items = (Document(content=d) if isinstance(d, str) else d for d in docs)
         with self._session(b) as conn:
-            return retain_many(conn, b, items, via=v, batch_size=size, on_progress=on_progress)
+            return retain_many(conn, b, items, via=v, batch_size=size, on_progress=on_progress,
+                               settings=self.settings)
 
     # -- recall -----------------------------------------------------------------------------------
 
@@ -575,7 +573,7 @@ class Memory:
             raise RcllError("mine", "this server has no identity for you",
                             "authenticate (bearer token or --agent), or filter by authors")
         store = Pooled(self._pool(), agent=self.agent, read_only=self.read_only)
-        return recall(store, request, started=started)
+        return recall(store, request, started=started, settings=self.settings)
 
     # -- rooms, tags, stats -------------------------------------------------------------------------
 
@@ -635,7 +633,7 @@ class Memory:
         b = self._bank(bank, "write")
         r, k = required_text(room, "room"), required_text(key, "key")
         ev = int_arg(expected_version, "expected_version", 0, MAX_VERSION, 0)
-        state_value_arg(value)
+        state_value_arg(value, limit=self.settings.max_state_bytes)
         with self._tx(b, resolve=False) as conn:
             row = conn.execute("SELECT rcll.put_state(bank => %s, room => %s, key => %s, value => %s, "
                                "expected_version => %s, via => %s)",
@@ -824,7 +822,7 @@ class Memory:
             self._whole_store("a restore", field="restore")
         with self._connection() as conn:
             return import_stream(conn, lines, on_conflict=policy, allow=self._may_import, agent=self.agent,
-                                 restore=restore)
+                                 restore=restore, max_line=self.settings.max_import_line_bytes)
 
     # -- the store's HNSW graphs (a DBA's operation) -----------------------------------------------
 
@@ -876,64 +874,52 @@ class Memory:
 
     def upkeep_graphs(self, *, min_units: int | None = None, tracker: graphs.Tracker | None = None) -> list[graphs.Step]:
         """The periodic jobs' part in the graphs: apply rcll.dense_graph_plan with its defaults
-        (min_units None: RCLL_GRAPH_MIN_UNITS, else the plan's 20,000), which gives every bank that
+        (min_units None: settings.graph_min_units - RCLL_GRAPH_MIN_UNITS -, else the plan's 20,000), which gives every bank that
         crossed min_units its own graph and the global graph without it - built concurrently and
         swapped in by renames, so writes and recalls go on. Nothing when the graphs already match;
         graphs.Busy while another run is under way. Returns the steps run."""
-        return self.apply_dense_graph_plan(min_units=graph_min_units() if min_units is None else min_units,
+        return self.apply_dense_graph_plan(min_units=self.settings.graph_min_units if min_units is None else min_units,
                                            tracker=tracker)
 
     # -- forget and correct -----------------------------------------------------------------------
 
-    def forget(self, *, bank: str | None = None, unit_ids: Sequence[int] | None = None,
-               document_ids: Sequence[int] | None = None, thread: str | None = None, author: str | None = None,
-               tag: str | None = None, room: str | None = None, occurred_from: datetime | str | None = None,
-               occurred_to: datetime | str | None = None, retained_from: datetime | str | None = None,
-               retained_to: datetime | str | None = None, everything: str | None = None,
-               dry_run: bool = True, reason: str | None = None, purge: bool = False,
-               batch: int | None = None, progress: Callable[[dict[str, int]], None] | None = None) -> Forgotten:
+    def forget(self, request: ForgetRequest | None = None, *,
+               progress: Callable[[dict[str, int]], None] | None = None, **fields: Any) -> Forgotten:
         """Forget memories by selector (rcll.forget; several selectors must all match;
-        everything=<the bank's name> for all of it). A dry run by default: it counts what would go
-        and changes nothing - pass dry_run=False to forget. A selector matching nothing, or every
-        memory without everything=, is refused. Everything derived goes in the same transaction
-        (docs/forgetting.md). purge=True vacuums the touched tables after the commit.
-        batch=n forgets n units (whole documents) per transaction until none is left, so writes
-        into the bank wait one batch at most; progress, if given, receives the counts so far and
-        what remains ({"units": ..., "remaining": ...}) after each."""
+        everything=<the bank's name> for all of it). The keywords are ForgetRequest's fields (bank -
+        default this Memory's -, unit_ids, document_ids, thread, author, tag, room, occurred_from/
+        occurred_to, retained_from/retained_to, everything, dry_run, reason, batch, purge), or pass a
+        whole ForgetRequest (the keywords then replace its fields); a keyword given as None is left
+        at its default. A dry run by default: it counts what would go and changes nothing - pass
+        dry_run=False to forget. A selector matching nothing, or every memory without everything=,
+        is refused. Everything derived goes in the same transaction (docs/forgetting.md). purge=True
+        vacuums the touched tables after the commit. batch=n forgets n units (whole documents) per
+        transaction until none is left, so writes into the bank wait one batch at most; progress, if
+        given, receives the counts so far and what remains ({"units": ..., "remaining": ...}) after each."""
+        unknown = sorted(set(fields) - {p.name for p in FORGET_PARAMETERS})
+        if unknown:
+            raise RcllError(unknown[0], "is not a forget field", f"use {', '.join(p.name for p in FORGET_PARAMETERS)}")
         self.check_writable()
-        b = self._bank(bank, "forget")
-        if purge:
+        given = {k: v for k, v in fields.items() if v is not None}
+        base = {} if request is None else {f.name: getattr(request, f.name) for f in dataclasses.fields(request)}
+        b = self._bank(given.get("bank", base.get("bank")), "forget")
+        asked = ForgetRequest(**(base | given | {"bank": b}))
+        if asked.purge:
             self._outside_unit("purge")
-        args = {"bank": b, "unit_ids": _ids(unit_ids, "unit_ids"), "document_ids": _ids(document_ids, "document_ids"),
-                "thread": text_arg(thread, "thread"), "author": text_arg(author, "author"), "tag": text_arg(tag, "tag"),
-                "room": text_arg(room, "room"), "occurred_from": time_arg(occurred_from, "occurred_from"),
-                "occurred_to": time_arg(occurred_to, "occurred_to"),
-                "retained_from": time_arg(retained_from, "retained_from"),
-                "retained_to": time_arg(retained_to, "retained_to"), "everything": text_arg(everything, "everything"),
-                "dry_run": bool(dry_run), "reason": text_arg(reason, "reason", limit=1000),
-                "batch": _batch_arg(batch) if not dry_run else None}
-        if args["batch"] is not None and (unit_ids is not None or document_ids is not None):
-            # A later batch would find the ids an earlier one forgot gone, and refuse them as typos.
-            raise RcllError("batch", "forgets by thread, author, tag, room, time range or everything in batches, "
-                            "not by ids", "pass the ids in lists of the size you want, one forget each")
         counts: dict[str, int] = {}
         while True:
             with self._tx() as conn:
-                rows = conn.execute(
-                    "SELECT kind, count FROM rcll.forget(bank => %(bank)s, unit_ids => %(unit_ids)s, "
-                    "document_ids => %(document_ids)s, thread => %(thread)s, author => %(author)s, tag => %(tag)s, "
-                    "room => %(room)s, occurred_from => %(occurred_from)s, occurred_to => %(occurred_to)s, "
-                    "retained_from => %(retained_from)s, retained_to => %(retained_to)s, everything => %(everything)s, "
-                    "dry_run => %(dry_run)s, reason => %(reason)s, batch => %(batch)s)", args).fetchall()
+                rows = conn.execute(sql.SQL("SELECT kind, count FROM rcll.forget({})").format(_FORGET_ARGS),
+                                    asked.arguments).fetchall()
             step = {str(k): int(n) for k, n in rows}
             remaining = step.pop("remaining", 0)
             for k, n in step.items():
                 counts[k] = counts.get(k, 0) + n
-            if progress is not None and args["batch"] is not None:
+            if progress is not None and asked.batch is not None:
                 progress({**counts, "remaining": remaining})
             if remaining == 0:
                 break
-        return Forgotten(bool(dry_run), counts, self._purge(PURGE_UNITS, b) if purge and not dry_run else [])
+        return Forgotten(asked.dry_run, counts, self._purge(PURGE_UNITS, b) if asked.purge and not asked.dry_run else [])
 
     def forget_state(self, room: str, key: str | None = None, *, all_keys: bool = False, bank: str | None = None,
                      dry_run: bool = True, reason: str | None = None) -> Forgotten:
@@ -987,7 +973,7 @@ class Memory:
         new = required_text(text, "text", limit=1 << 20)
         why = required_text(reason, "reason", limit=1000)
         with admitted(WRITE):
-            embedding = models.get_embedder().embed([new])[0]
+            embedding = models.get_embedder(self.settings).embed([new])[0]
             with self._tx() as conn:
                 conn.execute("SELECT rcll.correct(bank => %s, unit_id => %s, text => %s, embedding => %s, reason => %s)",
                              (b, uid, new, embedding, why))
@@ -1033,13 +1019,13 @@ class Memory:
         """The store's periodic jobs, once: rcll.refresh_bank_stats() recounts every bank's BM25
         corpus statistics (recall reads them; a bank never refreshed is counted on every recall,
         0.7-3 s in a bank of 333,333 units), and rcll.fold_room_counts() folds the room registry's
-        pending deltas. Then, with graphs (None: RCLL_AUTO_GRAPHS, on unless set to off), the
-        dense-graph plan (upkeep_graphs; graph_min_units None: RCLL_GRAPH_MIN_UNITS, else 20,000):
-        minutes when a big bank has just crossed it, nothing otherwise. `rcll serve` runs it every
-        RCLL_UPKEEP_SECONDS (default 300, the graphs on a thread of their own); `rcll upkeep` runs
-        it once (for cron). A whole-store write: refused on a scoped or read-only Memory."""
+        pending deltas. Then, with graphs (None: settings.auto_graphs, RCLL_AUTO_GRAPHS, on unless
+        off), the dense-graph plan (upkeep_graphs; graph_min_units None: settings.graph_min_units,
+        RCLL_GRAPH_MIN_UNITS, else 20,000): minutes when a big bank has just crossed it, nothing
+        otherwise. `rcll serve` runs it every RCLL_UPKEEP_SECONDS (default 300, the graphs on a
+        thread of their own); `rcll upkeep` runs it once (for cron). A whole-store write: refused on a scoped or read-only Memory."""
         self._whole_store("upkeep (every bank's statistics)", "upkeep")
-        build = auto_graphs() if graphs is None else graphs
+        build = self.settings.auto_graphs if graphs is None else graphs
         t = time.perf_counter()
         with self._tx() as conn:
             # Expired units first, so the statistics recounted next no longer hold them.
@@ -1064,4 +1050,5 @@ class Memory:
         lo = int_arg(min_size, "min_size", 2, 10_000) or 2
         groups = int_arg(max_groups, "max_groups", 1, 1_000_000) or 100
         with self._session(b) as conn:
-            return consolidate(conn, b, time_window=time_window, min_size=lo, max_groups=groups)
+            return consolidate(conn, b, time_window=time_window, min_size=lo, max_groups=groups,
+                               settings=self.settings)

@@ -9,73 +9,34 @@ minutes does not hold back the statistics of the next rounds."""
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from rcll.errors import RcllError
 from rcll.graphs import Busy, Tracker
+from rcll.settings import DEFAULTS, KNOBS
 
 if TYPE_CHECKING:
     from rcll.memory import Memory
 
-UPKEEP_SECONDS = 300.0
-ENV = "RCLL_UPKEEP_SECONDS"
-GRAPHS_ENV = "RCLL_AUTO_GRAPHS"
-MIN_UNITS_ENV = "RCLL_GRAPH_MIN_UNITS"
-
-
-def interval() -> float:
-    """RCLL_UPKEEP_SECONDS (0 switches the jobs off), default 300."""
-    raw = os.environ.get(ENV, "").strip()
-    if not raw:
-        return UPKEEP_SECONDS
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= 86_400:
-        raise RcllError(ENV, f"{raw!r} is not a number of seconds from 0 to 86400",
-                        f"set {ENV}=300 (the default), or 0 to leave the jobs to cron (`rcll upkeep`)")
-    return value
-
-
-def auto_graphs() -> bool:
-    """RCLL_AUTO_GRAPHS: on (the default) or off (a DBA runs `rcll graphs --apply` when they choose)."""
-    raw = os.environ.get(GRAPHS_ENV, "").strip().lower()
-    if raw in ("", "on", "1", "true", "yes"):
-        return True
-    if raw in ("off", "0", "false", "no"):
-        return False
-    raise RcllError(GRAPHS_ENV, f"{raw!r} is neither on nor off",
-                    f"set {GRAPHS_ENV}=on (the default: the periodic jobs give big banks their own graphs) "
-                    "or off (you run `rcll graphs --apply` yourself)")
-
-
-def graph_min_units() -> int | None:
-    """RCLL_GRAPH_MIN_UNITS: the units from which a bank gets its own graph; None (unset) is
-    rcll.dense_graph_plan's default."""
-    raw = os.environ.get(MIN_UNITS_ENV, "").strip()
-    if not raw:
-        return None
-    if not raw.isdigit() or int(raw) < 1:
-        raise RcllError(MIN_UNITS_ENV, f"{raw!r} is not a positive number of units",
-                        f"unset {MIN_UNITS_ENV} for the default (20000), or set a positive integer")
-    return int(raw)
+UPKEEP_SECONDS = DEFAULTS.upkeep_seconds
+ENV = KNOBS["upkeep_seconds"].env
+GRAPHS_ENV = KNOBS["auto_graphs"].env
+MIN_UNITS_ENV = KNOBS["graph_min_units"].env
 
 
 class Upkeeper:
     """Runs memory.upkeep() at once and then every `seconds`, until stop(). A failed round is one
-    line on stderr and the next round comes as planned. With graphs on (None: RCLL_AUTO_GRAPHS),
-    each round that finds no run of the graph plan under way starts one on a thread of its own
-    (Memory.upkeep_graphs, which does nothing when the graphs already match)."""
+    line on stderr and the next round comes as planned. With graphs on (None: the memory's
+    settings.auto_graphs, RCLL_AUTO_GRAPHS), each round that finds no run of the graph plan under
+    way starts one on a thread of its own (Memory.upkeep_graphs, which does nothing when the graphs
+    already match), with the memory's settings.graph_min_units."""
 
     def __init__(self, memory: Memory, seconds: float, *, graphs: bool | None = None) -> None:
         self._memory, self._seconds = memory, seconds
-        self._graphs = auto_graphs() if graphs is None else graphs
-        self._min_units = graph_min_units()
+        self._graphs = memory.settings.auto_graphs if graphs is None else graphs
+        self._min_units = memory.settings.graph_min_units
         self._stop = threading.Event()
         self.rounds = 0
         self.last_run: datetime | None = None

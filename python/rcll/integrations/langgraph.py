@@ -84,6 +84,7 @@ from rcll.memory import Memory
 from rcll.models import get_embedder
 from rcll.request import RecallRequest
 from rcll.results import StateKey
+from rcll.settings import Settings
 from rcll.validate import required_text, state_value_arg, text_arg, time_arg
 from rcll.workqueue import WRITE, admitted
 
@@ -415,7 +416,7 @@ class RcllStore(BaseStore):
                 if not isinstance(op.value, dict):
                     raise RcllError("value", f"must be a dict, got {type(op.value).__name__}",
                                     "LangGraph stores keep dicts: wrap it, e.g. {'value': ...}")
-                state_value_arg(op.value)
+                state_value_arg(op.value, limit=self.memory.settings.max_state_bytes)
                 if self.time_field is not None:
                     when[(op.namespace, op.key)] = time_arg(op.value.get(self.time_field), f"value.{self.time_field}")
         # One document per item: its indexed texts are the document's chunks (a long text is
@@ -430,7 +431,7 @@ class RcllStore(BaseStore):
             todo = [(op, _pieces(texts[(op.namespace, op.key)])) for op in puts if op.value is not None
                     and _changed(stored.get((op.namespace, op.key)), texts[(op.namespace, op.key)])]
             flat = [c for _, (chunks, _) in todo for c in chunks]
-            vectors = get_embedder().embed(flat) if flat else np.zeros((0, 0), np.float32)
+            vectors = get_embedder(self.memory.settings).embed(flat) if flat else np.zeros((0, 0), np.float32)
             at = 0
             for op, (chunks, owners) in todo:
                 embedded[(op.namespace, op.key)] = (chunks, owners, vectors[at:at + len(chunks)])
@@ -499,7 +500,7 @@ class RcllStore(BaseStore):
         [unit, text] pairs."""
         if pieces is None:
             with admitted(WRITE):
-                pieces = _embedded(texts)
+                pieces = _embedded(texts, self.memory.settings)
         chunks, owners, vectors = pieces
         if not chunks:
             return [], []
@@ -543,9 +544,9 @@ def _pieces(texts: list[list[str]]) -> tuple[list[str], list[int]]:
     return [c for c, _ in pieces], [i for _, i in pieces]
 
 
-def _embedded(texts: list[list[str]]) -> _Pieces:
+def _embedded(texts: list[list[str]], settings: Settings) -> _Pieces:
     chunks, owners = _pieces(texts)
-    return chunks, owners, get_embedder().embed(chunks) if chunks else np.zeros((0, 0), np.float32)
+    return chunks, owners, get_embedder(settings).embed(chunks) if chunks else np.zeros((0, 0), np.float32)
 
 
 def _changed(old: _Stored | None, texts: list[list[str]]) -> bool:
