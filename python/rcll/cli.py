@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import threading
 from collections.abc import Iterator, Mapping
@@ -524,6 +525,16 @@ def _listen_check(args: argparse.Namespace, command: str) -> None:
               "reads, writes, exports and imports every bank", file=sys.stderr, flush=True)
 
 
+def _terminate_unwinds() -> None:
+    """SIGTERM ends a server as Ctrl-C does, through its finally blocks (the model service's socket
+    directory, the pool), not at once: uvicorn raises the signal again after its own shutdown, and
+    the default action would end the process before them."""
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def _server_tokenizers(args: argparse.Namespace) -> Settings:
     """Servers run many request threads: tokenise lists in one call each (rcll.models._encode_all),
     sequentially - no rayon threads beside the model slots (rcll.settings.tokenize_in_one_call)."""
@@ -533,6 +544,7 @@ def _server_tokenizers(args: argparse.Namespace) -> Settings:
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
+    _terminate_unwinds()
     settings = _server_tokenizers(args)
     if args.transport == "http":
         _listen_check(args, "mcp")   # before the database or the port
@@ -551,6 +563,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    _terminate_unwinds()
     settings = _server_tokenizers(args)
     _listen_check(args, "serve")   # before the database, the models or the port
     every = settings.upkeep_seconds
@@ -591,6 +604,7 @@ def _model_service(args: argparse.Namespace, dsn: str) -> tuple[model_service.Mo
 
 def cmd_models(args: argparse.Namespace) -> int:
     """The model service alone, for a database with no RCLL server beside it."""
+    _terminate_unwinds()
     settings = _server_tokenizers(args)
     dsn = resolve_dsn(settings.dsn, settings)
     models.get_embedder(settings).embed(["warm up"])
