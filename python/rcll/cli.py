@@ -532,7 +532,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     upkeep.auto_graphs(), upkeep.graph_min_units()     # likewise the graphs' settings
     from rcll import http  # deferred: FastAPI loads only for the server
 
-    with Memory(args.dsn, install=True) as memory, bounded_model_work():
+    with Memory(args.dsn, install=True, recall_from_standby=args.recall_from_standby) as memory, bounded_model_work():
         print(memory.installed, file=sys.stderr)
         # Load the models before listening, so the first request does not pay for it.
         models.get_embedder().embed(["warm up"])
@@ -609,6 +609,10 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", parents=[common], help="run the HTTP server (installs the schema, starts the embedded database if needed)")
     s.add_argument("--host", default=os.environ.get("RCLL_HOST", "127.0.0.1"))
     s.add_argument("--port", type=int, default=int(os.environ.get("RCLL_PORT", DEFAULT_PORT)))
+    s.add_argument("--recall-from-standby", action="store_true",
+                   default=os.environ.get("RCLL_RECALL_FROM_STANDBY", "") not in ("", "0"),
+                   help="recall may read a hot standby of a multi-host --dsn (target_session_attrs=prefer-standby): "
+                        "it may miss writes of the last moment ($RCLL_RECALL_FROM_STANDBY=1)")
     s.add_argument("--allow-anonymous-network", action="store_true",
                    help="listen beyond loopback without tokens: anyone who can reach the port reads, writes, "
                         "exports and imports every bank (default: refused; $RCLL_ALLOW_ANONYMOUS_NETWORK=1)")
