@@ -2,7 +2,7 @@
 PG_CONFIG ?= $(shell .venv/bin/python -c "from rcll.cluster import embedded_bindir; print(embedded_bindir() / 'pg_config')" 2>/dev/null || echo pg_config)
 PY = .venv/bin/python
 
-.PHONY: run test test-setup system-packages bootstrap bootstrap-test pg15-leg browser ha-cluster node-client typescript-client typescript-types extension install lint bench bench-retain bench-recall bench-locomo
+.PHONY: run test test-setup system-packages bootstrap bootstrap-test pg15-leg browser ha-cluster bench-failover node-client typescript-client typescript-types extension install lint bench bench-retain bench-recall bench-locomo
 
 run: bootstrap extension
 	.venv/bin/rcll serve
@@ -90,3 +90,7 @@ bench-recall: bootstrap
 
 bench-locomo: bootstrap
 	$(PY) -m bench.locomo.run
+
+# Failover drills on a local Patroni cluster (ports 56200-56232): not part of `make bench`.
+bench-failover: bootstrap ha-cluster extension
+	$(PY) -m bench.failover

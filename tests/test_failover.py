@@ -3,11 +3,20 @@ acknowledged is lost (rcll.hacluster; the long drills are bench/failover.py)."""
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import psycopg
 import pytest
 
+from conftest import Leg, scratch_dir
+from harness.failover import drill
 from rcll.db import standby_dsn, writer_dsn
 from rcll.errors import Code, from_database
+from rcll.hacluster import TTL, HACluster
+
+# Loopback ports 56250-56282 (bench/failover.py uses 56200-56232).
+BASE_PORT = 56250
 
 
 def test_a_multi_host_dsn_writes_on_the_primary_and_recall_may_prefer_a_standby() -> None:
@@ -28,3 +37,24 @@ def test_a_session_the_server_ends_is_unavailable_and_retryable(dsn: str) -> Non
             conn.execute("SELECT rcll.create_bank('never')")
     mapped = from_database(caught.value)
     assert mapped is not None and mapped.code is Code.UNAVAILABLE
+
+
+@pytest.mark.slow
+def test_a_leader_killed_under_writers_loses_no_acknowledged_write(pg18: Leg) -> None:
+    # One etcd member: this drill kills a PostgreSQL node, never the store (bench/failover.py's
+    # partition drill needs the three). The servers run as the test clusters' OS user.
+    root = Path(tempfile.mkdtemp(prefix="rcllha-", dir=scratch_dir())) / "ha"
+    c = HACluster(root, os_user=pg18.cluster.os_user or "embedded_postgres", base_port=BASE_PORT, members=1)
+    try:
+        c.start()
+        r = drill(c, "kill-node", writers=8, readers=4, before=2.0, observe=TTL + 2.0, after=0.5, timeout=60.0, log=lambda _: None)
+        assert r.other_errors == []
+        assert r.acknowledged > 0 and r.lost == 0 and r.duplicated == 0 and r.unexpected == 0
+        assert r.leader_after not in (-1, r.leader_before)
+        assert r.rejoined and r.nodes_equal, "the old leader rejoins as a replica holding every write"
+        assert r.recall_tried and r.recall_rate >= 0.9, "recall continues on the standbys"
+        with psycopg.connect(standby_dsn(c.dsn())) as conn:
+            assert conn.execute("SELECT pg_is_in_recovery()").fetchone() == (True,)
+    finally:
+        c.stop()
+        root.parent.rmdir()

@@ -30,6 +30,7 @@ import pwd
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -114,6 +115,7 @@ class HACluster:
 
     def __post_init__(self) -> None:
         self.ports = Ports(self.base_port)
+        self._procs: dict[int, subprocess.Popen[bytes]] = {}    # the ones this process started, to reap
         if self.members not in (1, self.nodes):
             raise HAError(f"members: 1 or {self.nodes} (one etcd member per Patroni node)")
 
@@ -150,6 +152,11 @@ class HACluster:
     def socket_dir(self, i: int) -> Path:
         return self.root / f"s{i}"
 
+    def all_ports(self) -> list[int]:
+        p = self.ports
+        return ([p.etcd(i) for i in range(self.members)] + [p.etcd_peer(i) for i in range(self.members)]
+                + [p.postgres(i) for i in range(self.nodes)] + [p.rest(i) for i in range(self.nodes)])
+
     # -- DSNs ----------------------------------------------------------------------------------
 
     def dsn(self, dbname: str = "rcll", *, target: str = "read-write", nodes: list[int] | None = None) -> str:
@@ -185,6 +192,7 @@ class HACluster:
                    "ETCD_UNSUPPORTED_ARCH": os.environ.get("ETCD_UNSUPPORTED_ARCH", "")}
             proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     cwd=self.root, env=env, start_new_session=True, **kwargs)
+        self._procs[proc.pid] = proc
         return proc.pid
 
     def _etcd_args(self, i: int) -> list[str]:
@@ -240,6 +248,10 @@ class HACluster:
             raise HAError("Patroni or etcd is missing: run `scripts/ha-cluster install` (as root)")
         if self.state_file.exists():
             raise HAError(f"{self.root} holds a cluster already: stop it first")
+        # Another cluster on these ports would share its etcd with this one's Patroni nodes.
+        taken = [p for p in self.all_ports() if not _port_free(p)]
+        if taken:
+            raise HAError(f"ports {taken} on 127.0.0.1 are in use: stop what holds them, or pass another base port")
         uid, gid = self._ids()
         self.root.mkdir(parents=True, exist_ok=True)
         os.chown(self.root, uid, gid) if os.geteuid() == 0 else None
@@ -300,7 +312,13 @@ class HACluster:
         pid = self.pid(name)
         if pid is None:
             return
+        self._signal_and_wait(pid, sig, wait)
+
+    def _signal_and_wait(self, pid: int, sig: int, wait: float) -> None:
+        proc = self._procs.pop(pid, None)
         _signal_and_wait(pid, sig, wait)
+        if proc is not None:
+            proc.wait()          # reaped already: this records its status in the Popen
 
     def kill_postgres(self, i: int) -> None:
         """kill -9 of node i's postmaster and every process it started (a crash, the OOM killer)."""
@@ -376,7 +394,7 @@ class HACluster:
                     os.kill(pid, signal.SIGTERM)
         for name, pid in pids.items():
             if name.startswith("patroni"):
-                _signal_and_wait(pid, signal.SIGTERM, 20.0)
+                self._signal_and_wait(pid, signal.SIGTERM, 20.0)
         for i in range(self.nodes):
             pm = self.postmaster_pid(i)
             if pm is not None and _alive(pm):
@@ -386,7 +404,7 @@ class HACluster:
                 _signal_and_wait(pm, signal.SIGKILL, 10.0)
         for name, pid in pids.items():
             if name.startswith("etcd"):
-                _signal_and_wait(pid, signal.SIGTERM, 10.0)
+                self._signal_and_wait(pid, signal.SIGTERM, 10.0)
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -421,6 +439,16 @@ def _children(pid: int) -> list[int]:
             if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
                 out.append(int(stat.parent.name))
     return out
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)    # as the servers bind: TIME_WAIT is free
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _http(url: str, timeout: float = 1.0) -> bytes | None:
