@@ -14,6 +14,7 @@ from harness.failover import drill
 from rcll.db import standby_dsn, writer_dsn
 from rcll.errors import Code, from_database
 from rcll.hacluster import TTL, HACluster
+from rcll.memory import Memory
 
 # Loopback ports 56250-56282 (bench/failover.py uses 56200-56232).
 BASE_PORT = 56250
@@ -37,6 +38,17 @@ def test_a_session_the_server_ends_is_unavailable_and_retryable(dsn: str) -> Non
             conn.execute("SELECT rcll.create_bank('never')")
     mapped = from_database(caught.value)
     assert mapped is not None and mapped.code is Code.UNAVAILABLE
+
+
+def test_a_write_retried_after_an_unknown_outcome_is_stored_once(dsn: str) -> None:
+    # A retain refused with RC010 may have committed before its connection went: the client sends
+    # it again, and the document's identity (bank, thread, content) makes the retry the same one.
+    with Memory(dsn, bank="ops", pool_size=2) as memory:
+        memory.create_bank("ops")
+        first = memory.retain("The pager rotation moved to Mondays.", thread="oncall")
+        again = memory.retain("The pager rotation moved to Mondays.", thread="oncall")
+        assert not again.created and (again.document_id, again.unit_ids) == (first.document_id, first.unit_ids)
+        assert memory.retain("The pager rotation moved to Mondays.", thread="handover").created
 
 
 @pytest.mark.slow

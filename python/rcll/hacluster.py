@@ -188,8 +188,7 @@ class HACluster:
             kwargs: dict[str, Any] = {}
             if os.geteuid() == 0:
                 kwargs.update(user=uid, group=gid, extra_groups=[])
-            env = {"PATH": "/usr/bin:/bin", "HOME": str(self.root), "LANG": "C.UTF-8",
-                   "ETCD_UNSUPPORTED_ARCH": os.environ.get("ETCD_UNSUPPORTED_ARCH", "")}
+            env = {"PATH": "/usr/bin:/bin", "HOME": str(self.root), "LANG": "C.UTF-8"}
             proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     cwd=self.root, env=env, start_new_session=True, **kwargs)
         self._procs[proc.pid] = proc
@@ -254,7 +253,8 @@ class HACluster:
             raise HAError(f"ports {taken} on 127.0.0.1 are in use: stop what holds them, or pass another base port")
         uid, gid = self._ids()
         self.root.mkdir(parents=True, exist_ok=True)
-        os.chown(self.root, uid, gid) if os.geteuid() == 0 else None
+        if os.geteuid() == 0:
+            os.chown(self.root, uid, gid)
         self.root.chmod(0o700)
         cluster._open_path_for_others(self.root.parent)
         cluster._open_path_for_others(self.bindir)
@@ -283,11 +283,10 @@ class HACluster:
         conf = self.root / f"node{i}.yml"
         conf.write_text(json.dumps(self._patroni_config(i), indent=1))   # JSON is YAML
         conf.chmod(0o600)
-        for p in (conf, self.socket_dir(i)):
-            if p is not conf:
-                p.mkdir(mode=0o700, exist_ok=True)
-            if os.geteuid() == 0:
-                os.chown(p, uid, gid)
+        self.socket_dir(i).mkdir(mode=0o700, exist_ok=True)
+        if os.geteuid() == 0:
+            os.chown(conf, uid, gid)
+            os.chown(self.socket_dir(i), uid, gid)
         pids[f"patroni{i}"] = self._spawn(f"patroni{i}", [str(self.venv / "bin" / "patroni"), str(conf)])
         self._save(pids)
 
