@@ -3,6 +3,7 @@ acknowledged is lost (rcll.hacluster; the long drills are bench/failover.py)."""
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -53,6 +54,11 @@ def test_a_write_retried_after_an_unknown_outcome_is_stored_once(dsn: str) -> No
 
 @pytest.mark.slow
 def test_a_leader_killed_under_writers_loses_no_acknowledged_write(pg18: Leg) -> None:
+    if not HACluster.installed():
+        if os.geteuid() != 0:     # a run without root takes what it can run (tests/conftest.py)
+            pytest.skip("failover test skipped: etcd and Patroni are not installed and installing them needs "
+                        "root (as root: make ha-cluster)")
+        pytest.fail("etcd or Patroni is missing: run `make ha-cluster` (scripts/ha-cluster install) first")
     # One etcd member: this drill kills a PostgreSQL node, never the store (bench/failover.py's
     # partition drill needs the three). The servers run as the test clusters' OS user.
     root = Path(tempfile.mkdtemp(prefix="rcllha-", dir=scratch_dir())) / "ha"
@@ -62,7 +68,7 @@ def test_a_leader_killed_under_writers_loses_no_acknowledged_write(pg18: Leg) ->
         r = drill(c, "kill-node", writers=8, readers=4, before=2.0, observe=TTL + 2.0, after=0.5, timeout=60.0, log=lambda _: None)
         assert r.other_errors == []
         assert r.acknowledged > 0 and r.lost == 0 and r.duplicated == 0 and r.unexpected == 0
-        assert r.leader_after not in (-1, r.leader_before)
+        assert r.leader_after == r.sync_before != r.leader_before, "Patroni promotes the synchronous standby"
         assert r.rejoined and r.nodes_equal, "the old leader rejoins as a replica holding every write"
         assert r.recall_tried and r.recall_rate >= 0.9, "recall continues on the standbys"
         with psycopg.connect(standby_dsn(c.dsn())) as conn:

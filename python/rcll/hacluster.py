@@ -48,7 +48,9 @@ PATRONI_PYTHON = "/usr/bin/python3"
 ETCD = Path("/usr/bin/etcd")
 SCOPE = "rcll-ha"
 DEFAULT_BASE_PORT = 56200
-DEFAULT_OS_USER = "embedded_postgres"
+# The servers' OS user when root starts them: the embedded cluster's (RCLL_SERVER_USER, else
+# embedded_postgres), so that one user owns every server of a run.
+DEFAULT_OS_USER = os.environ.get("RCLL_SERVER_USER", "").strip() or "embedded_postgres"
 # Patroni's timing: ttl is its minimum; a leader that cannot renew its key within retry_timeout
 # demotes itself before the key expires, and the others elect a new one once it has (ttl).
 TTL, LOOP_WAIT, RETRY_TIMEOUT = 20, 1, 5
@@ -112,6 +114,11 @@ class HACluster:
     venv: Path = field(default_factory=default_venv)
     bindir: Path = field(default_factory=cluster.embedded_bindir)
     password: str = ""
+
+    @staticmethod
+    def installed(venv: Path | None = None) -> bool:
+        """Whether etcd and Patroni's venv are in place (`scripts/ha-cluster install`)."""
+        return ETCD.exists() and ((venv or default_venv()) / "bin" / "patroni").exists()
 
     def __post_init__(self) -> None:
         self.ports = Ports(self.base_port)
@@ -247,8 +254,12 @@ class HACluster:
             raise HAError("Patroni or etcd is missing: run `scripts/ha-cluster install` (as root)")
         if self.state_file.exists():
             raise HAError(f"{self.root} holds a cluster already: stop it first")
-        # Another cluster on these ports would share its etcd with this one's Patroni nodes.
-        taken = [p for p in self.all_ports() if not _port_free(p)]
+        # Another cluster on these ports would share its etcd with this one's Patroni nodes. A port
+        # may also be some connection's ephemeral source port for a moment (the kernel's range,
+        # 32768-60999, covers these): wait a little for it.
+        wait_until = time.monotonic() + 15
+        while (taken := [p for p in self.all_ports() if not _port_free(p)]) and time.monotonic() < wait_until:
+            time.sleep(0.5)
         if taken:
             raise HAError(f"ports {taken} on 127.0.0.1 are in use: stop what holds them, or pass another base port")
         uid, gid = self._ids()
@@ -345,6 +356,12 @@ class HACluster:
     def leader(self) -> int | None:
         for m in self.members_state():
             if m.get("role") == "leader" and m.get("state") == "running":
+                return int(str(m["name"]).removeprefix("node"))
+        return None
+
+    def sync_standby(self) -> int | None:
+        for m in self.members_state():
+            if m.get("role") == "sync_standby":
                 return int(str(m["name"]).removeprefix("node"))
         return None
 

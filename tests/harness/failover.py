@@ -112,6 +112,7 @@ class Result:
     recall_ok: int
     recall_tried: int
     leader_before: int
+    sync_before: int
     leader_after: int
     rejoined: bool
     rewound: bool
@@ -168,8 +169,8 @@ def drill(c: HACluster, name: str, *, writers: int = 8, readers: int = 4, before
           log: Callable[[str], None] = print) -> Result:
     """One drill on a started cluster (see the module's docstring), audited on every node."""
     bank = name.replace("-", "_")
-    leader = c.leader()
-    assert leader is not None, "no leader"
+    leader, sync = c.leader(), c.sync_standby()
+    assert leader is not None and sync is not None, "no leader or no synchronous standby"
     load = Load()
     with (Memory(c.dsn(), pool_size=writers + 2) as wm,
           Memory(c.dsn(), pool_size=readers + 1, install=False, recall_from_standby=True) as rm):
@@ -227,7 +228,7 @@ def drill(c: HACluster, name: str, *, writers: int = 8, readers: int = 4, before
         unexpected=len(present - set(acked)), refused=load.refused,
         other_errors=sorted(set(load.other_errors))[:5],
         unavailable_s=end - start, recall_ok=sum(during), recall_tried=len(during),
-        leader_before=leader, leader_after=new_leader if new_leader is not None else -1,
+        leader_before=leader, sync_before=sync, leader_after=new_leader if new_leader is not None else -1,
         rejoined=rejoined, rewound="running pg_rewind" in log_text,
         nodes_equal=bool(per_node) and all(p == per_node[0] for p in per_node))
 
@@ -238,7 +239,8 @@ def table(results: list[Result]) -> str:
             "every node equal"]
     rows = [[r.drill, r.acknowledged, r.present, r.lost, r.duplicated, r.refused, f"{r.unavailable_s:.1f}",
              f"{r.recall_ok}/{r.recall_tried} ({100 * r.recall_rate:.0f}%)",
-             f"node{r.leader_before} -> node{r.leader_after}", "yes" if r.rejoined else "NO",
+             f"node{r.leader_before} -> node{r.leader_after}"
+             + (" (the sync standby)" if r.leader_after == r.sync_before else ""), "yes" if r.rejoined else "NO",
              "yes" if r.rewound else "no", "yes" if r.nodes_equal else "NO"] for r in results]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(str(x) for x in row) + " |" for row in rows]
