@@ -182,11 +182,17 @@ class HACluster:
     # -- processes -----------------------------------------------------------------------------
 
     def _ids(self) -> tuple[int, int]:
-        if os.geteuid() == 0:
-            cluster._ensure_os_user(self.os_user)
+        """The uid and gid the servers run as: os_user when root starts them (made if missing, as
+        rcll.cluster makes the embedded cluster's), else ours."""
+        if os.geteuid() != 0:
+            return os.geteuid(), os.getegid()
+        try:
             e = pwd.getpwnam(self.os_user)
-            return e.pw_uid, e.pw_gid
-        return os.geteuid(), os.getegid()
+        except KeyError:
+            subprocess.run(["useradd", "--system", "--shell", "/bin/bash", "--no-create-home", self.os_user],
+                           check=True, capture_output=True)
+            e = pwd.getpwnam(self.os_user)
+        return e.pw_uid, e.pw_gid
 
     def _spawn(self, name: str, args: list[str]) -> int:
         uid, gid = self._ids()
