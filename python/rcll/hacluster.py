@@ -118,7 +118,7 @@ class HACluster:
     @staticmethod
     def installed(venv: Path | None = None) -> bool:
         """Whether etcd and Patroni's venv are in place (`scripts/ha-cluster install`)."""
-        return ETCD.exists() and ((venv or default_venv()) / "bin" / "patroni").exists()
+        return ETCD.exists() and ((venv or default_venv()) / ".rcll-complete").exists()   # written last
 
     def __post_init__(self) -> None:
         self.ports = Ports(self.base_port)
@@ -256,7 +256,7 @@ class HACluster:
     def start(self, timeout: float = 120.0) -> None:
         """Start etcd and the Patroni nodes, wait for a leader and a synchronous standby with every
         replica streaming, and install RCLL's schema through the leader (database `rcll`)."""
-        if not (self.venv / "bin" / "patroni").exists() or not ETCD.exists():
+        if not self.installed(self.venv):
             raise HAError("Patroni or etcd is missing: run `scripts/ha-cluster install` (as root)")
         if self.state_file.exists():
             raise HAError(f"{self.root} holds a cluster already: stop it first")
