@@ -51,6 +51,7 @@ class Load:
 
     acked: dict[str, float] = field(default_factory=dict)          # content -> when acknowledged
     refused: int = 0                                                # RC010 answers (each retried)
+    stored_before: int = 0       # retries answered created=False: the refused attempt had committed
     other_errors: list[str] = field(default_factory=list)
     recalls: list[tuple[float, bool]] = field(default_factory=list)  # (when, succeeded)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -61,9 +62,11 @@ def _writer(memory: Memory, bank: str, w: int, load: Load, pause: float) -> None
     n = 0
     while not load.stop.is_set():
         content = f"Writer {w} recorded item {n} of the {bank} drill: deploy step {n % 7} passed."
+        tries = 0
         while True:     # until acknowledged: a refused write is retried with the same content
+            tries += 1
             try:
-                memory.retain(content, bank=bank, room=f"w{w}")
+                result = memory.retain(content, bank=bank, room=f"w{w}")
             except RcllError as e:
                 with load.lock:
                     if e.code is Code.UNAVAILABLE:
@@ -79,6 +82,7 @@ def _writer(memory: Memory, bank: str, w: int, load: Load, pause: float) -> None
                 continue
             with load.lock:
                 load.acked[content] = time.monotonic()
+                load.stored_before += tries > 1 and not result.created
             break
         n += 1
         time.sleep(pause)
@@ -107,6 +111,7 @@ class Result:
     duplicated: int
     unexpected: int
     refused: int
+    stored_before: int
     other_errors: list[str]
     unavailable_s: float
     recall_ok: int
@@ -225,7 +230,7 @@ def drill(c: HACluster, name: str, *, writers: int = 8, readers: int = 4, before
     return Result(
         drill=name, acknowledged=len(acked), present=len(present & set(acked)),
         lost=len(set(acked) - present), duplicated=len(stored) - len(present),
-        unexpected=len(present - set(acked)), refused=load.refused,
+        unexpected=len(present - set(acked)), refused=load.refused, stored_before=load.stored_before,
         other_errors=sorted(set(load.other_errors))[:5],
         unavailable_s=end - start, recall_ok=sum(during), recall_tried=len(during),
         leader_before=leader, sync_before=sync, leader_after=new_leader if new_leader is not None else -1,
@@ -234,10 +239,10 @@ def drill(c: HACluster, name: str, *, writers: int = 8, readers: int = 4, before
 
 
 def table(results: list[Result]) -> str:
-    head = ["drill", "acknowledged", "present after", "lost", "duplicated", "refused (RC010, retried)",
+    head = ["drill", "acknowledged", "present after", "lost", "duplicated", "RC010 answers (retried)", "writes whose refused try had committed",
             "write unavailability s", "recall ok during failover", "leader", "old leader rejoined", "pg_rewind ran",
             "every node equal"]
-    rows = [[r.drill, r.acknowledged, r.present, r.lost, r.duplicated, r.refused, f"{r.unavailable_s:.1f}",
+    rows = [[r.drill, r.acknowledged, r.present, r.lost, r.duplicated, r.refused, r.stored_before, f"{r.unavailable_s:.1f}",
              f"{r.recall_ok}/{r.recall_tried} ({100 * r.recall_rate:.0f}%)",
              f"node{r.leader_before} -> node{r.leader_after}"
              + (" (the sync standby)" if r.leader_after == r.sync_before else ""), "yes" if r.rejoined else "NO",
