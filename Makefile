@@ -2,7 +2,7 @@
 PG_CONFIG ?= $(shell .venv/bin/python -c "from rcll.cluster import embedded_bindir; print(embedded_bindir() / 'pg_config')" 2>/dev/null || echo pg_config)
 PY = .venv/bin/python
 
-.PHONY: run test test-setup system-packages bootstrap bootstrap-test pg15-leg browser node-client typescript-client typescript-types extension install lint bench bench-retain bench-recall bench-locomo
+.PHONY: run test test-setup system-packages bootstrap bootstrap-test pg15-leg browser ha-cluster bench-failover node-client typescript-client typescript-types extension install lint bench bench-retain bench-recall bench-locomo
 
 run: bootstrap extension
 	.venv/bin/rcll serve
@@ -25,6 +25,7 @@ test-setup:
 system-packages:
 	@$(MAKE) --no-print-directory pg15-leg
 	@$(MAKE) --no-print-directory browser
+	@$(MAKE) --no-print-directory ha-cluster
 
 # node-postgres for tests/test_node_client.py (SQL recall from Node.js): installed once from the lock file.
 node-client: tests/node/node_modules/.package-lock.json
@@ -62,6 +63,11 @@ pg15-leg:
 browser:
 	@scripts/install-browser.sh
 
+# etcd-server (Debian's) and Patroni in a venv the servers' OS user can run (/var/cache/rcll):
+# tests/test_failover.py and bench/failover.py start a Patroni cluster with them (scripts/ha-cluster).
+ha-cluster:
+	@scripts/ha-cluster install
+
 # Build the scripts of the version under development (extension/rcll--X.Y.Z.sql, the update
 # scripts to it, catalog.json) from sql/, when a source is newer: extension/Makefile. Not committed.
 # No bootstrap prerequisite: the targets that need it name their own before this one.
@@ -86,3 +92,7 @@ bench-recall: bootstrap
 
 bench-locomo: bootstrap
 	$(PY) -m bench.locomo.run
+
+# Failover drills on a local Patroni cluster (ports 56200-56232): not part of `make bench`.
+bench-failover: bootstrap ha-cluster extension
+	$(PY) -m bench.failover

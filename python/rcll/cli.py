@@ -569,7 +569,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     every = settings.upkeep_seconds
     from rcll import http  # deferred: FastAPI loads only for the server
 
-    with Memory(settings=settings, install=True) as memory, bounded_model_work(settings):
+    with Memory(settings=settings, install=True, recall_from_standby=args.recall_from_standby) as memory, \
+            bounded_model_work(settings):
         print(memory.installed, file=sys.stderr)
         # Load the models before listening, so the first request does not pay for it.
         models.get_embedder(settings).embed(["warm up"])
@@ -648,6 +649,9 @@ def build_parser(settings: Settings = DEFAULTS) -> argparse.ArgumentParser:
     s = sub.add_parser("serve", parents=[common], help="run the HTTP server (installs the schema, starts the embedded database if needed)")
     s.add_argument("--host", default=settings.host)
     s.add_argument("--port", type=int, default=settings.port)
+    s.add_argument("--recall-from-standby", action="store_true", default=settings.recall_from_standby,
+                   help="recall may read a hot standby of a multi-host --dsn (target_session_attrs=prefer-standby): "
+                        "it may miss writes of the last moment ($RCLL_RECALL_FROM_STANDBY=1)")
     s.add_argument("--allow-anonymous-network", action="store_true",
                    help="listen beyond loopback without tokens: anyone who can reach the port reads, writes, "
                         "exports and imports every bank (default: refused; $RCLL_ALLOW_ANONYMOUS_NETWORK=1)")

@@ -25,7 +25,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -36,12 +36,12 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from rcll import cluster, graphs, install, models
 from rcll.auth import ANONYMOUS, Caller, act_as, can_write, identity_server_ok
 from rcll.consolidate import Observation, consolidate
-from rcll.db import configure, connect, resolve_dsn, retried_once
+from rcll.db import configure, connect, resolve_dsn, retried_once, standby_dsn, writer_dsn
 from rcll.db import pool as db_pool
 from rcll.document import Document, RetainResult
 from rcll.errors import Code, RcllError, database_errors
@@ -142,6 +142,8 @@ class _Pool:
     configure: Callable[[psycopg.Connection[Any]], None]
     settings: Settings
     pool: ConnectionPool[psycopg.Connection[Any]] | None = None
+    recall_from_standby: bool = False
+    recall_pool: ConnectionPool[psycopg.Connection[Any]] | None = None   # on a standby when allowed
     opened: bool = False
     identity_honoured: bool = False
     installed: str | None = None
@@ -197,6 +199,14 @@ class Memory:
     missing or behind, True always (what `rcll serve` does), False never; extension: install as
     CREATE EXTENSION rcll (after `make install` on the server). open=False defers
     connecting until open() (servers open in their start-up hook).
+
+    High availability (docs/scaling.md): dsn may name every node of a Patroni cluster
+    (`host=a,b,c port=...`); a read-write Memory then connects with
+    target_session_attrs=read-write unless the DSN says otherwise, and its pool reconnects to
+    the new primary after a failover. recall_from_standby=True lets recall read a hot standby
+    (target_session_attrs=prefer-standby, the primary when none answers): off by default,
+    because a standby replays what the primary committed a moment later, so a recall right
+    after a retain may not see it there.
     """
 
     # A unit of work's views (Memory.transaction) run every verb on its connection, inside its
@@ -205,7 +215,7 @@ class Memory:
 
     def __init__(self, dsn: str | None = None, *, settings: Settings | None = None, bank: str = DEFAULT_BANK,
                  agent: str | None = None, read_only: bool = False, pool_size: int = 4, install: bool | None = None,
-                 extension: bool = False, open: bool = True) -> None:
+                 extension: bool = False, open: bool = True, recall_from_standby: bool | None = None) -> None:
         config = Settings.from_env() if settings is None else settings
         self.bank = check_bank(bank)
         self.agent = agent
@@ -217,7 +227,10 @@ class Memory:
         except cluster.ClusterError as e:
             raise RcllError("dsn", f"the embedded database cannot start: {e}",
                             "set RCLL_DSN (or pass dsn=) to use another PostgreSQL", code=Code.UNAVAILABLE) from e
-        self._shared = _Pool(target, read_only, pool_size, self._configure, config)
+        if not read_only:
+            target = writer_dsn(target)
+        standby = config.recall_from_standby if recall_from_standby is None else recall_from_standby
+        self._shared = _Pool(target, read_only, pool_size, self._configure, config, recall_from_standby=standby)
         if open:
             self.open()
 
@@ -313,12 +326,18 @@ class Memory:
         # Checked connections: a restarted PostgreSQL costs only the requests in flight (rcll.db.pool).
         shared.pool = db_pool(shared.dsn, max_size=shared.pool_size, configure=shared.configure)
         shared.pool.open(wait=True)
+        if shared.recall_from_standby:
+            shared.recall_pool = db_pool(standby_dsn(shared.dsn), max_size=shared.pool_size,
+                                         configure=shared.configure)
+            shared.recall_pool.open(wait=True)
         shared.opened = True
 
     def close(self) -> None:
         """Close the pool (every view of this Memory with it)."""
         if self._shared.opened and self._shared.pool is not None:
             self._shared.pool.close()
+            if self._shared.recall_pool is not None:
+                self._shared.recall_pool.close()
             self._shared.opened = False
 
     def __enter__(self) -> Memory:
@@ -426,8 +445,18 @@ class Memory:
                             code=Code.UNAVAILABLE)
         return self._shared.pool
 
-    def _connection(self, timeout: float | None = None) -> AbstractContextManager[psycopg.Connection[Any]]:
-        return self._pool().connection(timeout)
+    @contextmanager
+    def _connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection; none within the timeout (the database down, or a failover under
+        way) is RC010, unavailable and retryable - as every verb answers a lost connection."""
+        with ExitStack() as stack:
+            try:
+                conn = stack.enter_context(self._pool().connection(timeout))
+            except PoolTimeout as e:
+                raise RcllError("dsn", f"no database connection: {e}",
+                                "retry later: the database is restarting or failing over, or out of reach",
+                                code=Code.UNAVAILABLE) from e
+            yield conn
 
     def _bank(self, bank: str | None, verb: str = "read") -> str:
         """The bank a verb acts on, checked against this view's scope (rcll.auth.Caller.check): a
@@ -572,8 +601,10 @@ class Memory:
         if request.mine and self.agent is None:
             raise RcllError("mine", "this server has no identity for you",
                             "authenticate (bearer token or --agent), or filter by authors")
-        store = Pooled(self._pool(), agent=self.agent, read_only=self.read_only)
-        return recall(store, request, started=started, settings=self.settings)
+        pool = self._pool()
+        store = Pooled(self._shared.recall_pool or pool, agent=self.agent, read_only=self.read_only)
+        with database_errors(read_only=self.read_only):    # no connection in time: RC010 (PoolTimeout)
+            return recall(store, request, started=started, settings=self.settings)
 
     # -- rooms, tags, stats -------------------------------------------------------------------------
 

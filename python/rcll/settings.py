@@ -184,6 +184,9 @@ class Settings:
     host: str = _knob("RCLL_HOST", _text, "address", "where `rcll serve` and `rcll mcp --transport http` listen",
                       "127.0.0.1")
     port: int = _knob("RCLL_PORT", _whole, "port", "`rcll serve`'s port", 8765)
+    recall_from_standby: bool = _knob("RCLL_RECALL_FROM_STANDBY", _flag, "1 / 0",
+                                      "recall may read a hot standby of a multi-host DSN (prefer-standby); it "
+                                      "may miss the last moment's writes (--recall-from-standby)", False)
     mcp_port: int = _knob("RCLL_MCP_PORT", _whole, "port", "`rcll mcp --transport http`'s port", 8766)
     tokens: str | None = _knob("RCLL_TOKENS", _text, "token lines",
                                "bearer tokens, each mapped to an agent and a scope (README: token scopes)", None,
