@@ -331,7 +331,7 @@ def test_floor_plan_shows_rooms_sized_by_units_with_aliases_halls_layers_and_wri
     assert size("deployment") > size("database") > size("security")      # security: vocabulary, empty
     assert "person:dana" in page.find_element(By.ID, "who").text
     # the big banks' graphs: what /health says of the periodic jobs (this site runs none)
-    assert page.find_element(By.ID, "plan-graphs").text.startswith("Dense graphs: this server runs no periodic jobs")
+    assert page.find_element(By.ID, "plan-indexes").text.startswith("Dense indexes: this server runs no periodic jobs")
     shot(page, "floor-plan")
 
 

@@ -181,7 +181,7 @@ def test_cli_http_and_mcp_go_through_memory(dsn: str) -> None:
                "rcll.models", "rcll.http", "rcll.http_console", "rcll.http_guard", "rcll.mcp_server", "rcll.upkeep",
                "rcll.model_service",   # a server the CLI starts, like rcll.http
                "rcll.http_answers",    # the shapes of HTTP's answers, for /openapi.json
-               "rcll.graphs",          # upkeep: a graph build's progress (Tracker) and its busy signal
+               "rcll.dense_indexes",          # upkeep: a graph build's progress (Tracker) and its busy signal
                "rcll.settings"}        # what the edges read from the environment and pass down
     for name in ("cli.py", "http.py", "http_console.py", "mcp_server.py", "upkeep.py"):
         source = (ROOT / "python" / "rcll" / name).read_text()

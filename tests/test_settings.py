@@ -32,11 +32,17 @@ def test_the_table_of_settings_is_current() -> None:
 
 
 def test_every_variable_the_package_or_readme_names_is_a_setting() -> None:
-    known = {k.env for k in KNOBS.values()}
+    known = {k.env for k in KNOBS.values()} | {k.former for k in KNOBS.values() if k.former}
     for path in [*PACKAGE.rglob("*.py"), ROOT / "README.md"]:
         unknown = set(NAME.findall(path.read_text())) - known - NOT_SETTINGS
         assert not unknown, (path, sorted(unknown))
-    assert len(known) == len(KNOBS), "two fields read one variable"
+    assert len({k.env for k in KNOBS.values()}) == len(KNOBS), "two fields read one variable"
+
+
+def test_a_renamed_variable_is_still_read_under_its_former_name() -> None:
+    assert Settings.from_env({"RCLL_AUTO_GRAPHS": "off"}).auto_dense_indexes is False
+    assert Settings.from_env({"RCLL_GRAPH_MIN_UNITS": "5000"}).dense_index_min_units == 5000
+    assert Settings.from_env({"RCLL_GRAPH_MIN_UNITS": "5000", "RCLL_DENSE_INDEX_MIN_UNITS": "7000"}).dense_index_min_units == 7000
 
 
 def test_nothing_below_the_edges_reads_or_writes_the_environment() -> None:
@@ -49,10 +55,10 @@ def test_nothing_below_the_edges_reads_or_writes_the_environment() -> None:
 def test_unset_or_blank_is_the_default_and_each_value_is_read_into_its_type() -> None:
     assert Settings.from_env({}) == DEFAULTS == Settings()
     assert Settings.from_env({k.env: "  " for k in KNOBS.values()}) == DEFAULTS
-    read = Settings.from_env({"LLM_PROVIDER": " Offline ", "RCLL_MAX_DOCUMENT_BYTES": "100", "RCLL_AUTO_GRAPHS": "off",
+    read = Settings.from_env({"LLM_PROVIDER": " Offline ", "RCLL_MAX_DOCUMENT_BYTES": "100", "RCLL_AUTO_DENSE_INDEXES": "off",
                               "RCLL_UPKEEP_SECONDS": "0", "RCLL_MODEL_DIR": "/models", "RCLL_WRITE_SHARE": "0.5",
                               "RCLL_CORS_ORIGINS": "https://a.example, https://b.example/"})
-    assert (read.llm_provider, read.max_document_bytes, read.auto_graphs, read.upkeep_seconds) == ("offline", 100, False, 0)
+    assert (read.llm_provider, read.max_document_bytes, read.auto_dense_indexes, read.upkeep_seconds) == ("offline", 100, False, 0)
     assert read.model_dir == Path("/models") and read.write_share == 0.5
     assert read.cors_origins == ("https://a.example", "https://b.example")
     with pytest.raises(FrozenInstanceError):
@@ -63,7 +69,7 @@ def test_unset_or_blank_is_the_default_and_each_value_is_read_into_its_type() ->
 @pytest.mark.parametrize(("name", "bad"), [
     ("LLM_PROVIDER", "openai"), ("RCLL_EXTRACTION_FAILURE", "ignore"), ("RCLL_MAX_DOCUMENT_BYTES", "1MB"),
     ("RCLL_MAX_METADATA_BYTES", "0"), ("RCLL_DEADLINE_MS", "-1"), ("RCLL_UPKEEP_SECONDS", "1e9"),
-    ("RCLL_AUTO_GRAPHS", "sometimes"), ("RCLL_GRAPH_MIN_UNITS", "lots"), ("RCLL_PORT", "http"),
+    ("RCLL_AUTO_DENSE_INDEXES", "sometimes"), ("RCLL_DENSE_INDEX_MIN_UNITS", "lots"), ("RCLL_PORT", "http"),
     ("RCLL_WRITE_SHARE", "half"), ("RCLL_EXTRACTION_BACKOFF", "nan"), ("RCLL_CORS_ORIGINS", "app.example.com"),
     ("RCLL_MAX_EXPORTS", "two")])
 def test_a_value_that_cannot_be_read_names_its_variable(name: str, bad: str) -> None:

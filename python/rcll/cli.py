@@ -1,5 +1,5 @@
 """The `rcll` command: serve, models, mcp, db, install, bank, retain, recall, rooms, tags, stats, state, export, import,
-graphs, and the destructive verbs forget, drop-bank, correct (with history) and retention."""
+dense-indexes, and the destructive verbs forget, drop-bank, correct (with history) and retention."""
 
 from __future__ import annotations
 
@@ -465,32 +465,32 @@ def cmd_consolidate(args: argparse.Namespace) -> int:
 def cmd_upkeep(args: argparse.Namespace) -> int:
     with _memory(args) as memory:
         done = memory.upkeep()
-    graphs = ("" if done.graph_steps is None else
-              f"; graphs: {len(done.graph_steps)} step(s) of the plan run ({'; '.join(done.graph_steps)})"
-              if done.graph_steps else "; the graphs already match")
+    indexes = ("" if done.index_steps is None else
+              f"; indexes: {len(done.index_steps)} step(s) of the plan run ({'; '.join(done.index_steps)})"
+              if done.index_steps else "; the indexes already match")
     _out(args, f"statistics of {done.banks} bank(s) recounted, {done.room_deltas} room-count delta(s) folded "
-         f"in {done.seconds * 1000:.0f} ms{graphs}", done.as_dict())
+         f"in {done.seconds * 1000:.0f} ms{indexes}", done.as_dict())
     return 0
 
 
-def cmd_graphs(args: argparse.Namespace) -> int:
+def cmd_dense_indexes(args: argparse.Namespace) -> int:
     if args.min_units is None:
-        args.min_units = args.settings.graph_min_units     # what the periodic jobs use
+        args.min_units = args.settings.dense_index_min_units     # what the periodic jobs use
     with _memory(args) as memory:
         if args.apply:
             def progress(s: Any, seconds: float) -> None:
                 if not args.json:
                     print(f"{s.step}. {s.why}: {seconds:.1f} s", flush=True)
-            steps = memory.apply_dense_graph_plan(min_units=args.min_units, max_share=args.max_share, m=args.m,
+            steps = memory.apply_dense_index_plan(min_units=args.min_units, max_share=args.max_share, m=args.m,
                                                   ef_construction=args.ef_construction,
                                                   maintenance_work_mem=args.maintenance_work_mem, progress=progress)
-            _out(args, f"{len(steps)} statement(s) run" if steps else "the graphs already match",
+            _out(args, f"{len(steps)} statement(s) run" if steps else "the indexes already match",
                  [s.as_dict() for s in steps])
             return 0
-        steps = memory.dense_graph_plan(min_units=args.min_units, max_share=args.max_share, m=args.m,
+        steps = memory.dense_index_plan(min_units=args.min_units, max_share=args.max_share, m=args.m,
                                         ef_construction=args.ef_construction)
-        have = memory.dense_graphs()
-        building = memory.dense_graph_builds()
+        have = memory.dense_indexes()
+        building = memory.dense_index_builds()
     lines = [f"{g.index_name}: " + (f"bank {g.bank} ({g.bank_id})" if g.kind == "bank" else
                                     "not rcll's (kept as it is)" if g.kind == "other" else
                                     "global" + (f", without banks {', '.join(map(str, g.excluded_banks or []))}"
@@ -502,13 +502,13 @@ def cmd_graphs(args: argparse.Namespace) -> int:
               + (f", {b.tuples_done:,} tuples in" if b.tuples_done else "") for b in building]
     lines.append("")
     lines += ([f"{s.step}. {s.statement};  -- {s.why}" for s in steps]
-              or ["nothing to do: every bank big enough has its own graph, and only those"])
+              or ["nothing to do: every bank big enough has its own index, and only those"])
     if steps:
-        lines.append("(rcll graphs --apply runs these; in psql, \\gexec the statement column of rcll.dense_graph_plan())")
+        lines.append("(rcll dense-indexes --apply runs these; in psql, \\gexec the statement column of rcll.dense_index_plan())")
     lines.append("the periodic jobs (rcll serve, rcll upkeep) apply the plan themselves"
-                 if args.settings.auto_graphs else f"the periodic jobs leave the graphs alone ({upkeep.GRAPHS_ENV}=off)")
-    _out(args, "\n".join(lines), {"graphs": [g.as_dict() for g in have], "plan": [s.as_dict() for s in steps],
-                                  "building": [b.as_dict() for b in building], "auto": args.settings.auto_graphs})
+                 if args.settings.auto_dense_indexes else f"the periodic jobs leave the indexes alone ({upkeep.INDEXES_ENV}=off)")
+    _out(args, "\n".join(lines), {"dense_indexes": [g.as_dict() for g in have], "plan": [s.as_dict() for s in steps],
+                                  "building": [b.as_dict() for b in building], "auto": args.settings.auto_dense_indexes})
     return 0
 
 
@@ -583,9 +583,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"  model service for SQL: {service.address.host}:{service.address.port} - {note}")
         print(f"  console: {base}/")
         print("  periodic jobs (BM25 statistics, room counts"
-              + (", big banks' own graphs" if settings.auto_graphs else "") + "): "
+              + (", big banks' own HNSW indexes" if settings.auto_dense_indexes else "") + "): "
               + (f"every {every:g} s" if every > 0 else "off (run `rcll upkeep` from cron)")
-              + f" ({upkeep.ENV}, {upkeep.GRAPHS_ENV})")
+              + f" ({upkeep.ENV}, {upkeep.INDEXES_ENV})")
         print(f"  try: curl -s {base}/retain -H 'content-type: application/json' "
               f"-d '{{\"bank\": \"{DEFAULT_BANK}\", \"content\": \"We deploy with Argo CD since March.\"}}'")
         print(f"       curl -s {base}/recall -H 'content-type: application/json' "
@@ -791,23 +791,23 @@ def build_parser(settings: Settings = DEFAULTS) -> argparse.ArgumentParser:
     s = sub.add_parser("upkeep", parents=[common],
                        help="run the store's periodic jobs once: recount every bank's BM25 statistics "
                             "(rcll.refresh_bank_stats), fold the room counts, and give banks that crossed "
-                            "RCLL_GRAPH_MIN_UNITS (default 20000) their own HNSW graph unless RCLL_AUTO_GRAPHS=off; "
+                            "RCLL_DENSE_INDEX_MIN_UNITS (default 20000) their own HNSW index unless RCLL_AUTO_DENSE_INDEXES=off; "
                             "`rcll serve` runs them every RCLL_UPKEEP_SECONDS (default 300) - this is for cron when it does not")
     s.set_defaults(func=cmd_upkeep)
-    s = sub.add_parser("graphs", parents=[common],
-                       help="DBA: list the HNSW graphs; give big banks their own (prints the plan, --apply runs it)")
+    s = sub.add_parser("dense-indexes", aliases=["graphs"], parents=[common],
+                       help="DBA: list the dense channel's HNSW indexes; give big banks their own (prints the plan, --apply runs it; `rcll graphs`, its former name, still works)")
     s.add_argument("--min-units", type=int, default=None,
-                   help="a bank of at least this many units gets its own graph (default: rcll.dense_graph_plan's)")
+                   help="a bank of at least this many units gets its own index (default: rcll.dense_index_plan's)")
     s.add_argument("--max-share", type=float, default=None,
-                   help="...and at most this fraction of the store's units (default: rcll.dense_graph_plan's)")
+                   help="...and at most this fraction of the store's units (default: rcll.dense_index_plan's)")
     s.add_argument("--m", type=int, default=None,
-                   help="neighbours per unit in an own graph (default: rcll.dense_graph_plan's, 32)")
+                   help="neighbours per unit in an own index (default: rcll.dense_index_plan's, 32)")
     s.add_argument("--ef-construction", type=int, default=None,
-                   help="an own graph's build candidate list (default: rcll.dense_graph_plan's, 128)")
+                   help="an own index's build candidate list (default: rcll.dense_index_plan's, 128)")
     s.add_argument("--apply", action="store_true", help="run the plan (index builds CONCURRENTLY: minutes on a big store)")
     s.add_argument("--maintenance-work-mem", default=None,
-                   help="--apply: for the builds, e.g. 3GB (an HNSW graph takes ~2 kB a unit; default: the server's)")
-    s.set_defaults(func=cmd_graphs)
+                   help="--apply: for the builds, e.g. 3GB (an HNSW index takes ~2 kB a unit; default: the server's)")
+    s.set_defaults(func=cmd_dense_indexes)
     s = sub.add_parser("mcp", parents=[common], help="run the MCP server (stdio or streamable HTTP)")
     s.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     s.add_argument("--host", default=settings.host)

@@ -128,7 +128,7 @@ class _CappedBackoff(AttemptWithBackoff):
         self.delay = min(self.delay, RECONNECT_MAX_DELAY)
 
 
-class _Pool(ConnectionPool[psycopg.Connection[Any]]):
+class _Shared(ConnectionPool[psycopg.Connection[Any]]):
     """psycopg_pool's pool with reconnection attempts at most RECONNECT_MAX_DELAY apart (through
     its one hook for them, _add_connection)."""
 
@@ -143,7 +143,7 @@ def pool(dsn: str, *, max_size: int, configure: Callable[[psycopg.Connection[Any
     and then instead of failing the request that drew it, and lost connections are made again
     at most RECONNECT_MAX_DELAY apart (through a multi-host DSN's target_session_attrs, on the
     new primary). Only the requests in flight when the database went away fail. Not opened."""
-    return _Pool(dsn, min_size=min_size, max_size=max_size, configure=configure, open=False,
+    return _Shared(dsn, min_size=min_size, max_size=max_size, configure=configure, open=False,
                  check=ConnectionPool.check_connection, timeout=POOL_TIMEOUT,
                  reconnect_timeout=24 * 3600.0)
 

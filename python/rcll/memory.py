@@ -38,15 +38,16 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from rcll import cluster, graphs, install, models
+from rcll import cluster, install, models
+from rcll import dense_indexes as hnsw  # the module: Memory.dense_indexes is a verb
 from rcll.auth import ANONYMOUS, Caller, act_as, can_write, identity_server_ok
 from rcll.consolidate import Observation, consolidate
 from rcll.db import configure, connect, resolve_dsn, retried_once, standby_dsn, writer_dsn
 from rcll.db import pool as db_pool
+from rcll.dense_indexes import BuildUnderWay
 from rcll.document import Document, RetainResult
 from rcll.errors import Code, RcllError, database_errors
 from rcll.export import ExportSummary, ImportSummary, export_bank, import_bank, import_stream, iter_export
-from rcll.graphs import Busy as GraphsBusy
 from rcll.recall import Pooled, RecallResult, recall
 from rcll.request import FORGET_PARAMETERS, FORGET_SQL, PARAMETERS, ForgetRequest, RecallRequest
 from rcll.results import (
@@ -133,7 +134,7 @@ def _expiry(expires_at: datetime | str | None, ttl: timedelta | None) -> datetim
 
 
 @dataclass
-class _Pool:
+class _Shared:
     """What every view of one Memory shares: the database, its pool and the server's mode."""
 
     dsn: str
@@ -230,12 +231,12 @@ class Memory:
         if not read_only:
             target = writer_dsn(target)
         standby = config.recall_from_standby if recall_from_standby is None else recall_from_standby
-        self._shared = _Pool(target, read_only, pool_size, self._configure, config, recall_from_standby=standby)
+        self._shared = _Shared(target, read_only, pool_size, self._configure, config, recall_from_standby=standby)
         if open:
             self.open()
 
     @classmethod
-    def _view(cls, shared: _Pool, bank: str, agent: str | None, scope: Caller) -> Memory:
+    def _view(cls, shared: _Shared, bank: str, agent: str | None, scope: Caller) -> Memory:
         view = cls.__new__(cls)
         view.bank, view.agent, view._install, view._extension, view._shared = bank, agent, False, False, shared
         view.scope = scope
@@ -406,7 +407,7 @@ class Memory:
         the caller may go on. The block commits when it ends, and rolls everything back when an
         exception leaves it. Inside a unit of work, a transaction() block is a savepoint. Work that
         needs connections of its own is refused in one (RcllError on transaction): recall,
-        retain_many, consolidate, export, import, purge, the graphs; so is any verb once the
+        retain_many, consolidate, export, import, purge, the dense indexes; so is any verb once the
         block has ended. READ COMMITTED (PostgreSQL's default) is what lock_states expects.
         timeout: seconds to wait for a pooled connection (default rcll.db.POOL_TIMEOUT)."""
         if self._unit is not None:
@@ -855,61 +856,61 @@ class Memory:
             return import_stream(conn, lines, on_conflict=policy, allow=self._may_import, agent=self.agent,
                                  restore=restore, max_line=self.settings.max_import_line_bytes)
 
-    # -- the store's HNSW graphs (a DBA's operation) -----------------------------------------------
+    # -- the store's HNSW indexes (a DBA's operation) -----------------------------------------------
 
     @property
     def whole_store(self) -> bool:
-        """Whether this Memory may run whole-store operations (the graphs, upkeep): read-write and
+        """Whether this Memory may run whole-store operations (the indexes, upkeep): read-write and
         with no token scope."""
         return self.scope.unrestricted and not self.read_only
 
-    def _whole_store(self, what: str, field: str = "graphs") -> None:
+    def _whole_store(self, what: str, field: str = "indexes") -> None:
         if not self.whole_store:
             raise RcllError(field, f"{what} is an operation on the whole store; this memory is scoped "
                             "or read-only", "run it as the database's owner, with no token scope",
                             code=Code.NOT_PERMITTED)
 
-    def dense_graphs(self) -> list[graphs.Graph]:
-        """The HNSW graphs of the store (rcll.dense_graphs): the global one and big banks' own."""
-        self._whole_store("listing the graphs")
+    def dense_indexes(self) -> list[hnsw.DenseIndex]:
+        """The HNSW indexes of the store (rcll.dense_indexes): the global one and big banks' own."""
+        self._whole_store("listing the indexes")
         with self._connection() as conn:
-            return graphs.graphs(conn)
+            return hnsw.indexes(conn)
 
-    def dense_graph_plan(self, *, min_units: int | None = None, max_share: float | None = None,
-                         m: int | None = None, ef_construction: int | None = None) -> list[graphs.Step]:
-        """What rcll.dense_graph_plan says to run to give big banks their own graph (built with m and
+    def dense_index_plan(self, *, min_units: int | None = None, max_share: float | None = None,
+                         m: int | None = None, ef_construction: int | None = None) -> list[hnsw.Step]:
+        """What rcll.dense_index_plan says to run to give big banks their own index (built with m and
         ef_construction; None: the defaults, 32 and 128); runs nothing."""
-        self._whole_store("planning the graphs")
+        self._whole_store("planning the indexes")
         with self._connection() as conn, database_errors():
-            return graphs.plan(conn, min_units, max_share, m, ef_construction)
+            return hnsw.plan(conn, min_units, max_share, m, ef_construction)
 
-    def apply_dense_graph_plan(self, *, min_units: int | None = None, max_share: float | None = None,
+    def apply_dense_index_plan(self, *, min_units: int | None = None, max_share: float | None = None,
                                m: int | None = None, ef_construction: int | None = None,
                                maintenance_work_mem: str | None = None,
-                               progress: Callable[[graphs.Step, float], None] | None = None,
-                               tracker: graphs.Tracker | None = None) -> list[graphs.Step]:
+                               progress: Callable[[hnsw.Step, float], None] | None = None,
+                               tracker: hnsw.Tracker | None = None) -> list[hnsw.Step]:
         """Run that plan, statement by statement on a connection of its own (the index builds are
         CONCURRENTLY: retains and recalls go on meanwhile). Minutes on a big store. Refused
-        (graphs.Busy, RC004) while another session runs it."""
-        self._whole_store("rebuilding the graphs")
-        self._outside_unit("rebuilding the graphs")
+        (hnsw.BuildUnderWay, RC004) while another session runs it."""
+        self._whole_store("rebuilding the indexes")
+        self._outside_unit("rebuilding the indexes")
         with database_errors():
-            return graphs.apply(self.dsn, min_units, progress, max_share, maintenance_work_mem, m, ef_construction,
+            return hnsw.apply(self.dsn, min_units, progress, max_share, maintenance_work_mem, m, ef_construction,
                                 tracker)
 
-    def dense_graph_builds(self) -> list[graphs.Build]:
-        """The index builds under way on the store's units (rcll.dense_graph_builds), whoever runs them."""
-        self._whole_store("watching the graphs' builds")
+    def dense_index_builds(self) -> list[hnsw.Build]:
+        """The index builds under way on the store's units (rcll.dense_index_builds), whoever runs them."""
+        self._whole_store("watching the indexes' builds")
         with self._connection() as conn:
-            return graphs.builds(conn)
+            return hnsw.builds(conn)
 
-    def upkeep_graphs(self, *, min_units: int | None = None, tracker: graphs.Tracker | None = None) -> list[graphs.Step]:
-        """The periodic jobs' part in the graphs: apply rcll.dense_graph_plan with its defaults
-        (min_units None: settings.graph_min_units - RCLL_GRAPH_MIN_UNITS -, else the plan's 20,000), which gives every bank that
-        crossed min_units its own graph and the global graph without it - built concurrently and
-        swapped in by renames, so writes and recalls go on. Nothing when the graphs already match;
-        graphs.Busy while another run is under way. Returns the steps run."""
-        return self.apply_dense_graph_plan(min_units=self.settings.graph_min_units if min_units is None else min_units,
+    def upkeep_dense_indexes(self, *, min_units: int | None = None, tracker: hnsw.Tracker | None = None) -> list[hnsw.Step]:
+        """The periodic jobs' part in the indexes: apply rcll.dense_index_plan with its defaults
+        (min_units None: settings.dense_index_min_units - RCLL_DENSE_INDEX_MIN_UNITS -, else the plan's 20,000), which gives every bank that
+        crossed min_units its own index and the global index without it - built concurrently and
+        swapped in by renames, so writes and recalls go on. Nothing when the indexes already match;
+        hnsw.BuildUnderWay while another run is under way. Returns the steps run."""
+        return self.apply_dense_index_plan(min_units=self.settings.dense_index_min_units if min_units is None else min_units,
                                            tracker=tracker)
 
     # -- forget and correct -----------------------------------------------------------------------
@@ -1046,17 +1047,17 @@ class Memory:
 
     # -- background -------------------------------------------------------------------------------
 
-    def upkeep(self, *, graphs: bool | None = None, graph_min_units: int | None = None) -> Upkeep:
+    def upkeep(self, *, dense_indexes: bool | None = None, dense_index_min_units: int | None = None) -> Upkeep:
         """The store's periodic jobs, once: rcll.refresh_bank_stats() recounts every bank's BM25
         corpus statistics (recall reads them; a bank never refreshed is counted on every recall,
         0.7-3 s in a bank of 333,333 units), and rcll.fold_room_counts() folds the room registry's
-        pending deltas. Then, with graphs (None: settings.auto_graphs, RCLL_AUTO_GRAPHS, on unless
-        off), the dense-graph plan (upkeep_graphs; graph_min_units None: settings.graph_min_units,
-        RCLL_GRAPH_MIN_UNITS, else 20,000): minutes when a big bank has just crossed it, nothing
-        otherwise. `rcll serve` runs it every RCLL_UPKEEP_SECONDS (default 300, the graphs on a
+        pending deltas. Then, with dense_indexes (None: settings.auto_dense_indexes, RCLL_AUTO_DENSE_INDEXES, on unless
+        off), the dense-index plan (upkeep_dense_indexes; dense_index_min_units None: settings.dense_index_min_units,
+        RCLL_DENSE_INDEX_MIN_UNITS, else 20,000): minutes when a big bank has just crossed it, nothing
+        otherwise. `rcll serve` runs it every RCLL_UPKEEP_SECONDS (default 300, the indexes on a
         thread of their own); `rcll upkeep` runs it once (for cron). A whole-store write: refused on a scoped or read-only Memory."""
         self._whole_store("upkeep (every bank's statistics)", "upkeep")
-        build = self.settings.auto_graphs if graphs is None else graphs
+        build = self.settings.auto_dense_indexes if dense_indexes is None else dense_indexes
         t = time.perf_counter()
         with self._tx() as conn:
             # Expired units first, so the statistics recounted next no longer hold them.
@@ -1066,8 +1067,8 @@ class Memory:
         steps: list[str] | None = None
         if build:
             try:
-                steps = [s.why for s in self.upkeep_graphs(min_units=graph_min_units)]
-            except GraphsBusy:
+                steps = [s.why for s in self.upkeep_dense_indexes(min_units=dense_index_min_units)]
+            except BuildUnderWay:
                 steps = None      # another run is building them: it does what this one would
         return Upkeep(int(banks[0]) if banks else 0, int(folded[0] or 0) if folded else 0,
                       round(time.perf_counter() - t, 3), int(expired[0]) if expired else 0, steps)

