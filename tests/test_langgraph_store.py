@@ -24,6 +24,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -44,6 +45,20 @@ from rcll.integrations.langgraph import (
 from rcll.models import get_embedder
 
 INDEX = {"fields": ["text"]}
+
+
+class Clock:
+    """What time it is for a store (RcllStore(clock=...)), moved by the test: TTLs pass without
+    the test waiting for them."""
+
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
 
 
 def _embed(texts: list[str]) -> list[list[float]]:
@@ -369,11 +384,12 @@ def test_a_search_never_returns_another_prefix_or_another_banks_items(memory: Me
 
 
 def test_an_expired_item_is_gone_and_the_sweep_forgets_it(memory: Memory) -> None:
-    store = RcllStore(memory, bank="agents", ttl={"refresh_on_read": False})
+    clock = Clock()
+    store = RcllStore(memory, bank="agents", ttl={"refresh_on_read": False}, clock=clock)
     store.put(("s",), "long", {"text": "a lasting thought"}, ttl=60)
     store.put(("s",), "short", {"text": "a passing thought"}, ttl=0.01)       # 600 ms
     assert store.get(("s",), "short") is not None
-    time.sleep(0.7)
+    clock.advance(0.7)
     assert store.get(("s",), "short") is None
     assert [h.key for h in store.search(("s",), query="thought")] == ["long"]
     assert [h.key for h in store.search(("s",))] == ["long"]
@@ -383,14 +399,16 @@ def test_an_expired_item_is_gone_and_the_sweep_forgets_it(memory: Memory) -> Non
 
 
 def test_a_read_refreshes_the_ttl_without_filling_the_history(memory: Memory) -> None:
-    store = RcllStore(memory, bank="agents", ttl={"default_ttl": 0.01, "refresh_on_read": True})   # 600 ms
+    clock = Clock()
+    store = RcllStore(memory, bank="agents", ttl={"default_ttl": 0.01, "refresh_on_read": True},   # 600 ms
+                      clock=clock)
     store.put(("s",), "k", {"text": "kept alive by reading"})
     for _ in range(6):
-        time.sleep(0.2)
+        clock.advance(0.2)
         assert store.get(("s",), "k") is not None       # 1.2 s in all: alive only if refreshed
     versions = len(memory.state_history("s", "k", bank="agents"))
-    assert 2 <= versions <= 8
-    time.sleep(0.8)
+    assert versions == 7                                # one a read: each came after a tenth of the TTL
+    clock.advance(0.8)
     assert store.get(("s",), "k", refresh_ttl=False) is None
 
 
@@ -427,13 +445,15 @@ def test_concurrent_puts_to_one_key_are_last_write_wins_with_every_version_kept(
 
 @pytest.mark.parametrize("api", [Sync, Async], ids=["sync", "async"])
 def test_a_read_that_refreshes_the_ttl_moves_the_expiry_not_updated_at(memory: Memory, api: type[Sync]) -> None:
-    store = RcllStore(memory, bank="agents", ttl={"default_ttl": 0.01, "refresh_on_read": True})   # 600 ms
+    clock = Clock()
+    store = RcllStore(memory, bank="agents", ttl={"default_ttl": 0.01, "refresh_on_read": True},   # 600 ms
+                      clock=clock)
 
     async def steps() -> None:
         s = api(store)
         await s.put(("s",), "k", {"text": "kept alive by reading"})
         written = await s.get(("s",), "k", refresh_ttl=False)
-        time.sleep(0.2)
+        clock.advance(0.2)
         read = await s.get(("s",), "k")            # refreshes: a tenth of the TTL has passed
         again = await s.get(("s",), "k", refresh_ttl=False)
         assert written is not None and read is not None and again is not None
@@ -450,7 +470,9 @@ def test_a_read_that_refreshes_the_ttl_moves_the_expiry_not_updated_at(memory: M
 def test_forgetting_through_the_store_needs_the_forget_verb(memory: Memory) -> None:
     memory.create_bank("agents")
     writer = memory.as_caller(Caller("agent", banks=("agents",), can=frozenset({"read", "write"})))
-    mine = RcllStore(writer, bank="agents", index=INDEX, ttl={"refresh_on_read": False})  # type: ignore[arg-type]
+    clock = Clock()
+    mine = RcllStore(writer, bank="agents", index=INDEX, ttl={"refresh_on_read": False},  # type: ignore[arg-type]
+                     clock=clock)
     mine.put(("a",), "k", {"text": "Alice likes tea"})
     mine.put(("a",), "k", {"text": "Alice likes tea", "n": 1})     # same texts: nothing to forget
     mine.put(("a",), "short", {"text": "a passing thought"}, ttl=0.001)
@@ -459,7 +481,7 @@ def test_forgetting_through_the_store_needs_the_forget_verb(memory: Memory) -> N
         lambda: mine.delete(("a",), "missing"),
         lambda: mine.put(("a",), "k", {"text": "Alice likes coffee"}),   # replaces the units: forgets
     ]
-    time.sleep(0.1)
+    clock.advance(0.1)
     refused.append(mine.sweep_ttl)
     for call in refused:
         with pytest.raises(RcllError) as e:

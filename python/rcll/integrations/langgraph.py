@@ -122,7 +122,7 @@ def prefix_tag(prefix: Sequence[str]) -> str:
     return f"{TAG}:{room_of(prefix)}" if prefix else TAG
 
 
-def _now() -> datetime:
+def _system_now() -> datetime:
     return datetime.now(UTC)
 
 
@@ -218,7 +218,8 @@ class RcllStore(BaseStore):
     then only lists). ttl: LangGraph's TTLConfig (default_ttl in minutes, refresh_on_read).
     time_field: a value field holding when the item happened (ISO 8601), for recall's time
     channels (its units' occurred_at). recall: RecallRequest fields for every search (deadline_ms,
-    rerank_depth, weights, reference_time, ...), checked now.
+    rerank_depth, weights, reference_time, ...), checked now. clock: what time it is, for the
+    items' timestamps and TTLs (default: the system's, in UTC; a test passes one it moves itself).
     """
 
     supports_ttl = True
@@ -226,8 +227,9 @@ class RcllStore(BaseStore):
     def __init__(self, memory: Memory, *, bank: str | None = None,
                  index: IndexConfig | None = {"fields": ["$"]},  # noqa: B006 - read only
                  ttl: TTLConfig | None = None, time_field: str | None = None,
-                 recall: Mapping[str, Any] | None = None) -> None:
+                 recall: Mapping[str, Any] | None = None, clock: Callable[[], datetime] = _system_now) -> None:
         self.memory = memory
+        self._clock = clock
         self.bank = memory.bank if bank is None else bank
         self.index_config: dict[str, Any] | None = dict(index) if index is not None else None
         fields: list[str] = (self.index_config or {}).get("fields") or ["$"]
@@ -260,7 +262,7 @@ class RcllStore(BaseStore):
     def sweep_ttl(self) -> int:
         """Forget every expired item with its units and history; returns how many. Needs the
         forget verb."""
-        now = _now()
+        now = self._clock()
         stored = self._read_all()
         expired = [PutOp(s.namespace, s.key, None) for s in stored.values() if s.expired(now)]
         return self._write(expired, stored, sweep=True)
@@ -313,7 +315,7 @@ class RcllStore(BaseStore):
         else:
             stored = self._read([(op.namespace, op.key) for op in ops if isinstance(op, (GetOp, PutOp))]
                                 + [hit.pair for hits in recalled.values() for hit in hits])
-        now = _now()
+        now = self._clock()
         live = {k: s for k, s in stored.items() if not s.expired(now)}
         everything = live if listing else None
         results: list[Result] = []
@@ -403,7 +405,7 @@ class RcllStore(BaseStore):
         and writes on top of them - whatever another writer committed since this batch read. The
         model work is done before, from the batch's read; a text another writer changed meanwhile
         is embedded under the lock (rare: two writers of one key, one of them with the old texts)."""
-        refresh = [s for s in refresh if self._refreshes(s, _now())]
+        refresh = [s for s in refresh if self._refreshes(s, self._clock())]
         if not puts and not refresh:
             return 0
         self.memory.check_writable()
@@ -439,7 +441,7 @@ class RcllStore(BaseStore):
         pairs = sorted({(op.namespace, op.key) for op in puts} | {(s.namespace, s.key) for s in refresh})
         with self._turn(pairs), self.memory.transaction(timeout=WRITE_WAIT) as tx:
             current = self._stored(tx.lock_states([(room_of(ns), k) for ns, k in pairs], bank=self.bank))
-            now = _now()       # a TTL counts from the write, after the model work and the keys' turn
+            now = self._clock()       # a TTL counts from the write, after the model work and the keys' turn
             if sweep:
                 puts = [op for op in puts if (old := current.get((op.namespace, op.key))) is not None
                         and old.expired(now)]
