@@ -113,7 +113,16 @@ def test_processes_opening_a_fresh_home_at_once_as_root_create_a_never_seen_serv
             assert row is not None and os.stat(f"/proc/{row[0]}").st_uid == uid     # the server runs as it
     finally:
         cluster.embedded(home / "pg18", os_user=user).destroy()
-        subprocess.run(["userdel", user], capture_output=True)
+        remove_os_user(user)
+
+
+def remove_os_user(name: str) -> None:
+    """userdel, once the user's last process (a server's backend exiting) is gone: a user left
+    behind would make the next run's 'never seen' untrue."""
+    deadline = time.monotonic() + 30
+    while (proc := subprocess.run(["userdel", name], capture_output=True, text=True)).returncode != 0:
+        assert time.monotonic() < deadline, f"userdel {name}: {proc.stderr.strip()}"
+        time.sleep(0.2)
 
 
 def test_processes_opening_a_fresh_home_at_once_without_root_start_one_cluster(tmp_path: Path) -> None:
