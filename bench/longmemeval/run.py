@@ -46,12 +46,29 @@ from bench._common import connect, create_database, embedded_cluster, pct, retai
 from bench.longmemeval.dataset import DEFAULT_PATH, TYPES, Question, load, scored, stratified
 from bench.longmemeval.embeddings import DEFAULT_DIR, CachedEmbedder
 from bench.longmemeval.metrics import SESSION_METRICS, TURN_METRICS, Means
-from rcll import models
+from rcll import models, passages
+from rcll.deadline import context_passage
 from rcll.recall import Direct, recall
 from rcll.request import RecallRequest as R
 
 INDEXES = {"all": ("user", "assistant"), "user": ("user",)}
+READ_NAMES = {"window": "", "whole": ", long facts read whole (before rcll.passages)"}
 INDEX_NAMES = {"all": "every turn indexed (RCLL's retain)", "user": "user turns only (LongMemEval's protocol)"}
+
+
+def row_name(row: tuple[str, str]) -> str:
+    return INDEX_NAMES[row[0]] + READ_NAMES.get(row[1], f", {row[1]}")
+
+
+def read_settings(reads: str, window: int, budget: int) -> tuple[int, int]:
+    """rcll.passages' WINDOW and FIRST_VIEW_TOKENS for a --reads entry: window (the product's),
+    whole (no window: before rcll.passages), or window=W/B (a window of W tokens, a budget of B)."""
+    if reads == "whole":
+        return 0, budget
+    if reads.startswith("window="):
+        w, b = reads.removeprefix("window=").split("/")
+        return int(w), int(b)
+    return window, budget
 
 
 class CountingReranker:
@@ -101,10 +118,16 @@ def main() -> int:
     ap.add_argument("--cache-dir", default=str(DEFAULT_DIR), help="where the embedding cache lives (not committed)")
     ap.add_argument("--embed-only", action="store_true", help="fill the embedding cache for these questions and exit")
     ap.add_argument("--limit", type=int, default=0, help="only the first N of the chosen questions (a quick check)")
+    ap.add_argument("--reads", default="window",
+                    help="how the cross-encoder reads long facts, one row each: window (rcll.passages, the product's), "
+                         "whole (every fact whole, cut at 256 tokens, and all read again with context: before rcll.passages), "
+                         "window=W/B (research: a window of W tokens, a first-view budget of B)")
     ap.add_argument("--dump", metavar="FILE", help="write each question's rankings as JSON lines")
     ap.add_argument("--port", type=int, default=55560)
     args = ap.parse_args()
     indexes = [x.strip() for x in args.index.split(",") if x.strip()]
+    reads = [x.strip() for x in args.reads.split(",") if x.strip()]
+    rows_of = [(ix, rd) for ix in indexes for rd in reads]
 
     questions = scored(load(args.data))
     if args.half:
@@ -125,10 +148,11 @@ def main() -> int:
     groups = {"all": {q.id for q in questions}} if args.half else {
         "half a (choose)": {q.id for q in questions if q.half == "a"},
         "half b (report)": {q.id for q in questions if q.half == "b"}, "all": {q.id for q in questions}}
-    session = {(g, ix): Means(SESSION_METRICS) for g in groups for ix in indexes}
-    turn = {(g, ix): Means(TURN_METRICS) for g in groups for ix in indexes}
-    lat: dict[str, dict[str, list[float]]] = {ix: defaultdict(list) for ix in indexes}
-    depth: dict[str, list[tuple[int, int, bool]]] = defaultdict(list)
+    session = {(g, r): Means(SESSION_METRICS) for g in groups for r in rows_of}
+    turn = {(g, r): Means(TURN_METRICS) for g in groups for r in rows_of}
+    lat: dict[tuple[str, str], dict[str, list[float]]] = {r: defaultdict(list) for r in rows_of}
+    depth: list[tuple[int, int, bool]] = []
+    window, budget = passages.WINDOW, passages.FIRST_VIEW_TOKENS
     retain_s = 0.0
     rr = CountingReranker(models.get_reranker())
     dump = open(args.dump, "w") if args.dump else None  # noqa: SIM115 - closed below
@@ -144,30 +168,33 @@ def main() -> int:
                             **({"context_depth": args.context_depth} if args.context_depth is not None else {}))
                 if n == 0:          # load the models and warm the caches before anything is timed
                     recall(Direct(conn), request, embedder=cache.embedder, reranker=rr.reranker)
-                rr.read.clear()
-                t = time.perf_counter()
-                res = recall(Direct(conn), request, embedder=cache.embedder, reranker=rr)
-                wall = (time.perf_counter() - t) * 1000
-                texts = {f.text for f in res.ranked}
-                first = [p for _, ps in rr.read for p in ps if p in texts]
-                second = [p for _, ps in rr.read for p in ps if p not in texts]
-                tm = res.timings
-                for k, v in (("embed", tm.embed), ("sql", tm.sql), ("rerank", tm.rerank), ("cut", tm.cut),
-                             ("full recall", wall), ("pairs, first view", len(first)),
-                             ("pairs, context view", len(second)),
-                             ("tokens, first view", sum(rr.pair_lengths(q.question, first)) if first else 0),
-                             ("tokens, context view", sum(rr.pair_lengths(q.question, second)) if second else 0)):
-                    lat[ix][k].append(float(v))
-                if ix == indexes[0]:
-                    depth[ix].append((res.rerank_depth_reached, res.context_depth_reached, res.deadline_cut))
-                turns = [unit_turn[f.unit_id][1] for f in res.ranked]
-                sessions = [unit_turn[f.unit_id][0] for f in res.ranked]
-                for g, members in groups.items():
-                    if q.id in members:
-                        session[(g, ix)].add(q.type, sessions, q.answer_sessions)
-                        turn[(g, ix)].add(q.type, turns, q.answer_turns(INDEXES[ix]))
-                if dump is not None:
-                    dump.write(json.dumps({"id": q.id, "type": q.type, "index": ix, "turns": turns}) + "\n")
+                for rd in reads:
+                    passages.WINDOW, passages.FIRST_VIEW_TOKENS = read_settings(rd, window, budget)
+                    rr.read.clear()
+                    t = time.perf_counter()
+                    res = recall(Direct(conn), request, embedder=cache.embedder, reranker=rr)
+                    wall = (time.perf_counter() - t) * 1000
+                    views = {context_passage(f) for f in res.ranked} - {None}
+                    first = [p for _, ps in rr.read for p in ps if p not in views]
+                    second = [p for _, ps in rr.read for p in ps if p in views]
+                    tm = res.timings
+                    for k, v in (("embed", tm.embed), ("sql", tm.sql), ("rerank", tm.rerank), ("cut", tm.cut),
+                                 ("full recall", wall), ("pairs, first view", len(first)),
+                                 ("pairs, context view", len(second)),
+                                 ("tokens, first view", sum(rr.pair_lengths(q.question, first)) if first else 0),
+                                 ("tokens, context view", sum(rr.pair_lengths(q.question, second)) if second else 0)):
+                        lat[(ix, rd)][k].append(float(v))
+                    if (ix, rd) == rows_of[0]:
+                        depth.append((res.rerank_depth_reached, res.context_depth_reached, res.deadline_cut))
+                    turns = [unit_turn[f.unit_id][1] for f in res.ranked]
+                    sessions = [unit_turn[f.unit_id][0] for f in res.ranked]
+                    for g, members in groups.items():
+                        if q.id in members:
+                            session[(g, (ix, rd))].add(q.type, sessions, q.answer_sessions)
+                            turn[(g, (ix, rd))].add(q.type, turns, q.answer_turns(INDEXES[ix]))
+                    if dump is not None:
+                        dump.write(json.dumps({"id": q.id, "type": q.type, "index": ix, "reads": rd, "turns": turns}) + "\n")
+                passages.WINDOW, passages.FIRST_VIEW_TOKENS = window, budget
                 conn.execute("SELECT * FROM rcll.drop_bank(%s, %s, dry_run => false)", (bank, bank))
             if (n + 1) % 10 == 0 or n + 1 == len(questions):
                 print(f"  {n + 1}/{len(questions)} questions, retain {retain_s:.0f} s "
@@ -180,38 +207,38 @@ def main() -> int:
     print(f"\nLongMemEval {Path(args.data).name}, {len(questions)} questions (abstention left out), {settings}\n")
     rows: list[list[Any]] = []
     for g in groups:
-        for ix in indexes:
-            sm, tq = session[(g, ix)].mean(), turn[(g, ix)].mean()
+        for r in rows_of:
+            sm, tq = session[(g, r)].mean(), turn[(g, r)].mean()
             if not sm:
                 continue
-            rows.append([f"{g}, {session[(g, ix)].counts['all']}", INDEX_NAMES[ix], *(sm[m] for m in SESSION_METRICS),
+            rows.append([f"{g}, {session[(g, r)].counts['all']}", row_name(r), *(sm[m] for m in SESSION_METRICS),
                          *(tq.get(m, float("nan")) for m in TURN_METRICS)])
     print(table(["questions", "index", *(f"session {m}" for m in SESSION_METRICS), *(f"turn {m}" for m in TURN_METRICS)],
                 rows))
-    for ix in indexes:
-        print(f"\nper question type, {INDEX_NAMES[ix]}, all {len(questions)} questions\n")
+    for r in rows_of:
+        print(f"\nper question type, {row_name(r)}, all {len(questions)} questions\n")
         rows = []
         for qt in [*TYPES, "all"]:
-            sm, tq = session[("all", ix)].mean(qt), turn[("all", ix)].mean(qt)
+            sm, tq = session[("all", r)].mean(qt), turn[("all", r)].mean(qt)
             if sm:
-                rows.append([qt, session[("all", ix)].counts[qt], sm["recall_any@5"], sm["recall_any@10"],
+                rows.append([qt, session[("all", r)].counts[qt], sm["recall_any@5"], sm["recall_any@10"],
                              sm["ndcg_any@10"], tq.get("recall_any@10", float("nan")),
                              tq.get("recall_any@50", float("nan")), tq.get("ndcg_any@10", float("nan"))])
         print(table(["type", "n", "session recall_any@5", "session recall_any@10", "session ndcg_any@10",
                      "turn recall_any@10", "turn recall_any@50", "turn ndcg_any@10"], rows))
-        if turn[("all", ix)].no_gold:
-            print(f"({turn[('all', ix)].no_gold} questions without a has_answer turn at this index: left out at turn level)")
+        if turn[("all", r)].no_gold:
+            print(f"({turn[('all', r)].no_gold} questions without a has_answer turn at this index: left out at turn level)")
     load1 = os.getloadavg()
-    for ix in indexes:
-        print(f"\nlatency, {INDEX_NAMES[ix]} (ms; pairs and tokens the cross-encoder read), "
+    for r in rows_of:
+        print(f"\nlatency, {row_name(r)} (ms; pairs and tokens the cross-encoder read), "
               f"load average {load1[0]:.2f} / {load1[1]:.2f} / {load1[2]:.2f} on {os.cpu_count()} cores\n")
         print(f"{'':<24} {'p50':>9} {'p95':>9} {'mean':>9}")
-        for k, xs in lat[ix].items():
+        for k, xs in lat[r].items():
             print(f"{k:<24} {statistics.median(xs):9.1f} {pct(xs, 0.95):9.1f} {float(np.mean(xs)):9.1f}")
-    d = depth[indexes[0]]
+    d = depth
     if args.deadline_ms is not None and d:
         first_depths = sorted(x[0] for x in d)
-        print(f"\ndeadline {args.deadline_ms} ms ({INDEX_NAMES[indexes[0]]}): rerank depth p50 "
+        print(f"\ndeadline {args.deadline_ms} ms ({row_name(rows_of[0])}): rerank depth p50 "
               f"{statistics.median(first_depths):.0f} (min {first_depths[0]}), context depth p50 "
               f"{statistics.median(x[1] for x in d):.0f}, cut by the deadline {sum(x[2] for x in d)}/{len(d)}")
     print(f"\nretain: {retain_s:.0f} s for {len(questions)} questions x {len(indexes)} banks "
