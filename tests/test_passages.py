@@ -49,7 +49,8 @@ def test_a_long_fact_is_read_by_the_window_that_holds_the_query_words() -> None:
     assert "Biscuit" not in LONG[: LONG.index(ANSWER)]
 
 
-def test_the_budget_shrinks_the_longest_windows_only() -> None:
+def test_the_alternative_shrinks_the_longest_windows_only() -> None:
+    # passages.SPEND = "window" (measured and set aside: research/longmemeval/RESEARCH.md)
     assert passages.fit_window([10, 20], extra=10, budget=1000) == passages.WINDOW
     w = passages.fit_window([500] * 40, extra=20, budget=3072)
     assert 40 * (20 + w) <= 3072 < 40 * (20 + w + 1)
@@ -67,3 +68,19 @@ def test_a_cut_fact_is_not_read_again_with_its_context() -> None:
     assert first[0] == pool[0].text and first[1] != LONG and "Biscuit" in first[1]
     assert second == ["assistant: hello / user: where do cats sleep?"]   # only the fact read whole
     assert [f.unit_id for f in out] == [2, 1] and depth.context == 2
+
+
+def test_the_budget_reads_the_fused_prefix_that_fits() -> None:
+    pool = [_fact(i, f"assistant: {FILLER} {i}") for i in range(1, 41)]
+    reader = _Reader()
+    out, depth = rerank_within("What is my cat called?", pool, reader, depth=40, context_depth=15)
+    # every fact is cut to its window of 128 words; 3,072 tokens hold the first 22 of 40 (at least MIN_DEPTH)
+    per_pair = passages.WINDOW + 5 + 3          # the window, the query's five words, the special tokens
+    read = max(passages.FIRST_VIEW_TOKENS // per_pair, passages.MIN_DEPTH)
+    assert sum(map(len, reader.calls)) == read == depth.rerank
+    assert [f.unit_id for f in out[read:]] == list(range(read + 1, 41))      # the unread keep their fused order
+    assert all(f.rerank_score is None for f in out[read:])
+    # chat turns fit: all 40 are read, whole, as before
+    short = [_fact(i, f"user: turn {i}") for i in range(1, 41)]
+    texts, cut = passages.windows("What is my cat called?", [f.text for f in short], reader)
+    assert texts == [f.text for f in short] and not any(cut)

@@ -61,12 +61,14 @@ def row_name(row: tuple[str, str]) -> str:
 
 
 def read_settings(reads: str, window: int, budget: int) -> tuple[int, int]:
-    """rcll.passages' WINDOW and FIRST_VIEW_TOKENS for a --reads entry: window (the product's),
-    whole (no window: before rcll.passages), or window=W/B (a window of W tokens, a budget of B)."""
+    """rcll.passages' WINDOW and FIRST_VIEW_TOKENS (and SPEND) for a --reads entry: window (the
+    product's), whole (no window: before rcll.passages), window=W/B (a window of W tokens, a budget
+    of B), shrink=W/B (the windows shrunk to fit B)."""
     if reads == "whole":
         return 0, budget
-    if reads.startswith("window="):
-        w, b = reads.removeprefix("window=").split("/")
+    passages.SPEND = "window" if reads.startswith("shrink=") else "depth"
+    if reads.startswith(("window=", "shrink=")):
+        w, b = reads.split("=")[1].split("/")
         return int(w), int(b)
     return window, budget
 
@@ -121,7 +123,8 @@ def main() -> int:
     ap.add_argument("--reads", default="window",
                     help="how the cross-encoder reads long facts, one row each: window (rcll.passages, the product's), "
                          "whole (every fact whole, cut at 256 tokens, and all read again with context: before rcll.passages), "
-                         "window=W/B (research: a window of W tokens, a first-view budget of B)")
+                         "window=W/B (research: a window of W tokens, a first-view budget of B), "
+                         "shrink=W/B (the same, the windows shrunk to fit the budget instead of fewer facts read)")
     ap.add_argument("--dump", metavar="FILE", help="write each question's rankings as JSON lines")
     ap.add_argument("--port", type=int, default=55560)
     args = ap.parse_args()

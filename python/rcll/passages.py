@@ -5,11 +5,13 @@ not, and read whole (cut at 256 tokens) it costs several short facts' time and s
 its first lines, which need not be the part the query asks about. So the first view reads each
 fact's window of at most WINDOW tokens that holds the most of the query's words (windows start
 at a sentence or line, ties go to the earliest: a fact that fits is read whole, as before), and
-when the depth's facts would read more than FIRST_VIEW_TOKENS pair tokens together, the longest
-ones are cut to a common smaller window until they fit (never below MIN_WINDOW). A fact that
-was not cut is read again with the chunk before it (the context view); a cut one is not - a long
-text carries its own context, and its second pair would cost as much as the first
-(docs/benchmarks.md, "LongMemEval").
+it reads the fused prefix whose pairs fit FIRST_VIEW_TOKENS together (MIN_DEPTH facts at least,
+never more than the depth asked): a budget of tokens, not of pairs, so a recall over long texts
+costs about what one over chat turns does. What it does not read keeps its fused order behind
+what it read, as under a deadline. A fact the window cut is not read again with the chunk before
+it (the context view): a long text carries its own context, and its second pair would cost as
+much as the first. (SPEND = "window" instead shrinks every window until the depth fits: the
+alternative research/longmemeval/RESEARCH.md measured and set aside.)
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["FIRST_VIEW_TOKENS", "MIN_WINDOW", "WINDOW", "fit_window", "query_terms", "window_of", "windows"]
+__all__ = ["FIRST_VIEW_TOKENS", "MIN_DEPTH", "MIN_WINDOW", "SPEND", "WINDOW", "fit_window", "query_terms", "window_of", "windows"]
 
 WINDOW = 128               # passage tokens the cross-encoder reads of one fact, at most
 FIRST_VIEW_TOKENS = 3072   # pair tokens (query and passage) of the first view's facts together
 MIN_WINDOW = 48            # the budget never cuts a window below this
+MIN_DEPTH = 10             # the budget never cuts the first view below this many facts
+SPEND = "depth"            # "window": shrink the windows instead (research/longmemeval/RESEARCH.md)
 
 _WORD = re.compile(r"[a-z0-9]+")
 _BREAK = re.compile(r"(?<=[.!?:;])\s+|\n+")
@@ -88,8 +92,9 @@ def _word_offsets(texts: Sequence[str]) -> list[Offsets]:
 
 def windows(query: str, texts: Sequence[str], reranker: Any, window: int = WINDOW,
             budget: int | None = FIRST_VIEW_TOKENS) -> tuple[list[str], list[bool]]:
-    """What the first view reads of each text, and whether it was cut. Tokens are the reranker's
-    (its passage_offsets; a reranker without them - a test's stand-in - counts words)."""
+    """What the first view reads: a prefix of `texts`, each by its window, and whether each was cut.
+    Tokens are the reranker's (its passage_offsets; a reranker without them - a test's stand-in -
+    counts words)."""
     if window <= 0 or not texts:
         return list(texts), [False] * len(texts)
     offsets_of: Callable[[Sequence[str]], list[Offsets]] = getattr(reranker, "passage_offsets", _word_offsets)
@@ -97,7 +102,17 @@ def windows(query: str, texts: Sequence[str], reranker: Any, window: int = WINDO
     size = window
     if budget is not None:
         extra = len(offsets_of([query])[0]) + 3        # [CLS] query [SEP] passage [SEP]
-        size = fit_window([len(o) for o in offsets], extra, budget, window)
+        if SPEND == "depth":
+            # keep the window, read the fused prefix whose pairs fit the budget
+            spent, k = 0, 0
+            for o in offsets:
+                spent += extra + min(len(o), window)
+                if spent > budget and k >= MIN_DEPTH:
+                    break
+                k += 1
+            texts, offsets = texts[:k], offsets[:k]
+        else:
+            size = fit_window([len(o) for o in offsets], extra, budget, window)
     terms = query_terms(query)
     return ([window_of(t, o, terms, size) for t, o in zip(texts, offsets, strict=True)],
             [len(o) > size for o in offsets])
