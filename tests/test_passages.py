@@ -1,4 +1,4 @@
-"""What the cross-encoder reads of a long fact: its most query-relevant window, within a token budget
+"""What the cross-encoder reads of a long fact: its most query-relevant window, within a budget of words
 (rcll.passages), and no context view for a fact the window cut."""
 
 from __future__ import annotations
@@ -36,15 +36,17 @@ def _fact(uid: int, text: str, context: str | None = None) -> Fact:
 
 
 def test_a_fact_that_fits_is_read_whole() -> None:
-    texts, cut = passages.windows("what is my cat called?", ["user: my cat is Biscuit."], _Reader())
+    texts, cut = passages.windows("what is my cat called?", ["user: my cat is Biscuit."])
     assert texts == ["user: my cat is Biscuit."] and cut == [False]
 
 
 def test_a_long_fact_is_read_by_the_window_that_holds_the_query_words() -> None:
     query = "What is the name of my cat, and how old is she?"
-    (text,), (cut,) = passages.windows(query, [LONG], models.get_reranker())
+    (text,), (cut,) = passages.windows(query, [LONG])
     assert cut and "Biscuit" in text and len(text) < len(LONG)
-    assert len(models.get_reranker().passage_offsets([text])[0]) <= passages.WINDOW
+    assert len(text.split()) <= passages.WINDOW
+    # the model reads it whole: well inside its 256 tokens with the query
+    assert models.get_reranker().pair_lengths(query, [text])[0] < 256
     # the first 256 tokens, as the cross-encoder cut them before, never reach the answer
     assert "Biscuit" not in LONG[: LONG.index(ANSWER)]
 
@@ -74,13 +76,13 @@ def test_the_budget_reads_the_fused_prefix_that_fits() -> None:
     pool = [_fact(i, f"assistant: {FILLER} {i}") for i in range(1, 41)]
     reader = _Reader()
     out, depth = rerank_within("What is my cat called?", pool, reader, depth=40, context_depth=15)
-    # every fact is cut to its window of 128 words; 3,072 tokens hold the first 22 of 40 (at least MIN_DEPTH)
+    # every fact is cut to its window of 128 words; 3,072 words hold the first 22 of 40 (at least MIN_DEPTH)
     per_pair = passages.WINDOW + 5 + 3          # the window, the query's five words, the special tokens
-    read = max(passages.FIRST_VIEW_TOKENS // per_pair, passages.MIN_DEPTH)
+    read = max(passages.FIRST_VIEW_WORDS // per_pair, passages.MIN_DEPTH)
     assert sum(map(len, reader.calls)) == read == depth.rerank
     assert [f.unit_id for f in out[read:]] == list(range(read + 1, 41))      # the unread keep their fused order
     assert all(f.rerank_score is None for f in out[read:])
     # chat turns fit: all 40 are read, whole, as before
     short = [_fact(i, f"user: turn {i}") for i in range(1, 41)]
-    texts, cut = passages.windows("What is my cat called?", [f.text for f in short], reader)
+    texts, cut = passages.windows("What is my cat called?", [f.text for f in short])
     assert texts == [f.text for f in short] and not any(cut)

@@ -64,7 +64,7 @@ def test_a_generous_deadline_returns_exactly_the_undeadlined_result(stored: psyc
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     db = stored
     q = "what changed in the deploys process after review?"
-    # These chunks are long (~150 tokens): under the first view's token budget (rcll.passages) fewer
+    # These chunks are long (~130 words): under the first view's budget of words (rcll.passages) fewer
     # than 40 are read, the same number with a deadline as without.
     plain = recall(Direct(db), R(query=q, bank=BANK))
     timed = recall(Direct(db), R(query=q, bank=BANK, deadline_ms=600_000))
@@ -73,7 +73,7 @@ def test_a_generous_deadline_returns_exactly_the_undeadlined_result(stored: psyc
         plain.rerank_depth_reached, 15, False)
     assert passages.MIN_DEPTH <= plain.rerank_depth_reached < 40
     # With a budget that holds the whole depth, both read all 40 and the top 15 again.
-    monkeypatch.setattr(passages, "FIRST_VIEW_TOKENS", 100_000)
+    monkeypatch.setattr(passages, "FIRST_VIEW_WORDS", 100_000)
     plain = recall(Direct(db), R(query=q, bank=BANK))
     timed = recall(Direct(db), R(query=q, bank=BANK, deadline_ms=600_000))
     assert plain.candidates > 40

@@ -127,10 +127,6 @@ class CachedScorer:
         self.cache: dict[tuple[str, str], tuple[float, float]] = {}
         self.spent = 0.0
 
-    def passage_offsets(self, texts: list[str]) -> list[list[tuple[int, int]]]:
-        """The model's tokens, so that rcll.passages windows as the live recall does."""
-        return list(self.reranker.passage_offsets(texts))
-
     def score(self, query: str, passages: list[str]) -> Any:
         todo = [p for p in dict.fromkeys(passages) if (query, p) not in self.cache]
         if todo:

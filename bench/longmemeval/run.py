@@ -61,7 +61,7 @@ def row_name(row: tuple[str, str]) -> str:
 
 
 def read_settings(reads: str, window: int, budget: int) -> tuple[int, int]:
-    """rcll.passages' WINDOW and FIRST_VIEW_TOKENS (and SPEND) for a --reads entry: window (the
+    """rcll.passages' WINDOW and FIRST_VIEW_WORDS (and SPEND) for a --reads entry: window (the
     product's), whole (no window: before rcll.passages), window=W/B (a window of W tokens, a budget
     of B), shrink=W/B (the windows shrunk to fit B)."""
     if reads == "whole":
@@ -155,7 +155,7 @@ def main() -> int:
     turn = {(g, r): Means(TURN_METRICS) for g in groups for r in rows_of}
     lat: dict[tuple[str, str], dict[str, list[float]]] = {r: defaultdict(list) for r in rows_of}
     depth: list[tuple[int, int, bool]] = []
-    window, budget = passages.WINDOW, passages.FIRST_VIEW_TOKENS
+    window, budget = passages.WINDOW, passages.FIRST_VIEW_WORDS
     retain_s = 0.0
     rr = CountingReranker(models.get_reranker())
     dump = open(args.dump, "w") if args.dump else None  # noqa: SIM115 - closed below
@@ -172,7 +172,7 @@ def main() -> int:
                 if n == 0:          # load the models and warm the caches before anything is timed
                     recall(Direct(conn), request, embedder=cache.embedder, reranker=rr.reranker)
                 for rd in reads:
-                    passages.WINDOW, passages.FIRST_VIEW_TOKENS = read_settings(rd, window, budget)
+                    passages.WINDOW, passages.FIRST_VIEW_WORDS = read_settings(rd, window, budget)
                     rr.read.clear()
                     t = time.perf_counter()
                     res = recall(Direct(conn), request, embedder=cache.embedder, reranker=rr)
@@ -197,7 +197,7 @@ def main() -> int:
                             turn[(g, (ix, rd))].add(q.type, turns, q.answer_turns(INDEXES[ix]))
                     if dump is not None:
                         dump.write(json.dumps({"id": q.id, "type": q.type, "index": ix, "reads": rd, "turns": turns}) + "\n")
-                passages.WINDOW, passages.FIRST_VIEW_TOKENS = window, budget
+                passages.WINDOW, passages.FIRST_VIEW_WORDS = window, budget
                 conn.execute("SELECT * FROM rcll.drop_bank(%s, %s, dry_run => false)", (bank, bank))
             if (n + 1) % 10 == 0 or n + 1 == len(questions):
                 print(f"  {n + 1}/{len(questions)} questions, retain {retain_s:.0f} s "

@@ -239,15 +239,6 @@ class Reranker:
                 self._tokenizers[max_length] = _tokenizer(self._dir, max_length)
             return self._tokenizers[max_length]
 
-    def passage_offsets(self, texts: Sequence[str]) -> list[list[tuple[int, int]]]:
-        """Each text's tokens as the cross-encoder cuts them (no special tokens, no cut), as
-        character spans: what rcll.passages windows by."""
-        with self._lock:
-            if 0 not in self._tokenizers:
-                self._tokenizers[0] = _tokenizer(self._dir, None)
-            tokenizer = self._tokenizers[0]
-        return [list(e.offsets) for e in _encode_all(tokenizer, texts, add_special_tokens=False)]
-
     def pair_lengths(self, query: str, passages: Sequence[str], max_length: int = 256) -> list[int]:
         """Tokens per (query, passage) pair as score() cuts them: the key score() sorts its batches
         by, so a caller reading in steps (rcll.deadline) can batch exactly as one call would."""

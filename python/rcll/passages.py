@@ -1,13 +1,14 @@
-"""What the cross-encoder reads of a fact: its most query-relevant window, within a token budget.
+"""What the cross-encoder reads of a fact: its most query-relevant window, within a budget of words.
 
 A chat turn fits the cross-encoder whole; an assistant's answer, a note or a document page does
 not, and read whole (cut at 256 tokens) it costs several short facts' time and shows the model
 its first lines, which need not be the part the query asks about. So the first view reads each
-fact's window of at most WINDOW tokens that holds the most of the query's words (windows start
-at a sentence or line, ties go to the earliest: a fact that fits is read whole, as before), and
-it reads the fused prefix whose pairs fit FIRST_VIEW_TOKENS together (MIN_DEPTH facts at least,
-never more than the depth asked): a budget of tokens, not of pairs, so a recall over long texts
-costs about what one over chat turns does. What it does not read keeps its fused order behind
+fact's window of at most WINDOW words (~170 of the model's tokens) that holds the most of the
+query's words (windows start at a sentence or line, ties go to the earliest: a fact that fits is
+read whole, as before), and it reads the fused prefix whose pairs fit FIRST_VIEW_WORDS together
+(MIN_DEPTH facts at least, never more than the depth asked): a budget of words, not of pairs, so
+a recall over long texts costs about what one over chat turns does. Words, not the model's
+tokens: counting them needs no tokenizer pass over long texts, and they are what was measured. What it does not read keeps its fused order behind
 what it read, as under a deadline. A fact the window cut is not read again with the chunk before
 it (the context view): a long text carries its own context, and its second pair would cost as
 much as the first. (SPEND = "window" instead shrinks every window until the depth fits: the
@@ -17,13 +18,12 @@ alternative research/longmemeval/RESEARCH.md measured and set aside.)
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-__all__ = ["FIRST_VIEW_TOKENS", "MIN_DEPTH", "MIN_WINDOW", "SPEND", "WINDOW", "fit_window", "query_terms", "window_of", "windows"]
+__all__ = ["FIRST_VIEW_WORDS", "MIN_DEPTH", "MIN_WINDOW", "SPEND", "WINDOW", "fit_window", "query_terms", "window_of", "windows"]
 
-WINDOW = 128               # passage tokens the cross-encoder reads of one fact, at most
-FIRST_VIEW_TOKENS = 3072   # pair tokens (query and passage) of the first view's facts together
+WINDOW = 128               # words of one fact the cross-encoder reads, at most
+FIRST_VIEW_WORDS = 3072    # words of the first view's pairs (query, passage, 3 for the model's marks) together
 MIN_WINDOW = 48            # the budget never cuts a window below this
 MIN_DEPTH = 10             # the budget never cuts the first view below this many facts
 SPEND = "depth"            # "window": shrink the windows instead (research/longmemeval/RESEARCH.md)
@@ -46,7 +46,7 @@ def query_terms(query: str) -> frozenset[str]:
 
 
 def window_of(text: str, offsets: Offsets, terms: frozenset[str], size: int) -> str:
-    """The span of `text` of at most `size` tokens (offsets: each token's characters) starting at
+    """The span of `text` of at most `size` words (offsets: each word's characters) starting at
     a sentence or line that holds the most distinct query terms; the earliest among equals."""
     n = len(offsets)
     if n <= size:
@@ -60,7 +60,7 @@ def window_of(text: str, offsets: Offsets, terms: frozenset[str], size: int) -> 
             starts.append(k)
     best, best_hits = 0, -1
     for start in starts:
-        s = min(start, n - size)   # a window near the end: the last `size` tokens
+        s = min(start, n - size)   # a window near the end: the last `size` words
         span = text[offsets[s][0]:offsets[min(n, s + size) - 1][1]]
         hits = len(terms & set(_WORD.findall(span.lower())))
         if hits > best_hits:
@@ -70,8 +70,8 @@ def window_of(text: str, offsets: Offsets, terms: frozenset[str], size: int) -> 
 
 def fit_window(lengths: Sequence[int], extra: int, budget: int, window: int = WINDOW,
                floor: int = MIN_WINDOW) -> int:
-    """The largest window w <= `window` (and >= `floor`) for which the pairs, each `extra` tokens
-    (the query and the model's special tokens) plus min(length, w), fit `budget` together."""
+    """The largest window w <= `window` (and >= `floor`) for which the pairs, each `extra` words
+    (the query and the model's three marks) plus min(length, w), fit `budget` together."""
     def cost(w: int) -> int:
         return sum(extra + min(n, w) for n in lengths)
     if cost(window) <= budget:
@@ -90,18 +90,16 @@ def _word_offsets(texts: Sequence[str]) -> list[Offsets]:
     return [[(m.start(), m.end()) for m in re.finditer(r"\S+", t)] for t in texts]
 
 
-def windows(query: str, texts: Sequence[str], reranker: Any, window: int = WINDOW,
-            budget: int | None = FIRST_VIEW_TOKENS) -> tuple[list[str], list[bool]]:
+def windows(query: str, texts: Sequence[str], window: int = WINDOW,
+            budget: int | None = FIRST_VIEW_WORDS) -> tuple[list[str], list[bool]]:
     """What the first view reads: a prefix of `texts`, each by its window, and whether each was cut.
-    Tokens are the reranker's (its passage_offsets; a reranker without them - a test's stand-in -
-    counts words)."""
+    Words are runs of non-space characters."""
     if window <= 0 or not texts:
         return list(texts), [False] * len(texts)
-    offsets_of: Callable[[Sequence[str]], list[Offsets]] = getattr(reranker, "passage_offsets", _word_offsets)
-    offsets = offsets_of(list(texts))
+    offsets = _word_offsets(texts)
     size = window
     if budget is not None:
-        extra = len(offsets_of([query])[0]) + 3        # [CLS] query [SEP] passage [SEP]
+        extra = len(query.split()) + 3        # [CLS] query [SEP] passage [SEP]
         if SPEND == "depth":
             # keep the window, read the fused prefix whose pairs fit the budget
             spent, k = 0, 0

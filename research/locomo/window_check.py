@@ -43,7 +43,7 @@ def main() -> int:
             qe = emb.embed_query(q.question)
             qe_entity = emb.embed_query(rest) if rest is not None and rest != q.question else None
             pool = candidates(conn, request, query_embedding=qe, entity_query_embedding=qe_entity, limit=100)
-            texts, cut = passages.windows(q.question, [f.text for f in pool[:RERANK_DEPTH]], rr)
+            texts, cut = passages.windows(q.question, [f.text for f in pool[:RERANK_DEPTH]])
             if any(cut) or len(texts) < min(RERANK_DEPTH, len(pool)):
                 ranked = {}
                 for name, w in (("before", 0), ("after", window)):
@@ -55,7 +55,7 @@ def main() -> int:
             if (n + 1) % 200 == 0:
                 print(f"  {n + 1} questions, {len(changed)} read otherwise", flush=True)
     print(f"\nLoCoMo, all {len(questions)} questions, default depths ({RERANK_DEPTH} + context view {CONTEXT_DEPTH}): "
-          f"questions whose reads rcll.passages changes (window {window}, budget {passages.FIRST_VIEW_TOKENS})\n")
+          f"questions whose reads rcll.passages changes (window {window}, budget {passages.FIRST_VIEW_WORDS})\n")
     print("| half | questions | read otherwise | facts left unread | nDCG@5 change of the half's mean | R@10 change |")
     print("|---|---|---|---|---|---|")
     for name, convs_in in [*HALVES.items(), ("all ten", range(10))]:

@@ -63,14 +63,14 @@ def main() -> int:
     stats: dict[str, dict[str, list[float]]] = {r: defaultdict(list) for r in reads}
     rr = CountingReranker(models.get_reranker())
     emb = models.get_embedder()
-    window, budget = passages.WINDOW, passages.FIRST_VIEW_TOKENS
+    window, budget = passages.WINDOW, passages.FIRST_VIEW_WORDS
     with embedded_cluster(args.port, prefix="rclmr-") as pg, connect(create_database(pg, "lmr"), autocommit=True) as conn:
         for n, q in enumerate(questions):
             bank = f"r{n}"
             unit_turn = retain_question(conn, RandomVectors(), q, bank, INDEXES[args.index])  # type: ignore[arg-type]
             request = R(query=q.question, bank=bank, reference_time=q.date, weights={"dense": 0.0, "entity": 0.0})
             for rd in reads:
-                passages.WINDOW, passages.FIRST_VIEW_TOKENS = read_settings(rd, window, budget)
+                passages.WINDOW, passages.FIRST_VIEW_WORDS = read_settings(rd, window, budget)
                 rr.read.clear()
                 t = time.perf_counter()
                 res = recall(Direct(conn), request, embedder=emb, reranker=rr)
@@ -85,7 +85,7 @@ def main() -> int:
                 s["tokens"].append(sum(rr.pair_lengths(q.question, first + second)) if first + second else 0)
                 session[rd].add(q.type, [unit_turn[f.unit_id][0] for f in res.ranked], q.answer_sessions)
                 turn[rd].add(q.type, [unit_turn[f.unit_id][1] for f in res.ranked], q.answer_turns(INDEXES[args.index]))
-            passages.WINDOW, passages.FIRST_VIEW_TOKENS = window, budget
+            passages.WINDOW, passages.FIRST_VIEW_WORDS = window, budget
             conn.execute("SELECT * FROM rcll.drop_bank(%s, %s, dry_run => false)", (bank, bank))
             print(f"  {n + 1}/{len(questions)}", flush=True)
     print(f"\n{len(questions)} questions (half {args.half or 'a+b'}, {args.sample} a type), lexical + session + "
