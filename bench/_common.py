@@ -77,6 +77,19 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
     return "\n".join([line(cells[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, cells[1:])])
 
 
+def retain_chunks(conn: psycopg.Connection[Any], bank: str, chunks: Sequence[str], vectors: Sequence[Any],
+                  occurred_at: Any, source: str, author: str) -> list[int]:
+    """One document of pre-embedded chunks (rcll.retain_chunks, keyless chunk mode: the content
+    is the chunks joined by newlines); returns the unit ids in chunk order."""
+    row = conn.execute(
+        """SELECT unit_ids FROM rcll.retain_chunks(bank => %s, content => %s, chunks => %s,
+               embeddings => %s::vector[], occurred_at => %s, source => %s, author => %s)""",
+        (bank, "\n".join(chunks), list(chunks), list(vectors), occurred_at, source,
+         author)).fetchone()
+    assert row is not None
+    return [int(u) for u in row[0]]
+
+
 def cpu_ns(pid: int) -> int:
     """Nanoseconds a process has spent on a CPU (/proc/<pid>/schedstat): unlike wall time, this
     does not grow when other work on the machine competes for the cores."""

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from conftest import Leg, connected, pg15_only, python_path
-from rcll import models
+from rcll import models, passages
 from rcll.db import configure
 from rcll.deadline import Deadline, DeadlinePassed, Depth, call_tokens, pair_cost, rerank_within
 from rcll.defaults import CHANNELS
@@ -60,9 +60,20 @@ def ranked(result: Any) -> list[tuple[int, float | None]]:
 
 
 @pytest.mark.slow
-def test_a_generous_deadline_returns_exactly_the_undeadlined_result(stored: psycopg.Connection[Any]) -> None:
+def test_a_generous_deadline_returns_exactly_the_undeadlined_result(stored: psycopg.Connection[Any],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     db = stored
     q = "what changed in the deploys process after review?"
+    # These chunks are long (~130 words): under the first view's budget of words (rcll.passages) fewer
+    # than 40 are read, the same number with a deadline as without.
+    plain = recall(Direct(db), R(query=q, bank=BANK))
+    timed = recall(Direct(db), R(query=q, bank=BANK, deadline_ms=600_000))
+    assert ranked(timed) == ranked(plain)
+    assert (timed.rerank_depth_reached, timed.context_depth_reached, timed.deadline_cut) == (
+        plain.rerank_depth_reached, 15, False)
+    assert passages.MIN_DEPTH <= plain.rerank_depth_reached < 40
+    # With a budget that holds the whole depth, both read all 40 and the top 15 again.
+    monkeypatch.setattr(passages, "FIRST_VIEW_WORDS", 100_000)
     plain = recall(Direct(db), R(query=q, bank=BANK))
     timed = recall(Direct(db), R(query=q, bank=BANK, deadline_ms=600_000))
     assert plain.candidates > 40

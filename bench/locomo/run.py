@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from bench._common import connect, create_database, embedded_cluster
+from bench._common import connect, create_database, embedded_cluster, retain_chunks
 from bench.locomo.dataset import CATEGORY_NAMES, Conversation, load
 from bench.locomo.metrics import Aggregate
 from rcll import models
@@ -77,15 +77,10 @@ def retain(conn: psycopg.Connection[Any], convs: list[Conversation]) -> dict[int
         for i, t in enumerate(c.turns):
             by_session[t.session].append(i)
         for s, idx in sorted(by_session.items()):
-            chunks = [texts[i] for i in idx]
-            row = conn.execute(
-                """SELECT unit_ids FROM rcll.retain_chunks(bank => %s, content => %s, chunks => %s,
-                       embeddings => %s::vector[], occurred_at => %s, source => %s, author => 'locomo')""",
-                (bank, "\n".join(chunks), chunks, [vecs[i] for i in idx], c.turns[idx[0]].date,
-                 f"{c.sample_id}/session_{s}")).fetchone()
-            assert row is not None
-            for uid, i in zip(row[0], idx, strict=True):
-                unit_dia[int(uid)] = c.turns[i].dia_id
+            ids = retain_chunks(conn, bank, [texts[i] for i in idx], [vecs[i] for i in idx], c.turns[idx[0]].date,
+                                f"{c.sample_id}/session_{s}", "locomo")
+            for uid, i in zip(ids, idx, strict=True):
+                unit_dia[uid] = c.turns[i].dia_id
         conn.execute("SELECT * FROM rcll.refresh_bank_stats(%s)", (bank,))
     conn.execute("ANALYZE")
     return unit_dia

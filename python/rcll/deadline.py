@@ -38,6 +38,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from rcll import passages
 from rcll.errors import Code, RcllError
 from rcll.results import Fact
 from rcll.settings import DEFAULTS
@@ -282,14 +283,19 @@ def rerank_within(
     if depth == 0:
         return list(pool), Depth()
     waited = [0.0]
-    first, cut = _read(query, [f.text for f in pool[:depth]], reranker, deadline, queue, waited)
+    # Long facts are read by their most query-relevant window, within a budget of words (rcll.passages).
+    texts, trimmed = passages.windows(query, [f.text for f in pool[:depth]], passages.WINDOW,
+                                      passages.FIRST_VIEW_WORDS)
+    first, cut = _read(query, texts, reranker, deadline, queue, waited)
     read = _prefix(first)
-    head = sorted((replace(f, rerank_score=first[j]) for j, f in enumerate(pool[:read])),
-                  key=lambda f: -(f.rerank_score or 0.0))
+    order = sorted(range(read), key=lambda j: -first[j])
+    head = [replace(pool[j], rerank_score=first[j]) for j in order]
     top = head[: min(max(context_depth, 0), read)]
     done = 0
     if top and not cut:
-        views = [(i, p) for i, p in enumerate(context_passage(f) for f in top) if p is not None]
+        # A fact the window cut carries its own context: only the ones read whole are read again.
+        views = [(i, p) for i, p in enumerate(None if trimmed[order[i]] else context_passage(f) for i, f in enumerate(top))
+                 if p is not None]
         second, cut = _read(query, [p for _, p in views], reranker, deadline, queue, waited)
         n = _prefix(second)
         for k in range(n):
