@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -250,6 +251,7 @@ class _Run(NamedTuple):
     id: str
     made_user: str | None          # the OS user made for this run (removed at its end)
     dirs: tuple[Path, ...]         # the run's temporary directory (TMPDIR) and scratch directory
+    started: float                 # when (time.time()): an entry older than the run is not the run's
 
 
 _RUN = pytest.StashKey[_Run]()
@@ -286,7 +288,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if os.geteuid() == 0 and cluster.SERVER_USER_ENV not in os.environ:
         # A name no machine has seen: the workers' first clusters create it at the same moment.
         user = os.environ[cluster.SERVER_USER_ENV] = f"rcllt{run}"
-    config.stash[_RUN] = _Run(run, user, tuple(dict.fromkeys((tmp, scratch))))
+    config.stash[_RUN] = _Run(run, user, tuple(dict.fromkeys((tmp, scratch))), time.time())
 
 
 def _run_processes(run: str, uid: int | None) -> list[str]:
@@ -316,14 +318,27 @@ def _run_processes(run: str, uid: int | None) -> list[str]:
     return found
 
 
-def _left_in(dirs: tuple[Path, ...], uid: int | None) -> list[str]:
-    """What the run left: rcll entries in its directories, and anything its OS user owns in the
-    machine's own /tmp and /dev/shm (written past TMPDIR)."""
-    left = [str(entry) for d in dirs for entry in d.iterdir() if "rcll" in entry.name]
+# What a server killed with kill -9 cannot remove (the tests that crash PostgreSQL on purpose):
+# its dynamic shared memory. The run removes its own; they are not counted as left behind.
+CRASH_RESIDUE = "PostgreSQL."
+
+
+def _left_in(run: _Run, uid: int | None) -> list[str]:
+    """What the run left: rcll entries in its directories, and what its OS user made in the
+    machine's own /tmp and /dev/shm (written past TMPDIR) - since the run began: an earlier run's
+    user may have had the same uid."""
+    left = [str(entry) for d in run.dirs for entry in d.iterdir() if "rcll" in entry.name]
     if uid is not None:
         for place in {Path(os.environ.get("PYTEST_DEBUG_TEMPROOT", "/tmp")), Path("/tmp"), Path("/dev/shm")}:
             with contextlib.suppress(OSError):
-                left += [str(e) for e in place.iterdir() if e.lstat().st_uid == uid]
+                for e in place.iterdir():
+                    st = e.lstat()
+                    if st.st_uid != uid or st.st_ctime < run.started:
+                        continue
+                    if place == Path("/dev/shm") and e.name.startswith(CRASH_RESIDUE):
+                        e.unlink(missing_ok=True)
+                        continue
+                    left.append(str(e))
     return left
 
 
@@ -344,7 +359,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         if not left:
             break
         threading.Event().wait(0.2)
-    left += _left_in(run.dirs, uid)
+    left += _left_in(run, uid)
     if left:
         print("\nconftest: the run left these behind:\n  " + "\n  ".join(left), file=sys.stderr)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
