@@ -29,6 +29,7 @@ import psycopg
 import pytest
 from psycopg import conninfo, sql
 
+import citus_cluster
 import rcll
 from rcll import cluster, install
 from rcll.db import configure
@@ -369,3 +370,15 @@ def models_dsn(leg: Leg) -> Iterator[str]:
         yield leg.url(name)
     finally:
         leg.drop_database(name)
+
+
+@pytest.fixture(scope="session")
+def citus(test_root: Path) -> Iterator[citus_cluster.CitusCluster]:
+    """A Citus cluster of the embedded PG 18 (tests/citus_cluster.py): a coordinator and two
+    workers on loopback, started once per test run (per pytest-xdist worker) and removed at its end.
+    Skipped, with the reason, when Citus is not built (make citus)."""
+    missing = citus_cluster.citus_missing()
+    if missing:
+        pytest.skip(missing)
+    with citus_cluster.running(test_root / "citus") as running:
+        yield running

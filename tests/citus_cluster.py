@@ -1,0 +1,128 @@
+"""A real Citus cluster for the tests: a coordinator and two workers of the embedded PostgreSQL 18
+(with Citus built in by scripts/build-citus.sh), on loopback, once per test run.
+
+Each node is an rcll.cluster.Cluster (the server's own OS user when root, private socket
+directory, scram-sha-256 on TCP) with `shared_preload_libraries = citus` and listening on
+127.0.0.1. The nodes reach each other over TCP as postgres with a password made for the run and
+kept in each node's pg_dist_authinfo (Citus's table of connection secrets, superuser-only): no
+TCP line trusts anyone. Tests connect to the coordinator through its Unix socket, as to any
+test cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from rcll import cluster
+
+DATABASE = "rcll"
+HOST = "127.0.0.1"
+# Loopback ports of this suite's Citus clusters: three a pytest-xdist worker (gw0 56101-56103, ...).
+FIRST_PORT = 56101
+SETTINGS = {"shared_preload_libraries": "citus", "listen_addresses": HOST,
+            "fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",
+            "max_connections": "200"}
+
+
+def citus_missing() -> str | None:
+    """Why the embedded PostgreSQL cannot run Citus, or None when it can."""
+    try:
+        bindir = cluster.embedded_bindir()
+    except cluster.ClusterError as e:
+        return str(e)
+    if not (bindir.parent / "lib" / "citus.so").exists():
+        return "Citus is not built into the embedded PostgreSQL 18: run `make citus` (scripts/build-citus.sh, as root)"
+    return None
+
+
+def _ports() -> list[int]:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    first = FIRST_PORT + 3 * (int(worker) if worker.isdigit() else 0)
+    return [first, first + 1, first + 2]
+
+
+@dataclass
+class CitusCluster:
+    coordinator: cluster.Cluster
+    workers: list[cluster.Cluster]
+
+    @property
+    def nodes(self) -> list[cluster.Cluster]:
+        return [self.coordinator, *self.workers]
+
+    def url(self, node: cluster.Cluster | None = None) -> str:
+        """The URL of the rcll database on node (the coordinator by default), through its socket."""
+        return (node or self.coordinator).url(DATABASE)
+
+    def connect(self, node: cluster.Cluster | None = None) -> psycopg.Connection[Any]:
+        return psycopg.connect(self.url(node), autocommit=True)
+
+    def worker_of(self, port: int) -> cluster.Cluster:
+        return next(w for w in self.workers if w.port == port)
+
+
+def _postmaster_pid(node: cluster.Cluster) -> int | None:
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return int((node.datadir / "postmaster.pid").read_text().splitlines()[0])
+    return None
+
+
+def stop(citus: CitusCluster) -> None:
+    """Stop every node (immediate) and remove its data directory, socket directory and log; a
+    postmaster that outlived pg_ctl is killed by the PID its data directory recorded."""
+    for node in citus.nodes:
+        pid = _postmaster_pid(node)
+        with contextlib.suppress(cluster.ClusterError):
+            node.stop("immediate")
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        node.destroy()
+
+
+def start(base: Path) -> CitusCluster:
+    """A coordinator and two workers under base, the workers registered with citus_add_node and
+    the coordinator with citus_set_coordinator_host, in database DATABASE (Citus, vector and
+    pg_trgm created on each node). rcll is not installed: the caller does that on the coordinator."""
+    ports = _ports()
+    nodes = [cluster.embedded(base / name, port=port, **SETTINGS)
+             for name, port in zip(("coordinator", "worker1", "worker2"), ports, strict=True)]
+    citus = CitusCluster(nodes[0], nodes[1:])
+    password = secrets.token_hex(16)
+    try:
+        for node in nodes:
+            node.start()
+            with psycopg.connect(node.url(), autocommit=True) as conn:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))
+                conn.execute(sql.SQL("ALTER ROLE postgres PASSWORD {}").format(sql.Literal(password)))
+            with citus.connect(node) as conn:
+                conn.execute("CREATE EXTENSION citus")
+                conn.execute("INSERT INTO pg_dist_authinfo (nodeid, rolename, authinfo) VALUES (0, 'postgres', %s)",
+                             (f"password={password}",))
+        with citus.connect() as conn:
+            conn.execute("SELECT citus_set_coordinator_host(%s, %s)", (HOST, citus.coordinator.port))
+            for worker in citus.workers:
+                conn.execute("SELECT citus_add_node(%s, %s)", (HOST, worker.port))
+    except BaseException:
+        stop(citus)
+        raise
+    return citus
+
+
+@contextlib.contextmanager
+def running(base: Path) -> Iterator[CitusCluster]:
+    citus = start(base)
+    try:
+        yield citus
+    finally:
+        stop(citus)
