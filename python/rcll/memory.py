@@ -197,18 +197,20 @@ class Memory:
     and `mine` recalls act as. read_only: only the read verbs, over a role that cannot write
     (opening refuses a role that can). install: None installs or upgrades the schema when it is
     missing or behind, True always (what `rcll serve` does), False never; extension: install as
-    CREATE EXTENSION rcll (after `make install` on the server). open=False defers
+    CREATE EXTENSION rcll (after `make install` on the server); citus: distribute the tables by bank
+    on a Citus coordinator (None: when it has workers, True: required, False: never; rcll.citus). open=False defers
     connecting until open() (servers open in their start-up hook).
     """
 
     def __init__(self, dsn: str | None = None, *, bank: str = DEFAULT_BANK, agent: str | None = None,
                  read_only: bool = False, pool_size: int = 4, install: bool | None = None,
-                 extension: bool = False, open: bool = True) -> None:
+                 extension: bool = False, citus: bool | None = None, open: bool = True) -> None:
         self.bank = check_bank(bank)
         self.agent = agent
         self.scope: Caller = ANONYMOUS
         self._install = install
         self._extension = extension
+        self._citus = citus
         try:
             target = resolve_dsn(dsn)
         except cluster.ClusterError as e:
@@ -287,7 +289,7 @@ class Memory:
                                 "connect as a SELECT-only role (e.g. rcll_reader); see sql/migrations/006-reader-role.sql")
             if not shared.read_only and (self._install or (self._install is None and not schema_is_current(conn))):
                 with database_errors():          # an InstallError is an RcllError already
-                    shared.installed = install.install(conn, use_extension=self._extension)
+                    shared.installed = install.install(conn, use_extension=self._extension, citus=self._citus)
             if not shared.read_only and can_write(conn):
                 # The default bank, on a fresh schema or one another tool installed, as `rcll serve` does.
                 row = conn.execute("SELECT EXISTS (SELECT 1 FROM rcll.list_banks() WHERE name = %s)",
