@@ -69,11 +69,13 @@ def install(conn: psycopg.Connection[tuple[object, ...]], *, use_extension: bool
     if on_citus:
         citus_cluster.prepare_session(conn)
     done = _install(conn, use_extension=use_extension, split=citus_cluster.statements if on_citus else None)
-    if on_citus and not use_extension and not citus_cluster.is_distributed(conn) and citus_cluster.is_coordinator(conn):
+    if on_citus and not use_extension and citus_cluster.is_coordinator(conn):
+        placed = citus_cluster.is_distributed(conn)
         with conn.transaction():
-            distributed = citus_cluster.distribute(conn)
-        # The triggers the distribution set aside, made again on the distributed tables.
-        _install(conn, use_extension=False, split=citus_cluster.statements)
+            distributed = citus_cluster.distribute(conn)      # idempotent: delegates the functions again
+        if not placed:
+            # The triggers the distribution set aside, made again on the distributed tables.
+            _install(conn, use_extension=False, split=citus_cluster.statements)
         done = f"{done}; {distributed}"
     return done
 

@@ -59,7 +59,7 @@ BEGIN
             HINT = 'Connect to the coordinator (the node where citus_add_node registered the workers).';
     END IF;
     IF EXISTS (SELECT FROM pg_dist_partition p WHERE p.logicalrelid = 'rcll.memory_units'::regclass) THEN
-        RETURN 'already distributed by bank';
+        RETURN format('already distributed by bank; %s function(s) delegated', rcll._citus_delegate());
     END IF;
     -- Triggers on the shards write other tables of the same bank (the lexicon, room counts), which
     -- Citus allows only when told the triggers are safe: they are (same bank, same shard group).
@@ -148,8 +148,9 @@ BEGIN
     -- 5. Triggers on distributed tables, on every node (an upgrade makes them again).
     PERFORM pg_catalog.run_command_on_all_nodes(
         format('ALTER DATABASE %I SET citus.enable_unsafe_triggers = on', current_database()));
-    RETURN format('distributed by bank: %s tables placed, %s foreign keys made again, not made: %s', done,
-                  jsonb_array_length(fks) - cardinality(skipped), coalesce(array_to_string(skipped, ', '), ''));
+    RETURN format('distributed by bank: %s tables placed, %s foreign keys made again, not made: %s; %s function(s) delegated',
+                  done, jsonb_array_length(fks) - cardinality(skipped), coalesce(array_to_string(skipped, ', '), ''),
+                  rcll._citus_delegate());
 END
 $$;
 COMMENT ON FUNCTION rcll.distribute_by_bank() IS 'On a Citus coordinator, after the install: shard every bank-keyed table by bank_id (co-located with memory_units, so a bank lives whole on one worker), make the global tables reference tables, widen the keys and foreign keys between bank tables with bank_id. Idempotent: says so when already done. RC001 (field dsn) where Citus is missing or this is not the coordinator.';

@@ -1,0 +1,78 @@
+-- Delegation on a Citus cluster: whole bank-scoped calls run on the worker that holds the bank.
+--
+-- Citus runs a function on the worker holding a shard when it is distributed by one of its
+-- arguments (create_distributed_function), and that argument must have the distribution column's
+-- type: bank_id integer. rcll's public functions take the bank's name, or the composite
+-- rcll.recall_scope that carries its id, so each delegated one has a twin whose first argument is
+-- the bank's id; the public function stays what it is (one node, and the coordinator's own path).
+-- The twin must be the statement the client sends (Citus delegates a top-level call only, with the
+-- id a literal or a parameter): a client resolves the scope first (SELECT rcll.recall_scope(...)),
+-- then calls the twin with its id and the scope as values. Inside, with force_delegation, every
+-- statement runs on the worker's own shards of that bank.
+
+CREATE OR REPLACE FUNCTION rcll._bank_pinned()
+RETURNS boolean
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+AS $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'citus') THEN
+        RETURN false;
+    END IF;
+    RETURN EXISTS (SELECT FROM pg_catalog.pg_dist_partition p WHERE p.logicalrelid = 'rcll.memory_units'::regclass);
+END
+$$;
+COMMENT ON FUNCTION rcll._bank_pinned() IS 'Internal: whether rcll''s tables are distributed by bank (Citus), so that a statement must name its bank to reach its shard. Channels read it into a variable, so that on one node their bank tests fold away in custom plans.';
+
+CREATE OR REPLACE FUNCTION rcll.recall_in_bank(
+    bank_id         integer,
+    query           text,
+    scope           rcll.recall_scope,
+    budget          integer DEFAULT (rcll.recall_defaults()).budget,
+    rerank_depth    integer DEFAULT (rcll.recall_defaults()).rerank_depth,
+    context_depth   integer DEFAULT (rcll.recall_defaults()).context_depth,
+    "limit"         integer DEFAULT (rcll.recall_defaults()).candidate_limit,
+    query_embedding vector DEFAULT NULL,
+    time_range      tstzrange DEFAULT NULL,
+    reference_time  timestamptz DEFAULT now(),
+    deadline_ms     integer DEFAULT NULL,
+    entity_query_embedding vector DEFAULT NULL)
+RETURNS TABLE (unit_id bigint, text text, room text, hall text, layer text, author text, thread text,
+               tags text[], valid tstzrange, occurred_start timestamptz, mentioned_at timestamptz,
+               document_id bigint, provenance jsonb, fused_score double precision, rerank_score real,
+               rank_dense integer, rank_lexical integer, rank_graph integer, rank_temporal integer,
+               rank_context integer, rank_entity integer, rank_session integer)
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    IF (recall_in_bank.scope).bank_id IS DISTINCT FROM recall_in_bank.bank_id THEN
+        RAISE EXCEPTION 'bank_id: % is not the scope''s bank (%)', recall_in_bank.bank_id, (recall_in_bank.scope).bank_id
+            USING ERRCODE = 'RC001', COLUMN = 'bank_id',
+                  HINT = 'Pass the bank_id of the scope you pass: (rcll.recall_scope(...)).bank_id.';
+    END IF;
+    RETURN QUERY SELECT * FROM rcll.recall(recall_in_bank.query, recall_in_bank.scope, recall_in_bank.budget,
+        recall_in_bank.rerank_depth, recall_in_bank.context_depth, recall_in_bank."limit", recall_in_bank.query_embedding,
+        recall_in_bank.time_range, recall_in_bank.reference_time, recall_in_bank.deadline_ms,
+        recall_in_bank.entity_query_embedding);
+END
+$$;
+COMMENT ON FUNCTION rcll.recall_in_bank(integer, text, rcll.recall_scope, integer, integer, integer, integer, vector, tstzrange, timestamptz, integer, vector)
+    IS 'rcll.recall with the bank''s id first, the one argument Citus can delegate by: on a Citus cluster, SELECT * FROM rcll.recall_in_bank(<id>, query, <scope>) runs the whole recall on the worker holding the bank (the id and the scope as values: resolve them first with SELECT rcll.recall_scope(...)). On one node it is rcll.recall. RC001 when the id is not the scope''s.';
+
+CREATE OR REPLACE FUNCTION rcll._citus_delegate()
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    f regprocedure;
+    n integer := 0;
+BEGIN
+    -- force_delegation: every statement inside must stay on the bank's shards (Citus checks it).
+    FOREACH f IN ARRAY ARRAY['rcll.recall_in_bank(integer, text, rcll.recall_scope, integer, integer, integer, integer, public.vector, tstzrange, timestamptz, integer, public.vector)'::regprocedure] LOOP
+        PERFORM pg_catalog.create_distributed_function(f, 'bank_id', colocate_with => 'rcll.memory_units',
+                                                       force_delegation => true);
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION rcll._citus_delegate() IS 'Internal: on a Citus coordinator, mark the *_in_bank twins as distributed functions by bank_id (co-located with memory_units, force_delegation); rcll.distribute_by_bank calls it on every install. Returns how many.';
