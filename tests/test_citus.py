@@ -129,23 +129,28 @@ def test_recall_through_the_coordinator_equals_one_node(filled: str, one_node: s
             assert _facts(filled, bank, query) == _facts(one_node, bank, query), (bank, query)
 
 
+def _sql_recall(conn: psycopg.Connection[Any], bank: str) -> list[list[tuple[Any, ...]]]:
+    """rcll.recall_in_bank for each query, the scope resolved first: rows without their ids."""
+    scope, bank_id = conn.execute("SELECT s::text, (s).bank_id FROM rcll.recall_scope(%s) s", (bank,)).fetchone() or (None, None)
+    return [[row[1:] for row in conn.execute(
+        "SELECT unit_id, text, rank_lexical, rank_entity FROM rcll.recall_in_bank(%s, %s, %s::rcll.recall_scope)",
+        (bank_id, q, scope)).fetchall()] for q in QUERIES]
+
+
 def test_sql_recall_in_bank_runs_on_the_worker_and_equals_one_node(filled: str, one_node: str) -> None:
     # No model service here: the SQL recall runs its lexical, entity, graph and temporal channels.
-    answers = []
-    for url in (filled, one_node):
-        with psycopg.connect(url, autocommit=True) as conn:
-            configure(conn)
-            scope, bank_id = conn.execute("SELECT s::text, (s).bank_id FROM rcll.recall_scope(%s) s", (BANKS[1],)).fetchone() or (None, None)
-            conn.execute("SET citus.log_remote_commands = on" if url == filled else "SELECT 1")
-            sent: list[str] = []
-            conn.add_notice_handler(lambda d: sent.append(d.message_primary or ""))
-            answers.append([[row[1:] for row in conn.execute(
-                "SELECT unit_id, text, rank_lexical, rank_entity FROM rcll.recall_in_bank(%s, %s, %s::rcll.recall_scope)",
-                (bank_id, q, scope)).fetchall()] for q in QUERIES])
-            if url == filled:          # one command to one worker: the whole call, delegated
-                issued = [m for m in sent if m.startswith("issuing")]
-                assert len(issued) == len(QUERIES) and all("rcll.recall_in_bank(" in m for m in issued), issued
-    assert answers[0] == answers[1] and answers[0][0]
+    sent: list[str] = []
+    with psycopg.connect(filled, autocommit=True) as conn:
+        configure(conn)
+        conn.execute("SET citus.log_remote_commands = on")
+        conn.add_notice_handler(lambda d: sent.append(d.message_primary or ""))
+        on_cluster = _sql_recall(conn, BANKS[1])
+    with psycopg.connect(one_node, autocommit=True) as conn:
+        configure(conn)
+        on_one_node = _sql_recall(conn, BANKS[1])
+    assert on_cluster == on_one_node and on_cluster[0]
+    issued = [m for m in sent if m.startswith("issuing") and "recall_in_bank" in m]
+    assert len(issued) == len(QUERIES), sent          # one command to one worker a query: the whole call
 
 
 def _texts(url: str, bank: str) -> list[str]:
