@@ -61,6 +61,10 @@ BEGIN
     IF EXISTS (SELECT FROM pg_dist_partition p WHERE p.logicalrelid = 'rcll.memory_units'::regclass) THEN
         RETURN format('already distributed by bank; %s function(s) delegated', rcll._citus_delegate());
     END IF;
+    IF EXISTS (SELECT FROM rcll.bank_isolation_state) THEN
+        RAISE EXCEPTION 'dsn: bank isolation is on, and it is not applied on a Citus cluster yet' USING ERRCODE = 'RC001',
+            COLUMN = 'dsn', HINT = 'SELECT rcll.disable_bank_isolation() first, knowing SQL roles then see every bank (docs/scaling.md).';
+    END IF;
     -- Triggers on the shards write other tables of the same bank (the lexicon, room counts), which
     -- Citus allows only when told the triggers are safe: they are (same bank, same shard group).
     PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
