@@ -75,7 +75,7 @@ def test_install_places_every_rcll_table_by_bank_or_on_every_node(citus: CitusCl
             "SELECT oid::regclass::text FROM pg_class WHERE relnamespace = 'rcll'::regnamespace AND relkind = 'r'")}
         banked = {str(r[0]) for r in conn.execute("SELECT rcll._citus_bank_tables()::text")}
         again = install.install(conn)                                       # an upgrade: nothing to place again
-    assert "already distributed by bank; 1 function(s) delegated" in again
+    assert "already distributed by bank; 2 function(s) delegated" in again
     assert set(placed) == tables
     assert {"rcll.memory_units", "rcll.unit_lexicon", "rcll.documents", "rcll.links", "rcll.entities"} <= banked
     assert {t for t, (kind, _) in placed.items() if kind == "h"} == banked
@@ -121,21 +121,24 @@ def test_a_bank_lives_whole_on_one_worker(citus: CitusCluster, coordinator: str)
     assert {ports[0] for _, ports in where} == {w.port for w in citus.workers}   # six banks use both
 
 
-# The client's recall (rcll.recall_channels on two connections side by side, then
-# rcll.fuse_candidates) is not delegated yet: each statement pinned to a bank is sent whole to its
-# worker with the rcll calls in it, whose own queries Citus then refuses (nested distributed
-# execution). SQL's rcll.recall_in_bank is delegated (below); the client's twins are issue 42's.
-CLIENT_RECALL = pytest.mark.skip(reason="the client's recall phases are not delegated to the bank's worker yet (issue 42)")
-
-
 def _facts(url: str, bank: str, query: str) -> list[str]:
     with Memory(url, bank=bank) as m:
         return [f.text for f in m.recall(query, budget=None).facts]
 
 
-@CLIENT_RECALL
-def test_recall_through_the_coordinator_equals_one_node(filled: str, one_node: str) -> None:
-    for bank in (BANKS[0], BANKS[3]):
+def _bank_per_worker(url: str) -> dict[int, str]:
+    """One of BANKS on each worker (by the port of the worker holding its memory_units shard)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute("SELECT s.nodeport, min(b.name) FROM rcll.banks b "
+                            "JOIN citus_shards s ON s.shardid = get_shard_id_for_distribution_column('rcll.memory_units', b.bank_id) "
+                            "WHERE b.name = ANY (%s) GROUP BY s.nodeport", (BANKS,)).fetchall()
+    return {int(port): str(bank) for port, bank in rows}
+
+
+def test_recall_through_the_coordinator_equals_one_node(citus: CitusCluster, filled: str, one_node: str) -> None:
+    banks = _bank_per_worker(filled)
+    assert set(banks) == {w.port for w in citus.workers}
+    for bank in banks.values():
         for query in QUERIES:
             assert _facts(filled, bank, query) == _facts(one_node, bank, query), (bank, query)
 

@@ -37,7 +37,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from rcll import cluster, graphs, install, models
+from rcll import citus, cluster, graphs, install, models
 from rcll.auth import ANONYMOUS, Caller, act_as, can_write, identity_server_ok
 from rcll.consolidate import Observation, consolidate
 from rcll.db import configure, connect, resolve_dsn, retried_once
@@ -159,6 +159,7 @@ class _Pool:
     opened: bool = False
     identity_honoured: bool = False
     installed: str | None = None
+    in_bank: bool = False          # rcll's tables distributed by bank (Citus): recall delegates to the bank's worker
     exports: ExportBudget = dataclasses.field(default_factory=ExportBudget.from_env)   # export streams' own connections
 
 
@@ -299,6 +300,7 @@ class Memory:
                     with suppress(psycopg.errors.InsufficientPrivilege):
                         conn.execute("SELECT rcll.create_bank(name => %s)", (DEFAULT_BANK,))
             shared.identity_honoured = identity_server_ok(conn)
+            shared.in_bank = citus.is_distributed(conn)
         # Checked connections: a restarted PostgreSQL costs only the requests in flight (rcll.db.pool).
         shared.pool = db_pool(shared.dsn, max_size=shared.pool_size, configure=shared.configure)
         shared.pool.open(wait=True)
@@ -486,7 +488,7 @@ class Memory:
         if request.mine and self.agent is None:
             raise RcllError("mine", "this server has no identity for you",
                             "authenticate (bearer token or --agent), or filter by authors")
-        store = Pooled(self._pool(), agent=self.agent, read_only=self.read_only)
+        store = Pooled(self._pool(), agent=self.agent, read_only=self.read_only, in_bank=self._shared.in_bank)
         return recall(store, request, started=started)
 
     # -- rooms, tags, stats -------------------------------------------------------------------------
