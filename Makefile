@@ -64,7 +64,7 @@ browser:
 	@if [ "$$(id -u)" = 0 ]; then scripts/install-browser.sh; else sudo scripts/install-browser.sh; fi
 
 # Citus from ../shared/citus (checked against its SHA256SUMS) into the venv's embedded PostgreSQL 18,
-# for tests/citus.py's three-node cluster: about half a minute the first time, a stamp check after.
+# for rcll.citus_cluster's three-node cluster (tests, benchmarks): about half a minute the first time, a stamp check after.
 # Run as the venv's owner: as root it installs liblz4-dev and libzstd-dev when missing; another
 # user without them gets one line saying the Citus tests skip.
 citus:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # build-citus.sh — build Citus from ../shared/citus into the venv's embedded PostgreSQL 18.
 #
-# No registry these machines reach ships Citus, so the tests' Citus cluster (tests/citus.py) runs
+# No registry these machines reach ships Citus, so the tests' and benchmarks' Citus cluster (rcll.citus_cluster) runs
 # a build of its source archive, checked against SHA256SUMS, with PGXS against the embedded
 # PostgreSQL's own pg_config (pginstall/ inside .venv: run after scripts/bootstrap). Nothing of
 # Citus is kept in this repository; the build tree is removed after `make install`.

@@ -1,4 +1,4 @@
-"""rcll on a real Citus cluster (a coordinator and two workers, tests/citus_cluster.py): the install
+"""rcll on a real Citus cluster (a coordinator and two workers, rcll.citus_cluster): the install
 distributes every bank-keyed table by bank, a bank lives whole on one worker, and the coordinator
 answers as one node does for the same data."""
 
@@ -11,10 +11,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from citus_cluster import CitusCluster
 from conftest import Leg
 from rcll import Memory, install
 from rcll.citus import CitusError
+from rcll.citus_cluster import CitusCluster
 from rcll.db import configure
 from rcll.errors import Code
 

@@ -1,5 +1,6 @@
-"""A real Citus cluster for the tests: a coordinator and two workers of the embedded PostgreSQL 18
-(with Citus built in by scripts/build-citus.sh), on loopback, once per test run.
+"""A local Citus cluster: a coordinator and two workers of the embedded PostgreSQL 18 (with Citus
+built in by scripts/build-citus.sh, `make citus`), on loopback - what the tests (once per run) and
+the Citus benchmarks start.
 
 Each node is an rcll.cluster.Cluster (the server's own OS user when root, private socket
 directory, scram-sha-256 on TCP) with `shared_preload_libraries = citus` and listening on
@@ -27,8 +28,6 @@ from rcll import cluster
 
 DATABASE = "rcll"
 HOST = "127.0.0.1"
-# Loopback ports of this suite's Citus clusters: three a pytest-xdist worker (gw0 56101-56103, ...).
-FIRST_PORT = 56101
 SETTINGS = {"shared_preload_libraries": "citus", "listen_addresses": HOST,
             "fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",
             "max_connections": "200"}
@@ -43,12 +42,6 @@ def citus_missing() -> str | None:
     if not (bindir.parent / "lib" / "citus.so").exists():
         return "Citus is not built into the embedded PostgreSQL 18: run `make citus` (scripts/build-citus.sh, as root)"
     return None
-
-
-def _ports() -> list[int]:
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
-    first = FIRST_PORT + 3 * (int(worker) if worker.isdigit() else 0)
-    return [first, first + 1, first + 2]
 
 
 @dataclass
@@ -90,11 +83,12 @@ def stop(citus: CitusCluster) -> None:
         node.destroy()
 
 
-def start(base: Path) -> CitusCluster:
-    """A coordinator and two workers under base, the workers registered with citus_add_node and
-    the coordinator with citus_set_coordinator_host, in database DATABASE (Citus, vector and
-    pg_trgm created on each node). rcll is not installed: the caller does that on the coordinator."""
-    ports = _ports()
+def start(base: Path, first_port: int) -> CitusCluster:
+    """A coordinator and two workers under base, on loopback ports first_port, +1, +2, the
+    workers registered with citus_add_node and the coordinator with citus_set_coordinator_host, in
+    database DATABASE (Citus created on each node). rcll is not installed: the caller does that on
+    the coordinator."""
+    ports = [first_port, first_port + 1, first_port + 2]
     nodes = [cluster.embedded(base / name, port=port, **SETTINGS)
              for name, port in zip(("coordinator", "worker1", "worker2"), ports, strict=True)]
     citus = CitusCluster(nodes[0], nodes[1:])
@@ -120,8 +114,8 @@ def start(base: Path) -> CitusCluster:
 
 
 @contextlib.contextmanager
-def running(base: Path) -> Iterator[CitusCluster]:
-    citus = start(base)
+def running(base: Path, first_port: int) -> Iterator[CitusCluster]:
+    citus = start(base, first_port)
     try:
         yield citus
     finally:
