@@ -121,9 +121,14 @@ def test_a_bank_lives_whole_on_one_worker(citus: CitusCluster, coordinator: str)
     assert {ports[0] for _, ports in where} == {w.port for w in citus.workers}   # six banks use both
 
 
-def _facts(url: str, bank: str, query: str) -> list[str]:
+FIELDS = ("text", "fused_score", "rerank_score", "rank_dense", "rank_lexical", "rank_graph", "rank_temporal",
+          "rank_entity", "rank_session", "rank_context")
+
+
+def _facts(url: str, bank: str, query: str) -> list[tuple[object, ...]]:
+    """A default recall's facts by content: text, scores and every channel's rank (ids differ)."""
     with Memory(url, bank=bank) as m:
-        return [f.text for f in m.recall(query, budget=None).facts]
+        return [tuple(getattr(f, k) for k in FIELDS) for f in m.recall(query, budget=None).facts]
 
 
 def _bank_per_worker(url: str) -> dict[int, str]:

@@ -28,7 +28,9 @@ from rcll import cluster
 
 DATABASE = "rcll"
 HOST = "127.0.0.1"
-SETTINGS = {"shared_preload_libraries": "citus", "listen_addresses": HOST,
+# shared_buffers small: three servers (and the other clusters of a test run) share one machine's
+# memory, and each would take an eighth of it by default (rcll.cluster.shared_buffers).
+SETTINGS = {"shared_preload_libraries": "citus", "listen_addresses": HOST, "shared_buffers": "256MB",
             "fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",
             "max_connections": "200"}
 
@@ -107,6 +109,11 @@ def start(base: Path, first_port: int) -> CitusCluster:
             conn.execute("SELECT citus_set_coordinator_host(%s, %s)", (HOST, citus.coordinator.port))
             for worker in citus.workers:
                 conn.execute("SELECT citus_add_node(%s, %s)", (HOST, worker.port))
+    except cluster.ClusterError as e:
+        # The logs go with the nodes: say what the failing one wrote first.
+        told = "\n".join(f"{n.log.name}: {n.log.read_text()[-600:]}" for n in nodes if n.log.exists() and n.log.stat().st_size)
+        stop(citus)
+        raise cluster.ClusterError(f"{e}\n{told}") from e
     except BaseException:
         stop(citus)
         raise

@@ -108,6 +108,9 @@ SECURITY DEFINER
 AS $$
 DECLARE
     written bigint[];
+    -- This transaction's start, read here: on a Citus cluster a now() inside the statement below
+    -- would be the worker's own transaction start, not the instant the units were stamped with.
+    started constant timestamptz := now();
 BEGIN
     -- Two statements, not a call with a subquery for argument: on a Citus cluster a statement that
     -- reads one bank's shards is sent whole to its worker, the call with it, and the call's own
@@ -115,7 +118,7 @@ BEGIN
     written := ARRAY(SELECT u.unit_id FROM rcll.memory_units u
                      WHERE u.unit_id = ANY (_link_written_keyless_entities.unit_ids)
                        AND u.bank_id = _link_written_keyless_entities.bank_id
-                       AND u.created_at = now());
+                       AND u.created_at = started);
     RETURN rcll._link_keyless_entities(_link_written_keyless_entities.bank_id, written);
 END
 $$;
