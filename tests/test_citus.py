@@ -18,6 +18,9 @@ from rcll.citus_cluster import CitusCluster
 from rcll.db import configure
 from rcll.errors import Code
 
+# Tens of seconds (the cluster's start, install and distribution): handed out first by make test.
+pytestmark = pytest.mark.slow
+
 DOCS = [
     ("We deploy the API with Argo CD since March.", "deployment"),
     ("Rollbacks use helm rollback to the previous release.", "deployment"),
