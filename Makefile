@@ -2,7 +2,7 @@
 PG_CONFIG ?= $(shell .venv/bin/python -c "from rcll.cluster import embedded_bindir; print(embedded_bindir() / 'pg_config')" 2>/dev/null || echo pg_config)
 PY = .venv/bin/python
 
-.PHONY: run test test-setup system-packages bootstrap bootstrap-test pg15-leg browser citus node-client typescript-client typescript-types extension install lint bench bench-retain bench-recall bench-locomo
+.PHONY: run test test-setup system-packages bootstrap bootstrap-test pg15-leg browser ha-cluster bench-failover citus node-client typescript-client typescript-types extension install lint bench bench-retain bench-recall bench-locomo
 
 run: bootstrap extension
 	.venv/bin/rcll serve
@@ -28,6 +28,7 @@ test-setup:
 system-packages:
 	@$(MAKE) --no-print-directory pg15-leg
 	@$(MAKE) --no-print-directory browser
+	@$(MAKE) --no-print-directory ha-cluster
 
 # node-postgres for tests/test_node_client.py (SQL recall from Node.js): installed once from the lock file.
 node-client: tests/node/node_modules/.package-lock.json
@@ -55,13 +56,20 @@ bootstrap:
 bootstrap-test:
 	scripts/bootstrap test
 
-# Debian PostgreSQL 15 + pgvector (built from Debian's source package) + plpython3u: the second test leg.
+# Debian PostgreSQL 15 + pgvector (built from Debian's source package) + plpython3u: the second test
+# leg. Needs root (or sudo without a password); without either, the suite runs pg18 alone and says so.
 pg15-leg:
-	@if [ "$$(id -u)" = 0 ]; then scripts/install-pg15-leg.sh; else sudo scripts/install-pg15-leg.sh; fi
+	@scripts/install-pg15-leg.sh
 
 # Debian's chromium + chromium-driver: tests/test_console.py drives the console with them (Selenium).
+# Needs root as pg15-leg does; without it the browser tests are skipped with one line saying why.
 browser:
-	@if [ "$$(id -u)" = 0 ]; then scripts/install-browser.sh; else sudo scripts/install-browser.sh; fi
+	@scripts/install-browser.sh
+
+# etcd-server (Debian's) and Patroni in a venv the servers' OS user can run (/var/cache/rcll):
+# tests/test_failover.py and bench/failover.py start a Patroni cluster with them (scripts/ha-cluster).
+ha-cluster:
+	@scripts/ha-cluster install
 
 # Citus from ../shared/citus (checked against its SHA256SUMS) into the venv's embedded PostgreSQL 18,
 # for rcll.citus_cluster's three-node cluster (tests, benchmarks): about half a minute the first time, a stamp check after.
@@ -94,3 +102,7 @@ bench-recall: bootstrap
 
 bench-locomo: bootstrap
 	$(PY) -m bench.locomo.run
+
+# Failover drills on a local Patroni cluster (ports 56200-56232): not part of `make bench`.
+bench-failover: bootstrap ha-cluster extension
+	$(PY) -m bench.failover

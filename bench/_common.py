@@ -19,6 +19,7 @@ from psycopg import sql
 
 from rcll import cluster, install
 from rcll.db import configure
+from rcll.settings import Settings
 
 
 @contextmanager
@@ -27,7 +28,7 @@ def embedded_cluster(port: int, prefix: str = "rcllb-", keep: bool = False, leg:
     Debian's PostgreSQL 15 (the tests' second leg); destroyed afterwards unless `keep` (then its
     URL is printed, for EXPLAIN)."""
     root = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
-    c = cluster.debian15(root / "pg15", port=port) if leg == "pg15" else cluster.embedded(root / "pg18", port=port)
+    c = cluster.debian15(root / "pg15", port=port) if leg == "pg15" else cluster.embedded(root / "pg18", port=port, config=Settings.from_env())
     try:
         c.start()
         yield c

@@ -226,7 +226,7 @@ def build(conn: psycopg.Connection[Any], n: int, banks: int = 400, seed: int = 1
                 if j != i and (i, j) not in seen:
                     seen.add((i, j))
                     cp.write_row((bank_ids[bank_of[i]], int(ids[i]), int(ids[j]), "semantic", 0.8))
-    graph_s = time.perf_counter() - t
+    index_s = time.perf_counter() - t
 
     t = time.perf_counter()
     build_s: dict[str, float] = {}
@@ -244,7 +244,7 @@ def build(conn: psycopg.Connection[Any], n: int, banks: int = 400, seed: int = 1
     return {"rng": rng, "sizes": sizes, "names": names, "bank_ids": bank_ids, "centers": centers,
             "topic_of": topic_of, "bank_of": bank_of, "texts": texts, "room_name": room_name,
             "rooms_by_bank": rooms_by_bank, "authors": authors, "ids": ids,
-            "seconds": {"generate": gen_s, "documents": docs_s, "units": units_s, "graph": graph_s,
+            "seconds": {"generate": gen_s, "documents": docs_s, "units": units_s, "index": index_s,
                         "indexes+analyze": index_s, **{f"build {k}": v for k, v in build_s.items()}}}
 
 
@@ -512,21 +512,21 @@ def run(conn: psycopg.Connection[Any], side: psycopg.Connection[Any], n: int, ba
             print(f"write rate into the {label} bank with its partial index too: {rate:.0f} units/s", flush=True)
 
     if split:
-        split_graphs(conn, side, d, picks, asked, split, emb)
+        split_indexes(conn, side, d, picks, asked, split, emb)
     if upkeep:
-        upkeep_graphs(conn, side, d, picks, asked, emb)
+        upkeep_dense_indexes(conn, side, d, picks, asked, emb)
 
 
-def upkeep_graphs(conn: psycopg.Connection[Any], side: psycopg.Connection[Any], d: dict[str, Any],
+def upkeep_dense_indexes(conn: psycopg.Connection[Any], side: psycopg.Connection[Any], d: dict[str, Any],
                   picks: dict[str, int], asked: dict[tuple[int, str], list[dict[str, Any]]], emb: Any) -> None:
     """One round of the periodic jobs (rcll.Memory.upkeep, as `rcll upkeep` and `rcll serve` run it,
-    with the shipped settings: RCLL_AUTO_GRAPHS on, the plan's min_units) on a thread, while
+    with the shipped settings: RCLL_AUTO_DENSE_INDEXES on, the plan's min_units) on a thread, while
     writes go into the biggest bank in batches of 50 one-unit transactions; the write rate
-    while an index build was under way (rcll.dense_graph_builds), then after the round, and the
+    while an index build was under way (rcll.dense_index_builds), then after the round, and the
     same queries as the first table once it is done. No manual step: the round applies the plan."""
     import threading
 
-    from rcll import graphs
+    from rcll import dense_indexes
     from rcll.memory import Memory
     biggest = d["names"][0]
     with Memory(conn.info.dsn, pool_size=2) as m:
@@ -543,21 +543,21 @@ def upkeep_graphs(conn: psycopg.Connection[Any], side: psycopg.Connection[Any], 
         during: list[float] = []
         seed = 100
         while thread.is_alive():
-            building = bool(graphs.builds(side))
+            building = bool(dense_indexes.builds(side))
             rate = write_rate(conn, biggest, 50, seed=seed)
             seed += 1
-            if building and graphs.builds(side):
+            if building and dense_indexes.builds(side):
                 during.append(rate)
         thread.join()
         took = time.perf_counter() - t
     if "error" in done:
         raise done["error"]
-    steps = done["upkeep"].graph_steps or []
-    print(f"\none upkeep round (statistics, room counts, the dense-graph plan) in {took:.0f} s, {len(steps)} step(s):")
+    steps = done["upkeep"].index_steps or []
+    print(f"\none upkeep round (statistics, room counts, the dense-index plan) in {took:.0f} s, {len(steps)} step(s):")
     for why in steps:
         print(f"  {why}")
-    listed = graphs.graphs(conn)
-    print("graphs after it: " + "; ".join(f"{g.index_name} ({g.kind}, {'valid' if g.valid else 'INVALID'})" for g in listed))
+    listed = dense_indexes.indexes(conn)
+    print("indexes after it: " + "; ".join(f"{g.index_name} ({g.kind}, {'valid' if g.valid else 'INVALID'})" for g in listed))
     if during:
         print(f"write rate into the biggest bank ({d['sizes'][0]:,}) while an index was built: median "
               f"{statistics.median(during):.0f} units/s over {len(during)} batches of 50 (min {min(during):.0f}, max {max(during):.0f})")
@@ -565,40 +565,40 @@ def upkeep_graphs(conn: psycopg.Connection[Any], side: psycopg.Connection[Any], 
     print(f"write rate into the biggest bank after the round: {rate:.0f} units/s", flush=True)
     conn.execute("ANALYZE rcll.memory_units")
     recall_table(conn, side, d, picks, asked, emb, emb is not None, "recall per bank and filter after one upkeep round",
-                 "the same queries as the first table; the graphs the round built", prefix="after upkeep, ")
+                 "the same queries as the first table; the indexes the round built", prefix="after upkeep, ")
 
 
-def split_graphs(conn: psycopg.Connection[Any], side: psycopg.Connection[Any], d: dict[str, Any],
+def split_indexes(conn: psycopg.Connection[Any], side: psycopg.Connection[Any], d: dict[str, Any],
                  picks: dict[str, int], asked: dict[tuple[int, str], list[dict[str, Any]]], min_units: int,
                  emb: Any) -> None:
-    """`rcll graphs --apply --min-units N` on the store: every bank of at least `min_units` units
-    (and at most half the store) gets its own HNSW graph, and the global graph is rebuilt without
-    them, so each unit is in exactly one graph; then the same queries as the main table, and the
+    """`rcll dense-indexes --apply --min-units N` on the store: every bank of at least `min_units` units
+    (and at most half the store) gets its own HNSW index, and the global index is rebuilt without
+    them, so each unit is in exactly one index; then the same queries as the main table, and the
     write rates, again."""
-    from rcll import graphs
+    from rcll import dense_indexes
     built: list[list[Any]] = []
     by_id = {int(b): i for i, b in enumerate(d["bank_ids"])}
 
-    def progress(s: graphs.Step, seconds: float) -> None:
+    def progress(s: dense_indexes.Step, seconds: float) -> None:
         if s.statement.startswith("CREATE INDEX"):
             bank = re.search(r"WHERE bank_id = ([0-9]+)$", s.statement)
             i = by_id[int(bank.group(1))] if bank else None
             units = d["sizes"][i] if i is not None else sum(d["sizes"]) - sum(r[1] for r in built)
-            built.append([d["names"][i] if i is not None else "global graph without them", units, seconds])
+            built.append([d["names"][i] if i is not None else "global index without them", units, seconds])
             print(f"  {built[-1][0]} ({units:,} units) built in {seconds:.0f} s", flush=True)
-    graphs.apply(conn.info.dsn, min_units, progress, maintenance_work_mem="3GB")
+    dense_indexes.apply(conn.info.dsn, min_units, progress, maintenance_work_mem="3GB")
     conn.execute("ANALYZE rcll.memory_units")
-    for label, b in picks.items():                      # which graph a bank's nearest-neighbour scan walks
+    for label, b in picks.items():                      # which index a bank's nearest-neighbour scan walks
         plan = conn.execute(f"EXPLAIN SELECT u.unit_id FROM rcll.memory_units u WHERE u.bank_id = {int(d['bank_ids'][b])} "
                             f"ORDER BY u.embedding OPERATOR(public.<=>) (SELECT embedding FROM rcll.memory_units LIMIT 1) "
                             "LIMIT 300").fetchall()
         used = next((r[0].split(" using ")[1].split(" ")[0] for r in plan if " using " in r[0]), "no index")
         print(f"  {label} bank's nearest-neighbour scan uses: {used}", flush=True)
-    print(f"\nown HNSW graphs for the {len(built) - 1} banks of at least {min_units:,} units, the global graph rebuilt "
-          "without them (each unit in one graph; rcll graphs --apply)")
-    print(table(["graph", "units", "build s"], built), flush=True)
-    recall_table(conn, side, d, picks, asked, emb, emb is not None, "recall per bank and filter with split graphs",
-                 "the same queries as the first table", prefix="split graphs, ")
+    print(f"\nown HNSW indexes for the {len(built) - 1} banks of at least {min_units:,} units, the global index rebuilt "
+          "without them (each unit in one index; rcll dense-indexes --apply)")
+    print(table(["index", "units", "build s"], built), flush=True)
+    recall_table(conn, side, d, picks, asked, emb, emb is not None, "recall per bank and filter with split indexes",
+                 "the same queries as the first table", prefix="split indexes, ")
     for label, b in picks.items():
         rate = write_rate(conn, d["names"][b], 300, seed=20 + b)
-        print(f"write rate into the {label} bank ({d['sizes'][b]:,}) with split graphs: {rate:.0f} units/s", flush=True)
+        print(f"write rate into the {label} bank ({d['sizes'][b]:,}) with split indexes: {rate:.0f} units/s", flush=True)

@@ -393,12 +393,12 @@ def main() -> int:
                     help="fleet: also measure the dense channel's recall@10 vs exact and latency at these "
                          "hnsw.ef_search values (e.g. 400,800), on the cases that take the HNSW route")
     ap.add_argument("--split", type=int, default=0, metavar="UNITS",
-                    help="fleet: then give every bank of at least UNITS units its own HNSW graph, rebuild the "
+                    help="fleet: then give every bank of at least UNITS units its own HNSW index, rebuild the "
                          "global one without them, and measure again")
     ap.add_argument("--ef-queries", type=int, default=20, help="fleet: queries per case for --ef-search")
     ap.add_argument("--upkeep", action="store_true",
                     help="fleet: then run one round of the periodic jobs (rcll upkeep, which gives big banks their own "
-                         "graphs with the shipped settings) while writing into the biggest bank, and measure again")
+                         "HNSW indexes with the shipped settings) while writing into the biggest bank, and measure again")
     args = ap.parse_args()
 
     if args.fleet:

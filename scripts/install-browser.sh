@@ -10,8 +10,15 @@ export DEBIAN_FRONTEND=noninteractive
 log() { printf '[install-browser] %s\n' "$*" >&2; }
 
 if [ "$(id -u)" != 0 ]; then
-    log "ERROR: run as root (make test runs it through sudo)"
-    exit 1
+    # Without root: nothing to do when the browser is installed; sudo when it may; else say so.
+    if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then
+        exit 0
+    fi
+    if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+        exec sudo -n "$0" "$@"
+    fi
+    echo "browser tests skipped: Debian's chromium is not installed and installing it needs root (as root: make browser)"
+    exit 0
 fi
 
 if ! { [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; }; then

@@ -1,8 +1,14 @@
 """Real PostgreSQL for every test: throwaway clusters on both legs, a fresh database per test.
 
 Legs: pg18 (the embedded default: PG 18 + pgvector 0.8.6) and pg15 (Debian PG 15 + pgvector 0.8.0
-+ plpython3u, prepared by scripts/install-pg15-leg.sh). A leg that cannot start fails the run;
-it is never skipped. RCLL_TEST_LEGS=pg18 narrows a local run to one leg.
++ plpython3u, prepared by scripts/install-pg15-leg.sh). A leg that cannot start fails the run; the
+one exception is a run without root on a machine where nobody installed the pg15 leg (it needs
+root), which runs pg18 alone and says so in one line. RCLL_TEST_LEGS=pg18 narrows a local run.
+
+Every run is a first run: as root, the clusters run as an OS user made for this run (a new name,
+RCLL_SERVER_USER, created by the first cluster that starts - on two workers at once - and removed
+when the run ends), so the path a fresh machine takes is the one every run takes. When the run
+ends, the suite fails if anything of it is left: a process, or a /tmp or /dev/shm entry named rcll.
 """
 
 from __future__ import annotations
@@ -11,9 +17,9 @@ import collections
 import concurrent.futures
 import contextlib
 import fcntl
-import hashlib
 import itertools
 import os
+import pwd
 import queue
 import shutil
 import subprocess
@@ -32,14 +38,27 @@ from psycopg import conninfo, sql
 import rcll
 from rcll import citus_cluster, cluster, install
 from rcll.db import configure
+from rcll.settings import Settings
 from rcll.sqlsource import extension_dir
 
 # Starlette's TestClient sends Host: testserver; the HTTP app answers only the hosts it is told
 # (rcll.http_guard), so the suite tells it this one. Tests of the Host rule set their own.
 os.environ.setdefault("RCLL_ALLOWED_HOSTS", "testserver")
+# The same for a test that passes its settings instead of reading the environment: the defaults,
+# and that host answered.
+SETTINGS = Settings(allowed_hosts="testserver")
 
-LEGS = [leg for leg in os.environ.get("RCLL_TEST_LEGS", "pg18,pg15").split(",") if leg]
+PG15_READY = (cluster.DEBIAN_PG15_BIN / "postgres").exists() and \
+    Path("/usr/share/postgresql/15/extension/vector.control").exists()
+# Without root the pg15 leg cannot be installed (apt): such a run takes the leg it has and says so.
+PG15_SKIPPED = (None if PG15_READY or os.geteuid() == 0 or "RCLL_TEST_LEGS" in os.environ else
+                "pg15 leg skipped: Debian's PostgreSQL 15 with pgvector is not installed and installing it "
+                "needs root (as root: make pg15-leg); running pg18 alone")
+LEGS = [leg for leg in os.environ.get("RCLL_TEST_LEGS", "pg18" if PG15_SKIPPED else "pg18,pg15").split(",") if leg]
 PORTS = {"pg18": 55418, "pg15": 55415}
+# The tests of the extension route need rcll's scripts in the server's extension directory.
+EXTENSION_SKIPPED = ("{leg}: the extension-route tests skipped: installing rcll's extension files into "
+                     "{sharedir} needs root (as root: make install PG_CONFIG=...)")
 TEMPLATE = "rcll_template"
 DROPPER = "rcll_dropper"     # the database the dropper thread connects to
 _counter = itertools.count()
@@ -180,8 +199,11 @@ class Leg:
         sharedir = Path(subprocess.run([str(pg_config), "--sharedir"], check=True, capture_output=True,
                                        text=True).stdout.strip()) / "extension"
         source = Path(extension_dir())
-        lock = Path(tempfile.gettempdir()) / f"rcll-install-{hashlib.sha1(str(sharedir).encode()).hexdigest()[:10]}.lock"
-        with lock.open("a") as held:
+        if not os.access(sharedir, os.W_OK):        # Debian's, without root: CREATE EXTENSION cannot be tried
+            pytest.skip(EXTENSION_SKIPPED.format(leg=self.name, sharedir=sharedir))
+        # The lock is the extension directory itself (flock on its descriptor): no lock file to leave.
+        held = os.open(sharedir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
             fcntl.flock(held, fcntl.LOCK_EX)
             subprocess.run(["make", "-s", "-C", str(source), "scripts"], check=True, capture_output=True)
             ours = [p for p in source.iterdir() if p.name == "rcll.control" or
@@ -190,14 +212,16 @@ class Leg:
                    for p in ours):
                 subprocess.run(["make", "-s", "-C", str(source), "install", f"PG_CONFIG={pg_config}"],
                                check=True, capture_output=True)
+        finally:
+            os.close(held)
 
 
 def _start_leg(name: str, base: Path) -> Leg:
     settings = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
     if name == "pg18":
-        c = cluster.embedded(base / name, port=PORTS[name], **settings)
+        c = cluster.embedded(base / name, port=PORTS[name], config=Settings.from_env(), **settings)
     elif name == "pg15":
-        c = cluster.debian15(base / name, port=PORTS[name], **settings)
+        c = cluster.debian15(base / name, port=PORTS[name], os_user=cluster.server_user(Settings.from_env()), **settings)
     else:
         raise ValueError(f"unknown test leg {name!r} (RCLL_TEST_LEGS)")
     c.start()
@@ -212,12 +236,191 @@ def _start_leg(name: str, base: Path) -> Leg:
     return leg
 
 
+# -- the run: its OS user, its directories, and what it must not leave behind -------------------
+
+RUN_ENV = "RCLL_TEST_RUN"            # every process of the run inherits it: how leftovers are found
+
+
+def _is_controller(config: pytest.Config) -> bool:
+    """The process that runs the session (pytest itself, or pytest-xdist's controller), not a worker."""
+    return not hasattr(config, "workerinput")
+
+
+class _Run(NamedTuple):
+    id: str
+    made_user: str | None          # the OS user made for this run (removed at its end)
+    dirs: tuple[Path, ...]         # the run's temporary directory (TMPDIR) and scratch directory
+
+
+_RUN = pytest.StashKey[_Run]()
+
+
+def _run_dir(parent: str, run: str, mode: int) -> Path:
+    path = Path(parent) / f"rcll-run-{run}"
+    path.mkdir(mode=mode)
+    path.chmod(mode)                 # past the umask
+    return path
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # pytest-xdist's --dist loadfile hands out the files with the most tests first unless told not
     # to, which sends the files of one long test (the wheel, the soak, a fuzzer) out last, to finish
     # alone: it keeps the order pytest_collection_modifyitems gives instead.
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
+    if not _is_controller(config) or RUN_ENV in os.environ:
+        return                       # the workers inherit the controller's environment
+    run = uuid.uuid4().hex[:10]
+    os.environ[RUN_ENV] = run
+    # Everything the run's processes put in the temporary directory (socket directories, the model
+    # service's) and the clusters' scratch space live in directories of the run, so that what it
+    # leaves behind is told apart from what other users of the machine have there. The temporary
+    # one is shared like /tmp (servers running as other users make their socket directories in it).
+    # pytest's own temporary folders stay where they were (kept, as pytest keeps them).
+    tmp = _run_dir(tempfile.gettempdir(), run, 0o1777)
+    scratch = _run_dir(scratch_dir(), run, 0o755) if scratch_dir() != tempfile.gettempdir() else tmp
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
+    os.environ["TMPDIR"], os.environ["RCLL_TEST_SCRATCH"] = str(tmp), str(scratch)
+    tempfile.tempdir = None          # gettempdir() reads TMPDIR again
+    user = None
+    if os.geteuid() == 0 and cluster.SERVER_USER_ENV not in os.environ:
+        # A name no machine has seen: the workers' first clusters create it at the same moment.
+        user = os.environ[cluster.SERVER_USER_ENV] = f"rcllt{run}"
+    config.stash[_RUN] = _Run(run, user, tuple(dict.fromkeys((tmp, scratch))))
+
+
+def _run_processes(run: str, uid: int | None) -> list[str]:
+    """Processes of this run still alive, but this one and its ancestors: those carrying
+    RUN_ENV=run in their environment, and any of the run's OS user."""
+    found = []
+    marker = f"{RUN_ENV}={run}".encode()
+    ours, pid = set(), os.getpid()           # this process and its ancestors (make, a shell)
+    while pid > 1:
+        ours.add(pid)
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    for pid_ in filter(str.isdigit, os.listdir("/proc")):
+        pid = int(pid_)
+        if pid in ours:
+            continue
+        try:
+            st = os.stat(f"/proc/{pid}")
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in env or (uid is not None and st.st_uid == uid):
+            found.append(f"{pid} {cmd.strip()[:120]}")
+    return found
+
+
+def _left_in(dirs: tuple[Path, ...], uid: int | None) -> list[str]:
+    """What the run left: rcll entries in its directories, and anything its OS user owns in the
+    machine's own /tmp and /dev/shm (written past TMPDIR)."""
+    left = [str(entry) for d in dirs for entry in d.iterdir() if "rcll" in entry.name]
+    if uid is not None:
+        for place in {Path(os.environ.get("PYTEST_DEBUG_TEMPROOT", "/tmp")), Path("/tmp"), Path("/dev/shm")}:
+            with contextlib.suppress(OSError):
+                left += [str(e) for e in place.iterdir() if e.lstat().st_uid == uid]
+    return left
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """As the run ends (after pytest-xdist's workers are gone): nothing of it may remain - no
+    process, no rcll entry in its directories - then its directories and its OS user go."""
+    if not _is_controller(session.config) or _RUN not in session.config.stash:
+        return
+    run = session.config.stash[_RUN]
+    uid = None
+    if run.made_user:
+        with contextlib.suppress(KeyError):
+            uid = pwd.getpwnam(run.made_user).pw_uid
+    left: list[str] = []
+    for _ in range(50):              # the workers' processes may take a moment to exit
+        left = _run_processes(run.id, uid)
+        if not left:
+            break
+        threading.Event().wait(0.2)
+    left += _left_in(run.dirs, uid)
+    if left:
+        print("\nconftest: the run left these behind:\n  " + "\n  ".join(left), file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        for line in left:
+            if line[0].isdigit():
+                with contextlib.suppress(OSError):
+                    os.kill(int(line.split()[0]), 9)
+    for d in run.dirs:
+        shutil.rmtree(d, ignore_errors=True)
+    if run.made_user and uid is not None:
+        for _ in range(50):          # userdel refuses while a killed process of the user lingers
+            proc = subprocess.run(["userdel", run.made_user], capture_output=True, text=True)
+            if proc.returncode == 0:
+                break
+            threading.Event().wait(0.2)
+        else:
+            print(f"conftest: could not remove the run's OS user {run.made_user}: {proc.stderr.strip()}", file=sys.stderr)
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    lines = []
+    if PG15_SKIPPED:
+        lines.append(PG15_SKIPPED)
+    elif "pg15" in LEGS and PG15_READY and not os.access("/usr/share/postgresql/15/extension", os.W_OK):
+        lines.append(EXTENSION_SKIPPED.format(leg="pg15", sharedir="/usr/share/postgresql/15/extension"))
+    if os.geteuid() == 0:
+        lines.append(f"clusters run as the OS user {cluster.server_user(Settings.from_env())} (made for this run)")
+    if BROWSER_SKIPPED:
+        lines.append(BROWSER_SKIPPED)
+    return lines
+
+
+# -- the browser: Debian's Chromium driven by Selenium (scripts/install-browser.sh) ---------------
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+BROWSER_SKIPPED = (None if CHROMIUM.exists() and CHROMEDRIVER.exists() or os.geteuid() == 0 else
+                   "browser tests skipped: Debian's chromium and chromium-driver are not installed and "
+                   "installing them needs root (as root: make browser)")
+
+
+def require_browser() -> None:
+    """Skip (a run without root on a machine without the browser) or fail (anywhere else) when
+    Chromium or its driver is missing."""
+    missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not path.exists()]
+    if missing and BROWSER_SKIPPED:
+        pytest.skip(BROWSER_SKIPPED)
+    if missing:
+        pytest.fail(f"{missing[0]} is missing: run `make browser` (scripts/install-browser.sh) first")
+
+
+@contextlib.contextmanager
+def chromium(tmp_path_factory: pytest.TempPathFactory, *args: str, log: bool = False) -> Iterator[Any]:
+    """A headless Chromium (Selenium's driver) with args beside the usual ones; log=True keeps the
+    page's console log for get_log("browser"). Quit when the block ends."""
+    require_browser()
+    # only the browser tests' workers import Selenium
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service as DriverService
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", *args):
+        options.add_argument(arg)
+    if log:
+        options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    # Chromium leaves its singleton socket's folder in TMPDIR: one under pytest's temporary folders,
+    # not a new org.chromium.Chromium.* in /tmp per run.
+    service = DriverService(str(CHROMEDRIVER), env={**os.environ, "TMPDIR": str(tmp_path_factory.mktemp("chromium"))})
+    driver = webdriver.Chrome(options=options, service=service)
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -381,5 +584,6 @@ def citus(test_root: Path) -> Iterator[citus_cluster.CitusCluster]:
         pytest.skip(missing)
     # Three loopback ports a pytest-xdist worker: gw0 56101-56103, gw1 56104-56106, ...
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
-    with citus_cluster.running(test_root / "citus", 56101 + 3 * (int(worker) if worker.isdigit() else 0)) as running:
+    first = 56101 + 3 * (int(worker) if worker.isdigit() else 0)
+    with citus_cluster.running(test_root / "citus", first, Settings.from_env()) as running:
         yield running

@@ -363,24 +363,24 @@ def test_own_graphs_after_a_restore(leg: Leg, databases: tuple[str, str], use_ex
     install`: in the dump like every index. CREATE EXTENSION: pg_dump dumps no index of an
     extension's table, so the restore has the extension's one global graph again (docs/backup.md);
     recall returns the same rows either way, and the plan says what to run again."""
-    from rcll import graphs
+    from rcll import dense_indexes
     if use_extension:
         install_extension_files(leg)
     source, target = databases
     with psycopg.connect(leg.url(source), autocommit=True) as conn:
         install.install(conn, use_extension=use_extension)
         fill(conn)
-        graphs.apply(leg.url(source), min_units=1, max_share=1.0)
-        layout = sorted((g.index_name, g.kind, g.excluded_banks) for g in graphs.graphs(conn))
+        dense_indexes.apply(leg.url(source), min_units=1, max_share=1.0)
+        layout = sorted((g.index_name, g.kind, g.excluded_banks) for g in dense_indexes.indexes(conn))
         rows, recalled = snapshot(conn), recalls(conn)
     assert [k for _, k, _ in layout].count("bank") >= 2
     restore_plain(leg, run(leg, "pg_dump", "-d", leg.url(source)), target)
     with psycopg.connect(leg.url(target), autocommit=True) as conn:
         assert snapshot(conn) == rows and recalls(conn) == recalled
-        restored = sorted((g.index_name, g.kind, g.excluded_banks) for g in graphs.graphs(conn))
+        restored = sorted((g.index_name, g.kind, g.excluded_banks) for g in dense_indexes.indexes(conn))
         if use_extension:
             assert restored == [("memory_units_embedding_hnsw", "global", [])]
-            graphs.apply(leg.url(target), min_units=1, max_share=1.0)
-            restored = sorted((g.index_name, g.kind, g.excluded_banks) for g in graphs.graphs(conn))
+            dense_indexes.apply(leg.url(target), min_units=1, max_share=1.0)
+            restored = sorted((g.index_name, g.kind, g.excluded_banks) for g in dense_indexes.indexes(conn))
         assert restored == layout
-        assert graphs.plan(conn, min_units=1, max_share=1.0) == []
+        assert dense_indexes.plan(conn, min_units=1, max_share=1.0) == []

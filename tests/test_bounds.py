@@ -22,7 +22,7 @@ from fastapi.testclient import TestClient
 from psycopg import conninfo
 
 import rcll
-from conftest import Leg
+from conftest import SETTINGS, Leg
 from rcll.auth import TokenMap
 from rcll.errors import RcllError
 from rcll.http import create_app
@@ -40,11 +40,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+CAPPED = SETTINGS.replace(max_body_bytes=4096, max_import_bytes=8192)
+
+
 @pytest.fixture
-def tokened(dsn: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
-    monkeypatch.setenv("RCLL_MAX_BODY_BYTES", "4096")
-    monkeypatch.setenv("RCLL_MAX_IMPORT_BYTES", "8192")
-    with TestClient(create_app(dsn, tokens=TokenMap.from_pairs({TOKEN: "agent"}))) as c:
+def tokened(dsn: str) -> Iterator[TestClient]:
+    with TestClient(create_app(dsn, tokens=TokenMap.from_pairs({TOKEN: "agent"}), settings=CAPPED)) as c:
         yield c
 
 
@@ -75,11 +76,12 @@ def test_the_import_route_has_its_own_cap(tokened: TestClient) -> None:
     assert (r.status_code, r.json()["field"]) == (413, "body"), r.text
 
 
-def test_an_import_line_over_its_cap_is_refused_as_it_is_read(tokened: TestClient,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RCLL_MAX_IMPORT_LINE_BYTES", "1024")
+def test_an_import_line_over_its_cap_is_refused_as_it_is_read(dsn: str) -> None:
     ndjson = {"Content-Type": "application/x-ndjson"}
-    r = tokened.post("/import", content=b"{}\n" + b'{"table":"x","row":"' + b"y" * 2000 + b'"}\n', headers=ndjson | AUTH)
+    settings = CAPPED.replace(max_import_line_bytes=1024)
+    with TestClient(create_app(dsn, tokens=TokenMap.from_pairs({TOKEN: "agent"}), settings=settings)) as tokened:
+        r = tokened.post("/import", content=b"{}\n" + b'{"table":"x","row":"' + b"y" * 2000 + b'"}\n',
+                         headers=ndjson | AUTH)
     assert (r.status_code, r.json()["code"], r.json()["field"]) == (422, "RC008", "line 2"), r.text
     assert "RCLL_MAX_IMPORT_LINE_BYTES" in r.json()["hint"]
 
@@ -90,13 +92,12 @@ def test_the_mcp_server_over_http_caps_the_body_before_the_token(dsn: str, monke
 
     from rcll.mcp_server import build_server, http_app
 
-    monkeypatch.setenv("RCLL_MAX_BODY_BYTES", "4096")
     tokens = TokenMap.from_pairs({TOKEN: "agent"})
     body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"padding": "x" * 10_000}}
-    with Memory(dsn) as memory:
+    with Memory(dsn, settings=SETTINGS.replace(max_body_bytes=4096)) as memory:
         async def status(headers: dict[str, str]) -> int:
             server = build_server(memory, tokens=tokens)
-            app = http_app(server, tokens)
+            app = http_app(server, tokens, settings=memory.settings)
             async with server.session_manager.run(), httpx.AsyncClient(
                     transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8766") as client:
                 return (await client.post("/mcp", json=body, headers=headers | {
@@ -118,14 +119,13 @@ def test_health_says_only_alive_without_a_token(tokened: TestClient) -> None:
 # -- metadata and state values --------------------------------------------------------------------------
 
 def test_oversized_metadata_is_refused_naming_the_field(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LLM_PROVIDER", "none")
-    with Memory(dsn) as m:
+    with Memory(dsn, settings=SETTINGS) as m:
         with pytest.raises(RcllError) as e:
             m.retain("A short fact.", bank="default", metadata={"blob": "x" * 70_000})
         assert e.value.field == "metadata" and "65536" in e.value.message and "RCLL_MAX_METADATA_BYTES" in str(e.value.hint)
         with psycopg.connect(dsn) as conn:
             assert conn.execute("SELECT count(*) FROM rcll.documents").fetchone() == (0,)
-    with TestClient(create_app(dsn, tokens=TokenMap())) as c:
+    with TestClient(create_app(dsn, tokens=TokenMap(), settings=SETTINGS)) as c:
         r = c.post("/retain", json={"bank": "default", "content": "A short fact.", "metadata": {"blob": "x" * 70_000}})
         assert r.status_code in (400, 422) and r.json()["field"] == "metadata", r.text
 
@@ -142,8 +142,7 @@ def test_an_oversized_state_value_is_refused_naming_the_field(dsn: str) -> None:
 # -- export streams and the pool ------------------------------------------------------------------------
 
 def test_slow_export_downloads_cannot_starve_the_pool(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RCLL_MAX_EXPORTS", "2")
-    with Memory(dsn, pool_size=2) as m:
+    with Memory(dsn, pool_size=2, settings=SETTINGS.replace(max_exports=2)) as m:
         held = [m.export_lines(bank="default") for _ in range(2)]
         for lines in held:
             next(lines)                       # a client that read the first line and stopped
@@ -159,8 +158,7 @@ def test_slow_export_downloads_cannot_starve_the_pool(dsn: str, monkeypatch: pyt
 
 
 def test_an_export_over_the_budget_is_a_503_with_retry_after(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RCLL_MAX_EXPORTS", "1")
-    with TestClient(create_app(dsn, tokens=TokenMap())) as c:
+    with TestClient(create_app(dsn, tokens=TokenMap(), settings=SETTINGS.replace(max_exports=1))) as c:
         svc: Memory = c.app.state.memory  # type: ignore[attr-defined]
         lines = svc.export_lines(bank="default")
         next(lines)
@@ -172,8 +170,7 @@ def test_an_export_over_the_budget_is_a_503_with_retry_after(dsn: str, monkeypat
 
 
 def test_a_stalled_export_gives_its_snapshot_back(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RCLL_EXPORT_IDLE_SECONDS", "1")
-    with Memory(dsn) as m:
+    with Memory(dsn, settings=SETTINGS.replace(export_idle_seconds=1)) as m:
         lines = m.export_lines(bank="default")
         next(lines)
         time.sleep(2.5)                       # the client stopped reading

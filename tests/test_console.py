@@ -29,7 +29,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select
 
-from conftest import Leg, _leg
+from conftest import Leg, _leg, chromium, require_browser
 from rcll.auth import Caller, TokenMap
 from rcll.defaults import CHANNELS
 from rcll.request import PARAMETERS
@@ -162,9 +162,8 @@ def test_the_page_loads_only_files_from_the_package() -> None:
 
 # -- the page, in headless Chromium ----------------------------------------------------------------
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
-SHOTS = Path(os.environ.get("RCLL_CONSOLE_SHOTS") or Path(tempfile.gettempdir()) / "rcll-console-shots")
+# Where the screenshots go: RCLL_CONSOLE_SHOTS, else console-shots in the temporary directory.
+SHOTS = Path(os.environ.get("RCLL_CONSOLE_SHOTS") or Path(tempfile.gettempdir()) / "console-shots")
 ALICE = "alice-token-" + "a" * 24
 BOB = "bob-token-" + "b" * 24
 DANA = "dana-token-" + "d" * 24          # a person: the one who decides merges
@@ -229,9 +228,7 @@ class Site:
 def site(legs: dict[str, Leg], test_root: Path) -> Iterator[Site]:
     """One bank written through the HTTP API by two agents, a merge proposed by one of them, state
     with two versions; served read-write with tokens, and read-only as a reader role."""
-    for path in (CHROMIUM, CHROMEDRIVER):
-        if not path.exists():
-            pytest.fail(f"{path} is missing: run `make browser` (scripts/install-browser.sh) first")
+    require_browser()
     leg = _leg("pg18", legs, test_root)          # the page has no leg-specific behaviour
     name = leg.new_database()
     dsn = leg.url(name)
@@ -271,27 +268,12 @@ def bearer(token: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service as DriverService
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1280,800", "--force-device-scale-factor=1", "--lang=en-US"):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    # Chromium leaves its singleton socket's folder in TMPDIR: one under pytest's temporary folders,
-    # not a new org.chromium.Chromium.* in /tmp per run.
-    service = DriverService(str(CHROMEDRIVER), env={**os.environ, "TMPDIR": str(tmp_path_factory.mktemp("chromium"))})
-    d = webdriver.Chrome(options=options, service=service)
-    d.set_page_load_timeout(60)
-    # The viewport itself is 1280x800 (a window of that size has less room inside).
-    d.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                      {"width": 1280, "height": 800, "deviceScaleFactor": 1, "mobile": False})
-    try:
+    with chromium(tmp_path_factory, "--window-size=1280,800", "--force-device-scale-factor=1", "--lang=en-US",
+                  log=True) as d:
+        # The viewport itself is 1280x800 (a window of that size has less room inside).
+        d.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                          {"width": 1280, "height": 800, "deviceScaleFactor": 1, "mobile": False})
         yield d
-    finally:
-        d.quit()
 
 
 @pytest.fixture
@@ -349,7 +331,7 @@ def test_floor_plan_shows_rooms_sized_by_units_with_aliases_halls_layers_and_wri
     assert size("deployment") > size("database") > size("security")      # security: vocabulary, empty
     assert "person:dana" in page.find_element(By.ID, "who").text
     # the big banks' graphs: what /health says of the periodic jobs (this site runs none)
-    assert page.find_element(By.ID, "plan-graphs").text.startswith("Dense graphs: this server runs no periodic jobs")
+    assert page.find_element(By.ID, "plan-indexes").text.startswith("Dense indexes: this server runs no periodic jobs")
     shot(page, "floor-plan")
 
 

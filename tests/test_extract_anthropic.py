@@ -18,6 +18,7 @@ import pytest
 from rcll import extract
 from rcll.errors import RcllError
 from rcll.retain import Document, retain
+from rcll.settings import Settings
 
 if TYPE_CHECKING:
     import anthropic
@@ -54,11 +55,12 @@ class Recorded:
                                    http_client=httpx2.Client(transport=httpx2.MockTransport(self)))
 
 
+# The extraction mode, with no wait between schema retries (the SDK's own retries are the client's).
+LLM = Settings(llm_provider="anthropic", extraction_backoff=0)
+
+
 @pytest.fixture
 def llm(monkeypatch: pytest.MonkeyPatch, db: psycopg.Connection[Any]) -> Iterator[Callable[..., Recorded]]:
-    monkeypatch.setenv("LLM_PROVIDER", "anthropic")
-    monkeypatch.setenv("RCLL_EXTRACTION_BACKOFF", "0")
-    monkeypatch.delenv("RCLL_EXTRACTION_FAILURE", raising=False)
     db.execute("SELECT rcll.create_bank('b')")
 
     def use(*names: str, max_retries: int = 2) -> Recorded:
@@ -81,7 +83,7 @@ def _ledger(db: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
 
 def test_a_good_extraction_stores_typed_dated_entity_linked_facts(db: psycopg.Connection[Any], llm: Any) -> None:
     rec = llm("good_extraction")
-    result = retain(db, "b", _doc())
+    result = retain(db, "b", _doc(), settings=LLM)
     assert result.created and result.mode == "llm" and len(result.unit_ids) == 4
     request = rec.requests[0]
     assert request["tool_choice"] == {"type": "tool", "name": "record_facts"}
@@ -111,9 +113,9 @@ def test_a_good_extraction_stores_typed_dated_entity_linked_facts(db: psycopg.Co
 
 
 def test_the_model_is_configurable(db: psycopg.Connection[Any], llm: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RCLL_LLM_MODEL", "claude-haiku-4-5")
     rec = llm("helm")
-    retain(db, "b", _doc("We deploy every service with Helm charts kept in the infra repository."))
+    retain(db, "b", _doc("We deploy every service with Helm charts kept in the infra repository."),
+           settings=LLM.replace(llm_model="claude-haiku-4-5"))
     assert rec.requests[0]["model"] == "claude-haiku-4-5"
     assert _ledger(db)[0][2] == "claude-haiku-4-5"
 
@@ -122,7 +124,7 @@ def test_the_model_is_configurable(db: psycopg.Connection[Any], llm: Any, monkey
                                  "no_tool_call", "truncated_body", "zero_facts"])
 def test_a_malformed_response_is_retried_then_succeeds(db: psycopg.Connection[Any], llm: Any, bad: str) -> None:
     rec = llm(bad, "good_extraction")
-    result = retain(db, "b", _doc())
+    result = retain(db, "b", _doc(), settings=LLM)
     assert len(rec.requests) == 2
     assert result.mode == "llm" and len(result.unit_ids) == 4
     assert [r[5] for r in _ledger(db)] == ["retried", "ok"]
@@ -132,7 +134,7 @@ def test_a_malformed_response_is_retried_then_succeeds(db: psycopg.Connection[An
 def test_a_response_malformed_every_time_is_stored_as_chunks_marked_failed(
         db: psycopg.Connection[Any], llm: Any, bad: str) -> None:
     rec = llm(bad)
-    result = retain(db, "b", _doc())
+    result = retain(db, "b", _doc(), settings=LLM)
     assert len(rec.requests) == 3                     # 1 + RCLL_EXTRACTION_RETRIES (2)
     assert result.created and result.mode == "failed" and result.unit_ids
     doc = db.execute("SELECT extraction, metadata ->> 'extraction_error' FROM rcll.documents").fetchone()
@@ -146,24 +148,23 @@ def test_zero_facts_from_a_greeting_is_kept_verbatim_not_retried(db: psycopg.Con
     # Trivial text may hold no facts: one call, and the text is kept as one untyped fact, so the
     # retain never reports success with nothing stored.
     rec = llm("zero_facts")
-    result = retain(db, "b", _doc("Hi all, thanks!"))
+    result = retain(db, "b", _doc("Hi all, thanks!"), settings=LLM)
     assert len(rec.requests) == 1 and result.mode == "llm"
     assert db.execute("SELECT kind, text, hall FROM rcll.memory_units").fetchall() == [("fact", "Hi all, thanks!", None)]
 
 
 def test_a_rate_limit_is_retried_by_the_sdk_then_succeeds(db: psycopg.Connection[Any], llm: Any) -> None:
     rec = llm("rate_limited", "good_extraction")
-    result = retain(db, "b", _doc())
+    result = retain(db, "b", _doc(), settings=LLM)
     assert len(rec.requests) == 2 and result.mode == "llm" and len(result.unit_ids) == 4
     assert [r[5] for r in _ledger(db)] == ["ok"]
 
 
 def test_server_errors_until_giving_up_raise_and_write_nothing_when_configured_to_error(
         db: psycopg.Connection[Any], llm: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RCLL_EXTRACTION_FAILURE", "error")
     rec = llm("server_error", max_retries=2)
     with pytest.raises(RcllError) as err:
-        retain(db, "b", _doc())
+        retain(db, "b", _doc(), settings=LLM.replace(extraction_failure="error"))
     assert err.value.field == "extraction" and "500" in err.value.message
     assert len(rec.requests) == 3                     # the SDK's max_retries=2, then it gives up
     assert db.execute("SELECT count(*) FROM rcll.documents").fetchone() == (0,)
@@ -173,7 +174,7 @@ def test_server_errors_until_giving_up_raise_and_write_nothing_when_configured_t
 
 def test_server_errors_until_giving_up_store_chunks_by_default(db: psycopg.Connection[Any], llm: Any) -> None:
     rec = llm("overloaded", max_retries=1)
-    result = retain(db, "b", _doc())
+    result = retain(db, "b", _doc(), settings=LLM)
     assert len(rec.requests) == 2 and result.mode == "failed"
     assert db.execute("SELECT extraction FROM rcll.documents").fetchone() == ("failed",)
     assert db.execute("SELECT bool_and('extraction:failed' = ANY (tags)) FROM rcll.memory_units").fetchone() == (True,)
@@ -181,8 +182,8 @@ def test_server_errors_until_giving_up_store_chunks_by_default(db: psycopg.Conne
 
 def test_re_retaining_the_same_content_makes_no_call_and_no_duplicates(db: psycopg.Connection[Any], llm: Any) -> None:
     rec = llm("good_extraction")
-    first = retain(db, "b", _doc())
-    again = retain(db, "b", _doc())
+    first = retain(db, "b", _doc(), settings=LLM)
+    again = retain(db, "b", _doc(), settings=LLM)
     assert len(rec.requests) == 1
     assert not again.created and again.unit_ids == first.unit_ids
     assert db.execute("SELECT count(*) FROM rcll.memory_units").fetchone() == (4,)
@@ -190,7 +191,7 @@ def test_re_retaining_the_same_content_makes_no_call_and_no_duplicates(db: psyco
 
 def test_stats_show_zero_read_tokens_next_to_the_write_tokens(db: psycopg.Connection[Any], llm: Any) -> None:
     llm("wrong_schema", "good_extraction")
-    retain(db, "b", _doc())
+    retain(db, "b", _doc(), settings=LLM)
     rows = {(r[0], r[1]): r[2:] for r in db.execute("SELECT * FROM rcll.stats('b')")}
     assert rows[("tokens", "extract")] == (2, 0, 1400 + 1480, 60 + 412)
     assert rows[("tokens", "consolidate")] == (0, 0, 0, 0)
@@ -202,10 +203,10 @@ def test_stats_show_zero_read_tokens_next_to_the_write_tokens(db: psycopg.Connec
 
 @pytest.mark.skipif(not os.environ.get("ANTHROPIC_API_KEY"), reason="live test: set ANTHROPIC_API_KEY")
 def test_live_extraction_with_anthropic(db: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LLM_PROVIDER", "anthropic")
     extract.set_client(None)
     db.execute("SELECT rcll.create_bank('live')")
-    result = retain(db, "live", _doc())
+    # The key from the environment, read here (the test is an edge), as Memory() would.
+    result = retain(db, "live", _doc(), settings=Settings.from_env().replace(llm_provider="anthropic"))
     assert result.mode == "llm" and result.unit_ids
     row = db.execute("SELECT count(*) FILTER (WHERE occurred_start::date = '2026-08-25'), count(DISTINCT hall)"
                      " FROM rcll.memory_units").fetchone()

@@ -11,6 +11,7 @@ import pytest
 from rcll.extract import offline
 from rcll.extract.timeparse import find_times
 from rcll.retain import Document, retain
+from rcll.settings import Settings
 
 REF = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)   # a Monday
 
@@ -62,17 +63,17 @@ def test_any_text_yields_at_least_one_fact() -> None:
 
 def test_offline_retain_writes_typed_dated_linked_facts_in_layers(
         db: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LLM_PROVIDER", "offline")
+    settings = Settings(llm_provider="offline")
     db.execute("SELECT rcll.create_bank('b')")
     r1 = retain(db, "b", Document("Our release procedure: to deploy, run make release. Deploys must always go through "
                                   "the staging cluster first. We decided to adopt ArgoCD for the billing service.",
-                                  occurred_at=REF, author="ops"))
+                                  occurred_at=REF, author="ops"), settings=settings)
     assert r1.mode == "offline" and len(r1.unit_ids) == 3
     assert db.execute("SELECT extraction FROM rcll.documents").fetchone() == ("offline",)
     layers = dict(db.execute("SELECT hall, layer FROM rcll.memory_units").fetchall())
     assert layers["decision"] == "L1" and layers["rule"] == "L0"
     # a later document: "argocd" is found as a known entity even in lower case
-    r2 = retain(db, "b", Document("yesterday the argocd sync for billing failed twice.", occurred_at=REF))
+    r2 = retain(db, "b", Document("yesterday the argocd sync for billing failed twice.", occurred_at=REF), settings=settings)
     row = db.execute("""SELECT u.hall, u.occurred_start::date::text, array_agg(e.name ORDER BY e.name)
                         FROM rcll.memory_units u JOIN rcll.unit_entities ue USING (unit_id)
                         JOIN rcll.entities e USING (entity_id) WHERE u.unit_id = %s GROUP BY 1, 2""",
@@ -80,7 +81,7 @@ def test_offline_retain_writes_typed_dated_linked_facts_in_layers(
     assert row == ("warning", "2023-05-07", ["ArgoCD"])
     assert db.execute("SELECT count(*) FROM rcll.links WHERE link_type = 'entity'").fetchone()[0] >= 2
     # re-retaining creates nothing new
-    again = retain(db, "b", Document("yesterday the argocd sync for billing failed twice.", occurred_at=REF))
+    again = retain(db, "b", Document("yesterday the argocd sync for billing failed twice.", occurred_at=REF), settings=settings)
     assert not again.created and again.unit_ids == r2.unit_ids
     assert db.execute("SELECT count(*) FROM rcll.memory_units").fetchone() == (4,)
     assert db.execute("SELECT count(*) FROM rcll.llm_calls").fetchone() == (0,), "offline makes no model call"

@@ -12,6 +12,7 @@ from psycopg import sql
 
 from rcll.models import get_embedder
 from rcll.retain import Document, retain
+from rcll.settings import Settings
 from sqlcall import call
 
 T1 = datetime(2026, 8, 1, 9, 0, tzinfo=UTC)
@@ -121,11 +122,11 @@ def test_forgetting_a_thread_takes_its_units_lexicon_entities_and_counts(db: psy
 
 def test_a_fact_superseded_only_by_a_forgotten_fact_is_current_again(
         db: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LLM_PROVIDER", "offline")
+    settings = Settings(llm_provider="offline")
     db.execute("SELECT rcll.create_bank('b')")
-    old = retain(db, "b", Document("We deploy every service with Helm charts.", occurred_at=T1))
+    old = retain(db, "b", Document("We deploy every service with Helm charts.", occurred_at=T1), settings=settings)
     new = retain(db, "b", Document("We switched to Argo CD instead of Helm charts for every service deploy.",
-                                   occurred_at=T2))
+                                   occurred_at=T2), settings=settings)
     closed = scalar(db, "SELECT count(*) FROM rcll.memory_units WHERE unit_id = ANY (%s) AND superseded_by IS NOT NULL",
                     old.unit_ids)
     assert closed == 1, "the offline extractor's change cue superseded the Helm fact"

@@ -12,21 +12,19 @@ approximate route could see."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from itertools import count
 from typing import Any
 
 import psycopg
-import pytest
 from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 
 from rcll.recall import Direct, recall
 from rcll.request import RecallRequest
 from rcll.retain import Document, retain
+from rcll.settings import Settings
 from sqlcall import call
 
 NAMES = ["Alice", "Bob", "Carol", "Dmitri", "Esther"]
@@ -94,25 +92,11 @@ selections = st.one_of(
 )
 
 
-@contextmanager
-def _mode(mode: str) -> Iterator[None]:
-    before = os.environ.get("LLM_PROVIDER")
-    os.environ["LLM_PROVIDER"] = mode
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("LLM_PROVIDER", None)
-        else:
-            os.environ["LLM_PROVIDER"] = before
-
-
 def _retain(db: psycopg.Connection[Any], bank: str, docs: list[Doc]) -> list[int]:
     ids = []
     for d in docs:
         db.execute("SELECT set_config('rcll.agent', %s, false)", (d.author or "",))
-        with _mode(d.mode):
-            ids.append(retain(db, bank, d.document()).document_id)
+        ids.append(retain(db, bank, d.document(), settings=Settings(llm_provider=d.mode)).document_id)
     db.execute("SELECT set_config('rcll.agent', '', false)")
     return ids
 
@@ -193,6 +177,3 @@ def test_forgetting_a_selection_recalls_exactly_like_never_retaining_it(
     assert _recalls(db, everything) == _recalls(db, rest)
 
 
-@pytest.fixture(autouse=True)
-def _no_ambient_provider(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("LLM_PROVIDER", raising=False)

@@ -14,6 +14,7 @@ from psycopg import sql
 from rcll import Memory
 from rcll.models import get_embedder
 from rcll.retain import Document, retain
+from rcll.settings import Settings
 from sqlcall import call
 
 
@@ -39,14 +40,14 @@ def _where(db: psycopg.Connection[Any], marker: str) -> list[str]:
 @pytest.mark.parametrize("mode", ["none", "offline"])
 def test_forgotten_text_is_in_no_table_and_no_later_export(
         db: psycopg.Connection[Any], dsn: str, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LLM_PROVIDER", mode)
+    settings = Settings(llm_provider=mode)
     db.execute("SELECT rcll.create_bank('b')")
     secret = "zq" + uuid.uuid4().hex[:10]        # one token: its lexeme is the marker too
     name = "Xylo" + uuid.uuid4().hex[:6]         # a name: entity, alias and keyless link
     room = "room" + uuid.uuid4().hex[:6]
-    keep = retain(db, "b", Document("Alice keeps the kitchen tidy and waters the plants.", thread="t"))
+    keep = retain(db, "b", Document("Alice keeps the kitchen tidy and waters the plants.", thread="t"), settings=settings)
     gone = retain(db, "b", Document(f"{name}: the vault password is {secret}. {name} moved to Lisbon instead of Porto.",
-                                    thread="t", room=room, tags=["secret"]))
+                                    thread="t", room=room, tags=["secret"]), settings=settings)
     db.execute("SELECT rcll.put_state('b', %s, 'k', %s, 0)", (room, psycopg.types.json.Jsonb({"v": secret})))
     # consolidation: an observation over a forgotten and a kept unit, its text in the audit row
     obs_text = f"Summary: {name} and Alice; {secret}."

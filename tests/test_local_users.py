@@ -16,6 +16,7 @@ import pytest
 
 from conftest import Leg
 from rcll import cluster
+from rcll.settings import Settings
 
 STRANGER = "nobody"
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="connecting as another OS user needs root "
@@ -63,7 +64,7 @@ def test_no_tcp_line_trusts_anyone(leg: Leg) -> None:
 def test_a_cluster_left_open_by_an_earlier_release_is_closed_when_it_starts(test_root: Path) -> None:
     # The way 0.2 made it: initdb --auth=trust (trust on TCP lines too), a socket directory of 755,
     # a world-readable log.
-    c = cluster.embedded(test_root / "old", port=55490)
+    c = cluster.embedded(test_root / "old", port=55490, config=Settings.from_env())
     try:
         c.socket_dir.mkdir(mode=0o755)
         c._prepare_dirs()
@@ -87,7 +88,7 @@ def test_a_cluster_left_open_by_an_earlier_release_is_closed_when_it_starts(test
 def test_a_socket_directory_another_user_made_first_is_refused(test_root: Path) -> None:
     # The directory's name is predictable and /tmp is shared: a stranger who creates it first must
     # not get the socket (they could put their own server behind it).
-    c = cluster.embedded(test_root / "squatted", port=55491)
+    c = cluster.embedded(test_root / "squatted", port=55491, config=Settings.from_env())
     stranger = 65534
     c.socket_dir.mkdir(mode=0o777)
     os.chown(c.socket_dir, stranger, stranger)

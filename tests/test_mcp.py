@@ -84,6 +84,8 @@ def test_stdio_client_retains_and_recalls(dsn: str) -> None:
 
     out = anyio.run(go)
     assert out["authors"] == ["author:alice"]   # the server's identity, not the caller's
+    with psycopg.connect(dsn) as conn:              # the state's provenance names the door it came in by
+        assert conn.execute("SELECT provenance->>'via' FROM rcll.room_state").fetchall() == [("mcp",)]
 
 
 @contextmanager

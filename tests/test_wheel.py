@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -51,6 +52,17 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+def pip_cert() -> str | None:
+    """The certificate pip trusts: PIP_CERT, else the one pip's configuration files name (a user
+    without PIP_CERT still has /etc/pip.conf's). uv reads neither, so it is given it as
+    SSL_CERT_FILE, as scripts/bootstrap gives it."""
+    if os.environ.get("PIP_CERT"):
+        return os.environ["PIP_CERT"]
+    listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True).stdout
+    found = re.search(r"^global\.cert='(.*)'$", listed, re.MULTILINE)
+    return found.group(1) if found else None
+
+
 def _run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
     p = subprocess.run(cmd, capture_output=True, text=True, **kw)  # type: ignore[call-overload]
     assert p.returncode == 0, f"{' '.join(cmd)}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
@@ -85,6 +97,9 @@ def test_the_wheel_alone_installs_retains_and_recalls(empty_database: str, tmp_p
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "RCLL_DSN", "RCLL_MODEL_DIR", "VIRTUAL_ENV", "PYTHONHOME")}
     env |= {"LLM_PROVIDER": "none", "RCLL_HOME": str(tmp_path / "home")}
+    cert = pip_cert()
+    if cert and "SSL_CERT_FILE" not in env:
+        env["SSL_CERT_FILE"] = cert
     _run([str(Path(sys.executable).parent / "uv"), "pip", "install", "-q", "--python", str(venv / "bin" / "python"),
           str(wheel)], env=env, cwd=tmp_path, timeout=1200)
     site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"

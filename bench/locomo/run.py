@@ -95,12 +95,11 @@ def retain_offline(conn: psycopg.Connection[Any], convs: list[Conversation]) -> 
     """LLM_PROVIDER=offline: each turn is its own document, run through the keyless rule extractor
     (sentence facts, dates against the session date, named entities, links). A turn may yield
     several units; all map back to the turn."""
-    import os
-
     from rcll.retain import Document
     from rcll.retain import retain as retain_doc
+    from rcll.settings import Settings
 
-    os.environ["LLM_PROVIDER"] = "offline"
+    offline = Settings(llm_provider="offline")
     unit_dia: dict[int, str] = {}
     for c in convs:
         bank = f"locomo{c.index}"
@@ -110,7 +109,7 @@ def retain_offline(conn: psycopg.Connection[Any], convs: list[Conversation]) -> 
                                                 source=f"{c.sample_id}/{t.dia_id}",
                                                 # one thread per turn: repeated lines ("Yeah!") stay distinct
                                                 # documents; recall here names no thread, so it reads them all
-                                                thread=t.dia_id), via="bench")
+                                                thread=t.dia_id), via="bench", settings=offline)
             for uid in r.unit_ids:
                 unit_dia[uid] = t.dia_id
         conn.execute("SELECT * FROM rcll.refresh_bank_stats(%s)", (bank,))

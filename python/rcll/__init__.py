@@ -17,9 +17,10 @@ from rcll.sqlsource import extension_version
 if TYPE_CHECKING:
     from rcll.memory import Memory
     from rcll.request import RecallRequest
+    from rcll.settings import Settings
 
 __version__ = extension_version()
-__all__ = ["Memory", "RecallRequest", "__version__"]
+__all__ = ["Memory", "RecallRequest", "Settings", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -32,4 +33,8 @@ def __getattr__(name: str) -> Any:
         from rcll.request import RecallRequest  # deferred, as Memory
 
         return RecallRequest
+    if name == "Settings":
+        from rcll.settings import Settings  # deferred, as Memory
+
+        return Settings
     raise AttributeError(f"module 'rcll' has no attribute {name!r}")

@@ -33,16 +33,15 @@ import hashlib
 import hmac
 import ipaddress
 import json
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import psycopg
 
 from rcll.errors import Code, RcllError, unknown_bank
+from rcll.settings import Settings
 
 # What a token may do. read: recall, rooms, tags, stats, state get, session start. write: retain,
 # state put, correct. forget: forget memories and state (destructive, so apart from write; dropping
@@ -230,13 +229,18 @@ class TokenMap:
     _callers: dict[bytes, Caller] = field(default_factory=dict)
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> TokenMap:
-        env = dict(os.environ) if env is None else env
+    def from_env(cls, env: Mapping[str, str]) -> TokenMap:
+        """The tokens RCLL_TOKENS and RCLL_TOKENS_FILE set in `env` (from_settings of its settings)."""
+        return cls.from_settings(Settings.from_env(env))
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> TokenMap:
+        """settings.tokens (RCLL_TOKENS) and the lines of settings.tokens_file (RCLL_TOKENS_FILE)."""
         callers: dict[str, Caller] = {}
-        if env.get("RCLL_TOKENS"):
-            callers |= _parse(env["RCLL_TOKENS"], "RCLL_TOKENS")
-        if env.get("RCLL_TOKENS_FILE"):
-            path = Path(env["RCLL_TOKENS_FILE"])
+        if settings.tokens:
+            callers |= _parse(settings.tokens, "RCLL_TOKENS")
+        if settings.tokens_file is not None:
+            path = settings.tokens_file
             try:
                 callers |= _parse(path.read_text(), "RCLL_TOKENS_FILE")
             except OSError as e:
@@ -303,10 +307,9 @@ def is_loopback(host: str) -> bool:
     return bool(ip.is_loopback or (mapped is not None and mapped.is_loopback))
 
 
-def allow_anonymous_network(flag: bool, env: dict[str, str] | None = None) -> bool:
-    """The --allow-anonymous-network flag or RCLL_ALLOW_ANONYMOUS_NETWORK=1."""
-    env = dict(os.environ) if env is None else env
-    return flag or env.get("RCLL_ALLOW_ANONYMOUS_NETWORK", "").strip().lower() in TRUE
+def allow_anonymous_network(flag: bool, settings: Settings) -> bool:
+    """The --allow-anonymous-network flag or RCLL_ALLOW_ANONYMOUS_NETWORK=1 (settings.allow_anonymous_network)."""
+    return flag or settings.allow_anonymous_network
 
 
 def check_listen(host: str, tokens: TokenMap, *, allow_anonymous: bool, flag: str = "--allow-anonymous-network") -> None:

@@ -25,6 +25,7 @@ import psycopg
 from psycopg import sql
 
 from rcll import cluster
+from rcll.settings import DEFAULTS, Settings
 
 DATABASE = "rcll"
 HOST = "127.0.0.1"
@@ -72,26 +73,36 @@ def _postmaster_pid(node: cluster.Cluster) -> int | None:
     return None
 
 
+def _our_postmaster(pid: int, node: cluster.Cluster) -> bool:
+    """Whether pid is still the postmaster serving node's data directory (not a reused PID)."""
+    try:
+        return str(node.datadir) in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
+
+
 def stop(citus: CitusCluster) -> None:
-    """Stop every node (immediate) and remove its data directory, socket directory and log; a
-    postmaster that outlived pg_ctl is killed by the PID its data directory recorded."""
+    """Stop every node (fast: an immediate stop leaves its shared memory in /dev/shm) and remove
+    its data directory, socket directory and log; a postmaster that pg_ctl could not stop is
+    killed by the PID its data directory recorded, when that PID is still it."""
     for node in citus.nodes:
         pid = _postmaster_pid(node)
-        with contextlib.suppress(cluster.ClusterError):
-            node.stop("immediate")
-        if pid is not None:
-            with contextlib.suppress(ProcessLookupError):
+        try:
+            node.stop("fast")
+        except cluster.ClusterError:
+            if pid is not None and _our_postmaster(pid, node):
                 os.kill(pid, signal.SIGKILL)
         node.destroy()
 
 
-def start(base: Path, first_port: int) -> CitusCluster:
+def start(base: Path, first_port: int, config: Settings = DEFAULTS) -> CitusCluster:
     """A coordinator and two workers under base, on loopback ports first_port, +1, +2, the
     workers registered with citus_add_node and the coordinator with citus_set_coordinator_host, in
     database DATABASE (Citus created on each node). rcll is not installed: the caller does that on
-    the coordinator."""
+    the coordinator. config: whose OS user runs the servers when root starts them."""
     ports = [first_port, first_port + 1, first_port + 2]
-    nodes = [cluster.embedded(base / name, port=port, **SETTINGS)
+    nodes = [cluster.Cluster(base / name, cluster.embedded_bindir(), os_user=cluster.server_user(config), port=port,
+                             settings=dict(SETTINGS))
              for name, port in zip(("coordinator", "worker1", "worker2"), ports, strict=True)]
     citus = CitusCluster(nodes[0], nodes[1:])
     password = secrets.token_hex(16)
@@ -121,8 +132,8 @@ def start(base: Path, first_port: int) -> CitusCluster:
 
 
 @contextlib.contextmanager
-def running(base: Path, first_port: int) -> Iterator[CitusCluster]:
-    citus = start(base, first_port)
+def running(base: Path, first_port: int, config: Settings = DEFAULTS) -> Iterator[CitusCluster]:
+    citus = start(base, first_port, config)
     try:
         yield citus
     finally:

@@ -1,14 +1,15 @@
 """The `rcll` command: serve, models, mcp, db, install, bank, retain, recall, rooms, tags, stats, state, export, import,
-graphs, and the destructive verbs forget, drop-bank, correct (with history) and retention."""
+dense-indexes, and the destructive verbs forget, drop-bank, correct (with history) and retention."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
@@ -24,11 +25,12 @@ from rcll.errors import Code, RcllError, from_database
 from rcll.export import read_manifest, validate_pam
 from rcll.install import InstallError
 from rcll.memory import DEFAULT_BANK, Memory, bounded_model_work
-from rcll.request import PARAMETERS, RecallRequest
+from rcll.request import FORGET_PARAMETERS, PARAMETERS, ForgetRequest, RecallRequest
 from rcll.results import Forgotten
+from rcll.settings import DEFAULTS, Settings, tokenize_in_one_call
 from rcll.validate import decode_text, duration_arg, duration_text
 
-DEFAULT_PORT = 8765
+DEFAULT_PORT = DEFAULTS.port
 
 
 def _out(args: argparse.Namespace, human: str, data: Any) -> None:
@@ -43,9 +45,9 @@ def _memory(args: argparse.Namespace, **options: Any) -> Memory:
     behind, and acts as the identity the database resolves for this login (Memory.as_login):
     the role's agent in rcll.identities; for a role trusted to name agents (the embedded
     database's postgres) $RCLL_AGENT, else the role's name. No verb takes an author."""
-    memory = Memory(args.dsn, pool_size=1, **options)
+    memory = Memory(settings=args.settings, pool_size=1, **options)
     try:
-        return memory.as_login(os.environ.get("RCLL_AGENT") or None)
+        return memory.as_login(args.settings.agent)
     except BaseException:
         memory.close()
         raise
@@ -60,9 +62,9 @@ def _note_no_author(args: argparse.Namespace, memory: Memory) -> None:
 # -- db, install, bank ----------------------------------------------------------------------------
 
 def cmd_db(args: argparse.Namespace) -> int:
-    c = cluster.embedded()
+    c = cluster.embedded(config=args.settings)
     if args.action == "start":
-        url = embedded_dsn(start=True)
+        url = embedded_dsn(start=True, settings=args.settings)
         _out(args, f"embedded PostgreSQL running: {url}", {"running": True, "url": url})
     elif args.action == "stop":
         c.stop()
@@ -73,7 +75,7 @@ def cmd_db(args: argparse.Namespace) -> int:
              {"running": running, "datadir": str(c.datadir)})
         return 0 if running else 3
     elif args.action == "url":
-        print(embedded_dsn(start=False))
+        print(embedded_dsn(start=False, settings=args.settings))
     return 0
 
 
@@ -98,7 +100,7 @@ def cmd_bank(args: argparse.Namespace) -> int:
 
 # -- retain -------------------------------------------------------------------------------------
 
-def _read_jsonl(stream: IO[bytes], defaults: dict[str, Any]) -> Iterator[Document]:
+def _read_jsonl(stream: IO[bytes], defaults: dict[str, Any], settings: Settings) -> Iterator[Document]:
     for lineno, raw in enumerate(stream, 1):
         line = decode_text(raw, f"line {lineno}")
         if not line.strip():
@@ -124,7 +126,7 @@ def _read_jsonl(stream: IO[bytes], defaults: dict[str, Any]) -> Iterator[Documen
                             f"known fields: {', '.join(Document.__dataclass_fields__)}")
         doc = Document(**fields)
         try:
-            doc.check()
+            doc.check(settings)
         except RcllError as e:
             raise RcllError(f"line {lineno}.{e.field}", e.message, e.hint, code=e.code) from e
         yield doc
@@ -143,7 +145,7 @@ def cmd_retain(args: argparse.Namespace) -> int:
                                 "retain the documents that expire one by one")
             stream = sys.stdin.buffer if args.jsonl == "-" else open(args.jsonl, "rb")  # noqa: SIM115
             with stream, tqdm(unit="doc", disable=args.json or not sys.stderr.isatty()) as bar:
-                results = memory.retain_many(_read_jsonl(stream, fields), bank=args.bank, via="cli",
+                results = memory.retain_many(_read_jsonl(stream, fields, memory.settings), bank=args.bank, via="cli",
                                              on_progress=bar.update)
             created = sum(r.created for r in results)
             _out(args, f"retained {len(results)} documents ({created} new, {len(results) - created} already there)",
@@ -310,14 +312,36 @@ def _forgotten(args: argparse.Namespace, done: Forgotten, what: str) -> int:
     return 0
 
 
+def _forget_flags(s: argparse.ArgumentParser) -> None:
+    """`rcll forget`'s flags: one per ForgetRequest field (rcll.request.FORGET_PARAMETERS, so none is
+    left out); dry_run is --yes, its opposite (a dry run unless it is given)."""
+    for p in FORGET_PARAMETERS:
+        flag = f"--{p.flag}"
+        if p.name == "dry_run":
+            s.add_argument("--yes", action="store_true", help="forget (without it: a dry run, nothing changes)")
+        elif p.kind == "flag":
+            s.add_argument(flag, dest=p.name, action="store_true", help=p.help)
+        elif p.kind == "ids":
+            s.add_argument(flag, dest=p.name, type=int, action="append", metavar="ID",
+                           help=f"{p.help} (repeat for several)")
+        elif p.kind == "int":
+            s.add_argument(flag, dest=p.name, type=int, metavar="N", help=p.help)
+        else:
+            s.add_argument(flag, dest=p.name, required=p.name == "bank", help=p.help,
+                           metavar="TIME" if p.kind == "time" else None)
+
+
+def forget_request(args: argparse.Namespace) -> ForgetRequest:
+    """The one place the CLI builds a forget: the flags given (the others at their defaults)."""
+    given = {p.name: getattr(args, p.name) for p in FORGET_PARAMETERS
+             if p.name != "dry_run" and getattr(args, p.name, None) is not None}
+    return ForgetRequest(**given, dry_run=not args.yes)
+
+
 def cmd_forget(args: argparse.Namespace) -> int:
+    request = forget_request(args)
     with _memory(args) as memory:
-        done = memory.forget(bank=args.bank, unit_ids=args.unit, document_ids=args.document, thread=args.thread,
-                             author=args.author, tag=args.tag, room=args.room, occurred_from=args.occurred_from,
-                             occurred_to=args.occurred_to, retained_from=args.retained_from,
-                             retained_to=args.retained_to, everything=args.everything, dry_run=not args.yes,
-                             reason=args.reason, purge=args.purge, batch=args.batch,
-                             progress=lambda so_far: _progress(args, so_far))
+        done = memory.forget(request, progress=lambda so_far: _progress(args, so_far))
     return _forgotten(args, done, "this forget")
 
 
@@ -441,32 +465,32 @@ def cmd_consolidate(args: argparse.Namespace) -> int:
 def cmd_upkeep(args: argparse.Namespace) -> int:
     with _memory(args) as memory:
         done = memory.upkeep()
-    graphs = ("" if done.graph_steps is None else
-              f"; graphs: {len(done.graph_steps)} step(s) of the plan run ({'; '.join(done.graph_steps)})"
-              if done.graph_steps else "; the graphs already match")
+    indexes = ("" if done.index_steps is None else
+              f"; indexes: {len(done.index_steps)} step(s) of the plan run ({'; '.join(done.index_steps)})"
+              if done.index_steps else "; the indexes already match")
     _out(args, f"statistics of {done.banks} bank(s) recounted, {done.room_deltas} room-count delta(s) folded "
-         f"in {done.seconds * 1000:.0f} ms{graphs}", done.as_dict())
+         f"in {done.seconds * 1000:.0f} ms{indexes}", done.as_dict())
     return 0
 
 
-def cmd_graphs(args: argparse.Namespace) -> int:
+def cmd_dense_indexes(args: argparse.Namespace) -> int:
     if args.min_units is None:
-        args.min_units = upkeep.graph_min_units()     # what the periodic jobs use
+        args.min_units = args.settings.dense_index_min_units     # what the periodic jobs use
     with _memory(args) as memory:
         if args.apply:
             def progress(s: Any, seconds: float) -> None:
                 if not args.json:
                     print(f"{s.step}. {s.why}: {seconds:.1f} s", flush=True)
-            steps = memory.apply_dense_graph_plan(min_units=args.min_units, max_share=args.max_share, m=args.m,
+            steps = memory.apply_dense_index_plan(min_units=args.min_units, max_share=args.max_share, m=args.m,
                                                   ef_construction=args.ef_construction,
                                                   maintenance_work_mem=args.maintenance_work_mem, progress=progress)
-            _out(args, f"{len(steps)} statement(s) run" if steps else "the graphs already match",
+            _out(args, f"{len(steps)} statement(s) run" if steps else "the indexes already match",
                  [s.as_dict() for s in steps])
             return 0
-        steps = memory.dense_graph_plan(min_units=args.min_units, max_share=args.max_share, m=args.m,
+        steps = memory.dense_index_plan(min_units=args.min_units, max_share=args.max_share, m=args.m,
                                         ef_construction=args.ef_construction)
-        have = memory.dense_graphs()
-        building = memory.dense_graph_builds()
+        have = memory.dense_indexes()
+        building = memory.dense_index_builds()
     lines = [f"{g.index_name}: " + (f"bank {g.bank} ({g.bank_id})" if g.kind == "bank" else
                                     "not rcll's (kept as it is)" if g.kind == "other" else
                                     "global" + (f", without banks {', '.join(map(str, g.excluded_banks or []))}"
@@ -478,13 +502,13 @@ def cmd_graphs(args: argparse.Namespace) -> int:
               + (f", {b.tuples_done:,} tuples in" if b.tuples_done else "") for b in building]
     lines.append("")
     lines += ([f"{s.step}. {s.statement};  -- {s.why}" for s in steps]
-              or ["nothing to do: every bank big enough has its own graph, and only those"])
+              or ["nothing to do: every bank big enough has its own index, and only those"])
     if steps:
-        lines.append("(rcll graphs --apply runs these; in psql, \\gexec the statement column of rcll.dense_graph_plan())")
+        lines.append("(rcll dense-indexes --apply runs these; in psql, \\gexec the statement column of rcll.dense_index_plan())")
     lines.append("the periodic jobs (rcll serve, rcll upkeep) apply the plan themselves"
-                 if upkeep.auto_graphs() else f"the periodic jobs leave the graphs alone ({upkeep.GRAPHS_ENV}=off)")
-    _out(args, "\n".join(lines), {"graphs": [g.as_dict() for g in have], "plan": [s.as_dict() for s in steps],
-                                  "building": [b.as_dict() for b in building], "auto": upkeep.auto_graphs()})
+                 if args.settings.auto_dense_indexes else f"the periodic jobs leave the indexes alone ({upkeep.INDEXES_ENV}=off)")
+    _out(args, "\n".join(lines), {"dense_indexes": [g.as_dict() for g in have], "plan": [s.as_dict() for s in steps],
+                                  "building": [b.as_dict() for b in building], "auto": args.settings.auto_dense_indexes})
     return 0
 
 
@@ -493,22 +517,35 @@ def cmd_graphs(args: argparse.Namespace) -> int:
 def _listen_check(args: argparse.Namespace, command: str) -> None:
     """Before anything connects or binds: refuse anonymous beyond loopback (rcll.auth.check_listen);
     with the anonymous flag, say out loud what it means."""
-    tokens = TokenMap.from_env()
-    anonymous = allow_anonymous_network(args.allow_anonymous_network)
+    tokens = TokenMap.from_settings(args.settings)
+    anonymous = allow_anonymous_network(args.allow_anonymous_network, args.settings)
     check_listen(args.host, tokens, allow_anonymous=anonymous)
     if not tokens.enabled and not is_loopback(args.host):
         print(f"rcll {command}: warning: anonymous on {args.host}: anyone who can reach port {args.port} "
               "reads, writes, exports and imports every bank", file=sys.stderr, flush=True)
 
 
-def _server_tokenizers() -> None:
+def _terminate_unwinds() -> None:
+    """SIGTERM ends a server as Ctrl-C does, through its finally blocks (the model service's socket
+    directory, the pool), not at once: uvicorn raises the signal again after its own shutdown, and
+    the default action would end the process before them."""
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+
+
+def _server_tokenizers(args: argparse.Namespace) -> Settings:
     """Servers run many request threads: tokenise lists in one call each (rcll.models._encode_all),
-    sequentially - no rayon threads beside the model slots."""
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    sequentially - no rayon threads beside the model slots (rcll.settings.tokenize_in_one_call)."""
+    settings = tokenize_in_one_call(args.settings)
+    args.settings = settings
+    return settings
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    _server_tokenizers()
+    _terminate_unwinds()
+    settings = _server_tokenizers(args)
     if args.transport == "http":
         _listen_check(args, "mcp")   # before the database or the port
     from rcll import mcp_server  # deferred: the MCP SDK takes seconds to import, every other verb skips it
@@ -517,26 +554,27 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         raise RcllError("write_tools", "read-only mode serves only read tools", "drop --write-tools or --read-only",
                         code=Code.NOT_PERMITTED)
     if args.read_only:
-        os.environ["LLM_PROVIDER"] = "none"      # a read-only server holds no key and calls no model
-        os.environ.pop("ANTHROPIC_API_KEY", None)
-    with Memory(args.dsn, read_only=args.read_only) as memory:
+        # a read-only server holds no key and calls no model
+        settings = settings.replace(llm_provider="none", anthropic_api_key=None)
+    with Memory(settings=settings, read_only=args.read_only) as memory:
         mcp_server.run(memory, transport=args.transport, host=args.host, port=args.port,
-                       agent=args.agent or os.environ.get("RCLL_AGENT") or None, default_bank=args.bank)
+                       agent=args.agent or settings.agent, default_bank=args.bank or settings.bank)
     return 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    _server_tokenizers()
+    _terminate_unwinds()
+    settings = _server_tokenizers(args)
     _listen_check(args, "serve")   # before the database, the models or the port
-    every = upkeep.interval()      # a bad RCLL_UPKEEP_SECONDS: an error now, not in a thread later
-    upkeep.auto_graphs(), upkeep.graph_min_units()     # likewise the graphs' settings
+    every = settings.upkeep_seconds
     from rcll import http  # deferred: FastAPI loads only for the server
 
-    with Memory(args.dsn, install=True) as memory, bounded_model_work():
+    with Memory(settings=settings, install=True, recall_from_standby=args.recall_from_standby) as memory, \
+            bounded_model_work(settings):
         print(memory.installed, file=sys.stderr)
         # Load the models before listening, so the first request does not pay for it.
-        models.get_embedder().embed(["warm up"])
-        models.get_reranker().score("warm up", ["warm up"])
+        models.get_embedder(settings).embed(["warm up"])
+        models.get_reranker(settings).score("warm up", ["warm up"])
         # The model service beside HTTP, on the same models and work queue: psql's rcll.recall
         # reaches it through dblink (rcll.model_service), so SQL recall is complete.
         service, note = _model_service(args, memory.dsn)
@@ -545,9 +583,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"  model service for SQL: {service.address.host}:{service.address.port} - {note}")
         print(f"  console: {base}/")
         print("  periodic jobs (BM25 statistics, room counts"
-              + (", big banks' own graphs" if upkeep.auto_graphs() else "") + "): "
+              + (", big banks' own HNSW indexes" if settings.auto_dense_indexes else "") + "): "
               + (f"every {every:g} s" if every > 0 else "off (run `rcll upkeep` from cron)")
-              + f" ({upkeep.ENV}, {upkeep.GRAPHS_ENV})")
+              + f" ({upkeep.ENV}, {upkeep.INDEXES_ENV})")
         print(f"  try: curl -s {base}/retain -H 'content-type: application/json' "
               f"-d '{{\"bank\": \"{DEFAULT_BANK}\", \"content\": \"We deploy with Argo CD since March.\"}}'")
         print(f"       curl -s {base}/recall -H 'content-type: application/json' "
@@ -562,16 +600,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def _model_service(args: argparse.Namespace, dsn: str) -> tuple[model_service.ModelService, str]:
     return model_service.serve_beside(
         dsn, socket_dir=Path(args.models_socket_dir) if args.models_socket_dir else None, port=args.models_port,
-        tcp_port=args.models_tcp_port, registering=not args.no_register)
+        tcp_port=args.models_tcp_port, registering=not args.no_register, settings=args.settings)
 
 
 def cmd_models(args: argparse.Namespace) -> int:
     """The model service alone, for a database with no RCLL server beside it."""
-    _server_tokenizers()
-    dsn = resolve_dsn(args.dsn)
-    models.get_embedder().embed(["warm up"])
-    models.get_reranker().score("warm up", ["warm up"])
-    with bounded_model_work():
+    _terminate_unwinds()
+    settings = _server_tokenizers(args)
+    dsn = resolve_dsn(settings.dsn, settings)
+    models.get_embedder(settings).embed(["warm up"])
+    models.get_reranker(settings).score("warm up", ["warm up"])
+    with bounded_model_work(settings):
         service, note = _model_service(args, dsn)
         try:
             print(f"RCLL model service on {service.address.host}:{service.address.port} "
@@ -585,11 +624,11 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
-def _model_service_options(s: argparse.ArgumentParser) -> None:
+def _model_service_options(s: argparse.ArgumentParser, settings: Settings) -> None:
     s.add_argument("--models-socket-dir", default=None,
                    help="the model service's socket directory (mode 0700, owned by the database server's OS user; "
                         f"default: ${model_service.SOCKET_DIR_ENV}, else one in the temporary directory)")
-    s.add_argument("--models-port", type=int, default=int(os.environ.get("RCLL_MODELS_PORT", model_service.DEFAULT_PORT)),
+    s.add_argument("--models-port", type=int, default=settings.models_port,
                    help="the model service's port: its socket is <dir>/.s.PGSQL.<port> (default 8767)")
     s.add_argument("--models-tcp-port", type=int, default=None,
                    help="also listen on 127.0.0.1 at this port (password required, as on the socket)")
@@ -598,7 +637,8 @@ def _model_service_options(s: argparse.ArgumentParser) -> None:
                         f"${model_service.PASSWORD_ENV})")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(settings: Settings = DEFAULTS) -> argparse.ArgumentParser:
+    """The verbs and their flags; a flag's default comes from `settings` where one is a setting."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--dsn", default=None,
                         help="PostgreSQL connection string (default: $RCLL_DSN, else the embedded database)")
@@ -607,18 +647,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("serve", parents=[common], help="run the HTTP server (installs the schema, starts the embedded database if needed)")
-    s.add_argument("--host", default=os.environ.get("RCLL_HOST", "127.0.0.1"))
-    s.add_argument("--port", type=int, default=int(os.environ.get("RCLL_PORT", DEFAULT_PORT)))
+    s.add_argument("--host", default=settings.host)
+    s.add_argument("--port", type=int, default=settings.port)
+    s.add_argument("--recall-from-standby", action="store_true", default=settings.recall_from_standby,
+                   help="recall may read a hot standby of a multi-host --dsn (target_session_attrs=prefer-standby): "
+                        "it may miss writes of the last moment ($RCLL_RECALL_FROM_STANDBY=1)")
     s.add_argument("--allow-anonymous-network", action="store_true",
                    help="listen beyond loopback without tokens: anyone who can reach the port reads, writes, "
                         "exports and imports every bank (default: refused; $RCLL_ALLOW_ANONYMOUS_NETWORK=1)")
-    _model_service_options(s)
+    _model_service_options(s, settings)
     s.set_defaults(func=cmd_serve)
 
     s = sub.add_parser("models", parents=[common],
                        help="run the model service alone: SQL's rcll.recall reaches the embedder and the cross-encoder "
                             "through dblink (registers it in the database)")
-    _model_service_options(s)
+    _model_service_options(s, settings)
     s.set_defaults(func=cmd_models)
 
     s = sub.add_parser("db", parents=[common], help="the embedded PostgreSQL cluster")
@@ -653,25 +696,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("forget", parents=[common],
                        help="forget memories by selector and everything derived (a dry run that prints the counts "
                             "per kind unless --yes)")
-    s.add_argument("--bank", required=True)
-    s.add_argument("--unit", type=int, action="append", metavar="ID", help="a unit id (repeat for several)")
-    s.add_argument("--document", type=int, action="append", metavar="ID",
-                   help="a document id, with every unit of it (repeat for several)")
-    s.add_argument("--thread")
-    s.add_argument("--author", help="every memory this agent wrote")
-    s.add_argument("--tag")
-    s.add_argument("--room", help="with its aliases and merged names")
-    s.add_argument("--occurred-from", metavar="TIME", help="ISO 8601; [from, to) of when it happened (else said)")
-    s.add_argument("--occurred-to", metavar="TIME")
-    s.add_argument("--retained-from", metavar="TIME", help="ISO 8601; [from, to) of when it was written")
-    s.add_argument("--retained-to", metavar="TIME")
-    s.add_argument("--everything", metavar="BANK", help="every memory of the bank: repeat its name")
-    s.add_argument("--reason", help="kept in the forget log (never put the forgotten text here)")
-    s.add_argument("--yes", action="store_true", help="forget (without it: a dry run, nothing changes)")
-    s.add_argument("--purge", action="store_true", help="then VACUUM the tables touched (needs their owner)")
-    s.add_argument("--batch", type=int, metavar="N",
-                   help="with --yes: N units (whole documents) per transaction, a progress line after each, so "
-                        "writes into the bank wait one batch at most (selectors only, not ids)")
+    _forget_flags(s)
     s.set_defaults(func=cmd_forget)
 
     s = sub.add_parser("drop-bank", parents=[common],
@@ -769,27 +794,27 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("upkeep", parents=[common],
                        help="run the store's periodic jobs once: recount every bank's BM25 statistics "
                             "(rcll.refresh_bank_stats), fold the room counts, and give banks that crossed "
-                            "RCLL_GRAPH_MIN_UNITS (default 20000) their own HNSW graph unless RCLL_AUTO_GRAPHS=off; "
+                            "RCLL_DENSE_INDEX_MIN_UNITS (default 20000) their own HNSW index unless RCLL_AUTO_DENSE_INDEXES=off; "
                             "`rcll serve` runs them every RCLL_UPKEEP_SECONDS (default 300) - this is for cron when it does not")
     s.set_defaults(func=cmd_upkeep)
-    s = sub.add_parser("graphs", parents=[common],
-                       help="DBA: list the HNSW graphs; give big banks their own (prints the plan, --apply runs it)")
+    s = sub.add_parser("dense-indexes", aliases=["graphs"], parents=[common],
+                       help="DBA: list the dense channel's HNSW indexes; give big banks their own (prints the plan, --apply runs it; `rcll graphs`, its former name, still works)")
     s.add_argument("--min-units", type=int, default=None,
-                   help="a bank of at least this many units gets its own graph (default: rcll.dense_graph_plan's)")
+                   help="a bank of at least this many units gets its own index (default: rcll.dense_index_plan's)")
     s.add_argument("--max-share", type=float, default=None,
-                   help="...and at most this fraction of the store's units (default: rcll.dense_graph_plan's)")
+                   help="...and at most this fraction of the store's units (default: rcll.dense_index_plan's)")
     s.add_argument("--m", type=int, default=None,
-                   help="neighbours per unit in an own graph (default: rcll.dense_graph_plan's, 32)")
+                   help="neighbours per unit in an own index (default: rcll.dense_index_plan's, 32)")
     s.add_argument("--ef-construction", type=int, default=None,
-                   help="an own graph's build candidate list (default: rcll.dense_graph_plan's, 128)")
+                   help="an own index's build candidate list (default: rcll.dense_index_plan's, 128)")
     s.add_argument("--apply", action="store_true", help="run the plan (index builds CONCURRENTLY: minutes on a big store)")
     s.add_argument("--maintenance-work-mem", default=None,
-                   help="--apply: for the builds, e.g. 3GB (an HNSW graph takes ~2 kB a unit; default: the server's)")
-    s.set_defaults(func=cmd_graphs)
+                   help="--apply: for the builds, e.g. 3GB (an HNSW index takes ~2 kB a unit; default: the server's)")
+    s.set_defaults(func=cmd_dense_indexes)
     s = sub.add_parser("mcp", parents=[common], help="run the MCP server (stdio or streamable HTTP)")
     s.add_argument("--transport", choices=["stdio", "http"], default="stdio")
-    s.add_argument("--host", default=os.environ.get("RCLL_HOST", "127.0.0.1"))
-    s.add_argument("--port", type=int, default=int(os.environ.get("RCLL_MCP_PORT", 8766)))
+    s.add_argument("--host", default=settings.host)
+    s.add_argument("--port", type=int, default=settings.mcp_port)
     s.add_argument("--allow-anonymous-network", action="store_true",
                    help="http: listen beyond loopback without tokens (default: refused; "
                         "$RCLL_ALLOW_ANONYMOUS_NETWORK=1)")
@@ -801,9 +826,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run one verb; a user error is one line on stderr (JSON with --json) and exit status 2."""
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    """Run one verb; a user error is one line on stderr (JSON with --json) and exit status 2. The
+    settings are read here, once, from `env` (default: this process's environment), and the
+    flags overlay them (--dsn); every verb takes them from args.settings."""
+    words = sys.argv[1:] if argv is None else argv
+    try:
+        settings = Settings.from_env(os.environ if env is None else env)
+    except RcllError as e:
+        print(json.dumps(e.as_dict()) if "--json" in words else f"rcll: {e}", file=sys.stderr)
+        return 2
+    args = build_parser(settings).parse_args(words)
+    args.settings = settings.replace(dsn=args.dsn or settings.dsn)
     if args.command == "bank" and args.action == "create" and not args.name:
         print("rcll: bank create needs a NAME", file=sys.stderr)
         return 2

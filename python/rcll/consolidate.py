@@ -5,7 +5,7 @@ compacted into one observation each (kind 'observation'), written by rcll.write_
 transaction per group: sources linked ('consolidates'), marked consolidated, an audit_log row, and
 a room on every observation (the sources' majority room, else the classifier's, else general).
 
-The observation's text comes from the LLM when LLM_PROVIDER=anthropic (ledger purpose
+The observation's text comes from the LLM when settings.llm_provider (LLM_PROVIDER) is anthropic (ledger purpose
 'consolidate'; on failure the offline rule is used instead), else from the offline rule: the
 entity, the time span, and the source facts in time order. `rcll consolidate --bank NAME`
 (or Memory.consolidate).
@@ -13,7 +13,6 @@ entity, the time span, and the source facts in time order. `rcll consolidate --b
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -24,6 +23,7 @@ from psycopg.types.json import Jsonb
 from rcll.errors import RcllError, database_errors
 from rcll.extract import anthropic_extractor as ax
 from rcll.models import get_embedder
+from rcll.settings import DEFAULTS, Settings
 from rcll.validate import check_bank
 
 MAX_OBSERVATION_CHARS = 2000
@@ -53,9 +53,10 @@ def offline_text(entity: str, texts: list[str]) -> str:
     return f"{entity}: {body}."
 
 
-def llm_text(entity: str, texts: list[str], client: Any = None) -> tuple[str | None, list[dict[str, Any]]]:
-    client = client or ax.make_client()
-    model = ax.model_name()
+def llm_text(entity: str, texts: list[str], client: Any = None,
+             settings: Settings = DEFAULTS) -> tuple[str | None, list[dict[str, Any]]]:
+    client = client or ax.make_client(settings)
+    model = settings.llm_model
     try:
         message = client.messages.create(
             model=model, max_tokens=1024,
@@ -79,10 +80,12 @@ def llm_text(entity: str, texts: list[str], client: Any = None) -> tuple[str | N
 
 def consolidate(conn: psycopg.Connection[Any], bank: str, *, mode: str | None = None, client: Any = None,
                 time_window: timedelta = timedelta(days=7), min_size: int = 2, max_size: int = 12,
-                max_groups: int = 100, actor: str = "system:consolidate") -> list[Observation]:
-    """Write one observation per group of related pending units; returns what was written."""
+                max_groups: int = 100, actor: str = "system:consolidate",
+                settings: Settings = DEFAULTS) -> list[Observation]:
+    """Write one observation per group of related pending units; returns what was written. mode
+    (None: settings.llm_provider) offline or anthropic."""
     check_bank(bank)
-    mode = mode or os.environ.get("LLM_PROVIDER", "none").strip().lower() or "none"
+    mode = mode or settings.llm_provider
     if mode == "none":
         raise RcllError("LLM_PROVIDER", "consolidation is disabled in chunk mode (LLM_PROVIDER=none)",
                         "set LLM_PROVIDER=offline (rules) or anthropic")
@@ -97,10 +100,10 @@ def consolidate(conn: psycopg.Connection[Any], bank: str, *, mode: str | None = 
             calls: list[dict[str, Any]] = []
             method = "offline"
             if mode == "anthropic":
-                text, calls = llm_text(entity, texts, client)
+                text, calls = llm_text(entity, texts, client, settings)
                 method = "llm" if text else "offline"
             text = text or offline_text(entity, texts)
-            vector = get_embedder().embed([text])[0]
+            vector = get_embedder(settings).embed([text])[0]
             with conn.transaction():
                 row = conn.execute(
                     "SELECT rcll.write_observation(bank => %(bank)s, text => %(text)s, embedding => %(e)s,"

@@ -29,7 +29,6 @@ refused at once (DeadlinePassed: HTTP 503 with Retry-After) rather than answered
 from __future__ import annotations
 
 import math
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -41,21 +40,17 @@ import numpy.typing as npt
 
 from rcll.errors import Code, RcllError
 from rcll.results import Fact
+from rcll.settings import DEFAULTS
 from rcll.workqueue import READ, Busy, WorkQueue, model_slot
 
 __all__ = ["BATCH", "SERVER_DEADLINE_MS", "Deadline", "DeadlinePassed", "Depth", "call_tokens", "context_passage", "pair_cost",
-           "read_prefix", "rerank_within", "server_deadline_ms"]
+           "read_prefix", "rerank_within"]
 
 BATCH = 8  # rcll.models.RERANK_BATCH: the reranker's batch, and the step of a deadlined read
 # The servers' (HTTP, MCP) default deadline. Unloaded on 2 cores a default recall (40 + 15 pairs)
 # takes ~0.3-0.6 s, so 1 s reads the default depths; under load it bounds an agent's wait.
-# RCLL_DEADLINE_MS overrides it; Python callers have no deadline unless they pass one.
-SERVER_DEADLINE_MS = 1000
-
-
-def server_deadline_ms() -> int:
-    raw = os.environ.get("RCLL_DEADLINE_MS", "").strip()
-    return int(raw) if raw else SERVER_DEADLINE_MS
+# RCLL_DEADLINE_MS (settings.deadline_ms) overrides it; Python callers have no deadline unless they pass one.
+SERVER_DEADLINE_MS = DEFAULTS.deadline_ms
 
 
 class _Reranker(Protocol):

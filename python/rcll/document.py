@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from rcll.settings import DEFAULTS, Settings
 from rcll.validate import check_document
 
 
@@ -24,9 +25,9 @@ class Document:
     metadata: dict[str, Any] = field(default_factory=dict)
     author: str | None = None  # a claim only: the server's identity wins (rcll._resolve_author)
 
-    def check(self) -> None:
-        """Raise RcllError naming the field when this document cannot be retained."""
-        check_document(self.content, self.tags, self.metadata, self.layer)
+    def check(self, settings: Settings = DEFAULTS) -> None:
+        """Raise RcllError naming the field when this document cannot be retained (within settings' limits)."""
+        check_document(self.content, self.tags, self.metadata, self.layer, settings)
 
 
 @dataclass

@@ -98,6 +98,11 @@ def unknown_bank(bank: str) -> RcllError:
                      code=Code.UNKNOWN_BANK)
 
 
+# The server ended the session: shut down (a failover's demotion or a restart: 57P01), crashed
+# (57P02) or is still starting (57P03). Unavailable and retryable, as a lost connection is.
+GOING_AWAY = frozenset({"57P01", "57P02", "57P03"})
+
+
 def from_database(e: BaseException, *, read_only: bool = False, bank: str | None = None) -> RcllError | None:
     """The RcllError a database error stands for, or None when it is not the caller's to fix.
 
@@ -126,7 +131,7 @@ def from_database(e: BaseException, *, read_only: bool = False, bank: str | None
         # older than this package.
         return RcllError("dsn", f"the rcll schema is missing or out of date ({primary})",
                          "run `rcll install` (or `rcll serve`, which installs it)", code=Code.UNAVAILABLE)
-    if isinstance(e, psycopg.OperationalError) and (state is None or state[:2] == "08"):
+    if isinstance(e, psycopg.OperationalError) and (state is None or state[:2] == "08" or state in GOING_AWAY):
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         return RcllError("dsn", f"cannot connect: {first}", "check RCLL_DSN or run `rcll db start`",
                          code=Code.UNAVAILABLE)

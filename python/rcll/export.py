@@ -47,7 +47,7 @@ from psycopg.types.string import TextLoader
 from rcll.auth import act_as
 from rcll.errors import Code, RcllError, database_errors
 from rcll.sqlsource import extension_version
-from rcll.validate import max_import_line_bytes, on_conflict_arg
+from rcll.validate import DEFAULT_MAX_IMPORT_LINE_BYTES, on_conflict_arg
 
 FORMAT = "rcll-export"
 FORMAT_VERSION = 1
@@ -381,10 +381,9 @@ def _refused(field: str, message: str, hint: str | None = None) -> RcllError:
                      code=Code.INVALID_STREAM)
 
 
-def _stream_rows(it: Iterator[bytes], check: _StreamCheck) -> Iterator[tuple[str, bytes]]:
-    """(table, row JSON) per line of an NDJSON export after its header; the trailer is read into
-    `check`, and any line after it refused."""
-    limit = max_import_line_bytes()
+def _stream_rows(it: Iterator[bytes], check: _StreamCheck, limit: int) -> Iterator[tuple[str, bytes]]:
+    """(table, row JSON) per line of an NDJSON export after its header, each at most `limit` bytes;
+    the trailer is read into `check`, and any line after it refused."""
     for n, raw in enumerate(it, 2):
         line = raw.rstrip(b"\r\n")
         if len(line) > limit:
@@ -418,9 +417,10 @@ def _stream_rows(it: Iterator[bytes], check: _StreamCheck) -> Iterator[tuple[str
 
 def import_stream(conn: psycopg.Connection[Any], lines: Any, *, on_conflict: str = "error",
                   allow: Callable[[str], None] | None = None, agent: str | None = None,
-                  restore: bool = False) -> ImportSummary:
+                  restore: bool = False, max_line: int = DEFAULT_MAX_IMPORT_LINE_BYTES) -> ImportSummary:
     """Import the NDJSON form (iter_export's output) in one transaction, as `agent`. restore: the
-    owner's exact restore (rcll.restore_*) instead of an import."""
+    owner's exact restore (rcll.restore_*) instead of an import. max_line: the longest line taken
+    (settings.max_import_line_bytes)."""
     it = iter(lines)
     check = _StreamCheck()
     try:
@@ -435,7 +435,7 @@ def import_stream(conn: psycopg.Connection[Any], lines: Any, *, on_conflict: str
         raise RcllError("body", f"line 1 is not an {STREAM_FORMAT} header", "send the output of GET /export",
                         code=Code.INVALID_STREAM)
     check.digest.update(first.rstrip(b"\r\n") + b"\n")
-    rows = _stream_rows(it, check)
+    rows = _stream_rows(it, check, max_line)
     if restore:
         max_ids = head.get("max_ids")
         return _restore_rows(conn, rows, max_ids if isinstance(max_ids, dict) else {}, on_conflict, None, check.counts)

@@ -28,7 +28,6 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from rcll import upkeep
 from rcll.auth import Caller, Forbidden, TokenMap
 from rcll.errors import CODES, Code, RcllError, from_database, status
 from rcll.http_answers import (
@@ -45,11 +44,20 @@ from rcll.http_answers import (
 from rcll.http_console import explain
 from rcll.http_console import router as console_router
 from rcll.http_guard import Guard, GuardConfig
-from rcll.memory import Memory, bounded_model_work, server_deadline_ms
-from rcll.request import ANNOTATIONS, MAX_DEADLINE_MS, PARAMETERS, RecallRequest
+from rcll.memory import Memory, bounded_model_work
+from rcll.request import (
+    ANNOTATIONS,
+    FORGET_ANNOTATIONS,
+    FORGET_PARAMETERS,
+    MAX_DEADLINE_MS,
+    PARAMETERS,
+    ForgetRequest,
+    RecallRequest,
+)
+from rcll.settings import DEFAULTS, Settings
 from rcll.sqlsource import extension_version
 from rcll.upkeep import Upkeeper
-from rcll.validate import MAX_DURATION, MAX_QUERY, duration_text, max_import_line_bytes
+from rcll.validate import MAX_DURATION, MAX_QUERY, duration_text
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 ARRIVED = "rcll.arrived"   # the ASGI scope key holding a request's arrival (time.perf_counter())
@@ -127,7 +135,8 @@ def _recall_body() -> type[BaseModel]:
         elif p.name == "bank":
             fields[p.name] = (str, Field(min_length=1, max_length=128, pattern=NAME, description=p.help))
         elif p.name == "deadline_ms":
-            fields[p.name] = (int, Field(default_factory=server_deadline_ms, ge=1, le=MAX_DEADLINE_MS, description=(
+            # Not given: the server's settings.deadline_ms (recall_endpoint: the factory is only its type).
+            fields[p.name] = (int, Field(default_factory=lambda: DEFAULTS.deadline_ms, ge=1, le=MAX_DEADLINE_MS, description=(
                 "latency budget from the request's arrival (waits for a thread, a model slot and a connection "
                 "count): the cross-encoder reads candidates in fused order while time is left (default 1000, "
                 "RCLL_DEADLINE_MS); the response says how deep it read (rerank_depth_reached, "
@@ -148,9 +157,13 @@ else:
     RecallBody = _recall_body()
 
 
-def recall_request(body: BaseModel) -> RecallRequest:
-    """The one place HTTP builds a recall: the body's fields, explain aside."""
-    return RecallRequest(**body.model_dump(exclude={"explain"}))
+def recall_request(body: BaseModel, deadline_ms: int = DEFAULTS.deadline_ms) -> RecallRequest:
+    """The one place HTTP builds a recall: the body's fields, explain aside; deadline_ms when the
+    body gives none (the server's settings.deadline_ms)."""
+    fields = body.model_dump(exclude={"explain"})
+    if "deadline_ms" not in body.model_fields_set:
+        fields["deadline_ms"] = deadline_ms
+    return RecallRequest(**fields)
 
 
 class StatePut(BaseModel):
@@ -170,33 +183,42 @@ class StatePutResponse(BaseModel):
 
 # -- forget, correct, retention ---------------------------------------------------------------------
 
-DRY_RUN = "true (the default): count what would go and change nothing; false: forget"
-PURGE = "after the commit, VACUUM the tables the forget touched (needs their owner; docs/forgetting.md)"
-REASON = "why (kept in the forget log; never put the forgotten text here)"
+# The DELETE routes' query parameters say what ForgetRequest's fields say.
+_FORGET = {p.name: p for p in FORGET_PARAMETERS}
+DRY_RUN, PURGE, REASON = _FORGET["dry_run"].help, _FORGET["purge"].help, _FORGET["reason"].help
 TEXT = 512
 
 
-class ForgetRequest(BaseModel):
-    """POST /forget: selectors (several must all match), or everything = the bank's name."""
+def _forget_body() -> type[BaseModel]:
+    """POST /forget's body: every ForgetRequest field (rcll.request.FORGET_PARAMETERS, so none is
+    left out). The schema checks shapes; ForgetRequest checks the values."""
+    fields: dict[str, Any] = {}
+    for p in FORGET_PARAMETERS:
+        if p.name == "bank":
+            fields[p.name] = (str, Field(min_length=1, max_length=p.limit, pattern=NAME, description=p.help))
+        elif p.kind == "text":
+            fields[p.name] = (str | None, Field(default=None, max_length=p.limit, description=p.help))
+        elif p.kind == "ids":
+            fields[p.name] = (list[int] | None, Field(default=None, max_length=100_000, description=p.help))
+        elif p.kind == "int":
+            fields[p.name] = (int | None, Field(default=None, ge=1, description=p.help))
+        else:
+            fields[p.name] = (FORGET_ANNOTATIONS[p.kind], Field(default=p.default, description=p.help))
+    model: type[BaseModel] = create_model("ForgetRequest", __config__=ConfigDict(extra="forbid"),
+                                          __doc__="POST /forget: selectors (several must all match), or everything = "
+                                                  "the bank's name.", **fields)
+    return model
 
-    model_config = ConfigDict(extra="forbid")
-    bank: str = Field(min_length=1, max_length=128, pattern=NAME)
-    unit_ids: list[int] | None = Field(default=None, max_length=100_000, description="these units")
-    document_ids: list[int] | None = Field(default=None, max_length=100_000,
-                                           description="these documents, with every unit of theirs")
-    thread: str | None = Field(default=None, max_length=TEXT, description="every memory of this thread")
-    author: str | None = Field(default=None, max_length=TEXT, description="every memory this agent wrote")
-    tag: str | None = Field(default=None, max_length=TEXT, description="every memory with this tag")
-    room: str | None = Field(default=None, max_length=TEXT, description="every memory of this room (aliases followed)")
-    occurred_from: datetime | None = Field(default=None, description="[from, to) of when it happened (else said)")
-    occurred_to: datetime | None = None
-    retained_from: datetime | None = Field(default=None, description="[from, to) of when it was written")
-    retained_to: datetime | None = None
-    everything: str | None = Field(default=None, max_length=128, description=(
-        "the bank's name, to forget every memory of it (a selector that matches everything is refused otherwise)"))
-    dry_run: bool = Field(default=True, description=DRY_RUN)
-    reason: str | None = Field(default=None, max_length=1000, description=REASON)
-    purge: bool = Field(default=False, description=PURGE)
+
+if TYPE_CHECKING:
+    ForgetBody = BaseModel
+else:
+    ForgetBody = _forget_body()
+
+
+def forget_request(body: BaseModel) -> ForgetRequest:
+    """The one place HTTP builds a forget: the body's fields."""
+    return ForgetRequest(**body.model_dump())
 
 
 class ForgetResponse(BaseModel):
@@ -285,16 +307,19 @@ IMPORT_SPOOL_BYTES = 32 << 20    # an import body held in memory up to this, the
 
 def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | None = None,
                tokens: TokenMap | None = None, read_only: bool = False, upkeep_seconds: float = 0,
-               host: str | None = None, guard: GuardConfig | None = None) -> FastAPI:
-    """The HTTP API over `service` (default: a Memory on `dsn`, opened when the app starts). Every
+               host: str | None = None, guard: GuardConfig | None = None,
+               settings: Settings | None = None) -> FastAPI:
+    """The HTTP API over `service` (default: a Memory on `dsn` with `settings` - None: read from the
+    environment, as Memory() does -, opened when the app starts). Every
     endpoint calls the Memory acting as the agent the request's bearer token authenticates. With
     upkeep_seconds > 0 (`rcll serve`: RCLL_UPKEEP_SECONDS, default 300) a read-write, unscoped
     service runs Memory.upkeep() when the app starts and then that often (rcll.upkeep). host: the
-    address it is served on; guard: the Host, Origin and body-size rules (rcll.http_guard; default
-    from the environment for that host)."""
-    svc = service if service is not None else Memory(dsn, read_only=read_only, pool_size=pool_size, open=False)
-    auth = tokens if tokens is not None else TokenMap.from_env()
-    rules = guard if guard is not None else GuardConfig.from_env(host)
+    address it is served on; tokens and guard (the Host, Origin and body-size rules,
+    rcll.http_guard): default from the service's settings, for that host."""
+    svc = service if service is not None else Memory(dsn, settings=settings, read_only=read_only, pool_size=pool_size,
+                                                     open=False)
+    auth = tokens if tokens is not None else TokenMap.from_settings(svc.settings)
+    rules = guard if guard is not None else GuardConfig.from_settings(svc.settings, host)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> Any:
@@ -303,7 +328,7 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | 
                   if upkeep_seconds > 0 and svc.whole_store else None)
         app.state.upkeep = keeper
         try:
-            with bounded_model_work():     # over the limit: 503 + Retry-After at once
+            with bounded_model_work(svc.settings):     # over the limit: 503 + Retry-After at once
                 yield
         finally:
             if keeper is not None:
@@ -378,7 +403,7 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | 
     @app.post("/recall", response_model=None, responses=answer(RecallAnswer))
     def recall_endpoint(req: RecallBody, who: Who, request: Request) -> dict[str, Any]:
         started = float(request.scope.get(ARRIVED) or time.perf_counter())
-        recall = recall_request(req)
+        recall = recall_request(req, svc.settings.deadline_ms)
         result = svc.as_caller(who).recall(recall, started=started)
         out = result.as_dict() | (explain(result, recall.budget) if getattr(req, "explain", False) else {})
         out["elapsed_ms"] = round((time.perf_counter() - started) * 1000, 1)
@@ -423,7 +448,7 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | 
                       on_conflict: Annotated[str, Query(pattern="^(error|skip|replace)$")] = "error") -> dict[str, Any]:
         svc.check_writable()   # refused before the body is read
         # Spooled (memory, then disk) as it arrives, each line capped before anything parses it.
-        max_line = max_import_line_bytes()
+        max_line = svc.settings.max_import_line_bytes
         with tempfile.SpooledTemporaryFile(max_size=IMPORT_SPOOL_BYTES) as spool:
             line, length = 1, 0
             async for chunk in request.stream():
@@ -447,11 +472,11 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | 
     # write to correct, admin to set a retention policy; a dry run unless dry_run is false.
 
     @app.post("/forget", response_model=ForgetResponse)
-    def forget(req: ForgetRequest, who: Who) -> dict[str, Any]:
+    def forget(req: ForgetBody, who: Who) -> dict[str, Any]:
         """Forget memories by selector (several must all match) and everything derived from them, in
         one transaction. A dry run unless dry_run is false. No selector, a selector matching nothing, or
         one matching every memory of the bank without everything is refused (RC007)."""
-        return svc.as_caller(who).forget(**req.model_dump()).as_dict()
+        return svc.as_caller(who).forget(forget_request(req)).as_dict()
 
     @app.delete("/units/{unit_id}", response_model=ForgetResponse)
     def forget_unit(unit_id: UnitId, bank: Bank, who: Who, dry_run: DryRun = True, reason: Reason = None,
@@ -527,8 +552,9 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | 
 
 
 def serve(memory: Memory, *, host: str, port: int, upkeep_seconds: float | None = None) -> None:
-    """Serve the HTTP API over `memory` until stopped (tokens from RCLL_TOKENS / RCLL_TOKENS_FILE),
-    running the periodic jobs every upkeep_seconds (None: RCLL_UPKEEP_SECONDS, default 300)."""
-    every = upkeep.interval() if upkeep_seconds is None else upkeep_seconds
+    """Serve the HTTP API over `memory` until stopped (tokens from its settings: RCLL_TOKENS /
+    RCLL_TOKENS_FILE), running the periodic jobs every upkeep_seconds (None: its settings'
+    upkeep_seconds, RCLL_UPKEEP_SECONDS, default 300)."""
+    every = memory.settings.upkeep_seconds if upkeep_seconds is None else upkeep_seconds
     uvicorn.run(create_app(service=memory, upkeep_seconds=every, host=host), host=host, port=port,
                 log_level="warning")

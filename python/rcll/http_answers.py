@@ -70,8 +70,8 @@ class UpkeepAnswer(BaseModel):
     rounds: int | None = None
     last_run: str | None = None
     last_error: str | None = None
-    graphs: dict[str, Any] | None = Field(default=None, description=(
-        "the periodic jobs' dense-graph runs: auto, building (step, steps, why, started), index_builds, "
+    dense_indexes: dict[str, Any] | None = Field(default=None, description=(
+        "the periodic jobs' runs of the dense-index plan (big banks' own HNSW indexes): auto, building (step, steps, why, started), index_builds, "
         "last_end, last_steps, last_error"))
 
 

@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 from rcll.auth import is_loopback
-from rcll.errors import Code, RcllError
+from rcll.errors import Code
+from rcll.settings import DEFAULTS, Settings
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -40,8 +40,8 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 MIB = 1 << 20
-DEFAULT_MAX_BODY_BYTES = 16 * MIB       # a retain of the largest document (1 MiB of text) escaped as JSON
-DEFAULT_MAX_IMPORT_BYTES = 1024 * MIB   # a whole bank's export stream
+DEFAULT_MAX_BODY_BYTES = DEFAULTS.max_body_bytes       # a retain of the largest document (1 MiB of text) escaped
+DEFAULT_MAX_IMPORT_BYTES = DEFAULTS.max_import_bytes   # a whole bank's export stream
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 BODY_TYPES = ("application/json", "application/x-ndjson")
 FOREIGN_FETCH = frozenset({"cross-site", "same-site"})
@@ -52,15 +52,6 @@ def _names(value: str | None) -> tuple[str, ...]:
     """RCLL_ALLOWED_HOSTS's names as a Host header's name is compared: a port given is dropped."""
     return tuple("*" if n.strip() == "*" else _host_name(n) for n in (value or "").replace(";", ",").split(",")
                  if n.strip())
-
-
-def _bytes_env(env: MutableMapping[str, str] | dict[str, str], name: str, default: int) -> int:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    if not raw.isdigit() or int(raw) < 1:
-        raise RcllError(name, f"{raw!r} is not a positive number of bytes", f"e.g. {name}={default}")
-    return int(raw)
 
 
 def _host_name(host: str) -> str:
@@ -103,18 +94,16 @@ class GuardConfig:
         object.__setattr__(self, "any_host", "*" in self.extra_hosts)
 
     @classmethod
-    def from_env(cls, bound_host: str | None = None, env: dict[str, str] | None = None) -> GuardConfig:
+    def from_env(cls, bound_host: str | None, env: Mapping[str, str]) -> GuardConfig:
+        """The rules `env` sets (from_settings of its settings)."""
+        return cls.from_settings(Settings.from_env(env), bound_host)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, bound_host: str | None = None) -> GuardConfig:
         """RCLL_ALLOWED_HOSTS (names, comma-separated; * for any), RCLL_CORS_ORIGINS (exact origins,
-        e.g. https://app.example.com), RCLL_MAX_BODY_BYTES, RCLL_MAX_IMPORT_BYTES."""
-        e = dict(os.environ) if env is None else env
-        origins = tuple(o.strip().rstrip("/") for o in e.get("RCLL_CORS_ORIGINS", "").split(",") if o.strip())
-        for o in origins:
-            parts = urlsplit(o)
-            if parts.scheme not in ("http", "https") or not parts.netloc or parts.path:
-                raise RcllError("RCLL_CORS_ORIGINS", f"{o!r} is not an origin", "e.g. https://app.example.com")
-        return cls(bound_host=bound_host, extra_hosts=_names(e.get("RCLL_ALLOWED_HOSTS")), cors_origins=origins,
-                   max_body_bytes=_bytes_env(e, "RCLL_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES),
-                   max_import_bytes=_bytes_env(e, "RCLL_MAX_IMPORT_BYTES", DEFAULT_MAX_IMPORT_BYTES))
+        e.g. https://app.example.com), RCLL_MAX_BODY_BYTES, RCLL_MAX_IMPORT_BYTES, read into settings."""
+        return cls(bound_host=bound_host, extra_hosts=_names(settings.allowed_hosts), cors_origins=settings.cors_origins,
+                   max_body_bytes=settings.max_body_bytes, max_import_bytes=settings.max_import_bytes)
 
     def answers_to(self, host: str) -> bool:
         name = _host_name(host)

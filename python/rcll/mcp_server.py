@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
 import sys
 import time
 from collections.abc import Mapping
@@ -33,8 +32,16 @@ from pydantic import Field
 from rcll.auth import Caller, TokenMap
 from rcll.errors import Code, RcllError, status
 from rcll.http_guard import GuardConfig, body_capped
-from rcll.memory import Memory, bounded_model_work, server_deadline_ms
-from rcll.request import ANNOTATIONS, PARAMETERS, RecallRequest
+from rcll.memory import Memory, bounded_model_work
+from rcll.request import (
+    ANNOTATIONS,
+    FORGET_ANNOTATIONS,
+    FORGET_PARAMETERS,
+    PARAMETERS,
+    ForgetRequest,
+    RecallRequest,
+)
+from rcll.settings import DEFAULTS, Settings
 from rcll.sqlsource import extension_version
 from rcll.validate import duration_arg
 
@@ -66,12 +73,33 @@ def _recall_signature() -> inspect.Signature:
 RECALL_SIGNATURE = _recall_signature()
 
 
-def recall_request(fields: dict[str, Any], default_bank: str) -> RecallRequest:
-    """The one place MCP builds a recall: the tool's arguments (None: the field's default; no bank:
-    the server's default bank; no deadline_ms: the server's)."""
+def _forget_signature() -> inspect.Signature:
+    """memory_forget's parameters: every ForgetRequest field (rcll.request.FORGET_PARAMETERS, so
+    none is left out), bank optional (the server's default bank), then the SDK's context."""
+    params = [inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=None if p.name == "bank" else p.default,
+                                annotation=Annotated[FORGET_ANNOTATIONS[p.kind], Field(description=p.help)])
+              for p in FORGET_PARAMETERS]
+    params.append(inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Context | None))
+    return inspect.Signature(params, return_annotation=dict[str, Any])
+
+
+FORGET_SIGNATURE = _forget_signature()
+
+
+def forget_request(fields: dict[str, Any], default_bank: str) -> ForgetRequest:
+    """The one place MCP builds a forget: the tool's arguments (None: the field's default; no bank:
+    the server's default bank)."""
     given = {k: v for k, v in fields.items() if v is not None}
     given.setdefault("bank", default_bank)
-    given.setdefault("deadline_ms", server_deadline_ms())
+    return ForgetRequest(**given)
+
+
+def recall_request(fields: dict[str, Any], default_bank: str, deadline_ms: int = DEFAULTS.deadline_ms) -> RecallRequest:
+    """The one place MCP builds a recall: the tool's arguments (None: the field's default; no bank:
+    the server's default bank; no deadline_ms: the server's, settings.deadline_ms)."""
+    given = {k: v for k, v in fields.items() if v is not None}
+    given.setdefault("bank", default_bank)
+    given.setdefault("deadline_ms", deadline_ms)
     return RecallRequest(**given)
 
 
@@ -96,7 +124,7 @@ def build_server(service: Memory, *, agent: str | None = None, tokens: TokenMap 
         raise RcllError("write_tools", "a read-only server cannot serve write tools",
                         "drop --write-tools, or run a read-write server", code=Code.NOT_PERMITTED)
     tokens = tokens or TokenMap()
-    bank_default = default_bank or os.environ.get("RCLL_BANK") or "default"
+    bank_default = default_bank or service.settings.bank
     mcp = MCPServer(name="rcll", version=extension_version(),
                     instructions="Memory for an agent fleet: recall before you act, retain what you learn. "
                                  "Rooms are topics; the author of a write is who this server says you are.")
@@ -124,7 +152,7 @@ def build_server(service: Memory, *, agent: str | None = None, tokens: TokenMap 
     async def memory_recall(ctx: Context | None = None, **fields: Any) -> dict[str, Any]:
         started = time.perf_counter()
         a = await call(who, ctx)
-        request = await call(recall_request, fields, bank_default)
+        request = await call(recall_request, fields, bank_default, service.settings.deadline_ms)
         result = await call(service.as_caller(a).recall, request, started=started)
         return dict(result.as_dict())
 
@@ -202,32 +230,22 @@ def build_server(service: Memory, *, agent: str | None = None, tokens: TokenMap 
                                    bank: str | None = None, ctx: Context | None = None) -> dict[str, Any]:
             a = await call(who, ctx)
             written = await call(service.as_caller(a).put_state, room, key, value, expected_version=expected_version,
-                                 bank=bank or bank_default, via="api")
+                                 bank=bank or bank_default, via="mcp")
             return dict(written.as_dict())
 
-        @mcp.tool(annotations=_DESTRUCTIVE, description="Forget memories and everything derived from them. A DRY "
-                  "RUN unless dry_run is false: first call it as is, read the counts per kind, and only then repeat "
-                  "with dry_run false. Selectors (several must all match): unit_ids, document_ids, thread, author, "
-                  "tag, room, occurred_from/occurred_to, retained_from/retained_to (ISO 8601, [from, to)); or "
-                  "everything = the bank's name. No selector, or one matching nothing or every memory, is refused. "
-                  "Needs the forget verb.")
-        async def memory_forget(bank: str | None = None, unit_ids: list[int] | None = None,
-                                document_ids: list[int] | None = None, thread: str | None = None,
-                                author: str | None = None, tag: str | None = None, room: str | None = None,
-                                occurred_from: str | None = None, occurred_to: str | None = None,
-                                retained_from: str | None = None, retained_to: str | None = None,
-                                everything: str | None = None,
-                                dry_run: Annotated[bool, Field(description=(
-                                    "true (the default): count what would go, change nothing"))] = True,
-                                reason: Annotated[str | None, Field(description=(
-                                    "why (kept in the forget log: never the forgotten text)"))] = None,
-                                ctx: Context | None = None) -> dict[str, Any]:
+        async def memory_forget(ctx: Context | None = None, **fields: Any) -> dict[str, Any]:
             a = await call(who, ctx)
-            gone = await call(service.as_caller(a).forget, bank=bank or bank_default, unit_ids=unit_ids,
-                              document_ids=document_ids, thread=thread, author=author, tag=tag, room=room,
-                              occurred_from=occurred_from, occurred_to=occurred_to, retained_from=retained_from,
-                              retained_to=retained_to, everything=everything, dry_run=dry_run, reason=reason)
+            request = await call(forget_request, fields, bank_default)
+            gone = await call(service.as_caller(a).forget, request)
             return dict(gone.as_dict())
+
+        memory_forget.__signature__ = FORGET_SIGNATURE  # type: ignore[attr-defined]
+        mcp.tool(annotations=_DESTRUCTIVE, description="Forget memories and everything derived from them. A DRY "
+                 "RUN unless dry_run is false: first call it as is, read the counts per kind, and only then repeat "
+                 "with dry_run false. Selectors (several must all match): unit_ids, document_ids, thread, author, "
+                 "tag, room, occurred_from/occurred_to, retained_from/retained_to (ISO 8601, [from, to)); or "
+                 "everything = the bank's name. No selector, or one matching nothing or every memory, is refused. "
+                 "Needs the forget verb.")(memory_forget)
 
         @mcp.tool(annotations=_DESTRUCTIVE, description="Replace a unit's wrong text with the right one, saying why: "
                   "recall returns the new text at once; the old one stays in the unit's history (memory_history). "
@@ -242,13 +260,15 @@ def build_server(service: Memory, *, agent: str | None = None, tokens: TokenMap 
     return mcp
 
 
-def http_app(mcp: MCPServer, tokens: TokenMap, *, path: str = "/mcp", host: str = "127.0.0.1") -> Any:
+def http_app(mcp: MCPServer, tokens: TokenMap, *, path: str = "/mcp", host: str = "127.0.0.1",
+             settings: Settings = DEFAULTS) -> Any:
     """The streamable-HTTP ASGI app, refusing requests without a valid bearer token when tokens
     are configured (401 with {field, error, hint}). host: where it listens; on loopback the SDK
-    also refuses Host headers that are not loopback (DNS rebinding), beyond it they are accepted."""
+    also refuses Host headers that are not loopback (DNS rebinding), beyond it they are accepted.
+    settings: the body cap (settings.max_body_bytes)."""
     app = mcp.streamable_http_app(streamable_http_path=path, json_response=True, host=host)
     # Every body capped before it is read or the token checked (rcll.http_guard, RCLL_MAX_BODY_BYTES).
-    limit = GuardConfig.from_env(host).max_body_bytes
+    limit = GuardConfig.from_settings(settings, host).max_body_bytes
     if not tokens.enabled:
         return body_capped(app, limit)
 
@@ -273,8 +293,9 @@ def http_app(mcp: MCPServer, tokens: TokenMap, *, path: str = "/mcp", host: str 
 def run(memory: Memory, *, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8766,
         agent: str | None = None, default_bank: str | None = None, tokens: TokenMap | None = None) -> None:
     """Serve the MCP tools over `memory` until stopped: over stdio (the agent is `agent`, the
-    launcher's configuration) or streamable HTTP (the agent is each bearer token's)."""
-    tokens = tokens if tokens is not None else TokenMap.from_env()
+    launcher's configuration) or streamable HTTP (the agent is each bearer token's; tokens default
+    to memory's settings)."""
+    tokens = tokens if tokens is not None else TokenMap.from_settings(memory.settings)
     if agent and not memory.identity_honoured:
         print("rcll mcp: warning: the database role is not a member of rcll_identity_server; "
               "writes will carry no server identity", file=sys.stderr)
@@ -282,7 +303,7 @@ def run(memory: Memory, *, transport: str = "stdio", host: str = "127.0.0.1", po
                           write_tools=not memory.read_only)
     # Model work through one bounded queue sized to the cores: over the limit a tool call is
     # refused at once (field "server", busy) instead of waiting without bound.
-    with bounded_model_work():
+    with bounded_model_work(memory.settings):
         if transport == "stdio":
             server.run("stdio")
             return
@@ -290,4 +311,5 @@ def run(memory: Memory, *, transport: str = "stdio", host: str = "127.0.0.1", po
 
         print(f"RCLL MCP (streamable HTTP) on http://{host}:{port}/mcp{' read-only' if memory.read_only else ''}",
               file=sys.stderr, flush=True)
-        uvicorn.run(http_app(server, tokens, host=host), host=host, port=port, log_level="warning")
+        uvicorn.run(http_app(server, tokens, host=host, settings=memory.settings), host=host, port=port,
+                    log_level="warning")

@@ -25,7 +25,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -33,22 +33,23 @@ from types import TracebackType
 from typing import IO, Any
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
-from rcll import citus, cluster, graphs, install, models
+from rcll import citus, cluster, install, models
+from rcll import dense_indexes as hnsw  # the module: Memory.dense_indexes is a verb
 from rcll.auth import ANONYMOUS, Caller, act_as, can_write, identity_server_ok
 from rcll.consolidate import Observation, consolidate
-from rcll.db import configure, connect, resolve_dsn, retried_once
+from rcll.db import configure, connect, resolve_dsn, retried_once, standby_dsn, writer_dsn
 from rcll.db import pool as db_pool
-from rcll.deadline import server_deadline_ms
+from rcll.dense_indexes import BuildUnderWay
 from rcll.document import Document, RetainResult
 from rcll.errors import Code, RcllError, database_errors
 from rcll.export import ExportSummary, ImportSummary, export_bank, import_bank, import_stream, iter_export
-from rcll.graphs import Busy as GraphsBusy
 from rcll.recall import Pooled, RecallResult, recall
-from rcll.request import PARAMETERS, RecallRequest
+from rcll.request import FORGET_PARAMETERS, FORGET_SQL, PARAMETERS, ForgetRequest, RecallRequest
 from rcll.results import (
     Bank,
     FloorRoom,
@@ -68,10 +69,10 @@ from rcll.results import (
     Upkeep,
     Version,
 )
-from rcll.retain import prepare, retain, retain_many
+from rcll.retain import Prepared, prepare, retain, retain_many
+from rcll.settings import Settings
 from rcll.sqlsource import extension_version, migrations
 from rcll.streams import ExportBudget
-from rcll.upkeep import auto_graphs, graph_min_units
 from rcll.validate import (
     MAX_VERSION,
     bool_arg,
@@ -92,7 +93,7 @@ from rcll.workqueue import installed as installed_queue
 __all__ = [
     "DEFAULT_BANK", "Bank", "Busy", "Document", "ExportSummary", "FloorRoom", "Health", "ImportSummary", "Memory",
     "MergeProposal", "Observation", "RecallResult", "RetainResult", "Room", "Rule", "State", "StateKey",
-    "StateWritten", "Stats", "Tag", "TokenAccount", "Unit", "UnitPage", "bounded_model_work", "server_deadline_ms",
+    "StateWritten", "Stats", "Tag", "TokenAccount", "Unit", "UnitPage", "bounded_model_work",
 ]
 
 DEFAULT_BANK = "default"
@@ -114,6 +115,8 @@ PURGE_UNITS: tuple[tuple[str, str], ...] = (
     ("rcll.audit_log", "VACUUM rcll.audit_log"),
     ("rcll.room_state", "VACUUM rcll.room_state"),
 )
+# rcll.forget's arguments, each by name (ForgetRequest.arguments; FORGET_SQL is the function's parameters).
+_FORGET_ARGS = sql.SQL(", ").join(sql.SQL("{} => {}").format(sql.Identifier(n), sql.Placeholder(n)) for n in FORGET_SQL)
 PURGE_BANK = (*PURGE_UNITS, ("rcll.rooms", "VACUUM rcll.rooms"), ("rcll.room_aliases", "VACUUM rcll.room_aliases"),
               ("rcll.llm_calls", "VACUUM rcll.llm_calls"))
 
@@ -130,46 +133,43 @@ def _expiry(expires_at: datetime | str | None, ttl: timedelta | None) -> datetim
     return at
 
 
-def _batch_arg(batch: int | None) -> int | None:
-    if batch is None:
-        return None
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise RcllError("batch", "must be a positive number of units", "pass batch=1000, or leave it out")
-    return batch
-
-
-def _ids(values: Sequence[int] | None, field: str) -> list[int] | None:
-    """A list of positive ids, or None (not given); anything else is the caller's error."""
-    if values is None:
-        return None
-    if isinstance(values, (str, bytes)) or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-        raise RcllError(field, "must be a list of integer ids", f"pass {field}=[12, 34]")
-    return [int(v) for v in values]
-
-
 @dataclass
-class _Pool:
+class _Shared:
     """What every view of one Memory shares: the database, its pool and the server's mode."""
 
     dsn: str
     read_only: bool
     pool_size: int
     configure: Callable[[psycopg.Connection[Any]], None]
+    settings: Settings
     pool: ConnectionPool[psycopg.Connection[Any]] | None = None
+    recall_from_standby: bool = False
+    recall_pool: ConnectionPool[psycopg.Connection[Any]] | None = None   # on a standby when allowed
     opened: bool = False
     identity_honoured: bool = False
     installed: str | None = None
     in_bank: bool = False          # rcll's tables distributed by bank (Citus): recall delegates to the bank's worker
-    exports: ExportBudget = dataclasses.field(default_factory=ExportBudget.from_env)   # export streams' own connections
+    exports: ExportBudget = dataclasses.field(init=False)     # export streams' own connections
+
+    def __post_init__(self) -> None:
+        self.exports = ExportBudget.from_settings(self.settings)
+
+
+@dataclass
+class _Unit:
+    """A unit of work's connection, shared by its views (Memory.transaction); None once it ended."""
+
+    conn: psycopg.Connection[Any] | None
 
 
 @contextmanager
-def bounded_model_work() -> Iterator[WorkQueue]:
+def bounded_model_work(settings: Settings) -> Iterator[WorkQueue]:
     """For servers, while they serve: model work (query embedding, rerank, retain embedding) goes
     through one bounded queue sized to the cores (rcll.workqueue) - a request over the limit is
     refused at once with Busy (HTTP 503 + Retry-After) instead of waiting without bound, and reads
-    and writes share the model slots fairly. A Python caller of Memory has no queue otherwise."""
-    queue = installed_queue() or WorkQueue()
+    and writes share the model slots fairly (sized by settings: RCLL_MODEL_SLOTS and the limits). A
+    Python caller of Memory has no queue otherwise."""
+    queue = installed_queue() or WorkQueue.from_settings(settings)
     previous = install_queue(queue)
     try:
         yield queue
@@ -193,19 +193,34 @@ def schema_is_current(conn: psycopg.Connection[Any]) -> bool:
 class Memory:
     """A memory store: a pool of connections to one database and the verbs.
 
-    dsn: a PostgreSQL connection string (default: $RCLL_DSN, else the embedded database, started
-    if needed). bank: the bank a verb uses when it is not given one. agent: the identity writes
+    dsn: a PostgreSQL connection string (default: settings.dsn - $RCLL_DSN -, else the embedded
+    database, started if needed). settings: every other knob (rcll.settings.Settings; None reads
+    the environment once, here: Settings.from_env()), for every verb of this Memory. bank: the bank a verb uses when it is not given one. agent: the identity writes
     and `mine` recalls act as. read_only: only the read verbs, over a role that cannot write
     (opening refuses a role that can). install: None installs or upgrades the schema when it is
     missing or behind, True always (what `rcll serve` does), False never; extension: install as
     CREATE EXTENSION rcll (after `make install` on the server); citus: distribute the tables by bank
     on a Citus coordinator (None: when it has workers, True: required, False: never; rcll.citus). open=False defers
     connecting until open() (servers open in their start-up hook).
+
+    High availability (docs/scaling.md): dsn may name every node of a Patroni cluster
+    (`host=a,b,c port=...`); a read-write Memory then connects with
+    target_session_attrs=read-write unless the DSN says otherwise, and its pool reconnects to
+    the new primary after a failover. recall_from_standby=True lets recall read a hot standby
+    (target_session_attrs=prefer-standby, the primary when none answers): off by default,
+    because a standby replays what the primary committed a moment later, so a recall right
+    after a retain may not see it there.
     """
 
-    def __init__(self, dsn: str | None = None, *, bank: str = DEFAULT_BANK, agent: str | None = None,
-                 read_only: bool = False, pool_size: int = 4, install: bool | None = None,
-                 extension: bool = False, citus: bool | None = None, open: bool = True) -> None:
+    # A unit of work's views (Memory.transaction) run every verb on its connection, inside its
+    # transaction; None for every other view.
+    _unit: _Unit | None = None
+
+    def __init__(self, dsn: str | None = None, *, settings: Settings | None = None, bank: str = DEFAULT_BANK,
+                 agent: str | None = None, read_only: bool = False, pool_size: int = 4, install: bool | None = None,
+                 extension: bool = False, citus: bool | None = None, open: bool = True,
+                 recall_from_standby: bool | None = None) -> None:
+        config = Settings.from_env() if settings is None else settings
         self.bank = check_bank(bank)
         self.agent = agent
         self.scope: Caller = ANONYMOUS
@@ -213,31 +228,39 @@ class Memory:
         self._extension = extension
         self._citus = citus
         try:
-            target = resolve_dsn(dsn)
+            target = resolve_dsn(dsn or config.dsn, config)
         except cluster.ClusterError as e:
             raise RcllError("dsn", f"the embedded database cannot start: {e}",
                             "set RCLL_DSN (or pass dsn=) to use another PostgreSQL", code=Code.UNAVAILABLE) from e
-        self._shared = _Pool(target, read_only, pool_size, self._configure)
+        if not read_only:
+            target = writer_dsn(target)
+        standby = config.recall_from_standby if recall_from_standby is None else recall_from_standby
+        self._shared = _Shared(target, read_only, pool_size, self._configure, config, recall_from_standby=standby)
         if open:
             self.open()
 
     @classmethod
-    def _view(cls, shared: _Pool, bank: str, agent: str | None, scope: Caller) -> Memory:
+    def _view(cls, shared: _Shared, bank: str, agent: str | None, scope: Caller) -> Memory:
         view = cls.__new__(cls)
         view.bank, view.agent, view._install, view._extension, view._shared = bank, agent, False, False, shared
         view.scope = scope
         return view
 
+    def _bound_view(self, bank: str, agent: str | None, scope: Caller) -> Memory:
+        view = Memory._view(self._shared, bank, agent, scope)
+        view._unit = self._unit
+        return view
+
     def as_agent(self, agent: str | None) -> Memory:
         """This Memory acting as `agent` (the identity a server authenticated), sharing the pool
-        and keeping this view's scope."""
-        return Memory._view(self._shared, self.bank, agent, self.scope)
+        and keeping this view's scope (and its unit of work, inside one)."""
+        return self._bound_view(self.bank, agent, self.scope)
 
     def as_caller(self, caller: Caller) -> Memory:
         """This Memory acting for `caller` (a bearer token's agent and scope, rcll.auth): every verb
         then reaches only the caller's banks and only with its verbs; a bank out of reach is an
         unknown bank, exactly as one that does not exist."""
-        return Memory._view(self._shared, self.bank, caller.agent, caller)
+        return self._bound_view(self.bank, caller.agent, caller)
 
     def as_login(self, configured: str | None = None) -> Memory:
         """This Memory acting as the identity the database resolves for its own login
@@ -261,6 +284,11 @@ class Memory:
     @property
     def read_only(self) -> bool:
         return self._shared.read_only
+
+    @property
+    def settings(self) -> Settings:
+        """The settings every verb of this Memory (and of its views) uses."""
+        return self._shared.settings
 
     @property
     def identity_honoured(self) -> bool:
@@ -304,12 +332,18 @@ class Memory:
         # Checked connections: a restarted PostgreSQL costs only the requests in flight (rcll.db.pool).
         shared.pool = db_pool(shared.dsn, max_size=shared.pool_size, configure=shared.configure)
         shared.pool.open(wait=True)
+        if shared.recall_from_standby:
+            shared.recall_pool = db_pool(standby_dsn(shared.dsn), max_size=shared.pool_size,
+                                         configure=shared.configure)
+            shared.recall_pool.open(wait=True)
         shared.opened = True
 
     def close(self) -> None:
         """Close the pool (every view of this Memory with it)."""
         if self._shared.opened and self._shared.pool is not None:
             self._shared.pool.close()
+            if self._shared.recall_pool is not None:
+                self._shared.recall_pool.close()
             self._shared.opened = False
 
     def __enter__(self) -> Memory:
@@ -329,7 +363,14 @@ class Memory:
         set-returning function over an empty table may never evaluate it), and the unknown bank
         the database reports is answered as one outside the caller's scope
         (rcll.errors.unknown_bank). timeout: seconds to wait for a pooled connection (default
-        rcll.db.POOL_TIMEOUT), then psycopg_pool.PoolTimeout."""
+        rcll.db.POOL_TIMEOUT), then psycopg_pool.PoolTimeout. Inside a unit of work
+        (Memory.transaction): a savepoint on its connection."""
+        if self._unit is not None:
+            with self._in_unit(bank) as conn:
+                if bank is not None and resolve:
+                    conn.execute("SELECT rcll._bank_id(%s)", (bank,))
+                yield conn
+            return
         with (self._connection(timeout) as conn, database_errors(read_only=self.read_only, bank=bank),
               conn.transaction()):
             act_as(conn, self.agent)
@@ -338,9 +379,61 @@ class Memory:
             yield conn
 
     @contextmanager
+    def _in_unit(self, bank: str | None) -> Iterator[psycopg.Connection[Any]]:
+        """A verb's step inside this view's unit of work: a savepoint, so that a verb that fails
+        undoes only itself (as psycopg's nested transaction blocks do), acting as this view's agent."""
+        conn = None if self._unit is None else self._unit.conn
+        if conn is None:
+            raise RcllError("transaction", "this unit of work has ended",
+                            "run the verbs inside the with memory.transaction() block", code=Code.INVALID_INPUT)
+        with database_errors(read_only=self.read_only, bank=bank), conn.transaction():
+            act_as(conn, self.agent)
+            yield conn
+
+    def _outside_unit(self, what: str) -> None:
+        """Refuse work that cannot join a unit of work's transaction (it takes connections of its own)."""
+        if self._unit is not None:
+            raise RcllError("transaction", f"{what} cannot run inside a unit of work (it uses connections of its "
+                            "own)", "call it on the Memory, outside the with memory.transaction() block",
+                            code=Code.INVALID_INPUT)
+
+    @contextmanager
+    def transaction(self, *, timeout: float | None = None) -> Iterator[Memory]:
+        """A unit of work: several verbs in one transaction, as psycopg's `with conn.transaction()`.
+
+            with memory.transaction() as tx:
+                states = tx.lock_states([("deployment", "spread")])
+                tx.put_state("deployment", "spread", {...}, expected_version=...)
+                tx.forget(thread="t1", dry_run=False)
+
+        `tx` is this Memory (its agent, its scope, its bank) bound to one pooled connection: each
+        verb checks its input, the caller's scope and its own verb exactly as it does alone, and
+        runs in a savepoint of the one transaction - a verb that raises undoes only itself, and
+        the caller may go on. The block commits when it ends, and rolls everything back when an
+        exception leaves it. Inside a unit of work, a transaction() block is a savepoint. Work that
+        needs connections of its own is refused in one (RcllError on transaction): recall,
+        retain_many, consolidate, export, import, purge, the dense indexes; so is any verb once the
+        block has ended. READ COMMITTED (PostgreSQL's default) is what lock_states expects.
+        timeout: seconds to wait for a pooled connection (default rcll.db.POOL_TIMEOUT)."""
+        if self._unit is not None:
+            with self._in_unit(None):
+                yield self
+            return
+        with self._connection(timeout) as conn, database_errors(read_only=self.read_only), conn.transaction():
+            act_as(conn, self.agent)
+            unit = _Unit(conn)
+            view = self._bound_view(self.bank, self.agent, self.scope)
+            view._unit = unit
+            try:
+                yield view
+            finally:
+                unit.conn = None         # every view of it: the connection goes back to the pool
+
+    @contextmanager
     def _session(self, bank: str) -> Iterator[psycopg.Connection[Any]]:
         """A pooled connection in autocommit mode acting as the agent for the whole session, for
         work on `bank` that commits its own transactions (bulk retain, consolidation)."""
+        self._outside_unit("this verb")
         with self._connection() as conn, database_errors(read_only=self.read_only, bank=bank):
             conn.autocommit = True
             try:
@@ -352,13 +445,24 @@ class Memory:
                     conn.autocommit = False
 
     def _pool(self) -> ConnectionPool[psycopg.Connection[Any]]:
+        self._outside_unit("this verb")
         if not self._shared.opened or self._shared.pool is None:
             raise RcllError("memory", "this Memory is closed", "open() it, or use it in a with block",
                             code=Code.UNAVAILABLE)
         return self._shared.pool
 
-    def _connection(self, timeout: float | None = None) -> AbstractContextManager[psycopg.Connection[Any]]:
-        return self._pool().connection(timeout)
+    @contextmanager
+    def _connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection; none within the timeout (the database down, or a failover under
+        way) is RC010, unavailable and retryable - as every verb answers a lost connection."""
+        with ExitStack() as stack:
+            try:
+                conn = stack.enter_context(self._pool().connection(timeout))
+            except PoolTimeout as e:
+                raise RcllError("dsn", f"no database connection: {e}",
+                                "retry later: the database is restarting or failing over, or out of reach",
+                                code=Code.UNAVAILABLE) from e
+            yield conn
 
     def _bank(self, bank: str | None, verb: str = "read") -> str:
         """The bank a verb acts on, checked against this view's scope (rcll.auth.Caller.check): a
@@ -412,12 +516,17 @@ class Memory:
                thread: str | None = None, tags: Sequence[str] | None = None, hall: str | None = None,
                layer: str | None = None, source: str | None = None, occurred_at: datetime | str | None = None,
                metadata: Mapping[str, Any] | None = None, via: str = "python",
-               expires_at: datetime | str | None = None, ttl: timedelta | None = None) -> RetainResult:
+               expires_at: datetime | str | None = None, ttl: timedelta | None = None,
+               prepared: Prepared | None = None) -> RetainResult:
         """Retain one document: chunks embedded locally (LLM_PROVIDER=none), or facts extracted
         (offline, anthropic). The same content in the same bank and thread is stored once
         (created=False the second time). The author is this Memory's agent, never an argument.
         expires_at or ttl: when its units expire (recall stops returning them at once; the
-        periodic sweep forgets them); the bank's retention policies may make it earlier."""
+        periodic sweep forgets them); the bank's retention policies may make it earlier.
+        prepared: chunk mode's model work done already - the chunks (each one unit, in order) and
+        their embeddings by rcll.models.get_embedder(), as rcll.retain.prepare makes them - so that
+        a unit of work (Memory.transaction) does not wait on the model; the extraction modes
+        ignore it."""
         self.check_writable()
         b = self._bank(bank, "write")
         expiry = _expiry(expires_at, ttl)
@@ -431,20 +540,28 @@ class Memory:
             tags=list_arg(tags, "tags") or [],
             hall=text_arg(hall, "hall"),
             layer=text_arg(layer, "layer"),
-            metadata=metadata_arg(dict(metadata or {})),
+            metadata=metadata_arg(dict(metadata or {}), limit=self.settings.max_metadata_bytes),
         )
         v = required_text(via, "via")
         # rcll.agent is transaction-local (a session setting would leak to the next user of the
         # pooled connection), so retain() runs inside the transaction that sets it.
         # The model work waits for a slot (rcll.workqueue) before a connection is taken, so
         # writers queued behind the models hold no connection a reader needs, and vice versa.
+        if prepared is not None:
+            chunks, vectors = prepared
+            if not isinstance(chunks, list) or not all(isinstance(c, str) and c.strip() for c in chunks):
+                raise RcllError("prepared", "its chunks must be a list of non-empty texts",
+                                "pass (chunks, embeddings) as rcll.retain.prepare makes them")
+            if not chunks or len(vectors) != len(chunks):
+                raise RcllError("prepared", f"{len(chunks)} chunks but {len(vectors)} embeddings",
+                                "pass (chunks, embeddings) with one embedding per chunk, e.g. rcll.retain.prepare's")
         with admitted(WRITE):
-            prepared = prepare(doc)
+            prepared = prepared if prepared is not None else prepare(doc, self.settings)
             with self._tx(b, resolve=False) as conn:
                 if expiry is not None:
                     # Read by the units' expiry trigger (rcll._units_expiry), for this transaction only.
                     conn.execute("SELECT set_config('rcll.expires_at', %s, true)", (expiry.isoformat(),))
-                return retain(conn, b, doc, via=v, prepared=prepared)
+                return retain(conn, b, doc, via=v, prepared=prepared, settings=self.settings)
 
     def retain_many(self, docs: Iterable[Document | str], *, bank: str | None = None, via: str = "python",
                     batch_size: int = 512, on_progress: Callable[[int], None] | None = None) -> list[RetainResult]:
@@ -457,7 +574,8 @@ class Memory:
         size = int_arg(batch_size, "batch_size", 1, 100_000) or 512
         items = (Document(content=d) if isinstance(d, str) else d for d in docs)
         with self._session(b) as conn:
-            return retain_many(conn, b, items, via=v, batch_size=size, on_progress=on_progress)
+            return retain_many(conn, b, items, via=v, batch_size=size, on_progress=on_progress,
+                               settings=self.settings)
 
     # -- recall -----------------------------------------------------------------------------------
 
@@ -475,6 +593,7 @@ class Memory:
         while time is left, and the result says how deep it read (rerank_depth_reached,
         context_depth_reached) and whether the deadline cut it (deadline_cut). The recall itself
         is rcll.recall.recall over this Memory's pool."""
+        self._outside_unit("recall")
         unknown = sorted(set(fields) - {p.name for p in PARAMETERS})
         if unknown:
             raise RcllError(unknown[0], "is not a recall field",
@@ -488,8 +607,11 @@ class Memory:
         if request.mine and self.agent is None:
             raise RcllError("mine", "this server has no identity for you",
                             "authenticate (bearer token or --agent), or filter by authors")
-        store = Pooled(self._pool(), agent=self.agent, read_only=self.read_only, in_bank=self._shared.in_bank)
-        return recall(store, request, started=started)
+        pool = self._pool()
+        store = Pooled(self._shared.recall_pool or pool, agent=self.agent, read_only=self.read_only,
+                       in_bank=self._shared.in_bank)
+        with database_errors(read_only=self.read_only):    # no connection in time: RC010 (PoolTimeout)
+            return recall(store, request, started=started, settings=self.settings)
 
     # -- rooms, tags, stats -------------------------------------------------------------------------
 
@@ -549,13 +671,44 @@ class Memory:
         b = self._bank(bank, "write")
         r, k = required_text(room, "room"), required_text(key, "key")
         ev = int_arg(expected_version, "expected_version", 0, MAX_VERSION, 0)
-        state_value_arg(value)
+        state_value_arg(value, limit=self.settings.max_state_bytes)
         with self._tx(b, resolve=False) as conn:
             row = conn.execute("SELECT rcll.put_state(bank => %s, room => %s, key => %s, value => %s, "
                                "expected_version => %s, via => %s)",
                                (b, r, k, Jsonb(value), ev, required_text(via, "via"))).fetchone()
         assert row is not None
         return StateWritten(r, k, int(row[0]))
+
+    @retried_once
+    def get_states(self, pairs: Iterable[tuple[str, str]], *, bank: str | None = None) -> list[StateKey]:
+        """Many keyed states at once (rcll.get_states), each at its current version: the (room, key)
+        pairs given, exact strings; a pair with no state has no row."""
+        b = self._bank(bank)
+        rooms, keys = self._pairs(pairs)
+        with self._tx(b) as conn, conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute("SELECT * FROM rcll.get_states(bank => %s, rooms => %s, keys => %s)",
+                               (b, rooms, keys)).fetchall()
+        return [StateKey.from_row(r) for r in rows]
+
+    def lock_states(self, pairs: Iterable[tuple[str, str]], *, bank: str | None = None) -> list[StateKey]:
+        """In a unit of work (Memory.transaction), for a read-modify-write: lock these keyed states
+        until it ends - every other writer of them waits - and return their current versions, as
+        get_states (rcll.lock_states). A put_state with the version read here cannot lose: last
+        write wins, and every version is kept. Needs the write verb."""
+        self.check_writable()
+        b = self._bank(bank, "write")
+        rooms, keys = self._pairs(pairs)
+        with self._tx(b) as conn, conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute("SELECT * FROM rcll.lock_states(bank => %s, rooms => %s, keys => %s)",
+                               (b, rooms, keys)).fetchall()
+        return [StateKey.from_row(r) for r in rows]
+
+    @staticmethod
+    def _pairs(pairs: Iterable[tuple[str, str]]) -> tuple[list[str], list[str]]:
+        got = list(pairs)
+        if not all(isinstance(p, tuple | list) and len(p) == 2 for p in got):
+            raise RcllError("pairs", "must be (room, key) pairs", 'pass [("deployment", "spread"), ...]')
+        return ([required_text(r, "room") for r, _ in got], [required_text(k, "key") for _, k in got])
 
     @retried_once
     def state_history(self, room: str, key: str, *, bank: str | None = None) -> list[State]:
@@ -671,6 +824,7 @@ class Memory:
         unknown bank is refused here, before the first line; so is an export beyond the budget of
         connections exports may hold (rcll.streams: Busy, HTTP 503). Close the iterator (or read it
         to the end) to give its connection back."""
+        self._outside_unit("export")
         b = self._known_bank(bank, "export")
         # Not from the pool: a download lasts as long as its client reads (rcll.streams).
         return self._shared.exports.stream(self.dsn, lambda conn: iter_export(conn, b))
@@ -706,113 +860,104 @@ class Memory:
             self._whole_store("a restore", field="restore")
         with self._connection() as conn:
             return import_stream(conn, lines, on_conflict=policy, allow=self._may_import, agent=self.agent,
-                                 restore=restore)
+                                 restore=restore, max_line=self.settings.max_import_line_bytes)
 
-    # -- the store's HNSW graphs (a DBA's operation) -----------------------------------------------
+    # -- the store's HNSW indexes (a DBA's operation) -----------------------------------------------
 
     @property
     def whole_store(self) -> bool:
-        """Whether this Memory may run whole-store operations (the graphs, upkeep): read-write and
+        """Whether this Memory may run whole-store operations (the indexes, upkeep): read-write and
         with no token scope."""
         return self.scope.unrestricted and not self.read_only
 
-    def _whole_store(self, what: str, field: str = "graphs") -> None:
+    def _whole_store(self, what: str, field: str = "indexes") -> None:
         if not self.whole_store:
             raise RcllError(field, f"{what} is an operation on the whole store; this memory is scoped "
                             "or read-only", "run it as the database's owner, with no token scope",
                             code=Code.NOT_PERMITTED)
 
-    def dense_graphs(self) -> list[graphs.Graph]:
-        """The HNSW graphs of the store (rcll.dense_graphs): the global one and big banks' own."""
-        self._whole_store("listing the graphs")
+    def dense_indexes(self) -> list[hnsw.DenseIndex]:
+        """The HNSW indexes of the store (rcll.dense_indexes): the global one and big banks' own."""
+        self._whole_store("listing the indexes")
         with self._connection() as conn:
-            return graphs.graphs(conn)
+            return hnsw.indexes(conn)
 
-    def dense_graph_plan(self, *, min_units: int | None = None, max_share: float | None = None,
-                         m: int | None = None, ef_construction: int | None = None) -> list[graphs.Step]:
-        """What rcll.dense_graph_plan says to run to give big banks their own graph (built with m and
+    def dense_index_plan(self, *, min_units: int | None = None, max_share: float | None = None,
+                         m: int | None = None, ef_construction: int | None = None) -> list[hnsw.Step]:
+        """What rcll.dense_index_plan says to run to give big banks their own index (built with m and
         ef_construction; None: the defaults, 32 and 128); runs nothing."""
-        self._whole_store("planning the graphs")
+        self._whole_store("planning the indexes")
         with self._connection() as conn, database_errors():
-            return graphs.plan(conn, min_units, max_share, m, ef_construction)
+            return hnsw.plan(conn, min_units, max_share, m, ef_construction)
 
-    def apply_dense_graph_plan(self, *, min_units: int | None = None, max_share: float | None = None,
+    def apply_dense_index_plan(self, *, min_units: int | None = None, max_share: float | None = None,
                                m: int | None = None, ef_construction: int | None = None,
                                maintenance_work_mem: str | None = None,
-                               progress: Callable[[graphs.Step, float], None] | None = None,
-                               tracker: graphs.Tracker | None = None) -> list[graphs.Step]:
+                               progress: Callable[[hnsw.Step, float], None] | None = None,
+                               tracker: hnsw.Tracker | None = None) -> list[hnsw.Step]:
         """Run that plan, statement by statement on a connection of its own (the index builds are
         CONCURRENTLY: retains and recalls go on meanwhile). Minutes on a big store. Refused
-        (graphs.Busy, RC004) while another session runs it."""
-        self._whole_store("rebuilding the graphs")
+        (hnsw.BuildUnderWay, RC004) while another session runs it."""
+        self._whole_store("rebuilding the indexes")
+        self._outside_unit("rebuilding the indexes")
         with database_errors():
-            return graphs.apply(self.dsn, min_units, progress, max_share, maintenance_work_mem, m, ef_construction,
+            return hnsw.apply(self.dsn, min_units, progress, max_share, maintenance_work_mem, m, ef_construction,
                                 tracker)
 
-    def dense_graph_builds(self) -> list[graphs.Build]:
-        """The index builds under way on the store's units (rcll.dense_graph_builds), whoever runs them."""
-        self._whole_store("watching the graphs' builds")
+    def dense_index_builds(self) -> list[hnsw.Build]:
+        """The index builds under way on the store's units (rcll.dense_index_builds), whoever runs them."""
+        self._whole_store("watching the indexes' builds")
         with self._connection() as conn:
-            return graphs.builds(conn)
+            return hnsw.builds(conn)
 
-    def upkeep_graphs(self, *, min_units: int | None = None, tracker: graphs.Tracker | None = None) -> list[graphs.Step]:
-        """The periodic jobs' part in the graphs: apply rcll.dense_graph_plan with its defaults
-        (min_units None: RCLL_GRAPH_MIN_UNITS, else the plan's 20,000), which gives every bank that
-        crossed min_units its own graph and the global graph without it - built concurrently and
-        swapped in by renames, so writes and recalls go on. Nothing when the graphs already match;
-        graphs.Busy while another run is under way. Returns the steps run."""
-        return self.apply_dense_graph_plan(min_units=graph_min_units() if min_units is None else min_units,
+    def upkeep_dense_indexes(self, *, min_units: int | None = None, tracker: hnsw.Tracker | None = None) -> list[hnsw.Step]:
+        """The periodic jobs' part in the indexes: apply rcll.dense_index_plan with its defaults
+        (min_units None: settings.dense_index_min_units - RCLL_DENSE_INDEX_MIN_UNITS -, else the plan's 20,000), which gives every bank that
+        crossed min_units its own index and the global index without it - built concurrently and
+        swapped in by renames, so writes and recalls go on. Nothing when the indexes already match;
+        hnsw.BuildUnderWay while another run is under way. Returns the steps run."""
+        return self.apply_dense_index_plan(min_units=self.settings.dense_index_min_units if min_units is None else min_units,
                                            tracker=tracker)
 
     # -- forget and correct -----------------------------------------------------------------------
 
-    def forget(self, *, bank: str | None = None, unit_ids: Sequence[int] | None = None,
-               document_ids: Sequence[int] | None = None, thread: str | None = None, author: str | None = None,
-               tag: str | None = None, room: str | None = None, occurred_from: datetime | str | None = None,
-               occurred_to: datetime | str | None = None, retained_from: datetime | str | None = None,
-               retained_to: datetime | str | None = None, everything: str | None = None,
-               dry_run: bool = True, reason: str | None = None, purge: bool = False,
-               batch: int | None = None, progress: Callable[[dict[str, int]], None] | None = None) -> Forgotten:
+    def forget(self, request: ForgetRequest | None = None, *,
+               progress: Callable[[dict[str, int]], None] | None = None, **fields: Any) -> Forgotten:
         """Forget memories by selector (rcll.forget; several selectors must all match;
-        everything=<the bank's name> for all of it). A dry run by default: it counts what would go
-        and changes nothing - pass dry_run=False to forget. A selector matching nothing, or every
-        memory without everything=, is refused. Everything derived goes in the same transaction
-        (docs/forgetting.md). purge=True vacuums the touched tables after the commit.
-        batch=n forgets n units (whole documents) per transaction until none is left, so writes
-        into the bank wait one batch at most; progress, if given, receives the counts so far and
-        what remains ({"units": ..., "remaining": ...}) after each."""
+        everything=<the bank's name> for all of it). The keywords are ForgetRequest's fields (bank -
+        default this Memory's -, unit_ids, document_ids, thread, author, tag, room, occurred_from/
+        occurred_to, retained_from/retained_to, everything, dry_run, reason, batch, purge), or pass a
+        whole ForgetRequest (the keywords then replace its fields); a keyword given as None is left
+        at its default. A dry run by default: it counts what would go and changes nothing - pass
+        dry_run=False to forget. A selector matching nothing, or every memory without everything=,
+        is refused. Everything derived goes in the same transaction (docs/forgetting.md). purge=True
+        vacuums the touched tables after the commit. batch=n forgets n units (whole documents) per
+        transaction until none is left, so writes into the bank wait one batch at most; progress, if
+        given, receives the counts so far and what remains ({"units": ..., "remaining": ...}) after each."""
+        unknown = sorted(set(fields) - {p.name for p in FORGET_PARAMETERS})
+        if unknown:
+            raise RcllError(unknown[0], "is not a forget field", f"use {', '.join(p.name for p in FORGET_PARAMETERS)}")
         self.check_writable()
-        b = self._bank(bank, "forget")
-        args = {"bank": b, "unit_ids": _ids(unit_ids, "unit_ids"), "document_ids": _ids(document_ids, "document_ids"),
-                "thread": text_arg(thread, "thread"), "author": text_arg(author, "author"), "tag": text_arg(tag, "tag"),
-                "room": text_arg(room, "room"), "occurred_from": time_arg(occurred_from, "occurred_from"),
-                "occurred_to": time_arg(occurred_to, "occurred_to"),
-                "retained_from": time_arg(retained_from, "retained_from"),
-                "retained_to": time_arg(retained_to, "retained_to"), "everything": text_arg(everything, "everything"),
-                "dry_run": bool(dry_run), "reason": text_arg(reason, "reason", limit=1000),
-                "batch": _batch_arg(batch) if not dry_run else None}
-        if args["batch"] is not None and (unit_ids is not None or document_ids is not None):
-            # A later batch would find the ids an earlier one forgot gone, and refuse them as typos.
-            raise RcllError("batch", "forgets by thread, author, tag, room, time range or everything in batches, "
-                            "not by ids", "pass the ids in lists of the size you want, one forget each")
+        given = {k: v for k, v in fields.items() if v is not None}
+        base = {} if request is None else {f.name: getattr(request, f.name) for f in dataclasses.fields(request)}
+        b = self._bank(given.get("bank", base.get("bank")), "forget")
+        asked = ForgetRequest(**(base | given | {"bank": b}))
+        if asked.purge:
+            self._outside_unit("purge")
         counts: dict[str, int] = {}
         while True:
             with self._tx() as conn:
-                rows = conn.execute(
-                    "SELECT kind, count FROM rcll.forget(bank => %(bank)s, unit_ids => %(unit_ids)s, "
-                    "document_ids => %(document_ids)s, thread => %(thread)s, author => %(author)s, tag => %(tag)s, "
-                    "room => %(room)s, occurred_from => %(occurred_from)s, occurred_to => %(occurred_to)s, "
-                    "retained_from => %(retained_from)s, retained_to => %(retained_to)s, everything => %(everything)s, "
-                    "dry_run => %(dry_run)s, reason => %(reason)s, batch => %(batch)s)", args).fetchall()
+                rows = conn.execute(sql.SQL("SELECT kind, count FROM rcll.forget({})").format(_FORGET_ARGS),
+                                    asked.arguments).fetchall()
             step = {str(k): int(n) for k, n in rows}
             remaining = step.pop("remaining", 0)
             for k, n in step.items():
                 counts[k] = counts.get(k, 0) + n
-            if progress is not None and args["batch"] is not None:
+            if progress is not None and asked.batch is not None:
                 progress({**counts, "remaining": remaining})
             if remaining == 0:
                 break
-        return Forgotten(bool(dry_run), counts, self._purge(PURGE_UNITS, b) if purge and not dry_run else [])
+        return Forgotten(asked.dry_run, counts, self._purge(PURGE_UNITS, b) if asked.purge and not asked.dry_run else [])
 
     def forget_state(self, room: str, key: str | None = None, *, all_keys: bool = False, bank: str | None = None,
                      dry_run: bool = True, reason: str | None = None) -> Forgotten:
@@ -866,7 +1011,7 @@ class Memory:
         new = required_text(text, "text", limit=1 << 20)
         why = required_text(reason, "reason", limit=1000)
         with admitted(WRITE):
-            embedding = models.get_embedder().embed([new])[0]
+            embedding = models.get_embedder(self.settings).embed([new])[0]
             with self._tx() as conn:
                 conn.execute("SELECT rcll.correct(bank => %s, unit_id => %s, text => %s, embedding => %s, reason => %s)",
                              (b, uid, new, embedding, why))
@@ -908,17 +1053,17 @@ class Memory:
 
     # -- background -------------------------------------------------------------------------------
 
-    def upkeep(self, *, graphs: bool | None = None, graph_min_units: int | None = None) -> Upkeep:
+    def upkeep(self, *, dense_indexes: bool | None = None, dense_index_min_units: int | None = None) -> Upkeep:
         """The store's periodic jobs, once: rcll.refresh_bank_stats() recounts every bank's BM25
         corpus statistics (recall reads them; a bank never refreshed is counted on every recall,
         0.7-3 s in a bank of 333,333 units), and rcll.fold_room_counts() folds the room registry's
-        pending deltas. Then, with graphs (None: RCLL_AUTO_GRAPHS, on unless set to off), the
-        dense-graph plan (upkeep_graphs; graph_min_units None: RCLL_GRAPH_MIN_UNITS, else 20,000):
-        minutes when a big bank has just crossed it, nothing otherwise. `rcll serve` runs it every
-        RCLL_UPKEEP_SECONDS (default 300, the graphs on a thread of their own); `rcll upkeep` runs
-        it once (for cron). A whole-store write: refused on a scoped or read-only Memory."""
+        pending deltas. Then, with dense_indexes (None: settings.auto_dense_indexes, RCLL_AUTO_DENSE_INDEXES, on unless
+        off), the dense-index plan (upkeep_dense_indexes; dense_index_min_units None: settings.dense_index_min_units,
+        RCLL_DENSE_INDEX_MIN_UNITS, else 20,000): minutes when a big bank has just crossed it, nothing
+        otherwise. `rcll serve` runs it every RCLL_UPKEEP_SECONDS (default 300, the indexes on a
+        thread of their own); `rcll upkeep` runs it once (for cron). A whole-store write: refused on a scoped or read-only Memory."""
         self._whole_store("upkeep (every bank's statistics)", "upkeep")
-        build = auto_graphs() if graphs is None else graphs
+        build = self.settings.auto_dense_indexes if dense_indexes is None else dense_indexes
         t = time.perf_counter()
         with self._tx() as conn:
             # Expired units first, so the statistics recounted next no longer hold them.
@@ -928,8 +1073,8 @@ class Memory:
         steps: list[str] | None = None
         if build:
             try:
-                steps = [s.why for s in self.upkeep_graphs(min_units=graph_min_units)]
-            except GraphsBusy:
+                steps = [s.why for s in self.upkeep_dense_indexes(min_units=dense_index_min_units)]
+            except BuildUnderWay:
                 steps = None      # another run is building them: it does what this one would
         return Upkeep(int(banks[0]) if banks else 0, int(folded[0] or 0) if folded else 0,
                       round(time.perf_counter() - t, 3), int(expired[0]) if expired else 0, steps)
@@ -943,4 +1088,5 @@ class Memory:
         lo = int_arg(min_size, "min_size", 2, 10_000) or 2
         groups = int_arg(max_groups, "max_groups", 1, 1_000_000) or 100
         with self._session(b) as conn:
-            return consolidate(conn, b, time_window=time_window, min_size=lo, max_groups=groups)
+            return consolidate(conn, b, time_window=time_window, min_size=lo, max_groups=groups,
+                               settings=self.settings)

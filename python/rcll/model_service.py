@@ -85,12 +85,13 @@ from pygwire.messages import (
 from rcll import models
 from rcll.deadline import Deadline, read_prefix
 from rcll.errors import RcllError
+from rcll.settings import DEFAULTS, KNOBS, Settings
 from rcll.workqueue import READ, Busy, admitted, model_slot
 
 __all__ = ["DEFAULT_PORT", "SERVER_NAME", "ModelService", "ServiceAddress", "default_socket_dir", "register",
            "serve_beside", "server_os_user", "socket_path"]
 
-DEFAULT_PORT = 8767          # rcll serve is 8765, rcll mcp 8766: the socket is <dir>/.s.PGSQL.8767
+DEFAULT_PORT = DEFAULTS.models_port   # rcll serve is 8765, rcll mcp 8766: the socket is <dir>/.s.PGSQL.8767
 SERVER_NAME = "rcll_models"  # the foreign server rcll.use_model_service creates (dblink_fdw)
 MAX_CONNECTIONS = 256        # one per database backend that recalled; more is refused (53300)
 MAX_REQUEST = 16 * 1024 * 1024
@@ -199,16 +200,16 @@ def _texts(request: dict[str, Any]) -> list[str]:
     return texts
 
 
-def answer(request: dict[str, Any]) -> list[str]:
-    """The rows for one request (see the module docstring). Model batches take slots of the
-    process's work queue, when one is installed (rcll serve, rcll models)."""
+def answer(request: dict[str, Any], settings: Settings = DEFAULTS) -> list[str]:
+    """The rows for one request (see the module docstring), with the models settings load. Model
+    batches take slots of the process's work queue, when one is installed (rcll serve, rcll models)."""
     op = request.get("op")
     if op == "count":
-        return [_array(models.get_embedder().count_tokens(_texts(request)))]
+        return [_array(models.get_embedder(settings).count_tokens(_texts(request)))]
     if op == "embed":
         texts = _texts(request)
         deadline = _deadline(request)
-        embedder = models.get_embedder()
+        embedder = models.get_embedder(settings)
         try:
             # Each text alone, as recall's client embeds them: INT8 activations are quantised per
             # batch, and the query's vector must be the one Memory.recall computes.
@@ -228,8 +229,8 @@ def answer(request: dict[str, Any]) -> list[str]:
             raise _RequestError("22023", "count: expected an array of strings")
         # The counts first (the tokenizer, a few ms): they must arrive even when the deadline
         # stops the cross-encoder, and the budget cut needs them after it.
-        tokens = None if counted is None else _array(models.get_embedder().count_tokens(counted))
-        scores = read_prefix(query, _texts(request), models.get_reranker(), _deadline(request))
+        tokens = None if counted is None else _array(models.get_embedder(settings).count_tokens(counted))
+        scores = read_prefix(query, _texts(request), models.get_reranker(settings), _deadline(request))
         return [_array([float(s) for s in scores])] + ([] if tokens is None else [tokens])
     raise _RequestError("22023", f"op: unknown operation {op!r}", "expected embed, rerank or count")
 
@@ -237,10 +238,13 @@ def answer(request: dict[str, Any]) -> list[str]:
 class ModelService:
     """The service's listeners (a Unix socket, optionally a loopback TCP port) and one thread per
     connection. password: what rcll.use_model_service registers (None: a random one, see
-    .password). socket_owner: the OS user the database server runs as (default: ours)."""
+    .password). socket_owner: the OS user the database server runs as (default: ours). settings:
+    which models answer (rcll.models.get_embedder)."""
 
     def __init__(self, socket_dir: Path | None, *, port: int = DEFAULT_PORT, password: str | None = None,
-                 socket_owner: str | None = None, tcp_host: str | None = None, tcp_port: int | None = None) -> None:
+                 socket_owner: str | None = None, tcp_host: str | None = None, tcp_port: int | None = None,
+                 settings: Settings = DEFAULTS) -> None:
+        self.settings = settings
         self.socket_dir = socket_dir
         self.port = port
         self.password = password or secrets.token_urlsafe(24)
@@ -344,6 +348,8 @@ class ModelService:
         if self.socket_dir is not None:
             with contextlib.suppress(FileNotFoundError):
                 socket_path(self.socket_dir, self.port).unlink()
+            with contextlib.suppress(OSError):     # the service's own directory: none left behind
+                self.socket_dir.rmdir()                # (kept if something else lives in it)
 
     def __enter__(self) -> ModelService:
         return self.start()
@@ -480,7 +486,7 @@ class _Session:
             if not isinstance(request, dict):
                 raise _RequestError("22023", "request: expected a JSON object")
             with admitted(READ):
-                rows = answer(request)
+                rows = answer(request, self.service.settings)
             self.service.requests += 1
         except _RequestError as e:
             self.send(self.error(e.code, e.message, e.hint), idle)
@@ -498,8 +504,8 @@ class _Session:
 
 # -- beside a database: rcll serve, rcll models ------------------------------------------------------
 
-PASSWORD_ENV = "RCLL_MODELS_PASSWORD"
-SOCKET_DIR_ENV = "RCLL_MODELS_SOCKET_DIR"
+PASSWORD_ENV = KNOBS["models_password"].env
+SOCKET_DIR_ENV = KNOBS["models_socket_dir"].env
 
 
 def server_os_user(dsn: str) -> str | None:
@@ -516,12 +522,11 @@ def server_os_user(dsn: str) -> str | None:
         return None
 
 
-def default_socket_dir(dsn: str) -> Path:
-    """$RCLL_MODELS_SOCKET_DIR, else a short directory in the temporary directory named after the
-    database server's address (socket paths are limited to 107 bytes)."""
-    override = os.environ.get(SOCKET_DIR_ENV, "").strip()
-    if override:
-        return Path(override)
+def default_socket_dir(dsn: str, settings: Settings = DEFAULTS) -> Path:
+    """settings.models_socket_dir ($RCLL_MODELS_SOCKET_DIR), else a short directory in the temporary
+    directory named after the database server's address (socket paths are limited to 107 bytes)."""
+    if settings.models_socket_dir is not None:
+        return settings.models_socket_dir
     params = conninfo.conninfo_to_dict(dsn)
     digest = hashlib.sha1(f"{params.get('host')}:{params.get('port')}".encode()).hexdigest()[:10]
     return Path(tempfile.gettempdir()) / f"rcll-models-{digest}"
@@ -537,15 +542,16 @@ def register(dsn: str, service: ModelService) -> str:
 
 def serve_beside(dsn: str, *, socket_dir: Path | None = None, port: int = DEFAULT_PORT,
                  tcp_port: int | None = None, password: str | None = None,
-                 registering: bool = True) -> tuple[ModelService, str]:
+                 registering: bool = True, settings: Settings = DEFAULTS) -> tuple[ModelService, str]:
     """Start a model service for the database at dsn (its socket private to that server's OS user)
     and register it there; returns the service and what the registration said. A database that
     refuses it (no dblink and no right to create it, a standby) is reported, not fatal: HTTP and
-    the Python client need no registration."""
-    service = ModelService(socket_dir or default_socket_dir(dsn), port=port,
-                           password=password or os.environ.get(PASSWORD_ENV) or None,
+    the Python client need no registration. settings: the models it serves, and its password
+    (settings.models_password) unless password is given."""
+    service = ModelService(socket_dir or default_socket_dir(dsn, settings), port=port,
+                           password=password or settings.models_password or None,
                            socket_owner=server_os_user(dsn), tcp_host="127.0.0.1" if tcp_port is not None else None,
-                           tcp_port=tcp_port).start()
+                           tcp_port=tcp_port, settings=settings).start()
     if not registering:
         return service, "not registered (run SELECT rcll.use_model_service(...) as the rcll schema's owner)"
     try:

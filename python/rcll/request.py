@@ -1,4 +1,5 @@
-"""One recall request: every field a recall takes, typed, validated once, frozen.
+"""One recall request: every field a recall takes, typed, validated once, frozen - and one forget
+request, the same way (ForgetRequest, FORGET_PARAMETERS: rcll.forget's parameters plus purge).
 
 Every interface builds one RecallRequest in one place - Memory.recall from its keywords, HTTP from
 the POST /recall body, MCP from the memory_recall tool's arguments, the CLI from `rcll recall`'s
@@ -24,7 +25,9 @@ from rcll import defaults
 from rcll.defaults import CHANNELS
 from rcll.errors import RcllError
 from rcll.validate import (
+    MAX_BANK_NAME,
     MAX_BUDGET,
+    MAX_NAME,
     MAX_QUERY,
     bool_arg,
     check_bank,
@@ -35,7 +38,8 @@ from rcll.validate import (
     time_arg,
 )
 
-__all__ = ["ANNOTATIONS", "CHANNELS", "MAX_DEADLINE_MS", "MAX_DEPTH", "MAX_LIMIT", "PARAMETERS", "SCOPE", "Parameter",
+__all__ = ["ANNOTATIONS", "CHANNELS", "FORGET_ANNOTATIONS", "FORGET_PARAMETERS", "FORGET_SQL", "MAX_DEADLINE_MS",
+           "MAX_DEPTH", "MAX_LIMIT", "PARAMETERS", "SCOPE", "ForgetParameter", "ForgetRequest", "Parameter",
            "RecallRequest"]
 
 MAX_DEPTH: Final = 1000
@@ -183,3 +187,113 @@ PARAMETERS: Final = tuple(
               f.default_factory() if f.default_factory is not MISSING else f.default, f.metadata["scope"])
     for f in fields(RecallRequest))
 SCOPE: Final = tuple(p.name for p in PARAMETERS if p.scope)
+
+
+# -- forget ----------------------------------------------------------------------------------------
+
+ForgetKind = Literal["text", "ids", "time", "flag", "int"]
+MAX_IDS: Final = 100_000
+
+
+def _g(kind: ForgetKind, help: str, default: Any = None, *, limit: int = MAX_NAME, flag: str | None = None,
+       sql: bool = True) -> Any:
+    """A ForgetRequest field: its kind, help, default (MISSING: required), the longest text it takes,
+    the CLI's name for it when not the field's, and whether rcll.forget takes it (purge is the client's)."""
+    return field(default=default, metadata={"kind": kind, "help": help, "limit": limit, "flag": flag, "sql": sql})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForgetRequest:
+    """A forget, checked when it is made (an RcllError names the field otherwise): which memories
+    (selectors, several must all match, or everything = the bank's name), whether to do it (a dry
+    run unless dry_run is False), why, and how (batch: units per transaction; purge: VACUUM after).
+    Its fields other than purge are rcll.forget's parameters (tests/test_forget_request.py); every
+    interface offers every field (FORGET_PARAMETERS)."""
+
+    bank: str = _g("text", "the bank to forget in", MISSING, limit=MAX_BANK_NAME)
+    unit_ids: Sequence[int] | None = _g("ids", "these units", flag="unit")
+    document_ids: Sequence[int] | None = _g("ids", "these documents, with every unit of theirs", flag="document")
+    thread: str | None = _g("text", "every memory of this thread")
+    author: str | None = _g("text", "every memory this agent wrote")
+    tag: str | None = _g("text", "every memory with this tag")
+    room: str | None = _g("text", "every memory of this room (aliases followed)")
+    occurred_from: datetime | str | None = _g("time", "[from, to) of when it happened (else said)")
+    occurred_to: datetime | str | None = _g("time", "the end of that range (not included)")
+    retained_from: datetime | str | None = _g("time", "[from, to) of when it was written")
+    retained_to: datetime | str | None = _g("time", "the end of that range (not included)")
+    everything: str | None = _g("text", "the bank's name, to forget every memory of it (a selector that matches "
+                                        "everything is refused otherwise)", limit=MAX_BANK_NAME)
+    dry_run: bool = _g("flag", "true (the default): count what would go and change nothing; false: forget", True)
+    reason: str | None = _g("text", "why (kept in the forget log; never put the forgotten text here)", limit=1000)
+    batch: int | None = _g("int", "units (whole documents) per transaction until none is left, so writes into the "
+                                  "bank wait one batch at most (not with ids; ignored in a dry run)")
+    purge: bool = _g("flag", "after the commit, VACUUM the tables the forget touched (needs their owner; "
+                             "docs/forgetting.md)", False, sql=False)
+
+    def __post_init__(self) -> None:
+        checked: dict[str, Any] = {"bank": check_bank(self.bank),
+                                   "dry_run": True if self.dry_run is None else bool(self.dry_run),
+                                   "purge": bool(self.purge)}
+        for p in FORGET_PARAMETERS:
+            value = getattr(self, p.name)
+            if p.kind == "ids":
+                checked[p.name] = _ids(value, p.name)
+            elif p.kind == "text" and p.name != "bank":
+                checked[p.name] = text_arg(value, p.name, limit=p.limit)
+            elif p.kind == "time":
+                checked[p.name] = time_arg(value, p.name)
+        checked["batch"] = None if checked["dry_run"] else _batch(self.batch)
+        if checked["batch"] is not None and (checked["unit_ids"] is not None or checked["document_ids"] is not None):
+            # A later batch would find the ids an earlier one forgot gone, and refuse them as typos.
+            raise RcllError("batch", "forgets by thread, author, tag, room, time range or everything in batches, "
+                            "not by ids", "pass the ids in lists of the size you want, one forget each")
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
+
+    @property
+    def arguments(self) -> dict[str, Any]:
+        """rcll.forget's arguments, by name (FORGET_SQL)."""
+        return {name: _sql(getattr(self, name)) for name in FORGET_SQL}
+
+
+def _ids(values: Any, field: str) -> tuple[int, ...] | None:
+    """A list of integer ids, or None (not given); anything else is the caller's error."""
+    if values is None:
+        return None
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or \
+            not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise RcllError(field, "must be a list of integer ids", f"pass {field}=[12, 34]")
+    return tuple(int(v) for v in values)
+
+
+def _batch(batch: Any) -> int | None:
+    if batch is None:
+        return None
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise RcllError("batch", "must be a positive number of units", "pass batch=1000, or leave it out")
+    return batch
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetParameter:
+    """One field of ForgetRequest as an interface offers it: its name, kind, help, default, the
+    longest text, the CLI's flag (without dashes) and whether rcll.forget takes it."""
+
+    name: str
+    kind: ForgetKind
+    help: str
+    default: Any
+    limit: int
+    flag: str
+    sql: bool
+
+
+# The type an interface's schema gives each kind of forget field (HTTP's body, MCP's tool).
+FORGET_ANNOTATIONS: Final[Mapping[ForgetKind, Any]] = MappingProxyType({
+    "text": str | None, "ids": list[int] | None, "time": datetime | None, "flag": bool, "int": int | None})
+
+FORGET_PARAMETERS: Final = tuple(
+    ForgetParameter(f.name, f.metadata["kind"], f.metadata["help"], f.default, f.metadata["limit"],
+                    (f.metadata["flag"] or f.name).replace("_", "-"), f.metadata["sql"])
+    for f in fields(ForgetRequest))
+FORGET_SQL: Final = tuple(p.name for p in FORGET_PARAMETERS if p.sql)

@@ -85,14 +85,14 @@ class Version(Renders):
 class Upkeep(Renders):
     """What one round of Memory.upkeep() did: banks whose statistics were recounted
     (rcll.refresh_bank_stats), room-count deltas folded (rcll.fold_room_counts), expired units
-    forgotten (rcll.expire) and the dense-graph plan's steps it ran (why each; None when the round
-    built no graphs: switched off, or another run was building them)."""
+    forgotten (rcll.expire) and the dense-index plan's steps it ran (why each; None when the round
+    built no indexes: switched off, or another run was building them)."""
 
     banks: int
     room_deltas: int
     seconds: float
     expired: int = 0   # units the expiry sweep (rcll.expire) forgot this round
-    graph_steps: list[str] | None = None
+    index_steps: list[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,13 +1,12 @@
 """Retain: store documents as memory units.
 
-LLM_PROVIDER=none (the default) is chunk mode: a document is split into chunks, embedded locally
+settings.llm_provider (LLM_PROVIDER) none, the default, is chunk mode: a document is split into chunks, embedded locally
 and written by rcll.retain_chunks() in one statement. Extraction modes (offline, anthropic) live in
 rcll.extract and are dispatched from here.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -17,47 +16,41 @@ import psycopg
 
 from rcll.chunking import chunk_text
 from rcll.document import Document, RetainResult
-from rcll.errors import RcllError, database_errors
+from rcll.errors import database_errors
 from rcll.extract import retain_extracted
 from rcll.models import get_embedder
+from rcll.settings import DEFAULTS, PROVIDERS, Settings
 from rcll.validate import check_bank
 from rcll.workqueue import WRITE, installed
 
-__all__ = ["PROVIDERS", "Document", "Prepared", "RetainResult", "prepare", "provider", "retain", "retain_many"]
+__all__ = ["PROVIDERS", "Document", "Prepared", "RetainResult", "prepare", "retain", "retain_many"]
 
-PROVIDERS = ("none", "offline", "anthropic")
 # Under a model-work queue (rcll.workqueue, installed by the servers) texts are embedded this many
 # at a time, one slot each, so a bulk retain never holds a slot for long.
 EMBED_STEP = 32
 Prepared = tuple[list[str], np.ndarray[Any, np.dtype[np.float32]]]
 
 
-def provider() -> str:
-    name = os.environ.get("LLM_PROVIDER", "none").strip().lower() or "none"
-    if name not in PROVIDERS:
-        raise RcllError("LLM_PROVIDER", f"unknown provider {name!r}", f"use one of {', '.join(PROVIDERS)}")
-    return name
-
-
-def _embed(texts: list[str]) -> np.ndarray[Any, np.dtype[np.float32]]:
+def _embed(texts: list[str], settings: Settings) -> np.ndarray[Any, np.dtype[np.float32]]:
     queue = installed()
+    embedder = get_embedder(settings)
     if queue is None or not texts:
-        return get_embedder().embed(texts)
+        return embedder.embed(texts)
     parts = []
     for i in range(0, len(texts), EMBED_STEP):
         with queue.slot(WRITE):
-            parts.append(get_embedder().embed(texts[i:i + EMBED_STEP]))
+            parts.append(embedder.embed(texts[i:i + EMBED_STEP]))
     return np.concatenate(parts)
 
 
-def prepare(doc: Document) -> Prepared | None:
+def prepare(doc: Document, settings: Settings = DEFAULTS) -> Prepared | None:
     """Chunk mode's model work for one document, done before a connection is taken: its chunks and
     their embeddings (None in the extraction modes, whose work needs the connection)."""
-    doc.check()
-    if provider() != "none":
+    doc.check(settings)
+    if settings.llm_provider != "none":
         return None
     chunks = chunk_text(doc.content)
-    return chunks, _embed(chunks)
+    return chunks, _embed(chunks, settings)
 
 
 def _write_chunks(conn: psycopg.Connection[Any], bank: str, doc: Document, chunks: list[str],
@@ -78,26 +71,26 @@ def _write_chunks(conn: psycopg.Connection[Any], bank: str, doc: Document, chunk
 
 
 def retain(conn: psycopg.Connection[Any], bank: str, doc: Document, *, via: str = "python",
-           prepared: Prepared | None = None) -> RetainResult:
+           prepared: Prepared | None = None, settings: Settings = DEFAULTS) -> RetainResult:
     """Retain one document in one transaction (chunk mode: with `prepared`'s chunks and vectors
-    when given - see prepare())."""
+    when given - see prepare()), in the mode settings.llm_provider names."""
     check_bank(bank)
-    doc.check()
-    mode = provider()
+    doc.check(settings)
+    mode = settings.llm_provider
     if mode != "none":
-        return retain_extracted(conn, bank, doc, mode=mode, via=via)
+        return retain_extracted(conn, bank, doc, mode=mode, via=via, settings=settings)
     if prepared is None:
         texts = chunk_text(doc.content)
-        prepared = texts, _embed(texts)
+        prepared = texts, _embed(texts, settings)
     chunks, vectors = prepared
     with conn.transaction():
         return _write_chunks(conn, bank, doc, chunks, vectors, via)
 
 
-def _batches(docs: Iterable[Document], size: int) -> Iterator[list[Document]]:
+def _batches(docs: Iterable[Document], size: int, settings: Settings) -> Iterator[list[Document]]:
     batch: list[Document] = []
     for d in docs:
-        d.check()
+        d.check(settings)
         batch.append(d)
         if len(batch) == size:
             yield batch
@@ -106,26 +99,27 @@ def _batches(docs: Iterable[Document], size: int) -> Iterator[list[Document]]:
         yield batch
 
 
-def _chunk_and_embed(batch: list[Document]) -> tuple[list[list[str]], np.ndarray[Any, np.dtype[np.float32]]]:
+def _chunk_and_embed(batch: list[Document],
+                     settings: Settings) -> tuple[list[list[str]], np.ndarray[Any, np.dtype[np.float32]]]:
     chunked = [chunk_text(d.content) for d in batch]
-    return chunked, _embed([c for cs in chunked for c in cs])
+    return chunked, _embed([c for cs in chunked for c in cs], settings)
 
 
 def retain_many(conn: psycopg.Connection[Any], bank: str, docs: Iterable[Document], *, via: str = "python",
-                batch_size: int = 512, on_progress: Callable[[int], None] | None = None) -> list[RetainResult]:
+                batch_size: int = 512, on_progress: Callable[[int], None] | None = None,
+                settings: Settings = DEFAULTS) -> list[RetainResult]:
     """Chunk-mode bulk retain. Embedding of batch i+1 overlaps the database write of batch i (the
     embedder releases the GIL), so the database adds little to the embedder's own cost. Each batch
     is one transaction; an invalid document stops the run before its batch is written."""
     check_bank(bank)
-    mode = provider()
-    if mode != "none":
-        return [retain(conn, bank, d, via=via) for d in docs]
+    if settings.llm_provider != "none":
+        return [retain(conn, bank, d, via=via, settings=settings) for d in docs]
     results: list[RetainResult] = []
     with ThreadPoolExecutor(max_workers=1) as pool:
         pending: Future[tuple[list[list[str]], Any]] | None = None
         pending_batch: list[Document] = []
-        for batch in _batches(docs, batch_size):
-            nxt = pool.submit(_chunk_and_embed, batch)
+        for batch in _batches(docs, batch_size, settings):
+            nxt = pool.submit(_chunk_and_embed, batch, settings)
             if pending is not None:
                 results += _write_batch(conn, bank, pending_batch, *pending.result(), via)
                 if on_progress:

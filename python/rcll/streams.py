@@ -11,7 +11,6 @@ which releases its snapshot.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -20,10 +19,11 @@ import psycopg
 
 from rcll.db import connect
 from rcll.errors import Code, RcllError
+from rcll.settings import DEFAULTS, Settings
 from rcll.workqueue import READ, Busy
 
-DEFAULT_MAX_EXPORTS = 2
-DEFAULT_EXPORT_IDLE_SECONDS = 60
+DEFAULT_MAX_EXPORTS = DEFAULTS.max_exports
+DEFAULT_EXPORT_IDLE_SECONDS = DEFAULTS.export_idle_seconds
 RETRY_AFTER = 5
 
 
@@ -36,15 +36,6 @@ class ExportsBusy(Busy):
                            code=Code.UNAVAILABLE)
         self.kind = READ
         self.retry_after = RETRY_AFTER
-
-
-def _positive(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    if not raw.isdigit() or int(raw) < 1:
-        raise RcllError(name, f"{raw!r} is not a positive whole number", f"e.g. {name}={default}")
-    return int(raw)
 
 
 class _Held(Iterator[bytes]):
@@ -87,9 +78,9 @@ class ExportBudget:
         self._slots = threading.BoundedSemaphore(limit)
 
     @classmethod
-    def from_env(cls) -> ExportBudget:
-        return cls(_positive("RCLL_MAX_EXPORTS", DEFAULT_MAX_EXPORTS),
-                   _positive("RCLL_EXPORT_IDLE_SECONDS", DEFAULT_EXPORT_IDLE_SECONDS))
+    def from_settings(cls, settings: Settings) -> ExportBudget:
+        """settings.max_exports (RCLL_MAX_EXPORTS) at once, each ended after settings.export_idle_seconds."""
+        return cls(settings.max_exports, settings.export_idle_seconds)
 
     def stream(self, dsn: str, lines: Callable[[psycopg.Connection[Any]], Iterator[bytes]]) -> Iterator[bytes]:
         """lines(conn) on a connection of its own, or ExportsBusy at once when none is left."""

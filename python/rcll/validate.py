@@ -10,18 +10,17 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 from datetime import datetime, timedelta
 from typing import Any
 
 from rcll.errors import RcllError
+from rcll.settings import DEFAULTS, Settings
 
-DEFAULT_MAX_DOCUMENT_BYTES = 1_048_576
-# Every version of a state is kept, and metadata rides on every unit: both are bounded.
-DEFAULT_MAX_METADATA_BYTES = 65_536
-DEFAULT_MAX_STATE_BYTES = 1_048_576
-# One line of an import stream (the largest row: a unit with its embedding and a 1 MiB text, escaped).
-DEFAULT_MAX_IMPORT_LINE_BYTES = 64 * 1_048_576
+# The limits a caller's values meet are settings (rcll.settings, each with its variable); their defaults:
+DEFAULT_MAX_DOCUMENT_BYTES = DEFAULTS.max_document_bytes
+DEFAULT_MAX_METADATA_BYTES = DEFAULTS.max_metadata_bytes
+DEFAULT_MAX_STATE_BYTES = DEFAULTS.max_state_bytes
+DEFAULT_MAX_IMPORT_LINE_BYTES = DEFAULTS.max_import_line_bytes
 MAX_QUERY = 4000
 MAX_NAME = 512
 MAX_BANK_NAME = 128
@@ -29,36 +28,6 @@ MAX_LIST = 256
 MAX_BUDGET = 200_000
 MAX_VERSION = 2**31 - 1
 LAYERS = ("L0", "L1", "L2")
-
-
-def max_document_bytes() -> int:
-    return int(os.environ.get("RCLL_MAX_DOCUMENT_BYTES", DEFAULT_MAX_DOCUMENT_BYTES))
-
-
-def _bytes_setting(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    if not raw.isdigit() or int(raw) < 1:
-        raise RcllError(name, f"{raw!r} is not a positive number of bytes", f"e.g. {name}={default}")
-    return int(raw)
-
-
-def max_metadata_bytes() -> int:
-    """The most JSON a document's metadata may be (RCLL_MAX_METADATA_BYTES, default 64 KiB)."""
-    return _bytes_setting("RCLL_MAX_METADATA_BYTES", DEFAULT_MAX_METADATA_BYTES)
-
-
-def max_state_bytes() -> int:
-    """The most JSON one version of a room's state may be (RCLL_MAX_STATE_BYTES, default 1 MiB)."""
-    return _bytes_setting("RCLL_MAX_STATE_BYTES", DEFAULT_MAX_STATE_BYTES)
-
-
-def max_import_line_bytes() -> int:
-    """The longest line an import stream may carry (RCLL_MAX_IMPORT_LINE_BYTES, default 64 MiB: a
-    row with its embedding is ~10 kB, a document row up to its text's cap): the import refuses a longer
-    line as it reads it (HTTP: before the line is whole), whatever the whole body's cap."""
-    return _bytes_setting("RCLL_MAX_IMPORT_LINE_BYTES", DEFAULT_MAX_IMPORT_LINE_BYTES)
 
 
 def json_size_arg(value: Any, field: str, limit: int, setting: str) -> Any:
@@ -71,12 +40,14 @@ def json_size_arg(value: Any, field: str, limit: int, setting: str) -> Any:
     return value
 
 
-def metadata_arg(value: Any, field: str = "metadata") -> Any:
-    return json_size_arg(value, field, max_metadata_bytes(), "RCLL_MAX_METADATA_BYTES")
+def metadata_arg(value: Any, field: str = "metadata", *, limit: int = DEFAULT_MAX_METADATA_BYTES) -> Any:
+    """A document's metadata: at most `limit` bytes of JSON (settings.max_metadata_bytes)."""
+    return json_size_arg(value, field, limit, "RCLL_MAX_METADATA_BYTES")
 
 
-def state_value_arg(value: Any, field: str = "value") -> Any:
-    return json_size_arg(value, field, max_state_bytes(), "RCLL_MAX_STATE_BYTES")
+def state_value_arg(value: Any, field: str = "value", *, limit: int = DEFAULT_MAX_STATE_BYTES) -> Any:
+    """One version of a room's state: at most `limit` bytes of JSON (settings.max_state_bytes)."""
+    return json_size_arg(value, field, limit, "RCLL_MAX_STATE_BYTES")
 
 
 def decode_text(raw: bytes, field: str = "content") -> str:
@@ -86,8 +57,8 @@ def decode_text(raw: bytes, field: str = "content") -> str:
         raise RcllError(field, f"invalid UTF-8 at byte {e.start}", "send the text UTF-8 encoded") from e
 
 
-def check_text(text: Any, field: str = "content", limit: int | None = None) -> str:
-    """Text to retain: a non-blank string without NUL, at most `limit` bytes (RCLL_MAX_DOCUMENT_BYTES)."""
+def check_text(text: Any, field: str = "content", limit: int = DEFAULT_MAX_DOCUMENT_BYTES) -> str:
+    """Text to retain: a non-blank string without NUL, at most `limit` bytes (settings.max_document_bytes)."""
     if not isinstance(text, str):
         raise RcllError(field, f"must be a string, got {type(text).__name__}")
     if "\x00" in text:
@@ -95,7 +66,6 @@ def check_text(text: Any, field: str = "content", limit: int | None = None) -> s
                         "PostgreSQL text cannot hold NUL; strip it or send the data base64-encoded")
     if not text.strip():
         raise RcllError(field, "empty or whitespace-only text", "pass the text to retain")
-    limit = max_document_bytes() if limit is None else limit
     size = len(text.encode("utf-8"))
     if size > limit:
         raise RcllError(field, f"{size} bytes is over the limit of {limit} bytes",
@@ -110,14 +80,14 @@ def check_bank(bank: Any) -> str:
     return str(text_arg(bank, "bank", required=True, limit=MAX_BANK_NAME))
 
 
-def check_document(content: Any, tags: Any, metadata: Any, layer: Any) -> None:
-    """The fields of a Document that retain needs before anything is embedded."""
-    check_text(content, "content")
+def check_document(content: Any, tags: Any, metadata: Any, layer: Any, settings: Settings = DEFAULTS) -> None:
+    """The fields of a Document that retain needs before anything is embedded, within settings' limits."""
+    check_text(content, "content", settings.max_document_bytes)
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         raise RcllError("tags", "must be a list of strings")
     if not isinstance(metadata, dict):
         raise RcllError("metadata", "must be a JSON object")
-    metadata_arg(metadata)
+    metadata_arg(metadata, limit=settings.max_metadata_bytes)
     if layer is not None and layer not in LAYERS:
         raise RcllError("layer", f"{layer!r} is not a layer", "use L0, L1 or L2")
 

@@ -41,11 +41,12 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from rcll.errors import Code, RcllError
+from rcll.settings import DEFAULTS, Settings
 
 __all__ = ["READ", "WRITE", "Busy", "Kind", "WorkQueue", "admitted", "install", "installed", "model_slot"]
 
 USAGE_HALF_LIFE_S = 10.0   # how long a kind's past slot time counts against it (fairness)
-WRITE_SHARE = 0.6          # writes' share of contended slot time (RCLL_WRITE_SHARE overrides it)
+WRITE_SHARE = DEFAULTS.write_share   # writes' share of contended slot time (RCLL_WRITE_SHARE overrides it)
 
 Kind = Literal["read", "write"]
 READ: Kind = "read"
@@ -92,28 +93,22 @@ class Snapshot:
     express: int = 0
 
 
-def _env_int(name: str) -> int | None:
-    raw = os.environ.get(name, "").strip()
-    return int(raw) if raw else None
-
-
 class WorkQueue:
     """Admission limits per request and fair model slots per batch (see the module docstring).
 
     slots defaults to os.cpu_count(); read_limit to 4 x slots (recalls in progress), write_limit
     to 8 x slots (retains in progress); write_share to WRITE_SHARE (writes' share of the slot time
-    when both kinds wait, 0.05-0.95); RCLL_MODEL_SLOTS, RCLL_READ_LIMIT, RCLL_WRITE_LIMIT and
-    RCLL_WRITE_SHARE override the defaults."""
+    when both kinds wait, 0.05-0.95); from_settings() takes them from RCLL_MODEL_SLOTS,
+    RCLL_READ_LIMIT, RCLL_WRITE_LIMIT and RCLL_WRITE_SHARE."""
 
     def __init__(self, slots: int | None = None, *, read_limit: int | None = None,
                  write_limit: int | None = None, write_share: float | None = None) -> None:
-        self.slots = max(1, slots or _env_int("RCLL_MODEL_SLOTS") or os.cpu_count() or 1)
+        self.slots = max(1, slots or os.cpu_count() or 1)
         self.limits: dict[Kind, int] = {
-            READ: max(1, read_limit or _env_int("RCLL_READ_LIMIT") or 4 * self.slots),
-            WRITE: max(1, write_limit or _env_int("RCLL_WRITE_LIMIT") or 8 * self.slots),
+            READ: max(1, read_limit or 4 * self.slots),
+            WRITE: max(1, write_limit or 8 * self.slots),
         }
-        raw_share = os.environ.get("RCLL_WRITE_SHARE", "").strip()
-        share = write_share if write_share is not None else float(raw_share) if raw_share else WRITE_SHARE
+        share = write_share if write_share is not None else WRITE_SHARE
         self.write_share = min(max(share, 0.05), 0.95)
         self._cond = threading.Condition()
         self._admitted: dict[Kind, int] = {READ: 0, WRITE: 0}
@@ -126,6 +121,12 @@ class WorkQueue:
         self._batch_s = 0.05      # running mean of a slot's hold time, for Retry-After
         self._usage: dict[Kind, float] = {READ: 0.0, WRITE: 0.0}   # decayed slot-seconds held
         self._usage_at = time.monotonic()
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> WorkQueue:
+        """The queue settings size (None in a field: the default above)."""
+        return cls(settings.model_slots, read_limit=settings.read_limit, write_limit=settings.write_limit,
+                   write_share=settings.write_share)
 
     # -- admission ------------------------------------------------------------------------------
 

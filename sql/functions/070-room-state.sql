@@ -1,5 +1,45 @@
 -- Keyed room state: exact-key, versioned, compare-and-set - never similarity search.
 
+CREATE OR REPLACE FUNCTION rcll._lock_state(bank_id integer, room text, key text)
+RETURNS void
+LANGUAGE sql VOLATILE STRICT
+AS $$
+    -- A transaction-level advisory lock per (bank, room, key): writers of one key take turns,
+    -- writers of other keys and readers never wait. The jsonb text keeps the three apart
+    -- whatever characters room and key hold.
+    SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended(
+        pg_catalog.jsonb_build_array('rcll.state', bank_id, room, key)::text, 0))
+$$;
+COMMENT ON FUNCTION rcll._lock_state(integer, text, text) IS 'Internal: take a keyed state''s write lock until the transaction ends (rcll.put_state takes it, rcll.lock_states takes it for a read-modify-write).';
+
+CREATE OR REPLACE FUNCTION rcll.lock_states(bank text, rooms text[], keys text[])
+RETURNS TABLE (room text, key text, version integer, value jsonb, provenance jsonb, created_at timestamptz)
+LANGUAGE plpgsql VOLATILE STRICT
+AS $$
+#variable_conflict use_column
+DECLARE
+    b integer := rcll._bank_id(bank);
+    k record;
+BEGIN
+    IF cardinality(rooms) IS DISTINCT FROM cardinality(keys) THEN
+        RAISE EXCEPTION 'keys: % rooms but % keys', cardinality(rooms), cardinality(keys) USING ERRCODE = 'RC001',
+            COLUMN = 'keys', HINT = 'Pass one key per room: the pairs (rooms[i], keys[i]).';
+    END IF;
+    -- Always in one order (the pairs sorted), so that two callers locking overlapping keys
+    -- cannot each hold one the other waits for.
+    FOR k IN SELECT DISTINCT u.room COLLATE "C" AS room, u.key COLLATE "C" AS key
+             FROM unnest(rooms, keys) AS u(room, key)
+             WHERE u.room IS NOT NULL AND u.key IS NOT NULL
+             ORDER BY 1, 2 LOOP
+        PERFORM rcll._lock_state(b, k.room, k.key);
+    END LOOP;
+    -- Read after the locks (a new snapshot in READ COMMITTED): what the last writer committed.
+    RETURN QUERY SELECT s.room, s.key, s.version, s.value, s.provenance, s.created_at
+    FROM rcll.get_states(bank, rooms, keys) s;
+END
+$$;
+COMMENT ON FUNCTION rcll.lock_states(text, text[], text[]) IS 'For a read-modify-write of keyed state in one transaction: lock the pairs (rooms[i], keys[i]) until the transaction ends - every other writer of those keys (rcll.put_state, another lock_states) waits - and return their current versions as rcll.get_states does. A put_state with the version read here then cannot lose (last write wins, every version kept). Under READ COMMITTED, the isolation a read-modify-write needs.';
+
 CREATE OR REPLACE FUNCTION rcll.put_state(bank text, room text, key text, value jsonb, expected_version integer,
                                           via text DEFAULT 'sql', source text DEFAULT NULL, author text DEFAULT NULL)
 RETURNS integer
@@ -23,6 +63,9 @@ BEGIN
         RAISE EXCEPTION 'value: a JSON value is required' USING ERRCODE = 'RC001', COLUMN = 'value',
             HINT = 'Pass ''null''::jsonb to store a JSON null.';
     END IF;
+    -- Writers of one key take turns (rcll.lock_states' callers among them); the version read
+    -- next is then the one the previous writer committed.
+    PERFORM rcll._lock_state(b, put_state.room, put_state.key);
     SELECT max(s.version) INTO cur FROM rcll.room_state s
     WHERE s.bank_id = b AND s.room = put_state.room AND s.key = put_state.key;
     IF coalesce(expected_version, 0) IS DISTINCT FROM coalesce(cur, 0) THEN

@@ -42,13 +42,18 @@ if m is None:
         sys.path.insert(0, p)
     from rcll import models as m
     GD["rcll.models"] = m
+s = GD.get("rcll.settings")
+if s is None:
+    # This backend is an edge of its own: its environment (RCLL_MODEL_DIR, the threads), read once.
+    from rcll.settings import Settings
+    s = GD["rcll.settings"] = Settings.from_env()
 $py$, to_json(paths)::text);
 
     EXECUTE format($sql$
 CREATE OR REPLACE FUNCTION rcll._model_embed_query(query text) RETURNS public.vector
 LANGUAGE plpython3u STABLE STRICT SET search_path = pg_catalog, pg_temp AS %L$sql$,
         prelude || $py$
-v = m.get_embedder().embed_query(query)
+v = m.get_embedder(s).embed_query(query)
 return "[" + ",".join(repr(float(x)) for x in v) + "]"
 $py$);
     EXECUTE format($sql$
@@ -57,7 +62,7 @@ LANGUAGE plpython3u STABLE STRICT SET search_path = pg_catalog, pg_temp AS %L$sq
         prelude || $py$
 if not passages:
     return []
-return [float(x) for x in m.get_reranker().score(query, list(passages))]
+return [float(x) for x in m.get_reranker(s).score(query, list(passages))]
 $py$);
     -- Recall's deadline (rcll._recall_rerank): the client's reader (rcll.deadline.read_prefix),
     -- so both legs batch and stop alike; its running cost per token lives in this backend.
@@ -69,13 +74,13 @@ LANGUAGE plpython3u STABLE STRICT SET search_path = pg_catalog, pg_temp AS %L$sq
 import time
 from rcll.deadline import Deadline, read_prefix
 since = time.time() - started        # the statement's age: the deadline counts from its start
-return read_prefix(query, list(passages), m.get_reranker(), Deadline(deadline_ms, time.perf_counter() - since))
+return read_prefix(query, list(passages), m.get_reranker(s), Deadline(deadline_ms, time.perf_counter() - since))
 $py$);
     EXECUTE format($sql$
 CREATE OR REPLACE FUNCTION rcll._model_count_tokens(texts text[]) RETURNS integer[]
 LANGUAGE plpython3u STABLE STRICT SET search_path = pg_catalog, pg_temp AS %L$sql$,
         prelude || $py$
-return m.count_tokens(list(texts)) if texts else []
+return m.count_tokens(list(texts), s) if texts else []
 $py$);
     COMMENT ON FUNCTION rcll._model_embed_query(text) IS 'Internal (created by rcll.enable_in_database_models): the bge-small-en-v1.5 embedding of a query, computed in this backend.';
     COMMENT ON FUNCTION rcll._model_rerank(text, text[]) IS 'Internal (created by rcll.enable_in_database_models): cross-encoder logits of (query, passage) pairs, in input order.';

@@ -14,6 +14,7 @@ import psycopg
 from psycopg import sql
 
 from rcll import cluster, install
+from rcll.settings import Settings
 
 
 @contextmanager
@@ -25,7 +26,7 @@ def fresh_database(name: str, port: int) -> Iterator[str]:
         yield reuse
         return
     root = Path(tempfile.mkdtemp(prefix="rcllh-", dir="/tmp"))
-    c = cluster.embedded(root / "pg18", port=port)
+    c = cluster.embedded(root / "pg18", port=port, config=Settings.from_env())
     try:
         c.start()
         with psycopg.connect(c.url(), autocommit=True) as conn:

@@ -40,6 +40,7 @@ import psycopg
 
 from rcll import cluster
 from rcll.chunking import chunk_text
+from rcll.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,7 +92,7 @@ class Server:
         self.env.pop("RCLL_DSN", None)
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = home / "serve.log"
-        self.cluster = cluster.embedded(home / "pg18")
+        self.cluster = cluster.embedded(home / "pg18", config=Settings.from_env())
 
     def start(self, wait: float = 240.0) -> float:
         """Start the server; seconds until /health answers."""

@@ -642,7 +642,10 @@ export interface components {
          * @description POST /forget: selectors (several must all match), or everything = the bank's name.
          */
         ForgetRequest: {
-            /** Bank */
+            /**
+             * Bank
+             * @description the bank to forget in
+             */
             bank: string;
             /**
              * Unit Ids
@@ -679,14 +682,20 @@ export interface components {
              * @description [from, to) of when it happened (else said)
              */
             occurred_from?: string | null;
-            /** Occurred To */
+            /**
+             * Occurred To
+             * @description the end of that range (not included)
+             */
             occurred_to?: string | null;
             /**
              * Retained From
              * @description [from, to) of when it was written
              */
             retained_from?: string | null;
-            /** Retained To */
+            /**
+             * Retained To
+             * @description the end of that range (not included)
+             */
             retained_to?: string | null;
             /**
              * Everything
@@ -704,6 +713,11 @@ export interface components {
              * @description why (kept in the forget log; never put the forgotten text here)
              */
             reason?: string | null;
+            /**
+             * Batch
+             * @description units (whole documents) per transaction until none is left, so writes into the bank wait one batch at most (not with ids; ignored in a dry run)
+             */
+            batch?: number | null;
             /**
              * Purge
              * @description after the commit, VACUUM the tables the forget touched (needs their owner; docs/forgetting.md)
@@ -1271,10 +1285,10 @@ export interface components {
             /** Last Error */
             last_error?: string | null;
             /**
-             * Graphs
-             * @description the periodic jobs' dense-graph runs: auto, building (step, steps, why, started), index_builds, last_end, last_steps, last_error
+             * Dense Indexes
+             * @description the periodic jobs' runs of the dense-index plan (big banks' own HNSW indexes): auto, building (step, steps, why, started), index_builds, last_end, last_steps, last_error
              */
-            graphs?: {
+            dense_indexes?: {
                 [key: string]: unknown;
             } | null;
         };

@@ -149,21 +149,21 @@ function tileSize(n, max) {
   return share > 0.8 ? 4 : share > 0.55 ? 3 : 2;
 }
 
-// What the periodic jobs are doing with big banks' own HNSW graphs (/health's upkeep.graphs).
-function graphsLine(health) {
+// What the periodic jobs are doing with big banks' own HNSW indexes (/health's upkeep.dense_indexes).
+function indexesLine(health) {
   const jobs = health && health.upkeep;
-  if (!jobs || !jobs.graphs) return "Dense graphs: this server runs no periodic jobs (rcll upkeep from cron builds them).";
-  const g = jobs.graphs;
-  if (!g.auto) return "Dense graphs: left to the DBA (RCLL_AUTO_GRAPHS=off; rcll graphs --apply).";
+  if (!jobs || !jobs.dense_indexes) return "Dense indexes: this server runs no periodic jobs (rcll upkeep from cron builds them).";
+  const g = jobs.dense_indexes;
+  if (!g.auto) return "Dense indexes: left to the DBA (RCLL_AUTO_DENSE_INDEXES=off; rcll dense-indexes --apply).";
   if (g.building) {
     const b = Array.isArray(g.index_builds) ? g.index_builds[0] : null;
     const read = b && b.blocks_total ? `, ${Math.round((100 * b.blocks_done) / b.blocks_total)}% of the table read` : "";
-    return `Dense graphs: building, step ${g.building.step} of ${g.building.steps}` +
+    return `Dense indexes: building, step ${g.building.step} of ${g.building.steps}` +
       (g.building.why ? `: ${g.building.why}` : "") + (b ? ` (${b.phase}${read})` : "") + ".";
   }
-  if (g.last_error) return `Dense graphs: the last run did not finish: ${g.last_error}`;
-  if (!g.last_end) return "Dense graphs: not checked yet.";
-  return `Dense graphs: checked ${new Date(g.last_end).toLocaleString()}` +
+  if (g.last_error) return `Dense indexes: the last run did not finish: ${g.last_error}`;
+  if (!g.last_end) return "Dense indexes: not checked yet.";
+  return `Dense indexes: checked ${new Date(g.last_end).toLocaleString()}` +
     (g.last_steps.length ? `, ${g.last_steps.length} step(s) run.` : ", nothing to build.");
 }
 
@@ -173,7 +173,7 @@ function renderPlan() {
   const live = rooms.filter((r) => r.name && r.fact_count > 0).length;
   $("#plan-summary").textContent = `${t.units ?? 0} units from ${t.documents ?? 0} documents in ${live} rooms ` +
     `(${rooms.filter((r) => r.name).length} listed, including the classifier's vocabulary).`;
-  $("#plan-graphs").textContent = graphsLine(state.health);
+  $("#plan-indexes").textContent = indexesLine(state.health);
   const max = Math.max(0, ...rooms.map((r) => r.fact_count || 0));
   const tiles = rooms.map((r) => {
     const size = tileSize(r.fact_count, max);

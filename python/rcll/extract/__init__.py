@@ -5,7 +5,7 @@ with deterministic rules (rcll.extract.offline). Either way Python only extracts
 write - document, facts, entities, links, supersession, ledger - is one call of rcll.retain_facts,
 so one transaction.
 
-When the LLM fails (after retries), RCLL_EXTRACTION_FAILURE decides: `chunks` (default) stores the
+When the LLM fails (after retries), settings.extraction_failure (RCLL_EXTRACTION_FAILURE) decides: `chunks` (default) stores the
 document as chunks tagged extraction:failed (documents.extraction = 'failed'); `error` raises and
 writes nothing but the ledger rows of the calls that were paid for. Never a "completed" retain with
 nothing stored.
@@ -13,7 +13,6 @@ nothing stored.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
@@ -27,8 +26,8 @@ from rcll.extract import anthropic_extractor, offline
 from rcll.extract.anthropic_extractor import ExtractionFailed
 from rcll.extract.schema import Fact
 from rcll.models import get_embedder
+from rcll.settings import DEFAULTS, Settings
 
-FAILURE_MODES = ("chunks", "error")
 # Offline supersession only has the fact's own text to go on, so it asks for a closer match.
 SUPERSEDE_THRESHOLD = {"llm": 0.80, "offline": 0.75}
 
@@ -41,15 +40,8 @@ def set_client(client: Any) -> None:
     _client = client
 
 
-def failure_mode() -> str:
-    mode = os.environ.get("RCLL_EXTRACTION_FAILURE", "chunks").strip().lower() or "chunks"
-    if mode not in FAILURE_MODES:
-        raise RcllError("RCLL_EXTRACTION_FAILURE", f"unknown mode {mode!r}", "use chunks or error")
-    return mode
-
-
-def _embed(texts: list[str]) -> np.ndarray[Any, np.dtype[np.float32]]:
-    return get_embedder().embed(texts)
+def _embed(texts: list[str], settings: Settings) -> np.ndarray[Any, np.dtype[np.float32]]:
+    return get_embedder(settings).embed(texts)
 
 
 def _db(call: Any) -> Any:
@@ -57,12 +49,14 @@ def _db(call: Any) -> Any:
         return call()
 
 
-def extract_facts(doc: Document, mode: str, client: Any = None) -> tuple[list[Fact], list[dict[str, Any]]]:
+def extract_facts(doc: Document, mode: str, client: Any = None,
+                  settings: Settings = DEFAULTS) -> tuple[list[Fact], list[dict[str, Any]]]:
     """(facts, ledger calls) for a document; raises ExtractionFailed for the LLM."""
     if mode == "offline":
         return offline.extract(doc.content, doc.occurred_at), []
     if mode == "anthropic":
-        result = anthropic_extractor.extract(doc.content, doc.occurred_at, client=client or _client)
+        result = anthropic_extractor.extract(doc.content, doc.occurred_at, client=client or _client,
+                                             settings=settings)
         return result.facts, result.calls
     raise RcllError("LLM_PROVIDER", f"{mode!r} does not extract", "use offline or anthropic")
 
@@ -74,8 +68,8 @@ def _common(doc: Document, via: str) -> dict[str, Any]:
 
 
 def retain_extracted(conn: psycopg.Connection[Any], bank: str, doc: Document, *, mode: str, via: str = "python",
-                     client: Any = None) -> RetainResult:
-    policy = failure_mode()
+                     client: Any = None, settings: Settings = DEFAULTS) -> RetainResult:
+    policy = settings.extraction_failure
     existing = _db(lambda: conn.execute(
         "SELECT document_id, unit_ids, extraction FROM rcll.find_document(bank => %(bank)s,"
         " content => %(content)s, thread => %(thread)s)",
@@ -84,9 +78,9 @@ def retain_extracted(conn: psycopg.Connection[Any], bank: str, doc: Document, *,
         return RetainResult(int(existing[0]), [int(u) for u in existing[1]], False, str(existing[2]))
 
     try:
-        facts, calls = extract_facts(doc, mode, client)
+        facts, calls = extract_facts(doc, mode, client, settings)
     except ExtractionFailed as failed:
-        return _failed(conn, bank, doc, via, policy, str(failed), failed.calls)
+        return _failed(conn, bank, doc, via, policy, str(failed), failed.calls, settings)
 
     extraction = "llm" if mode == "anthropic" else "offline"
     if not facts:       # only trivial text may come back empty (else it failed): keep it verbatim
@@ -96,7 +90,7 @@ def retain_extracted(conn: psycopg.Connection[Any], bank: str, doc: Document, *,
     for f in facts:
         aux += [e["name"] for e in f.entities] + [s for s in f.supersedes if s != f.text]
     aux = list(dict.fromkeys(a for a in aux if a.strip()))
-    vectors = _embed([f.text for f in facts] + aux)
+    vectors = _embed([f.text for f in facts] + aux, settings)
     params = {"bank": bank, "content": doc.content, "facts": Jsonb([f.as_json() for f in facts]),
               "embeddings": list(vectors[:len(facts)]), "aux_texts": aux, "aux_embeddings": list(vectors[len(facts):]),
               "extraction": extraction, "llm_calls": Jsonb(calls), "known": extraction == "offline",
@@ -115,7 +109,7 @@ def retain_extracted(conn: psycopg.Connection[Any], bank: str, doc: Document, *,
 
 
 def _failed(conn: psycopg.Connection[Any], bank: str, doc: Document, via: str, policy: str, error: str,
-            calls: list[dict[str, Any]]) -> RetainResult:
+            calls: list[dict[str, Any]], settings: Settings) -> RetainResult:
     if policy == "error":
         if calls:                              # the tokens were spent: the ledger says so
             with conn.transaction():
@@ -125,7 +119,7 @@ def _failed(conn: psycopg.Connection[Any], bank: str, doc: Document, via: str, p
                                              "failed documents as chunks tagged extraction:failed",
                         code=Code.UNAVAILABLE)
     chunks = chunk_text(doc.content)
-    vectors = _embed(chunks)
+    vectors = _embed(chunks, settings)
     with conn.transaction():
         row = _db(lambda: conn.execute(
             "SELECT * FROM rcll.retain_extraction_failed(bank => %(bank)s, content => %(content)s,"

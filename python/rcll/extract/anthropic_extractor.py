@@ -11,15 +11,15 @@ with backoff). Every call that returned is put on the ledger with its tokens.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from rcll.extract.schema import FACTS_SCHEMA, TOOL_NAME, Fact, SchemaError, normalise, validate
+from rcll.settings import DEFAULTS, Settings
 
-DEFAULT_MODEL = "claude-sonnet-4-6"
+DEFAULT_MODEL = DEFAULTS.llm_model
 PROVIDER = "anthropic"
 
 SYSTEM = """You extract memory for a team of AI agents. From the document, list every atomic fact worth \
@@ -57,14 +57,13 @@ class Extraction:
     model: str = DEFAULT_MODEL
 
 
-def model_name() -> str:
-    return os.environ.get("RCLL_LLM_MODEL", "").strip() or DEFAULT_MODEL
-
-
-def make_client(**kwargs: Any) -> Any:
+def make_client(settings: Settings = DEFAULTS, **kwargs: Any) -> Any:
+    """An Anthropic client with settings' key (when set: else the SDK looks for it) and retries."""
     import anthropic
 
-    kwargs.setdefault("max_retries", int(os.environ.get("RCLL_LLM_MAX_RETRIES", "3")))
+    kwargs.setdefault("max_retries", settings.llm_max_retries)
+    if settings.anthropic_api_key is not None:
+        kwargs.setdefault("api_key", settings.anthropic_api_key)
     return anthropic.Anthropic(**kwargs)
 
 
@@ -93,15 +92,15 @@ def _tool_input(message: Any) -> Any:
 
 def extract(text: str, occurred_at: datetime | None, *, client: Any = None, model: str | None = None,
             schema_retries: int | None = None, backoff: float | None = None,
-            max_tokens: int = 8192) -> Extraction:
+            max_tokens: int = 8192, settings: Settings = DEFAULTS) -> Extraction:
     """Facts of a document from the model; raises ExtractionFailed (with the calls made) if none
-    usable came back within the retries."""
+    usable came back within the retries. model, schema_retries and backoff default to settings'."""
     import anthropic
 
-    client = client or make_client()
-    model = model or model_name()
-    retries = int(os.environ.get("RCLL_EXTRACTION_RETRIES", "2")) if schema_retries is None else schema_retries
-    delay = float(os.environ.get("RCLL_EXTRACTION_BACKOFF", "1.0")) if backoff is None else backoff
+    client = client or make_client(settings)
+    model = model or settings.llm_model
+    retries = settings.extraction_retries if schema_retries is None else schema_retries
+    delay = settings.extraction_backoff if backoff is None else backoff
     reference = occurred_at or datetime.now(UTC)
     if reference.tzinfo is None:
         reference = reference.replace(tzinfo=UTC)

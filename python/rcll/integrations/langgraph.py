@@ -12,45 +12,51 @@ join cannot be ambiguous):
 
 - bank: the store's bank, for every namespace;
 - room state (rcll.put_state): room = the namespace's labels joined by ".", key = the item's key;
-  the value is an envelope {"rcll_store": 1, "value", "created_at", "ttl", "expires_at", "texts",
-  "documents", "units"} - compare-and-set on its version, every earlier version kept as history;
+  the value is an envelope {"rcll_store": 1, "value", "created_at", "updated_at", "ttl",
+  "expires_at", "texts", "documents", "units"}, every earlier version kept as history;
 - memory units (retain): the texts the index fields name are the chunks of one document of thread
   json.dumps([room, key]), in their order (an item holding a session's turns under
   "turns[*].text" is a session document, as retain files one), dated by time_field, tagged
   "langgraph" and "langgraph:<p>" for every prefix p of the namespace (so that a search under a
   prefix is recall with tags_all=["langgraph:<prefix>"]); "units" maps each unit to its text.
 
-A put whose indexed texts changed forgets the previous version's units in the transaction that
-writes the new ones (never two versions' units side by side); one whose texts did not change keeps
-them. `search(query=...)` is RCLL's recall inside the namespace prefix (hybrid first stage and
+Only Memory's public verbs, so that a token's scope holds: a batch's writes are one unit of work
+(Memory.transaction) that locks the keys it writes (Memory.lock_states), reads their current
+versions and writes on top of them - last write wins under any concurrency, with no retry and no
+conflict, every version kept. A put whose indexed texts changed forgets the previous version's
+units (Memory.forget: the forget verb) in the transaction that retains the new ones (never two
+versions' units side by side); one whose texts did not change keeps them. A delete needs forget.
+
+`search(query=...)` is RCLL's recall inside the namespace prefix (hybrid first stage and
 cross-encoder), one score per item (its best unit), then LangGraph's filter and offset/limit; each
 result is an RcllSearchItem, whose `matches` say which of the item's texts recall ranked (path,
-text, rank in the whole search, score). A batch reads once (rcll.state_keys) and writes in one
-transaction.
+text, rank in the whole search, score). A batch reads once (Memory.get_states, or state_keys to
+list) and writes in one transaction.
 
-As LangGraph's InMemoryStore: ops in a batch read the store as it was before the batch, and the
-last put of a key wins; search without a query lists items in the order their namespaces, then
-keys, were first written. Unlike it: `created_at` is kept across updates (as PostgresStore does),
-indexing uses RCLL's own embedder (an index config's "dims" and "embed" are not used; "fields"
-is, default ["$"]), and namespaces are listed only while they hold an item.
+As LangGraph's stores: ops in a batch read the store as it was before the batch, and the last put
+of a key wins; a prefix may be a tuple or a list; search without a query lists the most recently
+updated items first (as PostgresStore); `created_at` is kept across updates. Unlike them: indexing
+uses RCLL's own embedder (an index config's "dims" and "embed" are not used; "fields" is, default
+["$"]), and namespaces are listed only while they hold an item (docs/integrations.md).
 
 TTL (minutes, `ttl=` on put or TTLConfig's default_ttl): an expired item is never returned (get,
 search, list_namespaces), and `sweep_ttl()` forgets expired items with their units. A read that
 refreshes (refresh_on_read, the default) writes a new version with the new expiry - at most one
-per tenth of the TTL, so that reads do not fill the history.
+per tenth of the TTL, so that reads do not fill the history - and keeps updated_at.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 import numpy as np
-import psycopg
 from langgraph.store.base import (
     BaseStore,
     GetOp,
@@ -71,15 +77,14 @@ from langgraph.store.base import (
 # LangGraph's own matching and filtering, so that a namespace condition or a filter means exactly
 # what it means for InMemoryStore (private names: pinned by tests/test_langgraph_store.py).
 from langgraph.store.memory import _compare_values, _does_match
-from psycopg.types.json import Jsonb
 
 from rcll.chunking import chunk_text
-from rcll.document import Document
 from rcll.errors import RcllError
 from rcll.memory import Memory
 from rcll.models import get_embedder
 from rcll.request import RecallRequest
-from rcll.retain import retain
+from rcll.results import StateKey
+from rcll.settings import Settings
 from rcll.validate import required_text, state_value_arg, text_arg, time_arg
 from rcll.workqueue import WRITE, admitted
 
@@ -88,9 +93,13 @@ __all__ = ["ENVELOPE", "TAG", "Match", "RcllSearchItem", "RcllStore", "namespace
 
 ENVELOPE = "rcll_store"          # marks a room state value as an RcllStore item (its format version)
 TAG = "langgraph"                # every unit the store writes; "langgraph:<prefix>" per namespace prefix
-CONFLICT = "RC005"               # put_state's compare-and-set lost
-TOO_BROAD = "RC007"              # forget refused: with existing unit ids, they are every unit of the bank
-ATTEMPTS = 3                     # a batch that loses a compare-and-set is read and written again
+TOO_BROAD = "RC007"              # forget refused: matches nothing, or every unit of the bank
+REASON = "langgraph store: replaced or deleted"
+# A put waits its key's turn rather than fail: writers of one key take turns in the database, and
+# in this process first (one stripe lock per key), so that they do not hold every pooled connection
+# while they wait. WRITE_WAIT: seconds a batch may wait for a connection, its turn included.
+STRIPES = 64
+WRITE_WAIT = 120.0
 
 
 def room_of(namespace: Sequence[str]) -> str:
@@ -113,7 +122,7 @@ def prefix_tag(prefix: Sequence[str]) -> str:
     return f"{TAG}:{room_of(prefix)}" if prefix else TAG
 
 
-def _now() -> datetime:
+def _system_now() -> datetime:
     return datetime.now(UTC)
 
 
@@ -171,7 +180,12 @@ class _Stored:
     key: str
     version: int
     envelope: dict[str, Any]
-    updated_at: datetime
+    written_at: datetime          # when this version was written (a TTL refresh writes one too)
+
+    @property
+    def updated_at(self) -> datetime:
+        """When the value was last written: a refresh of the TTL moves only the expiry."""
+        return _time(self.envelope.get("updated_at")) or self.written_at
 
     @property
     def expires_at(self) -> datetime | None:
@@ -204,7 +218,8 @@ class RcllStore(BaseStore):
     then only lists). ttl: LangGraph's TTLConfig (default_ttl in minutes, refresh_on_read).
     time_field: a value field holding when the item happened (ISO 8601), for recall's time
     channels (its units' occurred_at). recall: RecallRequest fields for every search (deadline_ms,
-    rerank_depth, weights, reference_time, ...), checked now.
+    rerank_depth, weights, reference_time, ...), checked now. clock: what time it is, for the
+    items' timestamps and TTLs (default: the system's, in UTC; a test passes one it moves itself).
     """
 
     supports_ttl = True
@@ -212,8 +227,9 @@ class RcllStore(BaseStore):
     def __init__(self, memory: Memory, *, bank: str | None = None,
                  index: IndexConfig | None = {"fields": ["$"]},  # noqa: B006 - read only
                  ttl: TTLConfig | None = None, time_field: str | None = None,
-                 recall: Mapping[str, Any] | None = None) -> None:
+                 recall: Mapping[str, Any] | None = None, clock: Callable[[], datetime] = _system_now) -> None:
         self.memory = memory
+        self._clock = clock
         self.bank = memory.bank if bank is None else bank
         self.index_config: dict[str, Any] | None = dict(index) if index is not None else None
         fields: list[str] = (self.index_config or {}).get("fields") or ["$"]
@@ -227,63 +243,50 @@ class RcllStore(BaseStore):
         RecallRequest(query="check", bank=self.bank, **self.recall)      # every field checked now
         if self.bank not in {b.name for b in memory.banks()}:
             memory.create_bank(self.bank)
+        self._stripes = [threading.Lock() for _ in range(STRIPES)]
 
     # -- BaseStore --------------------------------------------------------------------------------
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run `ops`: reads see the store as it was before the batch; the puts (the last one per
         key) are then written in one transaction."""
-        ops = list(ops)
+        ops = [_normal(op) for op in ops]
         for op in ops:
             validate_op_namespace(op)
-            if not isinstance(op, (GetOp, PutOp, SearchOp, ListNamespacesOp)):
-                raise ValueError(f"Unknown operation type: {type(op)}")
-        for attempt in range(ATTEMPTS):
-            try:
-                return self._batch(ops)
-            except RcllError as e:
-                if e.code.value != CONFLICT or attempt == ATTEMPTS - 1:
-                    raise
-        raise AssertionError("unreachable")
+        return self._batch(ops)
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """batch() on a worker thread (Memory's pool is synchronous): the event loop never blocks."""
         return await asyncio.to_thread(self.batch, list(ops))
 
     def sweep_ttl(self) -> int:
-        """Forget every expired item with its units and history; returns how many."""
-        now = _now()
+        """Forget every expired item with its units and history; returns how many. Needs the
+        forget verb."""
+        now = self._clock()
         stored = self._read_all()
         expired = [PutOp(s.namespace, s.key, None) for s in stored.values() if s.expired(now)]
-        self._write(expired, stored)
-        return len(expired)
+        return self._write(expired, stored, sweep=True)
 
     # -- reads ------------------------------------------------------------------------------------
 
-    def _stored(self, rows: Iterable[Any]) -> dict[Pair, _Stored]:
+    def _stored(self, rows: Iterable[StateKey]) -> dict[Pair, _Stored]:
         out = {}
-        for room, key, version, value, created_at in rows:
-            if isinstance(value, dict) and value.get(ENVELOPE) == 1:
-                ns = namespace_of(room)
-                out[(ns, key)] = _Stored(ns, key, version, value, created_at)
+        for r in rows:
+            if isinstance(r.value, dict) and r.value.get(ENVELOPE) == 1:
+                ns = namespace_of(r.room)
+                out[(ns, r.key)] = _Stored(ns, r.key, r.version, r.value, r.created_at)
         return out
 
     def _read_all(self) -> dict[Pair, _Stored]:
         """Every item of the store in one call (rcll.state_keys), expired ones included."""
-        return self._stored((s.room, s.key, s.version, s.value, s.created_at)
-                            for s in self.memory.state_keys(bank=self.bank))
+        return self._stored(self.memory.state_keys(bank=self.bank))
 
     def _read(self, pairs: Iterable[Pair]) -> dict[Pair, _Stored]:
         """These items (those that exist) in one call (rcll.get_states), expired ones included."""
         pairs = sorted(set(pairs))
         if not pairs:
             return {}
-        b = self.memory._bank(self.bank)
-        with self.memory._tx(b) as conn:
-            rows = conn.execute("SELECT room, key, version, value, created_at FROM rcll.get_states(bank => %s, "
-                                "rooms => %s, keys => %s)", (b, [room_of(ns) for ns, _ in pairs],
-                                                             [k for _, k in pairs])).fetchall()
-        return self._stored(rows)
+        return self._stored(self.memory.get_states([(room_of(ns), k) for ns, k in pairs], bank=self.bank))
 
     def _ranks(self, op: Op) -> bool:
         return isinstance(op, SearchOp) and bool(op.query) and self.index_config is not None
@@ -312,7 +315,7 @@ class RcllStore(BaseStore):
         else:
             stored = self._read([(op.namespace, op.key) for op in ops if isinstance(op, (GetOp, PutOp))]
                                 + [hit.pair for hits in recalled.values() for hit in hits])
-        now = _now()
+        now = self._clock()
         live = {k: s for k, s in stored.items() if not s.expired(now)}
         everything = live if listing else None
         results: list[Result] = []
@@ -345,15 +348,12 @@ class RcllStore(BaseStore):
         return {k: s for k, s in self._read_all().items() if not s.expired(now)}
 
     def _listed(self, op: SearchOp, live: dict[Pair, _Stored]) -> list[_Stored]:
-        """The items under the prefix that pass the filter, in InMemoryStore's order: namespaces by
-        their first write, then keys by theirs."""
+        """The items under the prefix that pass the filter, in PostgresStore's order: the most
+        recently updated first (then by namespace and key, for items written together)."""
         n = len(op.namespace_prefix)
         items = [s for s in live.values() if s.namespace[:n] == op.namespace_prefix and _kept(op, s)]
-        first: dict[tuple[str, ...], str] = {}
-        for s in items:
-            c = s.envelope["created_at"]
-            first[s.namespace] = min(first.get(s.namespace, c), c)
-        return sorted(items, key=lambda s: (first[s.namespace], s.envelope["created_at"], s.namespace, s.key))
+        items.sort(key=lambda s: (s.namespace, s.key))
+        return sorted(items, key=lambda s: s.updated_at, reverse=True)
 
     def _ranked(self, op: SearchOp, hits: list[_Hit], live: dict[Pair, _Stored],
                 everything: Callable[[], dict[Pair, _Stored]]) -> list[tuple[_Stored, float | None, list[Match]]]:
@@ -394,13 +394,23 @@ class RcllStore(BaseStore):
         at = s.expires_at
         return ttl is not None and at is not None and now + timedelta(minutes=ttl) - at >= timedelta(minutes=ttl / 10)
 
-    def _write(self, puts: list[PutOp], stored: dict[Pair, _Stored], refresh: Sequence[_Stored] = ()) -> None:
-        now = _now()
-        refresh = [s for s in refresh if self._refreshes(s, now)]
+    def _write(self, puts: list[PutOp], stored: dict[Pair, _Stored], refresh: Sequence[_Stored] = (),
+               sweep: bool = False) -> int:
+        """Write the puts (and the reads' TTL refreshes) in one unit of work of the Memory; returns
+        how many items it deleted. sweep: the deletes are the sweep's, of items expired when it
+        read - one that a put has renewed since stays.
+
+        Last write wins, without retries and without errors: the unit of work locks the keys it
+        writes (Memory.lock_states: every other writer of them waits), reads their current versions
+        and writes on top of them - whatever another writer committed since this batch read. The
+        model work is done before, from the batch's read; a text another writer changed meanwhile
+        is embedded under the lock (rare: two writers of one key, one of them with the old texts)."""
+        refresh = [s for s in refresh if self._refreshes(s, self._clock())]
         if not puts and not refresh:
-            return
-        b = self.memory._bank(self.bank, "write")
+            return 0
         self.memory.check_writable()
+        if any(op.value is None for op in puts):
+            self.memory.scope.check(self.bank, "forget")     # a delete forgets, whether the key exists or not
         when: dict[Pair, datetime | None] = {}
         for op in puts:            # every put checked before anything is embedded or written
             required_text(op.key, "key")
@@ -408,90 +418,153 @@ class RcllStore(BaseStore):
                 if not isinstance(op.value, dict):
                     raise RcllError("value", f"must be a dict, got {type(op.value).__name__}",
                                     "LangGraph stores keep dicts: wrap it, e.g. {'value': ...}")
-                state_value_arg(op.value)
+                state_value_arg(op.value, limit=self.memory.settings.max_state_bytes)
                 if self.time_field is not None:
                     when[(op.namespace, op.key)] = time_arg(op.value.get(self.time_field), f"value.{self.time_field}")
         # One document per item: its indexed texts are the document's chunks (a long text is
-        # chunked as retain chunks it), so an item is one document as a retained text is.
-        # Each chunk remembers the text it came from (owners), so that a search can say which of
-        # an item's texts it found.
-        plans = []
-        for op in puts:
-            old = stored.get((op.namespace, op.key))
-            texts = self._texts(op)
-            changed = old is None or old.envelope.get("texts") != texts or op.value is None
-            pieces = [(c, i) for i, (_, t) in enumerate(texts) for c in chunk_text(t)] if changed and op.value is not None else []
-            plans.append((op, old, texts, changed, [c for c, _ in pieces], [i for _, i in pieces]))
+        # chunked as retain chunks it), so an item is one document as a retained text is. Each
+        # chunk remembers the text it came from (owners), so that a search can say which of an
+        # item's texts it found.
+        texts = {(op.namespace, op.key): self._texts(op) for op in puts}
+        embedded: dict[Pair, _Pieces] = {}
+        # The model work holds an admission place (rcll.workqueue) before the transaction, not
+        # during it: Memory.retain takes its own there.
         with admitted(WRITE):
-            flat = [c for _, _, _, _, chunks, _ in plans for c in chunks]
-            vectors = get_embedder().embed(flat) if flat else np.zeros((0, 0), np.float32)
-            now = _now()           # a TTL counts from the write, after the model work
-            with self.memory._tx(b) as conn:
-                _forget_threads(conn, b, [thread_of(op.namespace, op.key) for op, old, _, changed, _, _ in plans
-                                          if old is not None and old.envelope["documents"] and changed])
-                at = 0
-                for op, old, texts, changed, chunks, owners in plans:
-                    pair = (op.namespace, op.key)
-                    if op.value is None:
-                        if old is not None:
-                            conn.execute("SELECT rcll.forget_state(bank => %s, room => %s, key => %s, dry_run => false, "
-                                         "reason => %s)", (b, room_of(op.namespace), op.key, "langgraph store delete"))
-                        continue
-                    documents = [] if changed or old is None else list(old.envelope["documents"])
-                    units = [] if changed or old is None else list(old.envelope.get("units", []))
-                    if chunks:
-                        doc = Document(content="\n".join(t for _, t in texts), thread=thread_of(*pair),
-                                       occurred_at=when.get(pair), source="langgraph",
-                                       tags=[TAG, *(prefix_tag(op.namespace[:i]) for i in range(1, len(op.namespace) + 1))],
-                                       metadata={"namespace": list(op.namespace), "key": op.key,
-                                                 "paths": [p for p, _ in texts]})
-                        kept = retain(conn, b, doc, via="langgraph", prepared=(chunks, vectors[at:at + len(chunks)]))
-                        documents = [kept.document_id]
-                        units = [[u, i] for u, i in zip(kept.unit_ids, owners, strict=True)]
-                        at += len(chunks)
-                    # an expired item not yet swept is gone for LangGraph: its key starts again
-                    created = old.envelope["created_at"] if old is not None and not old.expired(now) else now.isoformat()
-                    ttl = op.ttl
-                    envelope = {ENVELOPE: 1, "value": dict(op.value), "created_at": created, "ttl": ttl,
-                                "expires_at": (now + timedelta(minutes=ttl)).isoformat() if ttl else None,
-                                "texts": texts, "documents": documents, "units": units}
-                    _put(conn, b, op.namespace, op.key, envelope, old.version if old is not None else 0)
-                for s in refresh:
-                    envelope = dict(s.envelope, expires_at=(now + timedelta(minutes=s.envelope["ttl"])).isoformat())
-                    _put(conn, b, s.namespace, s.key, envelope, s.version)
+            todo = [(op, _pieces(texts[(op.namespace, op.key)])) for op in puts if op.value is not None
+                    and _changed(stored.get((op.namespace, op.key)), texts[(op.namespace, op.key)])]
+            flat = [c for _, (chunks, _) in todo for c in chunks]
+            vectors = get_embedder(self.memory.settings).embed(flat) if flat else np.zeros((0, 0), np.float32)
+            at = 0
+            for op, (chunks, owners) in todo:
+                embedded[(op.namespace, op.key)] = (chunks, owners, vectors[at:at + len(chunks)])
+                at += len(chunks)
+        pairs = sorted({(op.namespace, op.key) for op in puts} | {(s.namespace, s.key) for s in refresh})
+        with self._turn(pairs), self.memory.transaction(timeout=WRITE_WAIT) as tx:
+            current = self._stored(tx.lock_states([(room_of(ns), k) for ns, k in pairs], bank=self.bank))
+            now = self._clock()       # a TTL counts from the write, after the model work and the keys' turn
+            if sweep:
+                puts = [op for op in puts if (old := current.get((op.namespace, op.key))) is not None
+                        and old.expired(now)]
+            deleted = 0
+            # Forgets first: a forget takes the bank's write lock alone, a retain shares it, so
+            # a unit of work that forgets after it retained could wait for another that does the same.
+            for op in puts:
+                old = current.get((op.namespace, op.key))
+                if old is not None and old.envelope["documents"] and (
+                        op.value is None or _changed(old, texts[(op.namespace, op.key)])):
+                    self._forget_units(tx, thread_of(op.namespace, op.key))
+            for op in puts:
+                pair = (op.namespace, op.key)
+                old = current.get(pair)
+                if op.value is None:
+                    if old is not None:
+                        tx.forget_state(room_of(op.namespace), op.key, bank=self.bank, dry_run=False,
+                                        reason="langgraph store delete")
+                        deleted += 1
+                    continue
+                if _changed(old, texts[pair]):
+                    documents, units = self._index(tx, op, texts[pair], embedded.get(pair), when.get(pair))
+                else:
+                    assert old is not None
+                    documents, units = list(old.envelope["documents"]), list(old.envelope.get("units", []))
+                # an expired item not yet swept is gone for LangGraph: its key starts again
+                created = old.envelope["created_at"] if old is not None and not old.expired(now) else now.isoformat()
+                ttl = op.ttl
+                envelope = {ENVELOPE: 1, "value": dict(op.value), "created_at": created,
+                            "updated_at": now.isoformat(), "ttl": ttl,
+                            "expires_at": (now + timedelta(minutes=ttl)).isoformat() if ttl else None,
+                            "texts": texts[pair], "documents": documents, "units": units}
+                tx.put_state(room_of(op.namespace), op.key, envelope, bank=self.bank, via="langgraph",
+                             expected_version=old.version if old is not None else 0)
+            for s in refresh:
+                # a refresh of the version the read returned; a newer one has its own expiry
+                got = current.get((s.namespace, s.key))
+                if got is None or got.version != s.version or got.expired(now) or (s.namespace, s.key) in texts:
+                    continue
+                envelope = dict(s.envelope, expires_at=(now + timedelta(minutes=s.envelope["ttl"])).isoformat(),
+                                updated_at=s.updated_at.isoformat())
+                tx.put_state(room_of(s.namespace), s.key, envelope, bank=self.bank, via="langgraph",
+                             expected_version=s.version)
+        return deleted
+
+    @contextmanager
+    def _turn(self, pairs: Sequence[Pair]) -> Iterator[None]:
+        """This process's writers of these keys, one at a time (the stripes taken in one order)."""
+        stripes = sorted({hash(p) % STRIPES for p in pairs})
+        with ExitStack() as stack:
+            for i in stripes:
+                stack.enter_context(self._stripes[i])
+            yield
+
+    def _index(self, tx: Memory, op: PutOp, texts: list[list[str]], pieces: _Pieces | None,
+               when: datetime | None) -> tuple[list[int], list[list[int]]]:
+        """Retain an item's indexed texts as one document (in the unit of work); its documents and
+        [unit, text] pairs."""
+        if pieces is None:
+            with admitted(WRITE):
+                pieces = _embedded(texts, self.memory.settings)
+        chunks, owners, vectors = pieces
+        if not chunks:
+            return [], []
+        ns = op.namespace
+        kept = tx.retain("\n".join(t for _, t in texts), bank=self.bank, thread=thread_of(ns, op.key), source="langgraph",
+                         occurred_at=when, tags=[TAG, *(prefix_tag(ns[:i]) for i in range(1, len(ns) + 1))],
+                         metadata={"namespace": list(ns), "key": op.key, "paths": [p for p, _ in texts]},
+                         via="langgraph", prepared=(chunks, vectors))
+        return [kept.document_id], [[u, i] for u, i in zip(kept.unit_ids, owners, strict=True)]
+
+    def _forget_units(self, tx: Memory, thread: str) -> None:
+        """Forget every unit of an item's thread (its earlier version), in the unit of work."""
+        try:
+            tx.forget(bank=self.bank, thread=thread, dry_run=False, reason=REASON)
+        except RcllError as e:
+            if e.code.value != TOO_BROAD:
+                raise
+            total = tx.units(bank=self.bank, threads=[thread], limit=1).total
+            if total == 0:
+                return                    # forgotten already (a forget by another selector)
+            # They are every unit of the bank: say so, as forget asks - in a savepoint that goes
+            # back if a unit of another item arrived meanwhile (the thread alone is then narrower).
+            try:
+                with tx.transaction() as inner:
+                    gone = inner.forget(bank=self.bank, everything=self.bank, dry_run=False, reason=REASON)
+                    if gone.counts.get("units", 0) != total:
+                        raise _Wider
+            except _Wider:
+                tx.forget(bank=self.bank, thread=thread, dry_run=False, reason=REASON)
 
 
-def _put(conn: psycopg.Connection[Any], bank: str, namespace: tuple[str, ...], key: str, envelope: dict[str, Any],
-         version: int) -> None:
-    conn.execute("SELECT rcll.put_state(bank => %s, room => %s, key => %s, value => %s, expected_version => %s, "
-                 "via => %s)", (bank, room_of(namespace), key, Jsonb(envelope), version, "langgraph"))
+class _Wider(Exception):
+    """Forgetting everything would have forgotten more than the item's units."""
 
 
-def _forget_threads(conn: psycopg.Connection[Any], bank: str, threads: list[str]) -> None:
-    """Forget every unit of these threads (the items' earlier versions), in the caller's transaction."""
-    if not threads:
-        return
-    ids: list[int] = []
-    offset = 0
-    while True:
-        rows = conn.execute('SELECT unit_id, total FROM rcll.units(bank => %s, threads => %s, "limit" => 500, '
-                            '"offset" => %s)', (bank, threads, offset)).fetchall()
-        ids += [int(r[0]) for r in rows]
-        offset += 500
-        if not rows or offset >= int(rows[0][1]):
-            break
-    if not ids:
-        return
-    try:
-        with conn.transaction():
-            conn.execute("SELECT count(*) FROM rcll.forget(bank => %s, unit_ids => %s, dry_run => false, reason => %s)",
-                         (bank, ids, "langgraph store: replaced or deleted"))
-    except psycopg.Error as e:
-        # Existing ids are refused only when they are every unit of the bank: say so, as forget asks.
-        if e.sqlstate != TOO_BROAD:
-            raise
-        conn.execute("SELECT count(*) FROM rcll.forget(bank => %s, everything => %s, dry_run => false, reason => %s)",
-                     (bank, bank, "langgraph store: replaced or deleted"))
+_Pieces = tuple[list[str], list[int], Any]      # an item's chunks, the text each came from, their vectors
+
+
+def _pieces(texts: list[list[str]]) -> tuple[list[str], list[int]]:
+    pieces = [(c, i) for i, (_, t) in enumerate(texts) for c in chunk_text(t)]
+    return [c for c, _ in pieces], [i for _, i in pieces]
+
+
+def _embedded(texts: list[list[str]], settings: Settings) -> _Pieces:
+    chunks, owners = _pieces(texts)
+    return chunks, owners, get_embedder(settings).embed(chunks) if chunks else np.zeros((0, 0), np.float32)
+
+
+def _changed(old: _Stored | None, texts: list[list[str]]) -> bool:
+    """Whether a put's indexed texts differ from the stored version's (then its units are replaced)."""
+    return old is None or old.envelope.get("texts") != texts
+
+
+def _normal(op: Op) -> Op:
+    """An op with its namespace as a tuple: LangGraph's own tests and docs pass lists."""
+    if isinstance(op, (GetOp, PutOp)):
+        return op._replace(namespace=tuple(op.namespace))
+    if isinstance(op, SearchOp):
+        return op._replace(namespace_prefix=tuple(op.namespace_prefix))
+    if isinstance(op, ListNamespacesOp):
+        return op
+    raise ValueError(f"Unknown operation type: {type(op)}")
 
 
 def _kept(op: SearchOp, s: _Stored) -> bool:

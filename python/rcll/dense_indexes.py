@@ -1,6 +1,6 @@
-"""Dense graphs: a big bank's own HNSW graph beside the global one (sql/functions/112-dense-graphs.sql).
+"""Dense indexes: a big bank's own HNSW index beside the global one (sql/functions/112-dense-indexes.sql).
 
-The SQL side says what to run (`rcll.dense_graph_plan`); this module runs it, statement by
+The SQL side says what to run (`rcll.dense_index_plan`); this module runs it, statement by
 statement on an autocommit connection, because CREATE INDEX CONCURRENTLY refuses a transaction.
 It builds no SQL of its own.
 """
@@ -22,9 +22,9 @@ from rcll.results import Renders
 
 
 @dataclass(frozen=True)
-class Graph(Renders):
+class DenseIndex(Renders):
     index_name: str
-    kind: str                      # global, bank (a bank's own graph) or other
+    kind: str                      # global, bank (a bank's own index) or other
     bank: str | None
     bank_id: int | None
     excluded_banks: list[int] | None
@@ -42,7 +42,7 @@ class Step(Renders):
 
 @dataclass(frozen=True)
 class Build(Renders):
-    """An index build under way on rcll.memory_units (rcll.dense_graph_builds)."""
+    """An index build under way on rcll.memory_units (rcll.dense_index_builds)."""
 
     pid: int
     index_name: str | None
@@ -55,12 +55,12 @@ class Build(Renders):
     started: datetime | None
 
 
-class Busy(RcllError):
-    """Another session is applying the plan (it holds rcll.dense_graph_build_lock)."""
+class BuildUnderWay(RcllError):
+    """Another session is applying the plan (it holds rcll.dense_index_build_lock)."""
 
     def __init__(self) -> None:
-        super().__init__("graphs", "another run is building the graphs (a server's periodic jobs, or rcll graphs --apply)",
-                         "wait for it to finish: `rcll graphs` shows the builds under way", code=Code.CONFLICT)
+        super().__init__("indexes", "another run is building the indexes (a server's periodic jobs, or rcll dense-indexes --apply)",
+                         "wait for it to finish: `rcll dense-indexes` shows the builds under way", code=Code.CONFLICT)
 
 
 @dataclass(frozen=True)
@@ -108,23 +108,23 @@ class Tracker:
 
 
 def builds(conn: psycopg.Connection[Any]) -> list[Build]:
-    """The index builds under way on rcll.memory_units (rcll.dense_graph_builds), this process's or not."""
+    """The index builds under way on rcll.memory_units (rcll.dense_index_builds), this process's or not."""
     with conn.cursor(row_factory=dict_row) as cur:
-        return [Build.from_row(r) for r in cur.execute("SELECT * FROM rcll.dense_graph_builds()")]
+        return [Build.from_row(r) for r in cur.execute("SELECT * FROM rcll.dense_index_builds()")]
 
 
-def graphs(conn: psycopg.Connection[Any]) -> list[Graph]:
-    """The HNSW graphs of rcll.memory_units (rcll.dense_graphs)."""
+def indexes(conn: psycopg.Connection[Any]) -> list[DenseIndex]:
+    """The HNSW indexes of rcll.memory_units (rcll.dense_indexes)."""
     with conn.cursor(row_factory=dict_row) as cur:
-        return [Graph.from_row(r) for r in cur.execute("SELECT * FROM rcll.dense_graphs()")]
+        return [DenseIndex.from_row(r) for r in cur.execute("SELECT * FROM rcll.dense_indexes()")]
 
 
 def plan(conn: psycopg.Connection[Any], min_units: int | None = None, max_share: float | None = None,
          m: int | None = None, ef_construction: int | None = None) -> list[Step]:
-    """What rcll.dense_graph_plan(min_units, max_share, m, ef_construction) says to run, in order
+    """What rcll.dense_index_plan(min_units, max_share, m, ef_construction) says to run, in order
     (None: its default for that argument); nothing is run."""
     with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute("SELECT * FROM rcll.dense_graph_plan(min_units => %s, max_share => %s, m => %s, "
+        rows = cur.execute("SELECT * FROM rcll.dense_index_plan(min_units => %s, max_share => %s, m => %s, "
                            "ef_construction => %s) ORDER BY step",
                            (min_units, max_share, m, ef_construction)).fetchall()
     return [Step.from_row(r) for r in rows]
@@ -136,13 +136,13 @@ def apply(dsn: str, min_units: int | None = None, progress: Callable[[Step, floa
     """Run the plan's statements one by one (each its own transaction: the builds are CONCURRENTLY,
     so retains and recalls go on meanwhile; the swaps are renames). An interrupted run leaves at
     worst an invalid index, which the next plan drops first. The run holds
-    rcll.dense_graph_build_lock throughout: Busy when another session holds it. maintenance_work_mem
-    (e.g. '3GB') for these builds: an HNSW build is much faster when its graph fits (~2 kB a unit);
+    rcll.dense_index_build_lock throughout: BuildUnderWay when another session holds it. maintenance_work_mem
+    (e.g. '3GB') for these builds: an HNSW build is much faster when its index fits (~2 kB a unit);
     default the server's. tracker: told each step as it starts. Returns the steps run."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute("SELECT rcll.dense_graph_build_lock()").fetchone()
+        row = conn.execute("SELECT rcll.dense_index_build_lock()").fetchone()
         if not (row and row[0]):
-            raise Busy()
+            raise BuildUnderWay()
         steps = plan(conn, min_units, max_share, m, ef_construction)
         if maintenance_work_mem:
             conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (maintenance_work_mem,))
@@ -150,7 +150,7 @@ def apply(dsn: str, min_units: int | None = None, progress: Callable[[Step, floa
             if tracker:
                 tracker.at(s.step, len(steps), s.why)
             t = time.perf_counter()
-            conn.execute(s.statement.encode())       # the statement rcll.dense_graph_plan wrote
+            conn.execute(s.statement.encode())       # the statement rcll.dense_index_plan wrote
             if progress:
                 progress(s, time.perf_counter() - t)
     return steps
