@@ -2,7 +2,7 @@
 PG_CONFIG ?= $(shell .venv/bin/python -c "from rcll.cluster import embedded_bindir; print(embedded_bindir() / 'pg_config')" 2>/dev/null || echo pg_config)
 PY = .venv/bin/python
 
-.PHONY: run test test-setup system-packages bootstrap bootstrap-test pg15-leg browser ha-cluster bench-failover node-client typescript-client typescript-types extension install lint bench bench-retain bench-recall bench-locomo
+.PHONY: run test test-setup system-packages bootstrap bootstrap-test pg15-leg browser ha-cluster bench-failover citus node-client typescript-client typescript-types extension install lint bench bench-retain bench-recall bench-locomo
 
 run: bootstrap extension
 	.venv/bin/rcll serve
@@ -17,10 +17,13 @@ test: test-setup
 	env -u PYTHONDONTWRITEBYTECODE .venv/bin/pytest -n $(TEST_WORKERS) --dist loadfile --durations=15 tests
 
 # The suite's set-up: pip's and npm's installs side by side (they wait on the disk and the
-# registries more than on a core), the system packages one apt at a time, then the scripts.
+# registries more than on a core), the system packages one apt at a time, then the scripts, then
+# Citus (built into the venv's embedded PostgreSQL, so after the venv; it needs the compiler the
+# PG 15 leg installs).
 test-setup:
 	@$(MAKE) --no-print-directory -j4 -O bootstrap-test node-client typescript-client system-packages
 	@$(MAKE) --no-print-directory extension
+	@$(MAKE) --no-print-directory citus
 
 system-packages:
 	@$(MAKE) --no-print-directory pg15-leg
@@ -67,6 +70,13 @@ browser:
 # tests/test_failover.py and bench/failover.py start a Patroni cluster with them (scripts/ha-cluster).
 ha-cluster:
 	@scripts/ha-cluster install
+
+# Citus from ../shared/citus (checked against its SHA256SUMS) into the venv's embedded PostgreSQL 18,
+# for rcll.citus_cluster's three-node cluster (tests, benchmarks): about half a minute the first time, a stamp check after.
+# Run as the venv's owner: as root it installs liblz4-dev and libzstd-dev when missing; another
+# user without them gets one line saying the Citus tests skip.
+citus:
+	@scripts/build-citus.sh
 
 # Build the scripts of the version under development (extension/rcll--X.Y.Z.sql, the update
 # scripts to it, catalog.json) from sql/, when a source is newer: extension/Makefile. Not committed.

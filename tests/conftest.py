@@ -37,7 +37,7 @@ import pytest
 from psycopg import conninfo, sql
 
 import rcll
-from rcll import cluster, install
+from rcll import citus_cluster, cluster, install
 from rcll.db import configure
 from rcll.settings import Settings
 from rcll.sqlsource import extension_dir
@@ -587,3 +587,18 @@ def models_dsn(leg: Leg) -> Iterator[str]:
         yield leg.url(name)
     finally:
         leg.drop_database(name)
+
+
+@pytest.fixture(scope="session")
+def citus(test_root: Path) -> Iterator[citus_cluster.CitusCluster]:
+    """A Citus cluster of the embedded PG 18 (rcll.citus_cluster): a coordinator and two
+    workers on loopback, started once per test run (per pytest-xdist worker) and removed at its end.
+    Skipped, with the reason, when Citus is not built (make citus)."""
+    missing = citus_cluster.citus_missing()
+    if missing:
+        pytest.skip(missing)
+    # Three loopback ports a pytest-xdist worker: gw0 56101-56103, gw1 56104-56106, ...
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    first = 56101 + 3 * (int(worker) if worker.isdigit() else 0)
+    with citus_cluster.running(test_root / "citus", first, Settings.from_env()) as running:
+        yield running

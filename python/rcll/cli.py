@@ -80,7 +80,7 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 
 def cmd_install(args: argparse.Namespace) -> int:
-    with _memory(args, install=True, extension=args.extension) as memory:
+    with _memory(args, install=True, extension=args.extension, citus=args.citus) as memory:
         print(memory.installed)
     return 0
 
@@ -670,6 +670,9 @@ def build_parser(settings: Settings = DEFAULTS) -> argparse.ArgumentParser:
 
     s = sub.add_parser("install", parents=[common], help="install or upgrade the rcll schema in a database")
     s.add_argument("--extension", action="store_true", help="use CREATE EXTENSION rcll (after `make install`)")
+    s.add_argument("--citus", action="store_true", default=None,
+                   help="distribute the tables by bank on this Citus coordinator (done without asking when "
+                        "the database is a coordinator with workers)")
     s.set_defaults(func=cmd_install)
 
     s = sub.add_parser("bank", parents=[common], help="create or list banks")

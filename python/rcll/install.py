@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 import psycopg
 from psycopg import sql
 
+from rcll import citus as citus_cluster
 from rcll.errors import Code, RcllError
 from rcll.sqlsource import extension_version, functions, migrations, read_catalog_manifest, record_migration
 
@@ -50,13 +52,40 @@ def ensure_required_extensions(conn: psycopg.Connection[tuple[object, ...]]) -> 
             )
 
 
-def install(conn: psycopg.Connection[tuple[object, ...]], *, use_extension: bool = False) -> str:
+def install(conn: psycopg.Connection[tuple[object, ...]], *, use_extension: bool = False,
+            citus: bool | None = None) -> str:
     """Install or upgrade rcll in one transaction; returns what was done.
 
     use_extension: CREATE EXTENSION rcll (needs `make install` on the server).
     Otherwise: apply run-once migrations not yet recorded in rcll.migrations (refusing any whose
     hash changed), then every re-runnable function file.
+    citus: on a Citus coordinator with workers (None: when detected, True: required, False:
+    never), then distribute the tables by bank (rcll.citus) in a second transaction.
     """
+    on_citus = citus is not False and citus_cluster.has_citus(conn)
+    if citus and not citus_cluster.is_coordinator(conn):
+        raise citus_cluster.CitusError("dsn", "this database is not a Citus coordinator with workers",
+                                       "connect to the coordinator, after citus_add_node for each worker")
+    if on_citus:
+        citus_cluster.prepare_session(conn)
+    done = _install(conn, use_extension=use_extension, split=citus_cluster.statements if on_citus else None)
+    if on_citus and not use_extension and citus_cluster.is_coordinator(conn):
+        placed = citus_cluster.is_distributed(conn)
+        with conn.transaction():
+            distributed = citus_cluster.distribute(conn)      # idempotent: delegates the functions again
+        if not placed:
+            # The triggers the distribution set aside, made again on the distributed tables.
+            _install(conn, use_extension=False, split=citus_cluster.statements)
+        done = f"{done}; {distributed}"
+    return done
+
+
+def _install(conn: psycopg.Connection[tuple[object, ...]], *, use_extension: bool,
+             split: Callable[[str], list[str]] | None) -> str:
+    def run(text: str) -> None:
+        for statement in split(text) if split else [text]:
+            conn.execute(statement.encode())
+
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_INSTALL_LOCK,))
         if use_extension or installed_as_extension(conn):
@@ -84,12 +113,12 @@ def install(conn: psycopg.Connection[tuple[object, ...]], *, use_extension: bool
                         "released migrations are frozen - add a new migration instead"
                     )
                 continue
-            conn.execute(m.text.encode())
+            run(m.text)
             conn.execute(record_migration(m).encode())
             done += 1
         dropped = _drop_stale(conn)
         for f in functions():
-            conn.execute(f.text.encode())
+            run(f.text)
         return (f"rcll {extension_version()}: {done} migration(s) applied, {dropped} changed function(s) "
                 f"dropped, {len(functions())} function file(s) loaded")
 

@@ -38,7 +38,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from rcll import cluster, install, models
+from rcll import citus, cluster, install, models
 from rcll import dense_indexes as hnsw  # the module: Memory.dense_indexes is a verb
 from rcll.auth import ANONYMOUS, Caller, act_as, can_write, identity_server_ok
 from rcll.consolidate import Observation, consolidate
@@ -148,6 +148,7 @@ class _Shared:
     opened: bool = False
     identity_honoured: bool = False
     installed: str | None = None
+    in_bank: bool = False          # rcll's tables distributed by bank (Citus): recall delegates to the bank's worker
     exports: ExportBudget = dataclasses.field(init=False)     # export streams' own connections
 
     def __post_init__(self) -> None:
@@ -198,7 +199,8 @@ class Memory:
     and `mine` recalls act as. read_only: only the read verbs, over a role that cannot write
     (opening refuses a role that can). install: None installs or upgrades the schema when it is
     missing or behind, True always (what `rcll serve` does), False never; extension: install as
-    CREATE EXTENSION rcll (after `make install` on the server). open=False defers
+    CREATE EXTENSION rcll (after `make install` on the server); citus: distribute the tables by bank
+    on a Citus coordinator (None: when it has workers, True: required, False: never; rcll.citus). open=False defers
     connecting until open() (servers open in their start-up hook).
 
     High availability (docs/scaling.md): dsn may name every node of a Patroni cluster
@@ -216,13 +218,15 @@ class Memory:
 
     def __init__(self, dsn: str | None = None, *, settings: Settings | None = None, bank: str = DEFAULT_BANK,
                  agent: str | None = None, read_only: bool = False, pool_size: int = 4, install: bool | None = None,
-                 extension: bool = False, open: bool = True, recall_from_standby: bool | None = None) -> None:
+                 extension: bool = False, citus: bool | None = None, open: bool = True,
+                 recall_from_standby: bool | None = None) -> None:
         config = Settings.from_env() if settings is None else settings
         self.bank = check_bank(bank)
         self.agent = agent
         self.scope: Caller = ANONYMOUS
         self._install = install
         self._extension = extension
+        self._citus = citus
         try:
             target = resolve_dsn(dsn or config.dsn, config)
         except cluster.ClusterError as e:
@@ -314,7 +318,7 @@ class Memory:
                                 "connect as a SELECT-only role (e.g. rcll_reader); see sql/migrations/006-reader-role.sql")
             if not shared.read_only and (self._install or (self._install is None and not schema_is_current(conn))):
                 with database_errors():          # an InstallError is an RcllError already
-                    shared.installed = install.install(conn, use_extension=self._extension)
+                    shared.installed = install.install(conn, use_extension=self._extension, citus=self._citus)
             if not shared.read_only and can_write(conn):
                 # The default bank, on a fresh schema or one another tool installed, as `rcll serve` does.
                 row = conn.execute("SELECT EXISTS (SELECT 1 FROM rcll.list_banks() WHERE name = %s)",
@@ -324,6 +328,7 @@ class Memory:
                     with suppress(psycopg.errors.InsufficientPrivilege):
                         conn.execute("SELECT rcll.create_bank(name => %s)", (DEFAULT_BANK,))
             shared.identity_honoured = identity_server_ok(conn)
+            shared.in_bank = citus.is_distributed(conn)
         # Checked connections: a restarted PostgreSQL costs only the requests in flight (rcll.db.pool).
         shared.pool = db_pool(shared.dsn, max_size=shared.pool_size, configure=shared.configure)
         shared.pool.open(wait=True)
@@ -603,7 +608,8 @@ class Memory:
             raise RcllError("mine", "this server has no identity for you",
                             "authenticate (bearer token or --agent), or filter by authors")
         pool = self._pool()
-        store = Pooled(self._shared.recall_pool or pool, agent=self.agent, read_only=self.read_only)
+        store = Pooled(self._shared.recall_pool or pool, agent=self.agent, read_only=self.read_only,
+                       in_bank=self._shared.in_bank)
         with database_errors(read_only=self.read_only):    # no connection in time: RC010 (PoolTimeout)
             return recall(store, request, started=started, settings=self.settings)
 

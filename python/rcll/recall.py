@@ -91,6 +91,15 @@ _FUSE = sql.SQL("SELECT * FROM rcll.fuse_candidates(scope => {}, channels => %(h
 
 _ENTITY_QUERY = "SELECT rcll.query_without_entities(query => %(query)s, bank => %(bank)s)"
 
+# On a Citus cluster (rcll.citus): the scope resolved first, as a value, then phases 2-3 as one call
+# with the bank's id first, which Citus runs whole on the worker holding the bank
+# (sql/functions/610-citus-delegation.sql; it delegates a top-level call only, so outside a
+# transaction block).
+_SCOPE_VALUE = sql.SQL("SELECT s::text, (s).bank_id FROM {} s").format(_SCOPE)
+_CANDIDATES_IN_BANK = sql.SQL('SELECT * FROM rcll.recall_candidates_in_bank(bank_id => %(bank_id)s, '
+                              'query => %(query)s, scope => %(scope)s::rcll.recall_scope, {}, {}, '
+                              '"limit" => %(limit)s)').format(_CHANNEL_ARGS, _WEIGHTS)
+
 # Threads that wait on side connections (one per recall in flight; created only when needed).
 _side_work = ThreadPoolExecutor(max_workers=32, thread_name_prefix="rcll-side")
 
@@ -158,6 +167,25 @@ def candidates(conn: psycopg.Connection[Any], request: RecallRequest, *, query_e
     return [Fact(**row) for row in rows]
 
 
+def candidates_in_bank(conn: psycopg.Connection[Any], request: RecallRequest, scope: str, bank_id: int, *,
+                       query_embedding: Vector | None = None, entity_query_embedding: Vector | None = None,
+                       limit: int | None = None, deadline_ms: int | None = None) -> list[Fact]:
+    """Phases 2-3 on a Citus cluster: rcll.recall_candidates_in_bank with the scope resolved
+    before (scope: its text form, bank_id: its bank's id), sent outside a transaction block so
+    that Citus runs it whole on the worker holding the bank. The same facts as candidates()."""
+    params = {**_params(request, query_embedding, entity_query_embedding, limit, deadline_ms),
+              "scope": scope, "bank_id": bank_id}
+    autocommit = conn.autocommit
+    conn.autocommit = True
+    try:
+        with conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(_CANDIDATES_IN_BANK, params).fetchall()
+    finally:
+        if not conn.closed:
+            conn.autocommit = autocommit
+    return [Fact(**row) for row in rows]
+
+
 def _channel_rows(conn: psycopg.Connection[Any], params: dict[str, Any]) -> list[tuple[Any, ...]]:
     return conn.execute(_CHANNELS, params).fetchall()
 
@@ -198,8 +226,8 @@ class _Transactions:
 
     waited: float
 
-    def __init__(self, *, agent: str | None, read_only: bool) -> None:
-        self.agent, self.read_only, self.waited = agent, read_only, 0.0
+    def __init__(self, *, agent: str | None, read_only: bool, in_bank: bool = False) -> None:
+        self.agent, self.read_only, self.in_bank, self.waited = agent, read_only, in_bank, 0.0
 
     def connection(self, timeout: float | None) -> AbstractContextManager[psycopg.Connection[Any]]:
         raise NotImplementedError
@@ -240,6 +268,8 @@ class _Transactions:
     @retried_once
     def candidates(self, request: RecallRequest, query_embedding: Vector | None,
                    entity_query_embedding: Vector | None, limit: int, deadline: Deadline) -> list[Fact]:
+        if self.in_bank:
+            return self._candidates_in_bank(request, query_embedding, entity_query_embedding, limit, deadline)
         with (self._within(deadline) as conn, self._transaction(conn, request.bank), self.spare() as free,
               self._transaction(free, request.bank) if free is not None else nullcontext() as side):
             # The channels get the time the deadline has left as they are sent, by the rule SQL's
@@ -250,14 +280,29 @@ class _Transactions:
                               deadline_ms=left)
 
 
+    def _candidates_in_bank(self, request: RecallRequest, query_embedding: Vector | None,
+                            entity_query_embedding: Vector | None, limit: int, deadline: Deadline) -> list[Fact]:
+        # The scope as the agent sees it (mine), in a transaction acting as the agent; then the
+        # delegated call, which needs no agent: the scope carries what it resolved.
+        with self._within(deadline) as conn:
+            with self._transaction(conn, request.bank):
+                row = conn.execute(_SCOPE_VALUE, _params(request, None, None, limit, None)).fetchone()
+            assert row is not None
+            left = None if deadline.ms is None else max(math.floor(deadline.left() * 1000.0), 0)
+            with database_errors(read_only=self.read_only, bank=request.bank):
+                return candidates_in_bank(conn, request, str(row[0]), int(row[1]), query_embedding=query_embedding,
+                                          entity_query_embedding=entity_query_embedding, limit=limit,
+                                          deadline_ms=left)
+
+
 class Pooled(_Transactions):
     """The product's store (Memory.recall): connections from a pool, each phase on its own; a
     second connection for the channels only when one is free right now (under load it would
     only take one from another request)."""
 
     def __init__(self, pool: ConnectionPool[psycopg.Connection[Any]], *, agent: str | None = None,
-                 read_only: bool = False) -> None:
-        super().__init__(agent=agent, read_only=read_only)
+                 read_only: bool = False, in_bank: bool = False) -> None:
+        super().__init__(agent=agent, read_only=read_only, in_bank=in_bank)
         self.pool = pool
 
     def connection(self, timeout: float | None) -> AbstractContextManager[psycopg.Connection[Any]]:

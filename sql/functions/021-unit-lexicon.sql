@@ -7,20 +7,24 @@ LANGUAGE plpgsql VOLATILE
 -- Definer: agents' roles write memory_units; the copy is the owner's bookkeeping (as room counts).
 SECURITY DEFINER
 AS $$
+DECLARE
+    inserted rcll.memory_units[];
 BEGIN
     IF TG_LEVEL = 'STATEMENT' THEN
         -- Inserted units: one set-based insert per statement (a retain, a COPY, an import batch),
-        -- not one per row.
+        -- not one per row. Read from the transition table by a statement of its own: on a Citus
+        -- shard a statement naming a distributed table is planned by Citus, which cannot see it.
+        inserted := ARRAY(SELECT n FROM new_units n);
         INSERT INTO rcll.unit_lexicon (unit_id, bank_id, lexical_length, layer, room, author, hall, thread, tags, valid, lexical, document_id, expires_at)
         SELECT n.unit_id, n.bank_id, n.lexical_length, n.layer, n.room, n.author, n.hall, n.thread, n.tags, n.valid, n.lexical, n.document_id, n.expires_at
-        FROM new_units n;
+        FROM unnest(inserted) n;
     ELSE
         -- A changed unit: its copy follows. The insert arm serves a unit written while the insert
         -- trigger was off (an import switches write triggers off): its copy appears at its first change.
         INSERT INTO rcll.unit_lexicon (unit_id, bank_id, lexical_length, layer, room, author, hall, thread, tags, valid, lexical, document_id, expires_at)
         VALUES (NEW.unit_id, NEW.bank_id, NEW.lexical_length, NEW.layer, NEW.room, NEW.author, NEW.hall, NEW.thread,
                 NEW.tags, NEW.valid, NEW.lexical, NEW.document_id, NEW.expires_at)
-        ON CONFLICT (unit_id) DO UPDATE
+        ON CONFLICT ON CONSTRAINT unit_lexicon_pkey DO UPDATE
             SET bank_id = excluded.bank_id, lexical_length = excluded.lexical_length, layer = excluded.layer,
                 room = excluded.room, author = excluded.author, hall = excluded.hall, thread = excluded.thread,
                 tags = excluded.tags, valid = excluded.valid, lexical = excluded.lexical, document_id = excluded.document_id,

@@ -2,25 +2,31 @@
 -- rcll.unit_lexicon, in the writing transaction, for every document whose units a statement
 -- inserts, deletes or changes the length or document of.
 
-CREATE OR REPLACE FUNCTION rcll._refresh_document_lengths(document_ids bigint[])
+CREATE OR REPLACE FUNCTION rcll._refresh_document_lengths(bank_id integer, document_ids bigint[])
 RETURNS void
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
+-- A custom plan: the bank folds into a constant, so on a Citus cluster the statement is pruned to
+-- the bank's own shards (a trigger on a shard may reach local shards only).
+SET plan_cache_mode = force_custom_plan
 AS $$
+BEGIN
     -- Recomputed, not incremented: a statement that touches a document twice, or a unit copied
     -- late (rcll._units_lexicon's insert arm), cannot make the length drift from its units. Only
     -- the document's own bank's units count: the trigger runs as the owner, past bank isolation,
-    -- and a unit another bank's role pointed at this document must not change its length.
+    -- and a unit another bank's role pointed at this document must not change its length. One
+    -- bank a call, joined on it: on a Citus cluster the statement then runs on the bank's own shards.
     INSERT INTO rcll.document_lexicon AS x (document_id, bank_id, lexical_length)
-    SELECT d.document_id, d.bank_id,
-           coalesce((SELECT sum(l.lexical_length) FROM rcll.unit_lexicon l
-                     WHERE l.document_id = d.document_id AND l.bank_id = d.bank_id), 0)
+    SELECT d.document_id, d.bank_id, coalesce(sum(l.lexical_length), 0)
     FROM rcll.documents d
-    WHERE d.document_id = ANY (_refresh_document_lengths.document_ids)
-    ON CONFLICT (document_id) DO UPDATE SET lexical_length = excluded.lexical_length
-    WHERE x.lexical_length IS DISTINCT FROM excluded.lexical_length
+    LEFT JOIN rcll.unit_lexicon l ON l.bank_id = d.bank_id AND l.document_id = d.document_id
+    WHERE d.bank_id = _refresh_document_lengths.bank_id AND d.document_id = ANY (_refresh_document_lengths.document_ids)
+    GROUP BY d.document_id, d.bank_id
+    ON CONFLICT ON CONSTRAINT document_lexicon_pkey DO UPDATE SET lexical_length = excluded.lexical_length
+    WHERE x.lexical_length IS DISTINCT FROM excluded.lexical_length;
+END
 $$;
-COMMENT ON FUNCTION rcll._refresh_document_lengths(bigint[])
-    IS 'Internal: recompute rcll.document_lexicon for these documents from their units in rcll.unit_lexicon.';
+COMMENT ON FUNCTION rcll._refresh_document_lengths(integer, bigint[])
+    IS 'Internal: recompute rcll.document_lexicon for these documents of one bank from their units in rcll.unit_lexicon.';
 
 CREATE OR REPLACE FUNCTION rcll._document_lexicon()
 RETURNS trigger
@@ -29,13 +35,23 @@ LANGUAGE plpgsql VOLATILE
 -- must not hide a document's row from the trigger that keeps it.
 SECURITY DEFINER
 AS $$
+DECLARE
+    per_bank record;
 BEGIN
+    -- Bank by bank (a statement's rows are one bank's but for an import or a bank drop).
     IF TG_OP = 'INSERT' THEN
-        PERFORM rcll._refresh_document_lengths(ARRAY(SELECT DISTINCT n.document_id FROM new_rows n WHERE n.document_id IS NOT NULL));
+        FOR per_bank IN SELECT n.bank_id, array_agg(DISTINCT n.document_id) AS ids FROM new_rows n
+                        WHERE n.document_id IS NOT NULL GROUP BY n.bank_id LOOP
+            PERFORM rcll._refresh_document_lengths(per_bank.bank_id, per_bank.ids);
+        END LOOP;
     ELSIF TG_OP = 'DELETE' THEN
-        PERFORM rcll._refresh_document_lengths(ARRAY(SELECT DISTINCT o.document_id FROM old_rows o WHERE o.document_id IS NOT NULL));
+        FOR per_bank IN SELECT o.bank_id, array_agg(DISTINCT o.document_id) AS ids FROM old_rows o
+                        WHERE o.document_id IS NOT NULL GROUP BY o.bank_id LOOP
+            PERFORM rcll._refresh_document_lengths(per_bank.bank_id, per_bank.ids);
+        END LOOP;
     ELSE
-        PERFORM rcll._refresh_document_lengths(ARRAY[OLD.document_id, NEW.document_id]);
+        PERFORM rcll._refresh_document_lengths(OLD.bank_id, ARRAY[OLD.document_id]);
+        PERFORM rcll._refresh_document_lengths(NEW.bank_id, ARRAY[NEW.document_id]);
     END IF;
     RETURN NULL;
 END

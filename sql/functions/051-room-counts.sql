@@ -10,33 +10,46 @@ SECURITY DEFINER
 AS $$
 DECLARE
     unattributed bigint;
+    changed rcll.memory_units[];
+    g_banks integer[];
+    g_rooms text[];
+    g_counts bigint[];
+    g_by_classifier boolean[];
 BEGIN
     -- One function for every way units enter, leave or change rooms; each trigger below says
     -- which (statement triggers with transition tables for inserts and deletes, a row trigger with
     -- a column list for room changes, because a statement trigger with transition tables cannot
     -- have one and would materialise every row of every UPDATE).
+    -- The transition table is read by a statement of its own: on a Citus shard a statement that
+    -- also names a distributed table is planned by Citus, which cannot see it.
+    IF TG_OP = 'INSERT' THEN
+        changed := ARRAY(SELECT n FROM new_units n);
+    ELSIF TG_OP = 'DELETE' THEN
+        changed := ARRAY(SELECT o FROM old_units o);
+    END IF;
     IF TG_OP = 'INSERT' THEN
         -- One pass over the statement's rows serves the registry and the authorship warning: a
-        -- second statement trigger cost as much again per write.
-        WITH g AS MATERIALIZED (
-            SELECT n.bank_id, n.room, count(*) AS c, count(*) FILTER (WHERE n.author_source = 'none') AS none,
-                   bool_and(coalesce(n.provenance ->> 'room_source', '') = 'classifier') AS by_classifier
-            FROM new_units n GROUP BY n.bank_id, n.room
-        ), q AS (
-            INSERT INTO rcll.room_count_queue (bank_id, room, delta)
-            SELECT g.bank_id, g.room, g.c FROM g WHERE g.room IS NOT NULL
-        ), r AS (
-            -- A registry row for a room used for the first time. Existing rows are skipped without a
-            -- lock; new rooms are inserted in sorted order, so single-statement writers cannot deadlock.
-            INSERT INTO rcll.rooms (bank_id, name, created_by, first_used, last_used)
-            SELECT g.bank_id, g.room, CASE WHEN g.by_classifier THEN 'system' ELSE 'human' END, now(), now()
-            FROM g
-            WHERE g.room IS NOT NULL
-              AND NOT EXISTS (SELECT 1 FROM rcll.rooms x WHERE x.bank_id = g.bank_id AND x.name = g.room)
-            ORDER BY g.bank_id, g.room
-            ON CONFLICT (bank_id, name) DO NOTHING
-        )
-        SELECT sum(g.none) INTO unattributed FROM g;
+        -- second statement trigger cost as much again per write. Kept in arrays and written by
+        -- statements of their own (Citus plans no CTE that writes two distributed tables).
+        SELECT array_agg(g.bank_id ORDER BY g.bank_id, g.room), array_agg(g.room ORDER BY g.bank_id, g.room),
+               array_agg(g.c ORDER BY g.bank_id, g.room), array_agg(g.by_classifier ORDER BY g.bank_id, g.room),
+               sum(g.none)
+        INTO g_banks, g_rooms, g_counts, g_by_classifier, unattributed
+        FROM (SELECT n.bank_id, n.room, count(*) AS c, count(*) FILTER (WHERE n.author_source = 'none') AS none,
+                     bool_and(coalesce(n.provenance ->> 'room_source', '') = 'classifier') AS by_classifier
+              FROM unnest(changed) n
+              GROUP BY n.bank_id, n.room) g;
+        INSERT INTO rcll.room_count_queue (bank_id, room, delta)
+        SELECT g.bank_id, g.room, g.c FROM unnest(g_banks, g_rooms, g_counts) g(bank_id, room, c) WHERE g.room IS NOT NULL;
+        -- A registry row for a room used for the first time: existing rows are skipped without a
+        -- lock (ON CONFLICT DO NOTHING locks none); new rooms are inserted in sorted order, so
+        -- single-statement writers cannot deadlock.
+        INSERT INTO rcll.rooms (bank_id, name, created_by, first_used, last_used)
+        SELECT g.bank_id, g.room, CASE WHEN g.by_classifier THEN 'system' ELSE 'human' END, now(), now()
+        FROM unnest(g_banks, g_rooms, g_by_classifier) WITH ORDINALITY g(bank_id, room, by_classifier, i)
+        WHERE g.room IS NOT NULL
+        ORDER BY g.i
+        ON CONFLICT (bank_id, name) DO NOTHING;
         IF unattributed > 0 THEN
             -- Absent rather than wrong: never the connection's account, and said once per write.
             RAISE WARNING 'author: no identity for this write; % unit(s) stored without an author', unattributed
@@ -44,7 +57,7 @@ BEGIN
         END IF;
     ELSIF TG_OP = 'DELETE' THEN
         INSERT INTO rcll.room_count_queue (bank_id, room, delta)
-        SELECT o.bank_id, o.room, -count(*) FROM old_units o
+        SELECT o.bank_id, o.room, -count(*) FROM unnest(changed) o
         WHERE o.room IS NOT NULL GROUP BY o.bank_id, o.room;
     ELSIF TG_OP = 'UPDATE' THEN
         INSERT INTO rcll.room_count_queue (bank_id, room, delta)

@@ -99,6 +99,12 @@ RETURNS integer
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
+    IF enable AND rcll._bank_pinned() THEN
+        -- On a Citus cluster the state's trigger fires on the reference table's placements, where
+        -- the policies it makes do not reach the distributed tables: refused, never a silent no-op.
+        RAISE EXCEPTION 'enable: bank isolation is not applied on a Citus cluster yet' USING ERRCODE = 'RC001',
+            COLUMN = 'enable', HINT = 'Keep SQL roles off the tables (the RCLL server''s token scopes still isolate banks), or run one node (docs/scaling.md).';
+    END IF;
     IF enable THEN
         INSERT INTO rcll.bank_isolation_state (enabled) VALUES (true) ON CONFLICT (enabled) DO NOTHING;
     ELSE

@@ -70,10 +70,16 @@ CREATE OR REPLACE FUNCTION rcll.recall_scope(
     as_of                timestamptz DEFAULT now(),
     include_self_declared boolean DEFAULT false)
 RETURNS rcll.recall_scope
-LANGUAGE sql STABLE PARALLEL SAFE
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+-- The bank's id resolved first and the rest by a custom plan with it a constant: on a Citus cluster
+-- the expiry probe then reads the bank's own shard (a subquery on a computed id would join shards).
+SET plan_cache_mode = force_custom_plan
 AS $$
+DECLARE
+    b_id integer := rcll._bank_id(recall_scope.bank);
+BEGIN
     -- The only place a recall resolves its bank, rooms and authors; every channel reads the result.
-    SELECT ROW(b.id, rcll._expand_rooms(b.id, recall_scope.rooms),
+    RETURN ROW(b_id, rcll._expand_rooms(b_id, recall_scope.rooms),
                rcll._recall_authors(recall_scope.authors, recall_scope.mine),
                coalesce(recall_scope.include_unattributed, false), recall_scope.halls, recall_scope.layers,
                recall_scope.tags_any, recall_scope.tags_all, recall_scope.thread, recall_scope.as_of,
@@ -82,8 +88,8 @@ AS $$
                -- instant rcll._in_scope compares with): usually none, found by an empty range
                -- scan of the expiry index; then the filters skip the expiry test.
                EXISTS (SELECT 1 FROM rcll.memory_units m
-                       WHERE m.expires_at <= now() AND m.bank_id = b.id))::rcll.recall_scope
-    FROM (SELECT rcll._bank_id(recall_scope.bank) AS id) b
+                       WHERE m.expires_at <= now() AND m.bank_id = b_id))::rcll.recall_scope;
+END
 $$;
 COMMENT ON FUNCTION rcll.recall_scope(text, text[], text[], boolean, boolean, text[], text[], text[], text[], text, timestamptz, boolean)
     IS 'The scope of a recall, resolved once: the bank''s id (unknown bank: error), rooms expanded through aliases and merges (rcll._expand_rooms; NULL = all rooms), authors narrowed by mine (rcll._recall_authors; NULL = all) - matched by server-resolved authors only, unless include_self_declared - the other filters as given, and whether the bank held expired units not yet swept (has_expired: when it did not, the filters skip the expiry test). rcll.recall_candidates builds it once and passes it to every channel.';

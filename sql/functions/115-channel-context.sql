@@ -36,7 +36,7 @@ BEGIN
     RETURN QUERY
     SELECT u.unit_id, p.unit_id, p.text
     FROM rcll.memory_units u
-    JOIN rcll.memory_units p ON p.document_id = u.document_id AND p.chunk_index = u.chunk_index - 1
+    JOIN rcll.memory_units p ON p.bank_id = u.bank_id AND p.document_id = u.document_id AND p.chunk_index = u.chunk_index - 1
     WHERE u.unit_id = ANY (preceding_units.unit_ids) AND u.bank_id = (scope).bank_id
       AND rcll._in_scope(p.bank_id, p.room, p.author, p.tags, p.hall, p.layer, p.thread, p.valid, p.expires_at, scope);
 END

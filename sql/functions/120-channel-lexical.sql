@@ -112,6 +112,9 @@ DECLARE
     scoped bigint[];
     -- A filtered scope of at most this many units gets exact candidates (below).
     scope_exact constant integer := 2000;
+    -- On a Citus cluster every statement must name its bank to reach its shard (rcll._bank_pinned);
+    -- on one node this is a constant false and the bank tests below fold away.
+    pinned boolean := rcll._bank_pinned();
 BEGIN
     terms := rcll._query_lexemes(_bm25_channels.query, bk);
     IF cardinality(terms) = 0 OR lim = 0 OR NOT (coalesce(_bm25_channels.lexical, false) OR coalesce(_bm25_channels.session, false)) THEN
@@ -182,7 +185,9 @@ BEGIN
             -- The bank's own posting lists of the terms (unit_lexicon_bank_lexemes, migration 016):
             -- a key names its bank, so no bank_id test - with one, the planner ANDed the bank
             -- index's bitmap in (every unit of the bank, read on every recall: docs/scaling.md).
+            -- Only a cluster gets one (pinned).
             WHERE rcll._bank_keys(u.bank_id, tsvector_to_array(u.lexical)) && gen_keys
+              AND (NOT pinned OR u.bank_id = bk)
             UNION ALL
             -- A small scope's units that match only pruned terms (above; none when scoped is NULL).
             SELECT u.unit_id, u.document_id, u.lexical_length,
@@ -190,6 +195,7 @@ BEGIN
                    unnest(ts_filter(setweight(u.lexical, 'A', terms), '{a}'))
             FROM rcll.unit_lexicon u
             WHERE u.unit_id = ANY (scoped) AND u.lexical @@ rcll._tsquery_any(common)
+              AND (NOT pinned OR u.bank_id = bk)
               AND NOT u.lexical @@ rcll._tsquery_any(gen)) c
     ),
     -- Lexical: units scored by Okapi BM25 over their own text.

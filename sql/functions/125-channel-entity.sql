@@ -30,7 +30,7 @@ BEGIN
     SELECT DISTINCT ON (a.entity_id) a.entity_id, e.name, rcll._entity_key(g.gram)
     FROM g
     JOIN rcll.entity_aliases a ON a.bank_id = _query_named_entities.bank_id AND a.alias = rcll._entity_key(g.gram)
-    JOIN rcll.entities e ON e.entity_id = a.entity_id
+    JOIN rcll.entities e ON e.bank_id = a.bank_id AND e.entity_id = a.entity_id
     ORDER BY a.entity_id, length(g.gram) DESC;
 END
 $$;

@@ -60,9 +60,11 @@ AS $$
         -- A unit's channels are summed in channel-name order, never in an order its id could
         -- change: one term per channel (a unit is in a channel's list once), added left to right in
         -- that order, a channel that did not find it adding 0 (exact: the same float as a sum
-        -- ordered by channel, without a sort per unit).
+        -- ordered by channel, without a sort per unit). The base is summed in channel-name order
+        -- too: zmin's rows come in the order the lists arrived (one call, or side by side), and a
+        -- float sum in another order can differ in its last bit.
         SELECT z.unit_id,
-               (SELECT coalesce(sum(m.w * m.zmin), 0) FROM zmin m)
+               (SELECT coalesce(sum(m.w * m.zmin ORDER BY m.ch), 0) FROM zmin m)
                  + (coalesce(sum(z.w * (z.z - m.zmin)) FILTER (WHERE z.ch = 'context' AND z.z IS NOT NULL), 0)
                     + coalesce(sum(z.w * (z.z - m.zmin)) FILTER (WHERE z.ch = 'dense' AND z.z IS NOT NULL), 0)
                     + coalesce(sum(z.w * (z.z - m.zmin)) FILTER (WHERE z.ch = 'entity' AND z.z IS NOT NULL), 0)

@@ -87,8 +87,8 @@ BEGIN
         touched := touched || eid;
     END LOOP;
     UPDATE rcll.entities e
-    SET mention_count = (SELECT count(*) FROM rcll.unit_entities ue WHERE ue.entity_id = e.entity_id)
-    WHERE e.entity_id = ANY (touched);
+    SET mention_count = (SELECT count(*) FROM rcll.unit_entities ue WHERE ue.bank_id = e.bank_id AND ue.entity_id = e.entity_id)
+    WHERE e.bank_id = b AND e.entity_id = ANY (touched);
     RETURN linked;
 END
 $$;
@@ -98,7 +98,7 @@ REVOKE EXECUTE ON FUNCTION rcll._link_keyless_entities(integer, bigint[]) FROM P
 
 CREATE OR REPLACE FUNCTION rcll._link_written_keyless_entities(bank_id integer, unit_ids bigint[])
 RETURNS integer
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 -- Definer: agents' roles may insert units but not update entities; the links are the owner's
 -- bookkeeping, derived from the units' own text (as the lexical copy and room counts are). Only
 -- units this very transaction wrote (created_at = now(), the transaction's start) are linked, so
@@ -106,11 +106,21 @@ LANGUAGE sql VOLATILE
 -- not have written them.
 SECURITY DEFINER
 AS $$
-    SELECT rcll._link_keyless_entities(_link_written_keyless_entities.bank_id, ARRAY(
-        SELECT u.unit_id FROM rcll.memory_units u
-        WHERE u.unit_id = ANY (_link_written_keyless_entities.unit_ids)
-          AND u.bank_id = _link_written_keyless_entities.bank_id
-          AND u.created_at = now()))
+DECLARE
+    written bigint[];
+    -- This transaction's start, read here: on a Citus cluster a now() inside the statement below
+    -- would be the worker's own transaction start, not the instant the units were stamped with.
+    started constant timestamptz := now();
+BEGIN
+    -- Two statements, not a call with a subquery for argument: on a Citus cluster a statement that
+    -- reads one bank's shards is sent whole to its worker, the call with it, and the call's own
+    -- writes would then run nested inside a shard's query.
+    written := ARRAY(SELECT u.unit_id FROM rcll.memory_units u
+                     WHERE u.unit_id = ANY (_link_written_keyless_entities.unit_ids)
+                       AND u.bank_id = _link_written_keyless_entities.bank_id
+                       AND u.created_at = started);
+    RETURN rcll._link_keyless_entities(_link_written_keyless_entities.bank_id, written);
+END
 $$;
 COMMENT ON FUNCTION rcll._link_written_keyless_entities(integer, bigint[])
     IS 'Internal: rcll._link_keyless_entities for the units of a bank that the calling transaction wrote (created_at = now()); others are ignored. rcll.retain_chunks calls it for every chunk it writes.';

@@ -200,8 +200,8 @@ BEGIN
         END IF;
     END LOOP;
     UPDATE rcll.entities e
-    SET mention_count = (SELECT count(*) FROM rcll.unit_entities ue WHERE ue.entity_id = e.entity_id)
-    WHERE e.entity_id = ANY (touched);
+    SET mention_count = (SELECT count(*) FROM rcll.unit_entities ue WHERE ue.bank_id = e.bank_id AND ue.entity_id = e.entity_id)
+    WHERE e.bank_id = b AND e.entity_id = ANY (touched);
 
     -- 3. causal links within the document (cause -> effect)
     FOR i IN 0 .. n - 1 LOOP

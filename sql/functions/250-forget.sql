@@ -126,7 +126,7 @@ BEGIN
     -- from every source, the forgotten ones included, and only a model could write it again
     -- without them (the surviving sources are queued: the next consolidation does).
     obs_gone := ARRAY(SELECT DISTINCT l.from_unit FROM rcll.links l
-                      JOIN rcll.memory_units o ON o.unit_id = l.from_unit AND o.kind = 'observation'
+                      JOIN rcll.memory_units o ON o.bank_id = l.bank_id AND o.unit_id = l.from_unit AND o.kind = 'observation'
                       WHERE l.bank_id = b AND l.link_type = 'consolidates' AND l.to_unit = ANY (gone)
                         AND NOT l.from_unit = ANY (gone));
     gone := gone || obs_gone;
@@ -136,18 +136,18 @@ BEGIN
     full_docs := ARRAY(SELECT d.document_id FROM rcll.documents d
                        WHERE d.bank_id = b
                          AND (d.document_id = ANY (_forget_units.document_ids)
-                              OR (EXISTS (SELECT 1 FROM rcll.memory_units u WHERE u.document_id = d.document_id AND u.unit_id = ANY (gone))
+                              OR (EXISTS (SELECT 1 FROM rcll.memory_units u WHERE u.bank_id = d.bank_id AND u.document_id = d.document_id AND u.unit_id = ANY (gone))
                                   AND NOT EXISTS (SELECT 1 FROM rcll.memory_units u
-                                                  WHERE u.document_id = d.document_id AND NOT u.unit_id = ANY (gone)))));
+                                                  WHERE u.bank_id = d.bank_id AND u.document_id = d.document_id AND NOT u.unit_id = ANY (gone)))));
     part_docs := ARRAY(SELECT DISTINCT u.document_id FROM rcll.memory_units u
                        WHERE u.unit_id = ANY (gone) AND u.document_id IS NOT NULL AND NOT u.document_id = ANY (full_docs));
     reopen := ARRAY(SELECT u.unit_id FROM rcll.memory_units u
                     WHERE u.bank_id = b AND u.superseded_by = ANY (gone) AND NOT u.unit_id = ANY (gone));
-    touched := ARRAY(SELECT DISTINCT ue.entity_id FROM rcll.unit_entities ue WHERE ue.unit_id = ANY (gone));
+    touched := ARRAY(SELECT DISTINCT ue.entity_id FROM rcll.unit_entities ue WHERE ue.bank_id = b AND ue.unit_id = ANY (gone));
     orphans := ARRAY(SELECT e FROM unnest(touched) e
                      WHERE NOT EXISTS (SELECT 1 FROM rcll.unit_entities ue
-                                       WHERE ue.entity_id = e AND NOT ue.unit_id = ANY (gone)));
-    rooms_in := ARRAY(SELECT DISTINCT u.room FROM rcll.memory_units u WHERE u.unit_id = ANY (gone) AND u.room IS NOT NULL);
+                                       WHERE ue.bank_id = b AND ue.entity_id = e AND NOT ue.unit_id = ANY (gone)));
+    rooms_in := ARRAY(SELECT DISTINCT u.room FROM rcll.memory_units u WHERE u.bank_id = b AND u.unit_id = ANY (gone) AND u.room IS NOT NULL);
     dead_rooms := ARRAY(SELECT r.name FROM rcll.rooms r
                         WHERE r.bank_id = b AND r.name = ANY (rooms_in) AND r.status = 'live'
                           AND NOT EXISTS (SELECT 1 FROM rcll.memory_units u
@@ -167,15 +167,15 @@ BEGIN
         'observations_of_forgotten_sources', coalesce(array_length(obs_gone, 1), 0),
         'sources_requeued', coalesce(array_length(requeue, 1), 0),
         'embeddings', count(u.embedding),
-        'lexicon_rows', (SELECT count(*) FROM rcll.unit_lexicon l WHERE l.unit_id = ANY (gone)),
-        'entity_mentions', (SELECT count(*) FROM rcll.unit_entities ue WHERE ue.unit_id = ANY (gone)),
+        'lexicon_rows', (SELECT count(*) FROM rcll.unit_lexicon l WHERE l.bank_id = b AND l.unit_id = ANY (gone)),
+        'entity_mentions', (SELECT count(*) FROM rcll.unit_entities ue WHERE ue.bank_id = b AND ue.unit_id = ANY (gone)),
         'links', (SELECT count(*) FROM rcll.links l WHERE l.bank_id = b AND (l.from_unit = ANY (gone) OR l.to_unit = ANY (gone))),
         'entities', coalesce(array_length(orphans, 1), 0),
-        'versions', (SELECT count(*) FROM rcll.unit_versions v WHERE v.unit_id = ANY (gone)),
+        'versions', (SELECT count(*) FROM rcll.unit_versions v WHERE v.bank_id = b AND v.unit_id = ANY (gone)),
         'reopened', coalesce(array_length(reopen, 1), 0),
         'rooms', coalesce(array_length(dead_rooms, 1), 0))
     INTO counts
-    FROM rcll.memory_units u WHERE u.unit_id = ANY (gone);
+    FROM rcll.memory_units u WHERE u.bank_id = b AND u.unit_id = ANY (gone);
     IF dry_run THEN
         RETURN counts;
     END IF;
@@ -184,19 +184,19 @@ BEGIN
     -- Extracted facts and observations linked to a forgotten unit: the links a retain made are its
     -- nearest neighbours among the units that existed then (rcll._link_units), so a survivor that
     -- lost a neighbour is linked again, to the neighbours it would have had without it.
-    relink := ARRAY(SELECT DISTINCT l.from_unit FROM rcll.links l JOIN rcll.memory_units u ON u.unit_id = l.from_unit
+    relink := ARRAY(SELECT DISTINCT l.from_unit FROM rcll.links l JOIN rcll.memory_units u ON u.bank_id = l.bank_id AND u.unit_id = l.from_unit
                     WHERE l.bank_id = b AND l.to_unit = ANY (gone) AND l.link_type IN ('entity', 'temporal', 'semantic')
                       AND u.kind IN ('fact', 'observation') AND NOT l.from_unit = ANY (gone));
 
     -- A surviving fact that superseded a forgotten unit by its own text (the offline extractor's
     -- descriptions are the fact itself) looks again, below, for what it would have superseded.
-    resupersede := ARRAY(SELECT DISTINCT l.from_unit FROM rcll.links l JOIN rcll.memory_units u ON u.unit_id = l.from_unit
+    resupersede := ARRAY(SELECT DISTINCT l.from_unit FROM rcll.links l JOIN rcll.memory_units u ON u.bank_id = l.bank_id AND u.unit_id = l.from_unit
                          WHERE l.bank_id = b AND l.link_type = 'supersedes' AND l.to_unit = ANY (gone)
                            AND NOT l.from_unit = ANY (gone) AND l.provenance ->> 'description' = u.text
                            AND l.provenance ? 'threshold' AND u.embedding IS NOT NULL
                          ORDER BY 1);
     thresholds := ARRAY(SELECT max((l.provenance ->> 'threshold')::double precision) FROM unnest(resupersede) r(unit_id)
-                        JOIN rcll.links l ON l.from_unit = r.unit_id AND l.link_type = 'supersedes' AND l.to_unit = ANY (gone)
+                        JOIN rcll.links l ON l.bank_id = b AND l.from_unit = r.unit_id AND l.link_type = 'supersedes' AND l.to_unit = ANY (gone)
                         GROUP BY r.unit_id ORDER BY r.unit_id);
 
     -- The BM25 statistics a refresh counted lose exactly what goes: the units and documents that
@@ -208,7 +208,7 @@ BEGIN
             document_count = greatest(s.document_count - (SELECT count(*) FROM rcll.documents d
                                                           WHERE d.document_id = ANY (full_docs) AND d.created_at <= st.refreshed_at), 0)
         FROM (SELECT count(*) AS n, coalesce(sum(u.lexical_length), 0) AS len
-              FROM rcll.memory_units u WHERE u.unit_id = ANY (gone) AND u.created_at <= st.refreshed_at) x
+              FROM rcll.memory_units u WHERE u.bank_id = b AND u.unit_id = ANY (gone) AND u.created_at <= st.refreshed_at) x
         WHERE s.bank_id = b;
     END IF;
 
@@ -225,20 +225,20 @@ BEGIN
     WHERE a.bank_id = b AND a.action = 'consolidate' AND a.detail ? 'text'
       AND (a.target ->> 'observation')::bigint = ANY (gone);
 
-    DELETE FROM rcll.documents d WHERE d.document_id = ANY (full_docs);
-    DELETE FROM rcll.memory_units u WHERE u.unit_id = ANY (gone);
+    DELETE FROM rcll.documents d WHERE d.bank_id = b AND d.document_id = ANY (full_docs);
+    DELETE FROM rcll.memory_units u WHERE u.bank_id = b AND u.unit_id = ANY (gone);
     -- A document that keeps units keeps only their texts: its raw content held the forgotten ones.
     UPDATE rcll.documents d
     SET content = k.content, content_hash = rcll._content_hash(k.content, d.thread),
         metadata = d.metadata || jsonb_build_object('redacted', true)
     FROM (SELECT u.document_id, string_agg(u.text, E'\n\n' ORDER BY u.chunk_index, u.unit_id) AS content
-          FROM rcll.memory_units u WHERE u.document_id = ANY (part_docs) GROUP BY u.document_id) k
+          FROM rcll.memory_units u WHERE u.bank_id = b AND u.document_id = ANY (part_docs) GROUP BY u.document_id) k
     WHERE d.document_id = k.document_id;
 
     FOR grp IN SELECT array_agg(u.unit_id ORDER BY u.unit_id) AS ids,
-                      coalesce((SELECT max(x.unit_id) FROM rcll.memory_units x WHERE x.document_id = min(u.document_id)),
+                      coalesce((SELECT max(x.unit_id) FROM rcll.memory_units x WHERE x.bank_id = b AND x.document_id = min(u.document_id)),
                                max(u.unit_id)) AS horizon
-               FROM rcll.memory_units u WHERE u.unit_id = ANY (relink)
+               FROM rcll.memory_units u WHERE u.bank_id = b AND u.unit_id = ANY (relink)
                GROUP BY coalesce(u.document_id, -u.unit_id) ORDER BY 2 LOOP
         PERFORM rcll._link_units(b, grp.ids, horizon => grp.horizon);
     END LOOP;
@@ -248,20 +248,20 @@ BEGIN
     -- only written when its entity already existed: one whose entity no earlier surviving unit
     -- named goes.
     DELETE FROM rcll.unit_entities m
-    WHERE m.entity_id = ANY (touched) AND m.role = 'mention'
+    WHERE m.bank_id = b AND m.entity_id = ANY (touched) AND m.role = 'mention'
       AND NOT EXISTS (SELECT 1 FROM rcll.unit_entities x
-                      WHERE x.entity_id = m.entity_id AND x.unit_id < m.unit_id AND x.role IS DISTINCT FROM 'mention');
+                      WHERE x.bank_id = m.bank_id AND x.entity_id = m.entity_id AND x.unit_id < m.unit_id AND x.role IS DISTINCT FROM 'mention');
     orphans := ARRAY(SELECT e FROM unnest(touched) e
-                     WHERE NOT EXISTS (SELECT 1 FROM rcll.unit_entities ue WHERE ue.entity_id = e));
+                     WHERE NOT EXISTS (SELECT 1 FROM rcll.unit_entities ue WHERE ue.bank_id = b AND ue.entity_id = e));
     freed := ARRAY(SELECT a.alias FROM rcll.entity_aliases a WHERE a.bank_id = b AND a.entity_id = ANY (orphans));
-    DELETE FROM rcll.entities e WHERE e.entity_id = ANY (orphans);
+    DELETE FROM rcll.entities e WHERE e.bank_id = b AND e.entity_id = ANY (orphans);
     counts := counts || jsonb_build_object('entities', coalesce(array_length(orphans, 1), 0));
     -- A spelling no surviving mention gave its entity goes (a person's own aliases stay).
     WITH gone_alias AS (
         DELETE FROM rcll.entity_aliases a
         WHERE a.bank_id = b AND a.entity_id = ANY (touched) AND a.source <> 'human'
           AND NOT EXISTS (SELECT 1 FROM rcll.unit_entities ue
-                          WHERE ue.entity_id = a.entity_id
+                          WHERE ue.bank_id = a.bank_id AND ue.entity_id = a.entity_id
                             AND (ue.spellings IS NULL
                                  OR EXISTS (SELECT 1 FROM unnest(ue.spellings) sp WHERE rcll._entity_key(sp) = a.alias)))
         RETURNING a.alias)
@@ -285,24 +285,24 @@ BEGIN
     -- recorded: such an entity keeps its type and name.
     FOR ent IN
         SELECT e.entity_id, e.name, e.entity_type,
-               (SELECT count(*) FROM rcll.unit_entities ue WHERE ue.entity_id = e.entity_id) AS n,
+               (SELECT count(*) FROM rcll.unit_entities ue WHERE ue.bank_id = b AND ue.entity_id = e.entity_id) AS n,
                f.unit_id AS first_unit, f.role AS first_role, f.spellings AS first_spellings,
                (SELECT ue.entity_type FROM rcll.unit_entities ue
-                WHERE ue.entity_id = e.entity_id AND ue.entity_type IS NOT NULL ORDER BY ue.unit_id LIMIT 1) AS typ,
-               EXISTS (SELECT 1 FROM rcll.unit_entities ue WHERE ue.entity_id = e.entity_id AND ue.spellings IS NULL) AS unknown
+                WHERE ue.bank_id = b AND ue.entity_id = e.entity_id AND ue.entity_type IS NOT NULL ORDER BY ue.unit_id LIMIT 1) AS typ,
+               EXISTS (SELECT 1 FROM rcll.unit_entities ue WHERE ue.bank_id = b AND ue.entity_id = e.entity_id AND ue.spellings IS NULL) AS unknown
         FROM rcll.entities e
         CROSS JOIN LATERAL (SELECT ue.unit_id, ue.role, ue.spellings FROM rcll.unit_entities ue
-                            WHERE ue.entity_id = e.entity_id ORDER BY ue.unit_id LIMIT 1) f
-        WHERE e.entity_id = ANY (touched) LOOP
+                            WHERE ue.bank_id = b AND ue.entity_id = e.entity_id ORDER BY ue.unit_id LIMIT 1) f
+        WHERE e.bank_id = b AND e.entity_id = ANY (touched) LOOP
         IF ent.unknown THEN
-            UPDATE rcll.entities e SET mention_count = ent.n WHERE e.entity_id = ent.entity_id;
+            UPDATE rcll.entities e SET mention_count = ent.n WHERE e.bank_id = b AND e.entity_id = ent.entity_id;
             CONTINUE;
         END IF;
         IF rcll._keyless_link(ent.first_role) THEN
             first_name := (SELECT min(btrim(ue.spellings[1])) FROM rcll.unit_entities ue
-                           JOIN rcll.memory_units u ON u.unit_id = ue.unit_id
-                           WHERE ue.entity_id = ent.entity_id AND rcll._keyless_link(ue.role)
-                             AND u.document_id = (SELECT x.document_id FROM rcll.memory_units x WHERE x.unit_id = ent.first_unit));
+                           JOIN rcll.memory_units u ON u.bank_id = ue.bank_id AND u.unit_id = ue.unit_id
+                           WHERE ue.bank_id = b AND ue.entity_id = ent.entity_id AND rcll._keyless_link(ue.role)
+                             AND u.document_id = (SELECT x.document_id FROM rcll.memory_units x WHERE x.bank_id = b AND x.unit_id = ent.first_unit));
         ELSE
             first_name := btrim(regexp_replace(ltrim(ent.first_spellings[1], '@'), '\s+', ' ', 'g'));
         END IF;
@@ -321,10 +321,10 @@ BEGIN
         SELECT c.unit_id INTO cand
         FROM (SELECT o.unit_id,
                      (1 - (o.embedding OPERATOR(public.<=>) s.embedding))::real
-                     + 0.05 * (SELECT count(*) FROM rcll.unit_entities x JOIN rcll.unit_entities y ON y.entity_id = x.entity_id
-                               WHERE x.unit_id = o.unit_id AND y.unit_id = s.unit_id) AS sim
+                     + 0.05 * (SELECT count(*) FROM rcll.unit_entities x JOIN rcll.unit_entities y ON y.bank_id = x.bank_id AND y.entity_id = x.entity_id
+                               WHERE x.bank_id = b AND x.unit_id = o.unit_id AND y.unit_id = s.unit_id) AS sim
               FROM rcll.memory_units s, rcll.memory_units o
-              WHERE s.unit_id = resupersede[i] AND o.bank_id = b AND o.unit_id < s.unit_id
+              WHERE s.bank_id = b AND s.unit_id = resupersede[i] AND o.bank_id = b AND o.unit_id < s.unit_id
                 AND o.document_id IS DISTINCT FROM s.document_id
                 AND o.superseded_by IS NULL AND upper_inf(o.valid) AND o.embedding IS NOT NULL
                 AND o.thread IS NOT DISTINCT FROM s.thread AND lower(o.valid) < lower(s.valid)
@@ -335,7 +335,7 @@ BEGIN
         LIMIT 1;
         IF cand IS NOT NULL THEN
             PERFORM rcll.supersede(cand, resupersede[i], NULL,
-                jsonb_build_object('by', 'forget', 'description', (SELECT u.text FROM rcll.memory_units u WHERE u.unit_id = resupersede[i]),
+                jsonb_build_object('by', 'forget', 'description', (SELECT u.text FROM rcll.memory_units u WHERE u.bank_id = b AND u.unit_id = resupersede[i]),
                                    'threshold', thresholds[i]));
         END IF;
     END LOOP;

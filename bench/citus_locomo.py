@@ -1,0 +1,128 @@
+"""LoCoMo on Citus: ten conversations as ten banks over two workers, every default recall equal to one node's.
+
+    RCLL_LOCOMO=.../locomo10.json .venv/bin/python -m bench.citus_locomo [--per-conversation N] [--port 56110]
+
+Needs Citus built into the embedded PostgreSQL (`make citus`). Starts a Citus cluster (a
+coordinator and two workers, rcll.citus_cluster, loopback ports --port..--port+2) and one
+embedded node (--port+3); installs rcll on both (the coordinator distributes it by bank); retains
+each LoCoMo conversation into its own bank on both (chunk mode, as bench.forget_locomo: one
+document per session, one chunk per turn "[<date>] <speaker>: <text>", the embeddings computed
+once), then asks each scored question (the first N of each conversation, all with 0) through
+`Memory.recall` with its defaults - the rerank included - on the coordinator and on the node, in
+the question's bank, and compares the two answers by content, byte for byte: every fact's text,
+fused and rerank score and channel ranks. Prints the banks per worker, the retain times, and how
+many answers are identical, with where each differing one parts. LoCoMo: Maharana et al., ACL
+2024, CC BY-NC 4.0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from bench._common import create_database, embedded_cluster
+from bench.locomo.dataset import Conversation, load
+from rcll import Memory, citus_cluster, install, models
+from rcll.db import configure
+
+FIELDS = ("text", "fused_score", "rerank_score", "rank_dense", "rank_lexical", "rank_graph", "rank_temporal",
+          "rank_entity", "rank_session", "rank_context")
+
+
+def turn_text(t: Any) -> str:
+    return f"[{t.date_str}] {t.speaker}: {t.text}"
+
+
+def retain(url: str, convs: list[Conversation], vecs: dict[int, Any]) -> float:
+    """Each conversation into bank conv<index>; seconds taken."""
+    t0 = time.perf_counter()
+    with psycopg.connect(url, autocommit=True) as conn:
+        configure(conn)
+        for c in convs:
+            bank = f"conv{c.index}"
+            conn.execute("SELECT rcll.create_bank(%s)", (bank,))
+            by_session: dict[int, list[int]] = defaultdict(list)
+            for i, t in enumerate(c.turns):
+                by_session[t.session].append(i)
+            for s, idx in sorted(by_session.items()):
+                chunks = [turn_text(c.turns[i]) for i in idx]
+                conn.execute("SELECT rcll.retain_chunks(bank => %s, content => %s, chunks => %s, embeddings => %s::vector[],"
+                             " occurred_at => %s, source => %s, thread => %s, author => 'locomo')",
+                             (bank, "\n".join(chunks), chunks, [vecs[c.index][i] for i in idx], c.turns[idx[0]].date,
+                              f"{c.sample_id}/session_{s}", c.sample_id))
+            conn.execute("SELECT * FROM rcll.refresh_bank_stats(%s)", (bank,))
+        conn.execute("ANALYZE")
+    return time.perf_counter() - t0
+
+
+def answer(memory: Memory, bank: str, question: str) -> list[tuple[Any, ...]]:
+    return [tuple(getattr(f, k) for k in FIELDS) for f in memory.recall(question, bank=bank).facts]
+
+
+def first_difference(a: list[tuple[Any, ...]], b: list[tuple[Any, ...]]) -> str:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return f"position {i}: " + ", ".join(f"{k} {p!r} / {q!r}" for k, p, q in zip(FIELDS, x, y, strict=True) if p != q)
+    return f"lengths {len(a)} / {len(b)}"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--port", type=int, default=56110, help="the coordinator's; workers +1, +2; the node +3")
+    ap.add_argument("--per-conversation", type=int, default=0, help="the first N scored questions of each (0: all)")
+    args = ap.parse_args()
+    missing = citus_cluster.citus_missing()
+    if missing:
+        print(missing)
+        return 2
+    convs, questions = load()
+    emb = models.get_embedder()
+    t0 = time.perf_counter()
+    vecs = {c.index: emb.embed([turn_text(t) for t in c.turns]) for c in convs}
+    print(f"embedded {sum(len(c.turns) for c in convs)} turns in {time.perf_counter() - t0:.0f} s", flush=True)
+    if args.per_conversation:
+        by_conv: dict[int, list[Any]] = defaultdict(list)
+        for q in questions:
+            by_conv[q.conv].append(q)
+        questions = [q for qs in by_conv.values() for q in qs[:args.per_conversation]]
+    with (tempfile.TemporaryDirectory(prefix="rcllcitus-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as base,
+          citus_cluster.running(Path(base), args.port) as cl, embedded_cluster(args.port + 3, prefix="rcllcitusnode-") as node):
+        with psycopg.connect(cl.url()) as conn:
+            print(install.install(conn), flush=True)
+            conn.commit()
+        one = create_database(node, "citus_locomo")
+        on_cluster = retain(cl.url(), convs, vecs)
+        on_node = retain(one, convs, vecs)
+        with psycopg.connect(cl.url(), autocommit=True) as conn:
+            placed = conn.execute(
+                "SELECT s.nodeport, array_agg(b.name ORDER BY b.name), sum(u.n) "
+                "FROM rcll.banks b JOIN citus_shards s "
+                "ON s.shardid = get_shard_id_for_distribution_column('rcll.memory_units', b.bank_id) "
+                "JOIN (SELECT bank_id, count(*) AS n FROM rcll.memory_units GROUP BY bank_id) u ON u.bank_id = b.bank_id "
+                "WHERE b.name LIKE 'conv%%' GROUP BY s.nodeport ORDER BY 1").fetchall()
+        for port, banks, units in placed:
+            print(f"worker :{port}: {units} units in {', '.join(banks)}")
+        print(f"retained {len(convs)} conversations: {on_cluster:.0f} s through the coordinator, {on_node:.0f} s on one node",
+              flush=True)
+        same = 0
+        t0 = time.perf_counter()
+        with Memory(cl.url()) as a, Memory(one) as b:
+            for q in questions:
+                x, y = answer(a, f"conv{q.conv}", q.question), answer(b, f"conv{q.conv}", q.question)
+                if repr(x).encode() == repr(y).encode():
+                    same += 1
+                else:
+                    print(f"  differs: conv{q.conv} {q.question!r} - {first_difference(x, y)}", flush=True)
+        print(f"{len(questions)} questions, two recalls each, in {time.perf_counter() - t0:.0f} s")
+        print(f"identical default recalls (rerank included), cluster vs one node: {same}/{len(questions)}")
+    return 0 if same == len(questions) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

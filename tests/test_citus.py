@@ -1,0 +1,206 @@
+"""rcll on a real Citus cluster (a coordinator and two workers, rcll.citus_cluster): the install
+distributes every bank-keyed table by bank, a bank lives whole on one worker, and the coordinator
+answers as one node does for the same data."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from conftest import Leg
+from rcll import Memory, install
+from rcll.citus import CitusError
+from rcll.citus_cluster import CitusCluster
+from rcll.db import configure
+from rcll.errors import Code
+
+# Tens of seconds (the cluster's start, install and distribution): handed out first by make test.
+pytestmark = pytest.mark.slow
+
+DOCS = [
+    ("We deploy the API with Argo CD since March.", "deployment"),
+    ("Rollbacks use helm rollback to the previous release.", "deployment"),
+    ("Carol owns the billing service and its invoices.", "billing"),
+    ("The billing service moved from Stripe to Adyen in June.", "billing"),
+    ("Dave is on call for the payments gateway this week.", "oncall"),
+    ("Postgres backups run nightly with pgBackRest to S3.", "database"),
+]
+BANKS = [f"team{i}" for i in range(6)]
+QUERIES = ["how do we deploy?", "who owns billing?", "how do we roll back a bad release?", "backups"]
+
+
+@pytest.fixture(scope="module")
+def coordinator(citus: CitusCluster) -> str:
+    """The coordinator's rcll database, installed (and so distributed) once, six banks made."""
+    with psycopg.connect(citus.url()) as conn:
+        install.install(conn)
+        conn.commit()
+    with Memory(citus.url()) as m:
+        for bank in BANKS:
+            m.create_bank(bank)
+    return citus.url()
+
+
+@pytest.fixture(scope="module")
+def filled(coordinator: str) -> str:
+    """The six banks with the same six documents each."""
+    with Memory(coordinator) as m:
+        for bank in BANKS:
+            m.retain_many([text for text, _ in DOCS], bank=bank)
+    return coordinator
+
+
+@pytest.fixture
+def one_node(pg18: Leg) -> Iterator[str]:
+    """The same six banks on one node (the pg18 leg), for comparison."""
+    with pg18.database() as url:
+        with Memory(url) as m:
+            for bank in BANKS:
+                m.create_bank(bank)
+                m.retain_many([text for text, _ in DOCS], bank=bank)
+        yield url
+
+
+def _dist(conn: psycopg.Connection[Any]) -> dict[str, tuple[str, int]]:
+    return {str(t): (str(kind), int(colocation)) for t, kind, colocation in conn.execute(
+        "SELECT logicalrelid::regclass::text, partmethod, colocationid FROM pg_dist_partition "
+        "WHERE logicalrelid::regclass::text LIKE 'rcll.%'")}
+
+
+def test_install_places_every_rcll_table_by_bank_or_on_every_node(citus: CitusCluster, coordinator: str) -> None:
+    with psycopg.connect(coordinator, autocommit=True) as conn:
+        placed = _dist(conn)
+        tables = {str(r[0]) for r in conn.execute(
+            "SELECT oid::regclass::text FROM pg_class WHERE relnamespace = 'rcll'::regnamespace AND relkind = 'r'")}
+        banked = {str(r[0]) for r in conn.execute("SELECT rcll._citus_bank_tables()::text")}
+        again = install.install(conn)                                       # an upgrade: nothing to place again
+    assert "already distributed by bank; 2 function(s) delegated" in again
+    assert set(placed) == tables
+    assert {"rcll.memory_units", "rcll.unit_lexicon", "rcll.documents", "rcll.links", "rcll.entities"} <= banked
+    assert {t for t, (kind, _) in placed.items() if kind == "h"} == banked
+    assert len({colocation for kind, colocation in placed.values() if kind == "h"}) == 1
+    assert {t for t, (kind, _) in placed.items() if kind == "n"} >= {"rcll.banks", "rcll.bank_grants", "rcll.identities"}
+
+
+def test_every_node_has_every_rcll_function(citus: CitusCluster, coordinator: str) -> None:
+    listed = "SELECT array_agg(p.oid::regprocedure::text ORDER BY 1) FROM pg_proc p WHERE p.pronamespace = 'rcll'::regnamespace"
+    functions = []
+    for node in citus.nodes:
+        with citus.connect(node) as conn:
+            functions.append(conn.execute(listed).fetchone())
+    assert functions[1] == functions[0] and functions[2] == functions[0]
+
+
+def test_install_asked_for_citus_refuses_a_database_without_it(pg18: Leg) -> None:
+    with pg18.database() as url, psycopg.connect(url) as conn, pytest.raises(CitusError) as refused:
+        install.install(conn, citus=True)
+    assert refused.value.code == Code.UNAVAILABLE and refused.value.field == "dsn"
+
+
+def test_bank_isolation_is_refused_on_the_cluster_not_silently_off(coordinator: str) -> None:
+    # Its policies would be made by a trigger on the reference table's placements and never reach
+    # the distributed tables: SQL roles would see every bank while told they are isolated.
+    with psycopg.connect(coordinator, autocommit=True) as conn:
+        with pytest.raises(psycopg.Error) as refused:
+            conn.execute("SELECT rcll.enable_bank_isolation()")
+        policies = conn.execute("SELECT count(*) FROM pg_policies WHERE schemaname = 'rcll'").fetchone()
+    assert refused.value.sqlstate == "RC001" and refused.value.diag.column_name == "enable"
+    assert policies == (1,)                      # bank_grants' own, as installed
+
+
+def test_a_bank_lives_whole_on_one_worker(citus: CitusCluster, coordinator: str) -> None:
+    with psycopg.connect(coordinator, autocommit=True) as conn:
+        where = conn.execute(
+            "SELECT b.name, array_agg(DISTINCT s.nodeport) FROM rcll.banks b "
+            "CROSS JOIN LATERAL unnest(ARRAY(SELECT rcll._citus_bank_tables())) t "
+            "JOIN citus_shards s ON s.shardid = get_shard_id_for_distribution_column(t, b.bank_id) "
+            "WHERE b.name LIKE 'team%' GROUP BY b.name ORDER BY b.name").fetchall()
+    assert [name for name, _ in where] == BANKS
+    assert all(len(ports) == 1 for _, ports in where)                 # every table of a bank: one worker
+    assert {ports[0] for _, ports in where} == {w.port for w in citus.workers}   # six banks use both
+
+
+FIELDS = ("text", "fused_score", "rerank_score", "rank_dense", "rank_lexical", "rank_graph", "rank_temporal",
+          "rank_entity", "rank_session", "rank_context")
+
+
+def _facts(url: str, bank: str, query: str) -> list[tuple[object, ...]]:
+    """A default recall's facts by content: text, scores and every channel's rank (ids differ)."""
+    with Memory(url, bank=bank) as m:
+        return [tuple(getattr(f, k) for k in FIELDS) for f in m.recall(query, budget=None).facts]
+
+
+def _bank_per_worker(url: str) -> dict[int, str]:
+    """One of BANKS on each worker (by the port of the worker holding its memory_units shard)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute("SELECT s.nodeport, min(b.name) FROM rcll.banks b "
+                            "JOIN citus_shards s ON s.shardid = get_shard_id_for_distribution_column('rcll.memory_units', b.bank_id) "
+                            "WHERE b.name = ANY (%s) GROUP BY s.nodeport", (BANKS,)).fetchall()
+    return {int(port): str(bank) for port, bank in rows}
+
+
+def test_recall_through_the_coordinator_equals_one_node(citus: CitusCluster, filled: str, one_node: str) -> None:
+    banks = _bank_per_worker(filled)
+    assert set(banks) == {w.port for w in citus.workers}
+    for bank in banks.values():
+        for query in QUERIES:
+            assert _facts(filled, bank, query) == _facts(one_node, bank, query), (bank, query)
+
+
+def _sql_recall(conn: psycopg.Connection[Any], bank: str) -> list[list[tuple[Any, ...]]]:
+    """rcll.recall_in_bank for each query, the scope resolved first: rows without their ids."""
+    scope, bank_id = conn.execute("SELECT s::text, (s).bank_id FROM rcll.recall_scope(%s) s", (bank,)).fetchone() or (None, None)
+    return [[row[1:] for row in conn.execute(
+        "SELECT unit_id, text, rank_lexical, rank_entity FROM rcll.recall_in_bank(%s, %s, %s::rcll.recall_scope)",
+        (bank_id, q, scope)).fetchall()] for q in QUERIES]
+
+
+def test_sql_recall_in_bank_runs_on_the_worker_and_equals_one_node(filled: str, one_node: str) -> None:
+    # No model service here: the SQL recall runs its lexical, entity, graph and temporal channels.
+    sent: list[str] = []
+    with psycopg.connect(filled, autocommit=True) as conn:
+        configure(conn)
+        conn.execute("SET citus.log_remote_commands = on")
+        conn.add_notice_handler(lambda d: sent.append(d.message_primary or ""))
+        on_cluster = _sql_recall(conn, BANKS[1])
+    with psycopg.connect(one_node, autocommit=True) as conn:
+        configure(conn)
+        on_one_node = _sql_recall(conn, BANKS[1])
+    assert on_cluster == on_one_node and on_cluster[0]
+    issued = [m for m in sent if m.startswith("issuing") and "recall_in_bank" in m]
+    assert len(issued) == len(QUERIES), sent          # one command to one worker a query: the whole call
+
+
+def _texts(url: str, bank: str) -> list[str]:
+    with Memory(url, bank=bank) as m:
+        return sorted(u.text for u in m.units(limit=100).units)
+
+
+def test_forget_cascades_on_the_worker_and_leaves_other_banks(filled: str) -> None:
+    with Memory(filled, bank=BANKS[5]) as m:
+        unit = next(u for u in m.units().units if "helm rollback" in u.text)
+        assert m.forget(unit_ids=[unit.unit_id], dry_run=False, reason="test")
+    with psycopg.connect(filled, autocommit=True) as conn:
+        bank = conn.execute("SELECT rcll._bank_id(%s)", (BANKS[5],)).fetchone()
+        left = [conn.execute(f"SELECT count(*) FROM rcll.{table} WHERE bank_id = %s AND unit_id = %s",
+                             (bank[0] if bank else None, unit.unit_id)).fetchone()
+                for table in ("memory_units", "unit_lexicon", "unit_entities")]
+    assert left == [(0,), (0,), (0,)]
+    assert _texts(filled, BANKS[5]) == sorted(text for text, _ in DOCS if "helm rollback" not in text)
+    assert _texts(filled, BANKS[4]) == sorted(text for text, _ in DOCS)
+
+
+def test_export_then_import_after_dropping_the_bank_brings_every_unit_back(filled: str) -> None:
+    bank = BANKS[2]
+    before = _texts(filled, bank)
+    with Memory(filled, bank=bank) as m:
+        out = io.BytesIO()
+        m.export(out)
+        m.drop_bank(bank, confirm=bank, dry_run=False, reason="test")
+    with Memory(filled, bank=bank) as m:
+        m.import_(io.BytesIO(out.getvalue()))
+    assert _texts(filled, bank) == before == sorted(text for text, _ in DOCS)
