@@ -133,6 +133,10 @@ DECLARE
     all_units bigint[] := '{}';
     all_act double precision[] := '{}';
     hop integer := 1;
+    -- On a Citus cluster every statement must name its bank to reach its shard (rcll._bank_pinned);
+    -- on one node this is a constant false and the bank tests below fold away (with them, the
+    -- one-node plans of the hops were slower: docs/scaling.md, "Citus").
+    pinned boolean := rcll._bank_pinned();
 BEGIN
     IF lim = 0 THEN
         RETURN;
@@ -161,7 +165,7 @@ BEGIN
                 FROM unnest(ents, eact) AS e(entity_id, act)
                 CROSS JOIN LATERAL (
                     SELECT ue.unit_id FROM rcll.unit_entities ue
-                    JOIN rcll.memory_units u ON u.bank_id = ue.bank_id AND u.unit_id = ue.unit_id
+                    JOIN rcll.memory_units u ON u.unit_id = ue.unit_id AND (NOT pinned OR u.bank_id = ue.bank_id)
                     WHERE ue.entity_id = e.entity_id AND NOT rcll._keyless_link(ue.role)
                       AND rcll._in_scope(u.bank_id, u.room, u.author, u.tags, u.hall, u.layer, u.thread, u.valid, u.expires_at, scope)
                     ORDER BY ue.unit_id DESC LIMIT cap) s
@@ -170,10 +174,10 @@ BEGIN
                 SELECT l.other, f.act * l.weight * channel_graph.decay
                 FROM unnest(units, uact) AS f(unit_id, act)
                 CROSS JOIN LATERAL (
-                    SELECT k.to_unit AS other, k.weight FROM rcll.links k WHERE k.bank_id = (scope).bank_id AND k.from_unit = f.unit_id
+                    SELECT k.to_unit AS other, k.weight FROM rcll.links k WHERE k.from_unit = f.unit_id AND (NOT pinned OR k.bank_id = (scope).bank_id)
                     UNION ALL
-                    SELECT k.from_unit, k.weight FROM rcll.links k WHERE k.bank_id = (scope).bank_id AND k.to_unit = f.unit_id) l
-                JOIN rcll.memory_units u ON u.bank_id = (scope).bank_id AND u.unit_id = l.other
+                    SELECT k.from_unit, k.weight FROM rcll.links k WHERE k.to_unit = f.unit_id AND (NOT pinned OR k.bank_id = (scope).bank_id)) l
+                JOIN rcll.memory_units u ON u.unit_id = l.other AND (NOT pinned OR u.bank_id = (scope).bank_id)
                 WHERE hop > 1
                   AND rcll._in_scope(u.bank_id, u.room, u.author, u.tags, u.hall, u.layer, u.thread, u.valid, u.expires_at, scope)
             ) m
@@ -203,8 +207,8 @@ BEGIN
         FROM (
             SELECT ue.entity_id, e.name, sum(f.act ORDER BY f.act) / sqrt(count(*)) AS act
             FROM unnest(units, uact) AS f(unit_id, act)
-            JOIN rcll.unit_entities ue ON ue.bank_id = (scope).bank_id AND ue.unit_id = f.unit_id
-            JOIN rcll.entities e ON e.bank_id = ue.bank_id AND e.entity_id = ue.entity_id
+            JOIN rcll.unit_entities ue ON ue.unit_id = f.unit_id AND (NOT pinned OR ue.bank_id = (scope).bank_id)
+            JOIN rcll.entities e ON e.entity_id = ue.entity_id AND (NOT pinned OR e.bank_id = ue.bank_id)
             WHERE ue.entity_id <> ALL (seen_ents) AND NOT rcll._keyless_link(ue.role)
             GROUP BY ue.entity_id, e.name
             ORDER BY act DESC, e.name, ue.entity_id
