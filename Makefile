@@ -103,6 +103,6 @@ bench-recall: bootstrap
 bench-locomo: bootstrap
 	$(PY) -m bench.locomo.run
 
-# Failover drills on a local Patroni cluster (ports 56200-56232): not part of `make bench`.
+# Failover drills on a local Patroni cluster (ports 26200-26232): not part of `make bench`.
 bench-failover: bootstrap ha-cluster extension
 	$(PY) -m bench.failover

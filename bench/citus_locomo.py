@@ -1,6 +1,6 @@
 """LoCoMo on Citus: ten conversations as ten banks over two workers, every default recall equal to one node's.
 
-    RCLL_LOCOMO=.../locomo10.json .venv/bin/python -m bench.citus_locomo [--per-conversation N] [--port 56110]
+    RCLL_LOCOMO=.../locomo10.json .venv/bin/python -m bench.citus_locomo [--per-conversation N] [--port 26110]
 
 Needs Citus built into the embedded PostgreSQL (`make citus`). Starts a Citus cluster (a
 coordinator and two workers, rcll.citus_cluster, loopback ports --port..--port+2) and one
@@ -74,7 +74,7 @@ def first_difference(a: list[tuple[Any, ...]], b: list[tuple[Any, ...]]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--port", type=int, default=56110, help="the coordinator's; workers +1, +2; the node +3")
+    ap.add_argument("--port", type=int, default=26110, help="the coordinator's; workers +1, +2; the node +3")
     ap.add_argument("--per-conversation", type=int, default=0, help="the first N scored questions of each (0: all)")
     args = ap.parse_args()
     missing = citus_cluster.citus_missing()

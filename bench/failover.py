@@ -5,7 +5,7 @@ return as a replica. The drills are tests/harness/failover.py (tests/test_failov
 
     .venv/bin/python -m bench.failover [--drills kill-postgres stop-patroni partition kill-node]
 
-Needs `scripts/ha-cluster install` (make ha-cluster); listens on 127.0.0.1:56200-56232.
+Needs `scripts/ha-cluster install` (make ha-cluster); listens on 127.0.0.1:26200-26232.
 """
 
 from __future__ import annotations

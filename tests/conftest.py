@@ -600,8 +600,8 @@ def citus(test_root: Path) -> Iterator[citus_cluster.CitusCluster]:
         pytest.skip(missing)
     if missing:
         pytest.fail(missing)
-    # Three loopback ports a pytest-xdist worker: gw0 56101-56103, gw1 56104-56106, ...
+    # Three loopback ports a pytest-xdist worker: gw0 26101-26103, gw1 26104-26106, ...
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
-    first = 56101 + 3 * (int(worker) if worker.isdigit() else 0)
+    first = 26101 + 3 * (int(worker) if worker.isdigit() else 0)
     with citus_cluster.running(test_root / "citus", first, Settings.from_env()) as running:
         yield running

@@ -17,8 +17,8 @@ from rcll.errors import Code, from_database
 from rcll.hacluster import TTL, HACluster
 from rcll.memory import Memory
 
-# Loopback ports 56250-56282 (bench/failover.py uses 56200-56232).
-BASE_PORT = 56250
+# Loopback ports 26250-26282 (bench/failover.py uses 26200-26232).
+BASE_PORT = 26250
 
 
 def test_a_multi_host_dsn_writes_on_the_primary_and_recall_may_prefer_a_standby() -> None:

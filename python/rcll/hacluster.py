@@ -49,7 +49,9 @@ PATRONI_VERSION = "4.1.5"
 PATRONI_PYTHON = "/usr/bin/python3"
 ETCD = Path("/usr/bin/etcd")
 SCOPE = "rcll-ha"
-DEFAULT_BASE_PORT = 56200
+# Below Linux's range of ephemeral ports (32768-60999): there, some outgoing connection's source
+# port, or its TIME_WAIT, took the cluster's ports now and then (a full test run: 4 of 33).
+DEFAULT_BASE_PORT = 26200
 # The servers' OS user when root starts them: the embedded cluster's (`main` reads RCLL_SERVER_USER
 # through the settings), so that one user owns every server of a run.
 DEFAULT_OS_USER = cluster.SERVER_USER
@@ -257,8 +259,7 @@ class HACluster:
         if self.state_file.exists():
             raise HAError(f"{self.root} holds a cluster already: stop it first")
         # Another cluster on these ports would share its etcd with this one's Patroni nodes. A port
-        # may also be some connection's ephemeral source port for a moment (the kernel's range,
-        # 32768-60999, covers these): wait a little for it.
+        # may also be held for a moment by a connection that just closed: wait a little for it.
         wait_until = time.monotonic() + 15
         while (taken := [p for p in self.all_ports() if not _port_free(p)]) and time.monotonic() < wait_until:
             time.sleep(0.5)

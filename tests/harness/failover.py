@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--observe", type=float, default=TTL + 5.0,
                    help="seconds of load after the fault at least (then until writes flow again)")
     p.add_argument("--after", type=float, default=2.0, help="seconds of load after that")
-    p.add_argument("--base-port", type=int, default=56200)
+    p.add_argument("--base-port", type=int, default=26200)
     p.add_argument("--os-user", default=os.environ.get("RCLL_HA_OS_USER", "embedded_postgres"))
     args = p.parse_args(argv)
     # psycopg_pool warns of every connection a failover broke: the table says what matters.
