@@ -110,8 +110,7 @@ AS $$
     -- u.valid, u.expires_at (tests/test_schema.py checks every call): not the row itself, because
     -- the planner parses an inlined function's body on every plan, and each (u).column of a
     -- memory_units row copied the table's row descriptor with its defaults and CHECK constraints
-    -- (~9 KB) - about 0.2 ms of planning per call site, a dozen call sites per recall
-    -- (docs/scaling.md). Inlined into a channel's query, whose custom plan holds the scope as a
+    -- at every call site, a dozen per recall (docs/scaling.md, "Figures behind the SQL comments"). Inlined into a channel's query, whose custom plan holds the scope as a
     -- constant, each (scope).field folds to a constant: the NULL branches vanish and
     -- bank_id = <id> is a plain qual that the (bank_id, ...) indexes serve.
     SELECT bank_id = (scope).bank_id
@@ -128,7 +127,7 @@ AS $$
        AND ((scope).as_of IS NULL OR valid @> (scope).as_of)
        -- Expired units are out of every scope at once; the sweep (rcll.expire) removes them later.
        -- A scope whose bank held no expired unit (has_expired false) skips the test: in a custom
-       -- plan the whole line folds away (reading every unit's expires_at cost ~2% of the SQL phase).
+       -- plan the whole line folds away (reading every unit's expires_at is not free: docs/scaling.md).
        AND ((scope).has_expired IS FALSE OR expires_at IS NULL OR expires_at > now())
 $$;
 COMMENT ON FUNCTION rcll._in_scope(integer, text, text, text[], text, text, text, tstzrange, timestamptz, rcll.recall_scope)

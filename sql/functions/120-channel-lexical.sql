@@ -23,8 +23,8 @@ AS $$
     -- bits of mantissa; a BM25 score is a few hundred at most), so it is the same float whatever
     -- order its terms are added in. A float sum otherwise depends on its order, and the rows' order
     -- on ids: a bank that forgot something would score its survivors a last bit apart from one that
-    -- never held it. (Summing in lexeme order did the same with a sort per query, ~1% of the SQL
-    -- phase at 100k: docs/scaling.md.)
+    -- never held it. (Summing in lexeme order did the same with a sort per query, which cost more:
+    -- docs/scaling.md.)
     SELECT round(idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl)) * 4294967296.0) / 4294967296.0
 $$;
 COMMENT ON FUNCTION rcll._bm25_term(double precision, double precision, double precision, double precision, double precision, double precision)
@@ -49,8 +49,8 @@ CREATE OR REPLACE FUNCTION rcll._bm25_pruned_terms(
     OUT common text[], OUT common_freq double precision[], OUT gen text[])
 LANGUAGE plpgsql STABLE
 -- Its own plan cache mode: called from rcll._bm25_channels, whose force_custom_plan would otherwise
--- hold here too and plan the pg_stats read (a view over four catalogs) on every recall, ~0.4-1 ms of
--- the SQL phase at 100k (docs/scaling.md); its plan does not depend on the query's terms.
+-- hold here too and plan the pg_stats read (a view over four catalogs) on every recall (its cost:
+-- docs/scaling.md); its plan does not depend on the query's terms.
 SET plan_cache_mode = auto
 AS $$
 BEGIN
@@ -138,9 +138,8 @@ BEGIN
     -- its df estimated from its frequency f among the N units: f x N units (lexical); for the
     -- session channel the documents holding it, were its units spread at random over documents of
     -- the average size m = N / ndocs: ndocs x (1 - (1 - f)^m). (f x N, capped at every document,
-    -- overstated a term in 5% of the units of 10-unit documents by a quarter; on bench.recall's
-    -- 100k store the session channel's top-10 overlap with exact BM25 rose with this, and more with
-    -- the rescoring below: docs/scaling.md.)
+    -- overstated some terms' document counts; the session channel's overlap with exact BM25 rose
+    -- with this, and more with the rescoring below: docs/scaling.md.)
     SELECT t.common, t.common_freq, t.gen INTO common, common_freq, gen
     FROM rcll._bm25_pruned_terms(terms, corpus.n, _bm25_channels.prune_above) t;
     -- The candidate-generating terms as keys of this bank's posting lists (migration 016).

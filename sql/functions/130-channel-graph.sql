@@ -25,7 +25,7 @@ RETURNS TABLE (entity_id bigint, name text, matched text, similarity real)
 LANGUAGE plpgsql STABLE
 -- The server's usual plan cache mode, not the channels' force_custom_plan (which it would inherit
 -- from rcll.channel_graph): its statements' plans do not turn on the query's n-grams, and planned
--- on every recall they cost ~0.5 ms, more than they took to run (docs/scaling.md).
+-- on every recall they cost more than they took to run (docs/scaling.md).
 SET plan_cache_mode = auto
 AS $$
 #variable_conflict use_column
@@ -184,9 +184,9 @@ BEGIN
             GROUP BY m.unit_id
             -- The units reached before are dropped after the sums, above this fence (OFFSET 0):
             -- below it the planner pushed the test into both link scans and estimated it there
-            -- element by element against the link columns' statistics - ~0.7 ms of planning per
-            -- hop once all_units holds a few hundred units, more than the hop took to run
-            -- (docs/scaling.md). Same rows: a unit's sum is dropped whole either way.
+            -- element by element against the link columns' statistics: more planning per hop, once
+            -- all_units holds a few hundred units, than the hop took to run (docs/scaling.md).
+            -- Same rows: a unit's sum is dropped whole either way.
             OFFSET 0) a
           WHERE a.unit_id <> ALL (all_units)
           ORDER BY a.act DESC, a.unit_id DESC

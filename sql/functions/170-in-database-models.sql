@@ -19,7 +19,7 @@ DECLARE
                              string_to_array(nullif(current_setting('rcll.python_path', true), ''), ':'));
     -- Every function puts the configured directories first on sys.path (so the server's own
     -- dist-packages cannot shadow the venv's numpy) and keeps the loaded module in GD: the
-    -- models load once per backend (~0.2 s) and answer in milliseconds after.
+    -- models load once per backend and answer fast after (docs/scaling.md).
     prelude text;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'plpython3u') THEN
