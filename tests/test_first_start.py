@@ -25,7 +25,8 @@ import pytest
 from clicall import rcll
 from conftest import python_path
 from rcll import cluster
-from rcll.model_service import ModelService
+from rcll.errors import RcllError
+from rcll.model_service import ModelService, socket_path
 from rcll.settings import Settings
 
 PROCESSES = 4
@@ -169,4 +170,17 @@ def test_a_closed_model_service_removes_its_socket_directory() -> None:
     service = ModelService(socket_dir, port=50432).start()
     assert socket_dir.is_dir()
     service.close()
+    assert not socket_dir.exists()
+
+
+def test_a_model_service_refused_beside_a_live_one_leaves_that_ones_socket() -> None:
+    socket_dir = Path(tempfile.gettempdir()) / f"rcll-models-t{uuid.uuid4().hex[:8]}"
+    live = ModelService(socket_dir, port=50433).start()
+    try:
+        with pytest.raises(RcllError) as refused:
+            ModelService(socket_dir, port=50433).start()
+        assert "another model service is listening" in str(refused.value)
+        assert socket_path(socket_dir, 50433).is_socket()          # the live one's, untouched
+    finally:
+        live.close()
     assert not socket_dir.exists()

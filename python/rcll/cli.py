@@ -578,19 +578,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # The model service beside HTTP, on the same models and work queue: psql's rcll.recall
         # reaches it through dblink (rcll.model_service), so SQL recall is complete.
         service, note = _model_service(args, memory.dsn)
-        base = f"http://{args.host}:{args.port}"
-        print(f"RCLL listening on {base}  (database: {redacted(memory.dsn)})")
-        print(f"  model service for SQL: {service.address.host}:{service.address.port} - {note}")
-        print(f"  console: {base}/")
-        print("  periodic jobs (BM25 statistics, room counts"
-              + (", big banks' own HNSW indexes" if settings.auto_dense_indexes else "") + "): "
-              + (f"every {every:g} s" if every > 0 else "off (run `rcll upkeep` from cron)")
-              + f" ({upkeep.ENV}, {upkeep.INDEXES_ENV})")
-        print(f"  try: curl -s {base}/retain -H 'content-type: application/json' "
-              f"-d '{{\"bank\": \"{DEFAULT_BANK}\", \"content\": \"We deploy with Argo CD since March.\"}}'")
-        print(f"       curl -s {base}/recall -H 'content-type: application/json' "
-              f"-d '{{\"bank\": \"{DEFAULT_BANK}\", \"query\": \"how do we deploy?\"}}'", flush=True)
-        try:
+        try:         # from here on: a SIGTERM while it prints closes the service too
+            base = f"http://{args.host}:{args.port}"
+            print(f"RCLL listening on {base}  (database: {redacted(memory.dsn)})")
+            print(f"  model service for SQL: {service.address.host}:{service.address.port} - {note}")
+            print(f"  console: {base}/")
+            print("  periodic jobs (BM25 statistics, room counts"
+                  + (", big banks' own HNSW indexes" if settings.auto_dense_indexes else "") + "): "
+                  + (f"every {every:g} s" if every > 0 else "off (run `rcll upkeep` from cron)")
+                  + f" ({upkeep.ENV}, {upkeep.INDEXES_ENV})")
+            print(f"  try: curl -s {base}/retain -H 'content-type: application/json' "
+                  f"-d '{{\"bank\": \"{DEFAULT_BANK}\", \"content\": \"We deploy with Argo CD since March.\"}}'")
+            print(f"       curl -s {base}/recall -H 'content-type: application/json' "
+                  f"-d '{{\"bank\": \"{DEFAULT_BANK}\", \"query\": \"how do we deploy?\"}}'", flush=True)
             http.serve(memory, host=args.host, port=args.port, upkeep_seconds=every)
         finally:
             service.close()

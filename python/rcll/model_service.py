@@ -259,6 +259,7 @@ class ModelService:
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._closed = threading.Event()
+        self._bound = False              # whether the socket file is ours (close() removes only ours)
         self.requests = 0
 
     # -- addresses --------------------------------------------------------------------------------
@@ -297,6 +298,13 @@ class ModelService:
     # -- lifecycle --------------------------------------------------------------------------------
 
     def start(self) -> ModelService:
+        try:
+            return self._start()
+        except BaseException:        # refused, or stopped meanwhile: no socket or directory left behind
+            self.close()
+            raise
+
+    def _start(self) -> ModelService:
         if self.socket_dir is not None:
             uid, gid = self._owner_ids()
             self._private_dir(self.socket_dir, uid, gid)
@@ -307,6 +315,7 @@ class ModelService:
                     path.unlink()
             unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             unix.bind(str(path))
+            self._bound = True
             os.chown(path, uid, gid, follow_symlinks=False)
             path.chmod(0o700)
             unix.listen(64)
@@ -346,8 +355,9 @@ class ModelService:
                 with contextlib.suppress(OSError):
                     conn.shutdown(socket.SHUT_RDWR)
         if self.socket_dir is not None:
-            with contextlib.suppress(FileNotFoundError):
-                socket_path(self.socket_dir, self.port).unlink()
+            if self._bound:
+                with contextlib.suppress(FileNotFoundError):
+                    socket_path(self.socket_dir, self.port).unlink()
             with contextlib.suppress(OSError):     # the service's own directory: none left behind
                 self.socket_dir.rmdir()                # (kept if something else lives in it)
 
@@ -559,3 +569,6 @@ def serve_beside(dsn: str, *, socket_dir: Path | None = None, port: int = DEFAUL
     except psycopg.Error as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         return service, f"not registered in the database ({first}): psql's recall skips the dense channel and the rerank"
+    except BaseException:            # a server stopped meanwhile (SIGTERM as SystemExit): nothing left behind
+        service.close()
+        raise
