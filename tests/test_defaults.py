@@ -85,13 +85,29 @@ def test_sql_and_python_name_the_same_channels_in_the_same_order(db: psycopg.Con
     assert db.execute("SELECT provolatile::text FROM pg_proc WHERE oid = 'rcll.recall_channel_names'::regproc").fetchone() == ("i",)
 
 
-@pytest.mark.parametrize("function", ["rcll.recall_candidates", "rcll.recall_channels", "rcll.fuse_candidates"])
-def test_every_recall_function_weighs_the_channels_in_recall_channel_names_order(db: psycopg.Connection[Any],
-                                                                                  function: str) -> None:
-    # fuse_candidates reads a channel's weight at the channel's position in rcll.recall_channel_names().
+def test_the_channel_weights_are_named_in_recall_channel_names_order(db: psycopg.Connection[Any]) -> None:
+    # rcll._weight_of reads a channel's weight at the channel's position in rcll.recall_channel_names().
     names = db.execute("SELECT rcll.recall_channel_names()").fetchone()[0]  # type: ignore[index]
-    weights = [p for p in _parameters(db, function, "ib") if p.endswith("_weight")]
-    assert weights == [f"{c}_weight" for c in names]
+    fields = [r[0] for r in db.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = 'rcll.channel_weights'::regclass AND attnum > 0 "
+        "ORDER BY attnum")]
+    assert fields == names == _parameters(db, "rcll.channel_weights", "i")
+    assert [db.execute("SELECT rcll._weight_of(rcll.channel_weights(dense => 0.5, context => 0.25), %s)",
+                       (c,)).fetchone()[0] for c in names] == [0.5, 1, 1, 1, 1, 1, 0.25]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("function", ["rcll.recall_candidates", "rcll.recall_channels", "rcll.fuse_candidates"])
+def test_every_recall_function_takes_the_weights_as_one_value(db: psycopg.Connection[Any], function: str) -> None:
+    params = _parameters(db, function, "ib")
+    assert "weights" in params and not [p for p in params if p.endswith("_weight")]
+
+
+@pytest.mark.parametrize("weight", ["-1", "'NaN'", "'Infinity'", "NULL"])
+def test_a_weight_that_is_no_weight_is_refused_by_name(db: psycopg.Connection[Any], weight: str) -> None:
+    with pytest.raises(psycopg.Error) as e:
+        db.execute(f"SELECT rcll.channel_weights(graph => {weight})")  # noqa: S608 - a test's literal
+    assert e.value.diag.sqlstate == "RC001" and e.value.diag.column_name == "weights.graph"
+    db.rollback()
 
 
 @pytest.mark.parametrize("function", ["rcll.recall_candidates", "rcll.fuse_candidates", "rcll.recall"])
@@ -108,7 +124,7 @@ def test_recall_channels_labels_its_lists_with_the_channel_names(db: psycopg.Con
     q = "how do we deploy with helm and roll back, and what did Carol do last week"
     got = {r[0] for r in db.execute(
         "SELECT DISTINCT channel FROM rcll.recall_channels(%s, rcll.recall_scope('b'), query_embedding => %s::vector,"
-        " reference_time => '2024-05-15', context_weight => 1.0)", (q, models.get_embedder().embed_query(q)))}
+        " reference_time => '2024-05-15', weights => rcll.channel_weights(context => 1.0))", (q, models.get_embedder().embed_query(q)))}
     names = set(db.execute("SELECT rcll.recall_channel_names()").fetchone()[0])  # type: ignore[index]
     assert got <= names
     assert names - got <= {"graph"}

@@ -62,20 +62,20 @@ def test_the_scope_fields_are_recall_scopes_parameters(db: psycopg.Connection[An
 def test_the_other_fields_are_recall_candidates_parameters_and_the_clients_phases(db: psycopg.Connection[Any]) -> None:
     sql = _arguments(db, "rcll.recall_candidates")
     # What the client computes (the embeddings) or packs (the scope, the weights, the time range).
-    packed = {"scope", "query_embedding", "entity_query_embedding", "time_range", *(f"{c}_weight" for c in CHANNELS)}
+    packed = {"scope", "query_embedding", "entity_query_embedding", "time_range", "weights"}
     # deadline_ms is both: recall_candidates starts its channels by it, the client's phases use it too.
     client = {"rerank_depth", "context_depth", "budget", "time_from", "time_to", "weights"}
     fields = [p.name for p in PARAMETERS if not p.scope]
     assert sorted(set(sql) - packed) == sorted(set(fields) - client)
-    assert [f"{c}_weight" for c in CHANNELS] == [a for a in sql if a.endswith("_weight")]
+    assert list(CHANNELS) == _arguments(db, "rcll.channel_weights")
 
 
 def test_the_channel_weights_default_as_in_sql(db: psycopg.Connection[Any]) -> None:
     rows = db.execute("""
         SELECT a.name, pg_get_function_arg_default(p.oid, a.n::integer)
         FROM pg_proc p, unnest(p.proargnames) WITH ORDINALITY AS a(name, n)
-        WHERE p.oid = 'rcll.recall_candidates'::regproc AND a.name LIKE '%%_weight'""").fetchall()
-    assert {name.removesuffix("_weight"): float(expr) for name, expr in rows} == dict(WEIGHTS)
+        WHERE p.oid = 'rcll.channel_weights'::regproc""").fetchall()
+    assert {name: float(expr) for name, expr in rows} == dict(WEIGHTS)
     # ... and SQL knows each by the same name (a list under another name is refused).
     assert db.execute("SELECT rcll._known_channels(%s)", (list(CHANNELS),)).fetchone() == (True,)
 

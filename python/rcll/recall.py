@@ -71,7 +71,9 @@ def _named(names: Sequence[str], casts: dict[str, str] | None = None) -> sql.Com
 # What a recall may read, resolved once per statement (rcll.recall_scope: its parameters are
 # RecallRequest's scope fields, a test holds the two lists equal).
 _SCOPE = sql.SQL("rcll.recall_scope({})").format(_named(SCOPE, {"as_of": "timestamptz"}))
-_WEIGHTS = _named([f"{c}_weight" for c in CHANNELS])
+# The channels' weights, one value (rcll.channel_weights: its parameters are the channel names).
+_WEIGHTS = sql.SQL("weights => rcll.channel_weights({})").format(sql.SQL(", ").join(
+    sql.SQL("{} => {}").format(sql.Identifier(c), sql.Placeholder(f"{c}_weight")) for c in CHANNELS))
 _CHANNEL_ARGS = _named(["query_embedding", "entity_query_embedding", "time_range", "reference_time",
                         "channel_limit", "deadline_ms"], {"time_range": "tstzrange", "reference_time": "timestamptz"})
 

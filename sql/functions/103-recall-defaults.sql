@@ -24,13 +24,59 @@ CREATE OR REPLACE FUNCTION rcll.recall_channel_names()
 RETURNS text[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-    -- The order of the <channel>_weight parameters of rcll.recall_candidates, rcll.recall_channels
-    -- and rcll.fuse_candidates (the fusion reads a channel's weight at its position here). A list of
-    -- names anywhere else in sql/ reads this one; a channel's own code (the part of recall_channels
-    -- that runs it, its rank_<channel> column) carries its name, and tests/test_defaults.py holds
-    -- each of those to this list. Immutable with no argument: the planner folds a call to a
+    -- The order of rcll.channel_weights' fields (rcll._weight_of reads a channel's weight at its
+    -- position here). A list of names anywhere else in sql/ reads this one; a channel's own code
+    -- (the part of recall_channels that runs it, its rank_<channel> column) carries its name, and
+    -- tests/test_defaults.py holds each of those to this list. Immutable with no argument: the planner folds a call to a
     -- constant, so reading it costs a recall nothing.
     SELECT '{dense,lexical,graph,temporal,entity,session,context}'::text[]
 $$;
 COMMENT ON FUNCTION rcll.recall_channel_names()
-    IS 'The recall channels'' names, in the order of the recall functions'' <channel>_weight parameters: dense, lexical, graph, temporal, entity, session, context (the context channel is off unless context_weight > 0). rcll.recall_channels'' channel column and rcll.fuse_candidates'' rank_<channel> columns use these names.';
+    IS 'The recall channels'' names, in the order of rcll.channel_weights'' fields: dense, lexical, graph, temporal, entity, session, context (the context channel is off unless its weight is above 0). rcll.recall_channels'' channel column and rcll.fuse_candidates'' rank_<channel> columns use these names.';
+
+CREATE OR REPLACE FUNCTION rcll.channel_weights(
+    dense    double precision DEFAULT 1.0,
+    lexical  double precision DEFAULT 1.0,
+    graph    double precision DEFAULT 1.0,
+    temporal double precision DEFAULT 1.0,
+    entity   double precision DEFAULT 1.0,
+    session  double precision DEFAULT 1.0,
+    context  double precision DEFAULT 0.0)
+RETURNS rcll.channel_weights
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+DECLARE
+    w constant double precision[] := ARRAY[dense, lexical, graph, temporal, entity, session, context];
+    i integer;
+BEGIN
+    -- Immutable: with constant arguments (a default, a literal) the planner makes the call a constant.
+    FOR i IN 1 .. cardinality(w) LOOP
+        IF w[i] IS NULL OR NOT (w[i] >= 0 AND w[i] < 'Infinity'::double precision) THEN  -- NaN is above Infinity
+            RAISE EXCEPTION 'weights.%: % is not a weight', (rcll.recall_channel_names())[i], coalesce(w[i]::text, 'NULL')
+                USING ERRCODE = 'RC001', COLUMN = 'weights.' || (rcll.recall_channel_names())[i],
+                      HINT = 'Give each channel a finite weight of 0 or more (0 skips the channel).';
+        END IF;
+    END LOOP;
+    RETURN ROW(dense, lexical, graph, temporal, entity, session, context)::rcll.channel_weights;
+END
+$$;
+COMMENT ON FUNCTION rcll.channel_weights(double precision, double precision, double precision, double precision, double precision, double precision, double precision)
+    IS 'The recall channels'' weights as one value, for rcll.recall_candidates, rcll.recall_channels and rcll.fuse_candidates: each channel''s z-score is multiplied by its weight in the fusion, and a weight of 0 skips the channel. Defaults: 1 for dense, lexical, graph, temporal, entity and session, 0 for context (off). RC001 names a weight that is NULL, negative or not finite. From psql: rcll.channel_weights(graph => 0, context => 0.5).';
+
+CREATE OR REPLACE FUNCTION rcll._weight_of(weights rcll.channel_weights, channel text)
+RETURNS double precision
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    -- in rcll.recall_channel_names() order, as the type's fields are
+    SELECT (ARRAY[(weights).dense, (weights).lexical, (weights).graph, (weights).temporal, (weights).entity,
+                  (weights).session, (weights).context])[array_position(rcll.recall_channel_names(), channel)]
+$$;
+COMMENT ON FUNCTION rcll._weight_of(rcll.channel_weights, text) IS 'Internal: the weight weights gives a channel (by name); NULL for a name that is no channel.';
+
+CREATE OR REPLACE FUNCTION rcll._channel_runs(channel text, weights rcll.channel_weights, channels text[])
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT rcll._weight_of(weights, channel) > 0 AND (channels IS NULL OR channel = ANY (channels))
+$$;
+COMMENT ON FUNCTION rcll._channel_runs(text, rcll.channel_weights, text[]) IS 'Internal: whether a recall runs a channel: its weight is above 0 and channels is NULL (all) or names it.';

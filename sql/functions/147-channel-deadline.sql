@@ -1,19 +1,17 @@
 -- Recall phase 2 under a deadline: a channel starts only while the deadline leaves it time.
 
-CREATE OR REPLACE FUNCTION rcll._channels_in_run_order(weights double precision[], channels text[])
+CREATE OR REPLACE FUNCTION rcll._channels_in_run_order(weights rcll.channel_weights, channels text[])
 RETURNS text[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
     -- The order rcll.recall_channels runs its channels in (dense and the BM25 pair first: the
-    -- channels a recall gains most from), kept to those the call runs: a weight above 0 (weights
-    -- in rcll.recall_channel_names() order) and named in channels (NULL: all).
+    -- channels a recall gains most from), kept to those the call runs (rcll._channel_runs).
     SELECT coalesce(array_agg(r.name ORDER BY r.n), '{}')
     FROM unnest('{dense,context,lexical,session,graph,temporal,entity}'::text[]) WITH ORDINALITY AS r(name, n)
-    WHERE _channels_in_run_order.weights[array_position(rcll.recall_channel_names(), r.name)] > 0
-      AND (_channels_in_run_order.channels IS NULL OR r.name = ANY (_channels_in_run_order.channels))
+    WHERE rcll._channel_runs(r.name, _channels_in_run_order.weights, _channels_in_run_order.channels)
 $$;
-COMMENT ON FUNCTION rcll._channels_in_run_order(double precision[], text[])
-    IS 'Internal: the channels rcll.recall_channels runs, in the order it runs them (dense, context, lexical, session, graph, temporal, entity), given the weights in rcll.recall_channel_names() order and the channels asked for (NULL: all).';
+COMMENT ON FUNCTION rcll._channels_in_run_order(rcll.channel_weights, text[])
+    IS 'Internal: the channels rcll.recall_channels runs, in the order it runs them (dense, context, lexical, session, graph, temporal, entity), given the weights and the channels asked for (NULL: all).';
 
 CREATE OR REPLACE FUNCTION rcll._channel_starts(channel text, deadline_ms integer, run_order text[])
 RETURNS boolean

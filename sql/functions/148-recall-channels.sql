@@ -1,13 +1,5 @@
 -- Recall phase 2: every channel's ranked list, before fusion - one call for all of them, or any subset.
 
-CREATE OR REPLACE FUNCTION rcll._runs_channel(channel text, channels text[])
-RETURNS boolean
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$
-    SELECT channels IS NULL OR channel = ANY (channels)
-$$;
-COMMENT ON FUNCTION rcll._runs_channel(text, text[]) IS 'Internal: whether rcll.recall_channels runs a channel: channels is NULL (all) or names it.';
-
 CREATE OR REPLACE FUNCTION rcll._known_channels(channels text[])
 RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
@@ -34,13 +26,7 @@ CREATE OR REPLACE FUNCTION rcll.recall_channels(
     time_range             tstzrange DEFAULT NULL,
     reference_time         timestamptz DEFAULT now(),
     channel_limit          integer DEFAULT (rcll.recall_defaults()).channel_limit,
-    dense_weight           double precision DEFAULT 1.0,
-    lexical_weight         double precision DEFAULT 1.0,
-    graph_weight           double precision DEFAULT 1.0,
-    temporal_weight        double precision DEFAULT 1.0,
-    entity_weight          double precision DEFAULT 1.0,
-    session_weight         double precision DEFAULT 1.0,
-    context_weight         double precision DEFAULT 0.0,
+    weights                rcll.channel_weights DEFAULT rcll.channel_weights(),
     channels               text[] DEFAULT NULL,
     deadline_ms            integer DEFAULT NULL)
 RETURNS TABLE (channel text, unit_id bigint, score double precision, rank integer)
@@ -57,20 +43,18 @@ AS $$
     -- one-time filter, evaluated when the channel's turn comes; a channel it stops never runs.
     -- Without deadline_ms the check is not even called, and the statement does what it did before.
     WITH run AS (
-        SELECT rcll._channels_in_run_order(ARRAY[recall_channels.dense_weight, recall_channels.lexical_weight,
-            recall_channels.graph_weight, recall_channels.temporal_weight, recall_channels.entity_weight,
-            recall_channels.session_weight, recall_channels.context_weight], recall_channels.channels) AS channels
+        SELECT rcll._channels_in_run_order(recall_channels.weights, recall_channels.channels) AS channels
     ), d AS (
         SELECT c.unit_id, c.score, c.rank FROM rcll.channel_dense(
             query_embedding => recall_channels.query_embedding, scope => recall_channels.scope,
             "limit" => recall_channels.channel_limit) c
-        WHERE ((recall_channels.dense_weight > 0 AND rcll._runs_channel('dense', recall_channels.channels))
-               OR (recall_channels.context_weight > 0 AND rcll._runs_channel('context', recall_channels.channels)))
+        WHERE (rcll._channel_runs('dense', recall_channels.weights, recall_channels.channels)
+               OR rcll._channel_runs('context', recall_channels.weights, recall_channels.channels))
           AND (recall_channels.query_embedding IS NOT NULL OR rcll._notice(
                 'recall: dense channel skipped: no query_embedding was passed',
                 'Pass query_embedding (the rcll Python client does), or let rcll.recall embed the query in the database (SELECT rcll.enable_in_database_models(...)).'))
           AND (recall_channels.deadline_ms IS NULL OR rcll._channel_starts(
-                CASE WHEN recall_channels.dense_weight > 0 AND rcll._runs_channel('dense', recall_channels.channels)
+                CASE WHEN rcll._channel_runs('dense', recall_channels.weights, recall_channels.channels)
                      THEN 'dense' ELSE 'context' END, recall_channels.deadline_ms, (SELECT run.channels FROM run)))
     ), ctx AS (
         -- Context (off by default since the session and entity channels: research/locomo/RESEARCH.md, third round):
@@ -79,7 +63,7 @@ AS $$
             query_embedding => recall_channels.query_embedding,
             seeds => (SELECT array_agg(d.unit_id) FROM d WHERE d.rank <= 100),
             scope => recall_channels.scope, "limit" => recall_channels.channel_limit) c
-        WHERE recall_channels.context_weight > 0 AND rcll._runs_channel('context', recall_channels.channels)
+        WHERE rcll._channel_runs('context', recall_channels.weights, recall_channels.channels)
           AND (recall_channels.deadline_ms IS NULL OR rcll._channel_starts('context', recall_channels.deadline_ms, (SELECT run.channels FROM run)))
     ), bm25 AS (
         -- The lexical and session channels share one candidate scan (rcll._bm25_channels).
@@ -88,21 +72,21 @@ AS $$
             query_embedding => recall_channels.query_embedding, "limit" => recall_channels.channel_limit,
             -- arguments, evaluated in this order when the scan starts: the lexical channel's
             -- check (it always runs: it only counts the step), then the session channel's
-            lexical => recall_channels.lexical_weight > 0 AND rcll._runs_channel('lexical', recall_channels.channels)
+            lexical => rcll._channel_runs('lexical', recall_channels.weights, recall_channels.channels)
                        AND (recall_channels.deadline_ms IS NULL OR rcll._channel_starts('lexical', recall_channels.deadline_ms, (SELECT run.channels FROM run))),
-            session => recall_channels.session_weight > 0 AND rcll._runs_channel('session', recall_channels.channels)
+            session => rcll._channel_runs('session', recall_channels.weights, recall_channels.channels)
                        AND (recall_channels.deadline_ms IS NULL OR rcll._channel_starts('session', recall_channels.deadline_ms, (SELECT run.channels FROM run)))) c
     ), g AS (
         SELECT c.unit_id, c.score, c.rank FROM rcll.channel_graph(
             query => recall_channels.query, scope => recall_channels.scope, "limit" => recall_channels.channel_limit) c
-        WHERE recall_channels.graph_weight > 0 AND rcll._runs_channel('graph', recall_channels.channels)
+        WHERE rcll._channel_runs('graph', recall_channels.weights, recall_channels.channels)
           AND (recall_channels.deadline_ms IS NULL OR rcll._channel_starts('graph', recall_channels.deadline_ms, (SELECT run.channels FROM run)))
     ), t AS (
         SELECT c.unit_id, c.score, c.rank FROM rcll.channel_temporal(
             query => recall_channels.query, scope => recall_channels.scope,
             time_range => recall_channels.time_range, reference_time => recall_channels.reference_time,
             query_embedding => recall_channels.query_embedding, "limit" => recall_channels.channel_limit) c
-        WHERE recall_channels.temporal_weight > 0 AND rcll._runs_channel('temporal', recall_channels.channels)
+        WHERE rcll._channel_runs('temporal', recall_channels.weights, recall_channels.channels)
           AND (recall_channels.deadline_ms IS NULL OR rcll._channel_starts('temporal', recall_channels.deadline_ms, (SELECT run.channels FROM run)))
     ), e AS (
         -- Without the embedding of the query minus its names, the query's own (psql: still works).
@@ -110,12 +94,12 @@ AS $$
             query => recall_channels.query, scope => recall_channels.scope,
             query_embedding => coalesce(recall_channels.entity_query_embedding, recall_channels.query_embedding),
             "limit" => recall_channels.channel_limit) c
-        WHERE recall_channels.entity_weight > 0 AND rcll._runs_channel('entity', recall_channels.channels)
+        WHERE rcll._channel_runs('entity', recall_channels.weights, recall_channels.channels)
           AND (recall_channels.deadline_ms IS NULL OR rcll._channel_starts('entity', recall_channels.deadline_ms, (SELECT run.channels FROM run)))
     )
     SELECT x.* FROM (
         SELECT 'dense'::text AS channel, d.unit_id, d.score, d.rank FROM d
-        WHERE recall_channels.dense_weight > 0 AND rcll._runs_channel('dense', recall_channels.channels)
+        WHERE rcll._channel_runs('dense', recall_channels.weights, recall_channels.channels)
         UNION ALL SELECT 'context', ctx.unit_id, ctx.score, ctx.rank FROM ctx
         UNION ALL SELECT bm25.channel, bm25.unit_id, bm25.score, bm25.rank FROM bm25
         UNION ALL SELECT 'graph', g.unit_id, g.score, g.rank FROM g
@@ -124,5 +108,5 @@ AS $$
     -- checked once, before any channel runs: a misspelt name is an error, not an empty list
     WHERE rcll._known_channels(recall_channels.channels)
 $$;
-COMMENT ON FUNCTION rcll.recall_channels(text, rcll.recall_scope, vector, vector, tstzrange, timestamptz, integer, double precision, double precision, double precision, double precision, double precision, double precision, double precision, text[], integer)
-    IS 'Recall phase 2 without the fusion: each channel''s own ranked list (channel = dense, context, lexical, graph, temporal, entity or session; score and rank as that channel gives them), every channel filtered before ranking by scope (rcll.recall_scope). channels (NULL: all) names the ones to run, and a weight of 0 skips one too; the context channel runs only with context_weight > 0. rcll.fuse_candidates fuses the lists; rcll.recall_candidates is the two in one call. Clients run subsets on separate connections side by side and fuse afterwards. deadline_ms (default none; counted from the statement''s start) starts each channel, in the order dense, context, lexical, session, graph, temporal, entity, only while the time spent plus the mean time of the channels run so far (twice that for the lexical and session channels'' one scan) leaves 15% of it (at least 40 ms) for the fusion and the rerank; the first that does not fit and every later one are skipped (one NOTICE names them), except the lexical channel when no channel ran before it (a recall is never empty for want of time). From psql: SELECT * FROM rcll.recall_channels(''deploy'', rcll.recall_scope(''fleet''), channels => ''{lexical,session}'').';
+COMMENT ON FUNCTION rcll.recall_channels(text, rcll.recall_scope, vector, vector, tstzrange, timestamptz, integer, rcll.channel_weights, text[], integer)
+    IS 'Recall phase 2 without the fusion: each channel''s own ranked list (channel = dense, context, lexical, graph, temporal, entity or session; score and rank as that channel gives them), every channel filtered before ranking by scope (rcll.recall_scope). channels (NULL: all) names the ones to run, and a weight of 0 in weights (rcll.channel_weights) skips one too; the context channel runs only with a context weight above 0. rcll.fuse_candidates fuses the lists; rcll.recall_candidates is the two in one call. Clients run subsets on separate connections side by side and fuse afterwards. deadline_ms (default none; counted from the statement''s start) starts each channel, in the order dense, context, lexical, session, graph, temporal, entity, only while the time spent plus the mean time of the channels run so far (twice that for the lexical and session channels'' one scan) leaves 15% of it (at least 40 ms) for the fusion and the rerank; the first that does not fit and every later one are skipped (one NOTICE names them), except the lexical channel when no channel ran before it (a recall is never empty for want of time). From psql: SELECT * FROM rcll.recall_channels(''deploy'', rcll.recall_scope(''fleet''), channels => ''{lexical,session}'').';

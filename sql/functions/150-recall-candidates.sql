@@ -6,13 +6,7 @@ CREATE OR REPLACE FUNCTION rcll.fuse_candidates(
     unit_ids        bigint[],
     scores          double precision[],
     ranks           integer[],
-    dense_weight    double precision DEFAULT 1.0,
-    lexical_weight  double precision DEFAULT 1.0,
-    graph_weight    double precision DEFAULT 1.0,
-    temporal_weight double precision DEFAULT 1.0,
-    entity_weight   double precision DEFAULT 1.0,
-    session_weight  double precision DEFAULT 1.0,
-    context_weight  double precision DEFAULT 0.0,
+    weights         rcll.channel_weights DEFAULT rcll.channel_weights(),
     "limit"         integer DEFAULT (rcll.recall_defaults()).candidate_limit)
 RETURNS TABLE (unit_id bigint, text text, room text, hall text, layer text, author text, thread text,
                tags text[], valid tstzrange, occurred_start timestamptz, mentioned_at timestamptz,
@@ -23,13 +17,9 @@ LANGUAGE sql STABLE
 AS $$
     WITH hits AS (
         -- One row per (channel, unit): rcll.recall_channels' rows, as four parallel arrays, each
-        -- with its channel's weight: the weights are in rcll.recall_channel_names()' order (a
-        -- constant to the planner), gathered once per call.
+        -- with its channel's weight.
         SELECT h.channel AS ch, h.unit_id, h.score, h.rank,
-               coalesce((SELECT ARRAY[fuse_candidates.dense_weight, fuse_candidates.lexical_weight,
-                                      fuse_candidates.graph_weight, fuse_candidates.temporal_weight,
-                                      fuse_candidates.entity_weight, fuse_candidates.session_weight,
-                                      fuse_candidates.context_weight])[array_position(rcll.recall_channel_names(), h.channel)],
+               coalesce(rcll._weight_of(fuse_candidates.weights, h.channel),
                         -- a list under a name that is no channel is an error, not a list
                         -- silently dropped; only such a row (or a NULL weight) evaluates this
                         CASE WHEN rcll._known_channels(ARRAY[h.channel]) THEN NULL::double precision END) AS w
@@ -103,8 +93,8 @@ AS $$
         unit_ids => (SELECT array_agg(kept.unit_id) FROM kept), scope => fuse_candidates.scope) p ON p.unit_id = k.unit_id
     ORDER BY k.score DESC, k.unit_id
 $$;
-COMMENT ON FUNCTION rcll.fuse_candidates(rcll.recall_scope, text[], bigint[], double precision[], integer[], double precision, double precision, double precision, double precision, double precision, double precision, double precision, integer)
-    IS 'Recall phase 3: channel lists (rcll.recall_channels'' rows as the parallel arrays channels, unit_ids, scores, ranks) fused by a per-query z-score sum: each channel''s scores standardised over its own list, a unit it did not return at its lowest z, a channel with fewer than two hits or flat scores silent; fused_score = sum of weight * z (a weight of 0 drops a channel). Of the best "limit" units, those that pass scope now (a unit out of it is dropped, not replaced), each with its axes, the fused score, its rank in each channel (NULL = not found there) and context, the last 16 words of the chunk before it in its document when that chunk passes the same scope (the reranker''s second view). Lists read side by side on several connections fuse exactly as lists read in one call.';
+COMMENT ON FUNCTION rcll.fuse_candidates(rcll.recall_scope, text[], bigint[], double precision[], integer[], rcll.channel_weights, integer)
+    IS 'Recall phase 3: channel lists (rcll.recall_channels'' rows as the parallel arrays channels, unit_ids, scores, ranks) fused by a per-query z-score sum: each channel''s scores standardised over its own list, a unit it did not return at its lowest z, a channel with fewer than two hits or flat scores silent; fused_score = sum of weight * z, the weights one value (rcll.channel_weights; a weight of 0 drops a channel). Of the best "limit" units, those that pass scope now (a unit out of it is dropped, not replaced), each with its axes, the fused score, its rank in each channel (NULL = not found there) and context, the last 16 words of the chunk before it in its document when that chunk passes the same scope (the reranker''s second view). Lists read side by side on several connections fuse exactly as lists read in one call.';
 
 CREATE OR REPLACE FUNCTION rcll._text_query_embedding(query text)
 RETURNS vector
@@ -141,13 +131,7 @@ CREATE OR REPLACE FUNCTION rcll.recall_candidates(
     time_range             tstzrange DEFAULT NULL,
     reference_time         timestamptz DEFAULT now(),
     channel_limit          integer DEFAULT (rcll.recall_defaults()).channel_limit,
-    dense_weight           double precision DEFAULT 1.0,
-    lexical_weight         double precision DEFAULT 1.0,
-    graph_weight           double precision DEFAULT 1.0,
-    temporal_weight        double precision DEFAULT 1.0,
-    entity_weight          double precision DEFAULT 1.0,
-    session_weight         double precision DEFAULT 1.0,
-    context_weight         double precision DEFAULT 0.0,
+    weights                rcll.channel_weights DEFAULT rcll.channel_weights(),
     "limit"                integer DEFAULT (rcll.recall_defaults()).candidate_limit,
     deadline_ms            integer DEFAULT NULL)
 RETURNS TABLE (unit_id bigint, text text, room text, hall text, layer text, author text, thread text,
@@ -172,19 +156,12 @@ AS $$
                                 rcll._text_query_entity_embedding(recall_candidates.query, (recall_candidates.scope).bank_id))
                   ELSE recall_candidates.entity_query_embedding END,
               time_range => recall_candidates.time_range, reference_time => recall_candidates.reference_time,
-              channel_limit => recall_candidates.channel_limit, dense_weight => recall_candidates.dense_weight,
-              lexical_weight => recall_candidates.lexical_weight, graph_weight => recall_candidates.graph_weight,
-              temporal_weight => recall_candidates.temporal_weight, entity_weight => recall_candidates.entity_weight,
-              session_weight => recall_candidates.session_weight, context_weight => recall_candidates.context_weight,
+              channel_limit => recall_candidates.channel_limit, weights => recall_candidates.weights,
               deadline_ms => recall_candidates.deadline_ms) c) h
     CROSS JOIN LATERAL rcll.fuse_candidates(
         scope => recall_candidates.scope, channels => h.channels, unit_ids => h.unit_ids, scores => h.scores,
-        ranks => h.ranks, dense_weight => recall_candidates.dense_weight,
-        lexical_weight => recall_candidates.lexical_weight, graph_weight => recall_candidates.graph_weight,
-        temporal_weight => recall_candidates.temporal_weight, entity_weight => recall_candidates.entity_weight,
-        session_weight => recall_candidates.session_weight, context_weight => recall_candidates.context_weight,
-        "limit" => recall_candidates."limit") f
+        ranks => h.ranks, weights => recall_candidates.weights, "limit" => recall_candidates."limit") f
     ORDER BY f.fused_score DESC, f.unit_id
 $$;
-COMMENT ON FUNCTION rcll.recall_candidates(text, rcll.recall_scope, vector, vector, tstzrange, timestamptz, integer, double precision, double precision, double precision, double precision, double precision, double precision, double precision, integer, integer)
-    IS 'Recall without the rerank: the dense, lexical, graph, temporal, entity (who: units linked to an entity the query names, ranked by entity_query_embedding - the query without its names, rcll.query_without_entities - else query_embedding) and session (where: documents by BM25 over their whole text) channels, each at most channel_limit units, all filtered before ranking, fused by a per-query z-score sum: each channel''s scores standardised over its own list, a unit it did not return at its lowest z, a channel with fewer than two hits or flat scores silent; fused_score = sum of weight * z. The context channel (dense hits read with the chunk before them) runs only with context_weight > 0. Each row: the unit, its axes, the fused score, its rank in each channel (NULL = not found there) and context, the last 16 words of the chunk before it in its document when that chunk passes the same scope (the reranker''s second view). What it may read is one value, scope (rcll.recall_scope: bank, rooms, authors, filters), built once by the caller and passed to every channel; a weight of 0 skips a channel. Without query_embedding the query is embedded by the model service or the in-database models where registered (rcll.use_model_service, rcll.enable_in_database_models), else the dense channel is skipped (NOTICE). deadline_ms (default none; counted from the statement''s start) bounds the channels: each starts only while the deadline leaves it time (rcll.recall_channels), the lexical channel when none ran before it. From psql: SELECT * FROM rcll.recall_candidates(''deploy'', rcll.recall_scope(''fleet'', rooms => ''{deployment}'')).';
+COMMENT ON FUNCTION rcll.recall_candidates(text, rcll.recall_scope, vector, vector, tstzrange, timestamptz, integer, rcll.channel_weights, integer, integer)
+    IS 'Recall without the rerank: the dense, lexical, graph, temporal, entity (who: units linked to an entity the query names, ranked by entity_query_embedding - the query without its names, rcll.query_without_entities - else query_embedding) and session (where: documents by BM25 over their whole text) channels, each at most channel_limit units, all filtered before ranking, fused by a per-query z-score sum: each channel''s scores standardised over its own list, a unit it did not return at its lowest z, a channel with fewer than two hits or flat scores silent; fused_score = sum of weight * z, the weights one value (rcll.channel_weights: each channel''s, 0 skips it). The context channel (dense hits read with the chunk before them) runs only with a context weight above 0. Each row: the unit, its axes, the fused score, its rank in each channel (NULL = not found there) and context, the last 16 words of the chunk before it in its document when that chunk passes the same scope (the reranker''s second view). What it may read is one value, scope (rcll.recall_scope: bank, rooms, authors, filters), built once by the caller and passed to every channel; so are the weights. Without query_embedding the query is embedded by the model service or the in-database models where registered (rcll.use_model_service, rcll.enable_in_database_models), else the dense channel is skipped (NOTICE). deadline_ms (default none; counted from the statement''s start) bounds the channels: each starts only while the deadline leaves it time (rcll.recall_channels), the lexical channel when none ran before it. From psql: SELECT * FROM rcll.recall_candidates(''deploy'', rcll.recall_scope(''fleet'', rooms => ''{deployment}''), weights => rcll.channel_weights(graph => 0)).';

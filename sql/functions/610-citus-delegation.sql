@@ -77,13 +77,7 @@ CREATE OR REPLACE FUNCTION rcll.recall_candidates_in_bank(
     time_range             tstzrange DEFAULT NULL,
     reference_time         timestamptz DEFAULT now(),
     channel_limit          integer DEFAULT (rcll.recall_defaults()).channel_limit,
-    dense_weight           double precision DEFAULT 1.0,
-    lexical_weight         double precision DEFAULT 1.0,
-    graph_weight           double precision DEFAULT 1.0,
-    temporal_weight        double precision DEFAULT 1.0,
-    entity_weight          double precision DEFAULT 1.0,
-    session_weight         double precision DEFAULT 1.0,
-    context_weight         double precision DEFAULT 0.0,
+    weights                rcll.channel_weights DEFAULT rcll.channel_weights(),
     "limit"                integer DEFAULT (rcll.recall_defaults()).candidate_limit,
     deadline_ms            integer DEFAULT NULL)
 RETURNS TABLE (unit_id bigint, text text, room text, hall text, layer text, author text, thread text,
@@ -100,13 +94,10 @@ AS $$
         entity_query_embedding => recall_candidates_in_bank.entity_query_embedding,
         time_range => recall_candidates_in_bank.time_range, reference_time => recall_candidates_in_bank.reference_time,
         channel_limit => recall_candidates_in_bank.channel_limit,
-        dense_weight => recall_candidates_in_bank.dense_weight, lexical_weight => recall_candidates_in_bank.lexical_weight,
-        graph_weight => recall_candidates_in_bank.graph_weight, temporal_weight => recall_candidates_in_bank.temporal_weight,
-        entity_weight => recall_candidates_in_bank.entity_weight, session_weight => recall_candidates_in_bank.session_weight,
-        context_weight => recall_candidates_in_bank.context_weight, "limit" => recall_candidates_in_bank."limit",
+        weights => recall_candidates_in_bank.weights, "limit" => recall_candidates_in_bank."limit",
         deadline_ms => recall_candidates_in_bank.deadline_ms)
 $$;
-COMMENT ON FUNCTION rcll.recall_candidates_in_bank(integer, text, rcll.recall_scope, vector, vector, tstzrange, timestamptz, integer, double precision, double precision, double precision, double precision, double precision, double precision, double precision, integer, integer)
+COMMENT ON FUNCTION rcll.recall_candidates_in_bank(integer, text, rcll.recall_scope, vector, vector, tstzrange, timestamptz, integer, rcll.channel_weights, integer, integer)
     IS 'rcll.recall_candidates (recall phases 2-3) with the bank''s id first: on a Citus cluster the Python client sends it, outside a transaction block (Citus delegates only a top-level call), and the channels and the fusion run on the worker holding the bank. On one node it is rcll.recall_candidates. RC001 when the id is not the scope''s.';
 
 CREATE OR REPLACE FUNCTION rcll._citus_delegate()
@@ -120,7 +111,7 @@ BEGIN
     -- force_delegation: every statement inside must stay on the bank's shards (Citus checks it).
     FOREACH f IN ARRAY ARRAY[
         'rcll.recall_in_bank(integer, text, rcll.recall_scope, integer, integer, integer, integer, public.vector, tstzrange, timestamptz, integer, public.vector)'::regprocedure,
-        'rcll.recall_candidates_in_bank(integer, text, rcll.recall_scope, public.vector, public.vector, tstzrange, timestamptz, integer, double precision, double precision, double precision, double precision, double precision, double precision, double precision, integer, integer)'::regprocedure] LOOP
+        'rcll.recall_candidates_in_bank(integer, text, rcll.recall_scope, public.vector, public.vector, tstzrange, timestamptz, integer, rcll.channel_weights, integer, integer)'::regprocedure] LOOP
         PERFORM pg_catalog.create_distributed_function(f, 'bank_id', colocate_with => 'rcll.memory_units',
                                                        force_delegation => true);
         n := n + 1;
