@@ -1,7 +1,7 @@
 -- Forget: remove memories by selector with everything derived from them, so that the bank is what
 -- it would be had they never been retained - and record who forgot what, never the content.
 --
--- The cascade (rcll._forget_units) is one function that forget, the expiry sweep
+-- The cascade (rcll._forget_units, in eight steps) is one function that forget, the expiry sweep
 -- (260-expiry.sql) and a bank's own units share: documents whose every unit goes are deleted,
 -- a document that keeps some units is redacted to their texts; units go with their embeddings,
 -- lexicon rows (unit_lexicon, and document_lexicon through its triggers), entity mentions and
@@ -51,42 +51,17 @@ $$;
 COMMENT ON FUNCTION rcll._actable_bank(text)
     IS 'Internal: the id of a bank the session''s role may change from inside a SECURITY DEFINER function - unknown, or hidden by bank isolation (rcll._visible_banks of session_user): RC002; a role without INSERT on memory_units: RC006.';
 
-CREATE OR REPLACE FUNCTION rcll._forget_units(bank_id integer, unit_ids bigint[], document_ids bigint[], dry_run boolean)
-RETURNS jsonb
-LANGUAGE plpgsql VOLATILE
+CREATE OR REPLACE FUNCTION rcll._forget_plan(b integer, unit_ids bigint[], document_ids bigint[],
+    OUT gone bigint[], OUT obs_gone bigint[], OUT requeue bigint[], OUT full_docs bigint[], OUT part_docs bigint[],
+    OUT reopen bigint[], OUT touched bigint[], OUT orphans bigint[], OUT rooms_in text[], OUT dead_rooms text[],
+    OUT counts jsonb)
+LANGUAGE plpgsql STABLE
 AS $$
-DECLARE
-    b         integer := _forget_units.bank_id;
-    full_docs bigint[];
-    part_docs bigint[];
-    gone      bigint[];
-    obs_gone  bigint[];
-    requeue   bigint[];
-    reopen    bigint[];
-    touched   bigint[];
-    orphans   bigint[];
-    rooms_in  text[];
-    dead_rooms text[];
-    relink    bigint[];
-    gone_new_rooms text[];
-    grp       record;
-    counts    jsonb;
-    st        record;
-    freed     text[] := '{}';
-    resupersede bigint[];
-    thresholds double precision[];
-    cand      bigint;
-    i         integer;
-    ent       record;
-    first_name text;
 BEGIN
-    IF NOT dry_run THEN
-        PERFORM rcll._bank_write_guard(b, true);
-    END IF;
     -- Units selected, and every unit of a selected document.
     gone := ARRAY(SELECT u.unit_id FROM rcll.memory_units u
-                  WHERE u.bank_id = b AND (u.unit_id = ANY (_forget_units.unit_ids)
-                                           OR u.document_id = ANY (_forget_units.document_ids)));
+                  WHERE u.bank_id = b AND (u.unit_id = ANY (_forget_plan.unit_ids)
+                                           OR u.document_id = ANY (_forget_plan.document_ids)));
     -- Observations one of whose sources goes: removed, not re-derived - their text was written
     -- from every source, the forgotten ones included, and only a model could write it again
     -- without them (the surviving sources are queued: the next consolidation does).
@@ -100,7 +75,7 @@ BEGIN
                        AND NOT l.to_unit = ANY (gone));
     full_docs := ARRAY(SELECT d.document_id FROM rcll.documents d
                        WHERE d.bank_id = b
-                         AND (d.document_id = ANY (_forget_units.document_ids)
+                         AND (d.document_id = ANY (_forget_plan.document_ids)
                               OR (EXISTS (SELECT 1 FROM rcll.memory_units u WHERE u.bank_id = d.bank_id AND u.document_id = d.document_id AND u.unit_id = ANY (gone))
                                   AND NOT EXISTS (SELECT 1 FROM rcll.memory_units u
                                                   WHERE u.bank_id = d.bank_id AND u.document_id = d.document_id AND NOT u.unit_id = ANY (gone)))));
@@ -141,9 +116,16 @@ BEGIN
         'rooms', coalesce(array_length(dead_rooms, 1), 0))
     INTO counts
     FROM rcll.memory_units u WHERE u.bank_id = b AND u.unit_id = ANY (gone);
-    IF dry_run THEN
-        RETURN counts;
-    END IF;
+END
+$$;
+COMMENT ON FUNCTION rcll._forget_plan(integer, bigint[], bigint[])
+    IS 'Internal: step 1 of rcll._forget_units, read before anything changes - what forgetting these units and documents of bank b removes: the units (gone, observations of a forgotten source included), the sources queued again, the documents deleted and redacted, the units current again, the entities touched and those left without units, the rooms touched and those left empty, and the counts per kind a forget reports (all a dry run returns).';
+
+CREATE OR REPLACE FUNCTION rcll._forget_redo_plan(b integer, gone bigint[],
+    OUT relink bigint[], OUT resupersede bigint[], OUT thresholds double precision[], OUT gone_new_rooms text[])
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
     gone_new_rooms := ARRAY(SELECT DISTINCT u.room FROM rcll.memory_units u
                             WHERE u.unit_id = ANY (gone) AND u.room IS NOT NULL AND u.tags @> ARRAY['room-new:' || u.room]);
     -- Extracted facts and observations linked to a forgotten unit: the links a retain made are its
@@ -163,7 +145,18 @@ BEGIN
     thresholds := ARRAY(SELECT max((l.provenance ->> 'threshold')::double precision) FROM unnest(resupersede) r(unit_id)
                         JOIN rcll.links l ON l.bank_id = b AND l.from_unit = r.unit_id AND l.link_type = 'supersedes' AND l.to_unit = ANY (gone)
                         GROUP BY r.unit_id ORDER BY r.unit_id);
+END
+$$;
+COMMENT ON FUNCTION rcll._forget_redo_plan(integer, bigint[])
+    IS 'Internal: step 2 of rcll._forget_units, read before anything changes - what the survivors must redo once the units in gone are gone: the facts and observations to link again, the facts to look again for what they supersede (with their thresholds), the rooms whose first write goes.';
 
+CREATE OR REPLACE FUNCTION rcll._forget_bank_stats(b integer, gone bigint[], full_docs bigint[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    st record;
+BEGIN
     -- The BM25 statistics a refresh counted lose exactly what goes: the units and documents that
     -- existed when it ran (written at or before refreshed_at). Later ones it never counted.
     SELECT s.refreshed_at, s.unit_count INTO st FROM rcll.bank_stats s WHERE s.bank_id = b FOR UPDATE;
@@ -176,7 +169,17 @@ BEGIN
               FROM rcll.memory_units u WHERE u.bank_id = b AND u.unit_id = ANY (gone) AND u.created_at <= st.refreshed_at) x
         WHERE s.bank_id = b;
     END IF;
+END
+$$;
+COMMENT ON FUNCTION rcll._forget_bank_stats(integer, bigint[], bigint[])
+    IS 'Internal: step 3 of rcll._forget_units - bank b''s refreshed BM25 statistics lose exactly the units and documents that go and that the refresh counted.';
 
+CREATE OR REPLACE FUNCTION rcll._forget_rows(b integer, gone bigint[], full_docs bigint[], part_docs bigint[],
+                                             reopen bigint[], requeue bigint[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
     -- Superseded only by a forgotten unit: current again. rcll.supersede closes only open units,
     -- so "current" is an open validity from the same start.
     UPDATE rcll.memory_units u
@@ -199,7 +202,18 @@ BEGIN
     FROM (SELECT u.document_id, string_agg(u.text, E'\n\n' ORDER BY u.chunk_index, u.unit_id) AS content
           FROM rcll.memory_units u WHERE u.bank_id = b AND u.document_id = ANY (part_docs) GROUP BY u.document_id) k
     WHERE d.document_id = k.document_id;
+END
+$$;
+COMMENT ON FUNCTION rcll._forget_rows(integer, bigint[], bigint[], bigint[], bigint[], bigint[])
+    IS 'Internal: step 4 of rcll._forget_units - the units superseded only by a forgotten one current again, the surviving sources queued again, the consolidation audit rows without the text, the units and whole documents deleted (embeddings, lexicon rows, mentions and links go with them), the documents that keep units redacted to their texts.';
 
+CREATE OR REPLACE FUNCTION rcll._forget_relink(b integer, relink bigint[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    grp record;
+BEGIN
     FOR grp IN SELECT array_agg(u.unit_id ORDER BY u.unit_id) AS ids,
                       coalesce((SELECT max(x.unit_id) FROM rcll.memory_units x WHERE x.bank_id = b AND x.document_id = min(u.document_id)),
                                max(u.unit_id)) AS horizon
@@ -207,7 +221,21 @@ BEGIN
                GROUP BY coalesce(u.document_id, -u.unit_id) ORDER BY 2 LOOP
         PERFORM rcll._link_units(b, grp.ids, horizon => grp.horizon);
     END LOOP;
+END
+$$;
+COMMENT ON FUNCTION rcll._forget_relink(integer, bigint[])
+    IS 'Internal: step 5 of rcll._forget_units - the surviving facts and observations that lost a linked neighbour linked again (rcll._link_units), per document, to the neighbours they would have had.';
 
+CREATE OR REPLACE FUNCTION rcll._forget_entities(b integer, touched bigint[])
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    orphans    bigint[];
+    freed      text[] := '{}';
+    ent        record;
+    first_name text;
+BEGIN
     -- Entities: what the surviving mentions alone would have made of them (rcll.unit_entities
     -- records what each mention said: migration 021). A known-entity mention (role 'mention') is
     -- only written when its entity already existed: one whose entity no earlier surviving unit
@@ -220,7 +248,6 @@ BEGIN
                      WHERE NOT EXISTS (SELECT 1 FROM rcll.unit_entities ue WHERE ue.bank_id = b AND ue.entity_id = e));
     freed := ARRAY(SELECT a.alias FROM rcll.entity_aliases a WHERE a.bank_id = b AND a.entity_id = ANY (orphans));
     DELETE FROM rcll.entities e WHERE e.bank_id = b AND e.entity_id = ANY (orphans);
-    counts := counts || jsonb_build_object('entities', coalesce(array_length(orphans, 1), 0));
     -- A spelling no surviving mention gave its entity goes (a person's own aliases stay).
     WITH gone_alias AS (
         DELETE FROM rcll.entity_aliases a
@@ -279,7 +306,20 @@ BEGIN
             embedding = CASE WHEN rcll._keyless_link(ent.first_role) THEN NULL ELSE e.embedding END
         WHERE e.entity_id = ent.entity_id;
     END LOOP;
+    RETURN coalesce(array_length(orphans, 1), 0);
+END
+$$;
+COMMENT ON FUNCTION rcll._forget_entities(integer, bigint[])
+    IS 'Internal: step 6 of rcll._forget_units - the touched entities made what the surviving mentions alone would have made: mentions of an entity no earlier surviving unit named go, entities left without mentions go, spellings no surviving mention gave go (or pass to the entity that would have had them first), survivors recounted, typed and named by their first mention. Returns how many entities went.';
 
+CREATE OR REPLACE FUNCTION rcll._forget_resupersede(b integer, resupersede bigint[], thresholds double precision[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    cand bigint;
+    i    integer;
+BEGIN
     -- Supersession looked again, as rcll.retain_facts does, among the units that existed before
     -- the fact was written (the search is that of retain_facts' step 4, with its own embedding).
     FOR i IN 1 .. coalesce(array_length(resupersede, 1), 0) LOOP
@@ -304,7 +344,16 @@ BEGIN
                                    'threshold', thresholds[i]));
         END IF;
     END LOOP;
+END
+$$;
+COMMENT ON FUNCTION rcll._forget_resupersede(integer, bigint[], double precision[])
+    IS 'Internal: step 7 of rcll._forget_units - a surviving fact that superseded a forgotten unit by its own text looks again, as rcll.retain_facts does, for what it would have superseded among the units before it.';
 
+CREATE OR REPLACE FUNCTION rcll._forget_rooms(b integer, rooms_in text[], dead_rooms text[], gone_new_rooms text[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
     -- A room whose first units went: the janitor tags a room's first write room-new:<room>, and
     -- had the forgotten units never been written, that was the first surviving write - all the
     -- chunks of its statement, or the one fact (facts are inserted one by one).
@@ -326,12 +375,49 @@ BEGIN
         DELETE FROM rcll.room_aliases a WHERE a.bank_id = b AND a.room = ANY (dead_rooms);
         DELETE FROM rcll.rooms r WHERE r.bank_id = b AND r.name = ANY (dead_rooms);
     END IF;
-    RETURN counts;
+END
+$$;
+COMMENT ON FUNCTION rcll._forget_rooms(integer, text[], text[], text[])
+    IS 'Internal: step 8 of rcll._forget_units - a room whose first write went has its first surviving write tagged room-new; rooms left empty leave the registry with their aliases and queued counts.';
+
+CREATE OR REPLACE FUNCTION rcll._forget_units(bank_id integer, unit_ids bigint[], document_ids bigint[], dry_run boolean)
+RETURNS jsonb
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    b    integer := _forget_units.bank_id;
+    plan record;
+    redo record;
+BEGIN
+    IF NOT dry_run THEN
+        PERFORM rcll._bank_write_guard(b, true);
+    END IF;
+    SELECT * INTO plan FROM rcll._forget_plan(b, _forget_units.unit_ids, _forget_units.document_ids);
+    IF dry_run THEN
+        RETURN plan.counts;
+    END IF;
+    -- Read before the rows go: the links that say what survivors must redo go with them.
+    SELECT * INTO redo FROM rcll._forget_redo_plan(b, plan.gone);
+    PERFORM rcll._forget_bank_stats(b, plan.gone, plan.full_docs);
+    PERFORM rcll._forget_rows(b, plan.gone, plan.full_docs, plan.part_docs, plan.reopen, plan.requeue);
+    PERFORM rcll._forget_relink(b, redo.relink);
+    plan.counts := plan.counts || jsonb_build_object('entities', rcll._forget_entities(b, plan.touched));
+    PERFORM rcll._forget_resupersede(b, redo.resupersede, redo.thresholds);
+    PERFORM rcll._forget_rooms(b, plan.rooms_in, plan.dead_rooms, redo.gone_new_rooms);
+    RETURN plan.counts;
 END
 $$;
 COMMENT ON FUNCTION rcll._forget_units(integer, bigint[], bigint[], boolean)
     IS 'Internal: forget these units and documents of a bank with everything derived from them (documents left without units, embeddings, lexicon rows, entity mentions, links, observations of a forgotten source - their surviving sources queued again -, entities left without units, rooms left empty, the refreshed BM25 statistics); a unit superseded by a forgotten one is current again; a document that keeps units is redacted to their texts. dry_run: count, change nothing. Returns the counts per kind. Not executable by PUBLIC: reached through rcll.forget and the expiry sweep.';
 REVOKE EXECUTE ON FUNCTION rcll._forget_units(integer, bigint[], bigint[], boolean) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rcll._forget_plan(integer, bigint[], bigint[]) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rcll._forget_redo_plan(integer, bigint[]) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rcll._forget_bank_stats(integer, bigint[], bigint[]) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rcll._forget_rows(integer, bigint[], bigint[], bigint[], bigint[], bigint[]) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rcll._forget_relink(integer, bigint[]) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rcll._forget_entities(integer, bigint[]) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rcll._forget_resupersede(integer, bigint[], double precision[]) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rcll._forget_rooms(integer, text[], text[], text[]) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION rcll._forget_log(bank_id integer, bank_name text, action text, selector jsonb,
                                             counts jsonb, reason text)
