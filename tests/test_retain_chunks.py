@@ -132,3 +132,36 @@ def test_cli_recall_prints_the_retained_text(dsn: str) -> None:
     proc = rcll("recall", "--bank", "b", "--dsn", dsn, "--json", "how do we deploy?")
     assert proc.returncode == 0, proc.stderr
     assert '"We deploy with Argo CD."' in proc.stdout
+
+
+# The fields every retain takes about its document, in this order, with these defaults: SQL has no
+# shared parameter list, so the two retain functions spell them each, and this holds them equal.
+DOCUMENT_FIELDS = ["source", "occurred_at", "room", "thread", "tags", "hall", "layer", "metadata", "via", "author"]
+
+
+def _document_parameters(db: psycopg.Connection[Any], function: str) -> list[tuple[str, str, str | None]]:
+    rows = db.execute("""
+        SELECT a.name, format_type(a.type, NULL), pg_get_function_arg_default(p.oid, a.n::integer)
+        FROM pg_proc p, unnest(p.proargnames, p.proargtypes::oid[]) WITH ORDINALITY AS a(name, type, n)
+        WHERE p.oid = %s::regproc ORDER BY a.n""", (function,)).fetchall()
+    return [r for r in rows if r[0] in DOCUMENT_FIELDS]
+
+
+def test_every_retain_takes_the_same_document_fields(db: psycopg.Connection[Any]) -> None:
+    chunks = _document_parameters(db, "rcll.retain_chunks")
+    assert [name for name, _, _ in chunks] == DOCUMENT_FIELDS
+    assert _document_parameters(db, "rcll.retain_facts") == chunks
+    # ... and Python writes them from one place, which names each.
+    assert list(Document("x").fields("api")) == DOCUMENT_FIELDS
+
+
+def test_a_failed_extraction_is_kept_as_tagged_chunks_with_its_calls(db: psycopg.Connection[Any], bank: str) -> None:
+    calls = '[{"purpose": "extract", "provider": "anthropic", "model": "m", "input_tokens": 5, "outcome": "failed"}]'
+    doc, ids, created = db.execute(
+        "SELECT * FROM rcll.retain_chunks('b', 'Kim runs nightly.', ARRAY['Kim runs nightly.'], NULL, tags => ARRAY['ops'],"
+        " extraction_error => 'timeout', llm_calls => %s)", (calls,)).fetchone()  # type: ignore[misc]
+    assert created and len(ids) == 1
+    assert db.execute("SELECT extraction, metadata ->> 'extraction_error' FROM rcll.documents WHERE document_id = %s",
+                      (doc,)).fetchone() == ("failed", "timeout")
+    assert db.execute("SELECT tags FROM rcll.memory_units").fetchone() == (["extraction:failed", "ops"],)
+    assert db.execute("SELECT count(*) FROM rcll.llm_calls WHERE document_id = %s", (doc,)).fetchone() == (1,)

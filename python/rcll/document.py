@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from psycopg.types.json import Jsonb
+
 from rcll.settings import DEFAULTS, Settings
 from rcll.validate import check_document
 
@@ -28,6 +30,13 @@ class Document:
     def check(self, settings: Settings = DEFAULTS) -> None:
         """Raise RcllError naming the field when this document cannot be retained (within settings' limits)."""
         check_document(self.content, self.tags, self.metadata, self.layer, settings)
+
+    def fields(self, via: str) -> dict[str, Any]:
+        """The document fields every SQL retain takes (rcll.retain_chunks and rcll.retain_facts spell
+        them alike: tests/test_retain_chunks.py), as the parameters of one call."""
+        return {"source": self.source, "occurred_at": self.occurred_at, "room": self.room, "thread": self.thread,
+                "tags": self.tags, "hall": self.hall, "layer": self.layer, "metadata": Jsonb(self.metadata),
+                "via": via, "author": self.author}
 
 
 @dataclass

@@ -61,10 +61,7 @@ def _write_chunks(conn: psycopg.Connection[Any], bank: str, doc: Document, chunk
             " embeddings => %(embeddings)s::vector[], source => %(source)s, occurred_at => %(occurred_at)s,"
             " room => %(room)s, thread => %(thread)s, tags => %(tags)s, hall => %(hall)s, layer => %(layer)s,"
             " metadata => %(metadata)s, via => %(via)s, author => %(author)s)",
-            {"bank": bank, "content": doc.content, "chunks": chunks, "embeddings": list(vectors),
-             "source": doc.source, "occurred_at": doc.occurred_at, "room": doc.room, "thread": doc.thread,
-             "tags": doc.tags, "hall": doc.hall, "layer": doc.layer,
-             "metadata": psycopg.types.json.Jsonb(doc.metadata), "via": via, "author": doc.author},
+            {"bank": bank, "content": doc.content, "chunks": chunks, "embeddings": list(vectors), **doc.fields(via)},
         ).fetchone()
     assert row is not None
     return RetainResult(int(row[0]), [int(u) for u in row[1]], bool(row[2]))

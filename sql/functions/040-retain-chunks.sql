@@ -14,7 +14,9 @@ CREATE OR REPLACE FUNCTION rcll.retain_chunks(
     layer       text DEFAULT NULL,
     metadata    jsonb DEFAULT '{}',
     via         text DEFAULT 'sql',
-    author      text DEFAULT NULL)
+    author      text DEFAULT NULL,
+    extraction_error text DEFAULT NULL,
+    llm_calls   jsonb DEFAULT '[]')
 RETURNS TABLE (document_id bigint, unit_ids bigint[], created boolean)
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -39,8 +41,19 @@ BEGIN
             HINT = 'Drop empty or whitespace-only chunks before retaining.';
     END IF;
 
-    stored := rcll._store_document(b, content, source, thread, occurred_at, layer, metadata, via, author, 'chunks');
+    IF extraction_error IS NOT NULL THEN
+        -- An extraction that failed (RCLL_EXTRACTION_FAILURE=chunks): its document is kept as chunks,
+        -- tagged extraction:failed, with the error beside its metadata.
+        tags := ARRAY(SELECT DISTINCT x FROM unnest(coalesce(tags, '{}') || ARRAY['extraction:failed']) x ORDER BY x);
+        metadata := metadata || jsonb_build_object('extraction_error', extraction_error);
+    END IF;
+    stored := rcll._store_document(b, content, source, thread, occurred_at, layer, metadata, via, author,
+                                   CASE WHEN extraction_error IS NULL THEN 'chunks' ELSE 'failed' END);
     doc := stored.document_id;
+    IF llm_calls IS DISTINCT FROM '[]'::jsonb THEN
+        -- The calls an extraction spent are in the ledger whatever became of it.
+        PERFORM rcll._record_llm_calls(b, doc, llm_calls);
+    END IF;
     IF NOT stored.created THEN
         RETURN QUERY SELECT doc, rcll._document_units(doc), false;
         RETURN;
@@ -66,5 +79,5 @@ BEGIN
     RETURN QUERY SELECT doc, ids, true;
 END
 $$;
-COMMENT ON FUNCTION rcll.retain_chunks(text, text, text[], vector[], text, timestamptz, text, text, text[], text, text, jsonb, text, text)
-    IS 'Chunk-mode retain: store a document and its chunks (with their embeddings) in one statement. Each chunk is linked to its keyless entities (its speaker and the names it writes; rcll._link_written_keyless_entities). Re-retaining the same content and thread into the same bank returns the existing units (created = false).';
+COMMENT ON FUNCTION rcll.retain_chunks(text, text, text[], vector[], text, timestamptz, text, text, text[], text, text, jsonb, text, text, text, jsonb)
+    IS 'Chunk-mode retain: store a document and its chunks (with their embeddings) in one statement. Each chunk is linked to its keyless entities (its speaker and the names it writes; rcll._link_written_keyless_entities). Re-retaining the same content and thread into the same bank returns the existing units (created = false). extraction_error: the document''s LLM extraction failed (RCLL_EXTRACTION_FAILURE=chunks) - its chunks are tagged extraction:failed, documents.extraction is failed and metadata.extraction_error holds the error. llm_calls are appended to the ledger (rcll.llm_calls) either way. Its document fields (source .. author) are rcll.retain_facts'' too (tests/test_retain_chunks.py holds them equal).';

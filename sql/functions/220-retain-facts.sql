@@ -117,7 +117,7 @@ BEGIN
     PERFORM rcll._check_document(b, content);
     IF facts IS NULL OR jsonb_typeof(facts) <> 'array' OR n = 0 THEN
         RAISE EXCEPTION 'facts: must be a non-empty JSON array of facts' USING ERRCODE = 'RC001', COLUMN = 'facts',
-            HINT = 'An extraction with no facts is a failed extraction: store chunks (rcll.retain_extraction_failed) instead.';
+            HINT = 'An extraction with no facts is a failed extraction: store chunks (rcll.retain_chunks with extraction_error) instead.';
     END IF;
     IF coalesce(array_length(embeddings, 1), 0) <> n THEN
         RAISE EXCEPTION 'embeddings: % embeddings for % facts', coalesce(array_length(embeddings, 1), 0), n
@@ -257,43 +257,3 @@ END
 $$;
 COMMENT ON FUNCTION rcll.retain_facts(text, text, jsonb, vector[], text[], vector[], text, jsonb, text, timestamptz, text, text, text[], text, text, jsonb, text, text, boolean, double precision)
     IS 'Extraction-mode retain, one transaction: store a document and its extracted facts (a JSON array of {text, hall, occurred_start, occurred_end, valid_from, valid_to, entities: [{name, type, role, aliases}], caused_by: [fact index], supersedes: [description], room, tags, metadata}) with one embedding per fact; aux_texts/aux_embeddings give embeddings of entity names and supersession descriptions. Resolves entities, writes causal, entity, temporal and semantic links, closes the validity of the units each fact supersedes (similarity >= supersede_threshold), assigns layers by rcll.layer_rules (rooms: the caller''s, else the fact''s, else the janitor trigger''s classifier), and appends llm_calls to the ledger. Re-retaining the same content and thread returns the existing units (created = false).';
-
-CREATE OR REPLACE FUNCTION rcll.retain_extraction_failed(
-    bank        text,
-    content     text,
-    chunks      text[],
-    embeddings  vector[],
-    error       text,
-    llm_calls   jsonb DEFAULT '[]',
-    source      text DEFAULT NULL,
-    occurred_at timestamptz DEFAULT NULL,
-    room        text DEFAULT NULL,
-    thread      text DEFAULT NULL,
-    tags        text[] DEFAULT '{}',
-    hall        text DEFAULT NULL,
-    layer       text DEFAULT NULL,
-    metadata    jsonb DEFAULT '{}',
-    via         text DEFAULT 'sql',
-    author      text DEFAULT NULL)
-RETURNS TABLE (document_id bigint, unit_ids bigint[], created boolean)
-LANGUAGE plpgsql VOLATILE
-AS $$
-DECLARE
-    r record;
-BEGIN
-    SELECT * INTO r FROM rcll.retain_chunks(
-        bank => bank, content => content, chunks => chunks, embeddings => embeddings, source => source,
-        occurred_at => occurred_at, room => room, thread => thread,
-        tags => ARRAY(SELECT DISTINCT x FROM unnest(coalesce(tags, '{}') || ARRAY['extraction:failed']) x ORDER BY x),
-        hall => hall, layer => layer, metadata => metadata, via => via, author => author);
-    IF r.created THEN
-        UPDATE rcll.documents d
-        SET extraction = 'failed', metadata = d.metadata || jsonb_build_object('extraction_error', error)
-        WHERE d.document_id = r.document_id;
-    END IF;
-    PERFORM rcll._record_llm_calls(rcll._bank_id(bank), r.document_id, llm_calls);
-    RETURN QUERY SELECT r.document_id, r.unit_ids, r.created;
-END
-$$;
-COMMENT ON FUNCTION rcll.retain_extraction_failed(text, text, text[], vector[], text, jsonb, text, timestamptz, text, text, text[], text, text, jsonb, text, text)
-    IS 'Retain a document whose LLM extraction failed (RCLL_EXTRACTION_FAILURE=chunks), in one transaction: stored as chunks tagged extraction:failed, documents.extraction = failed with the error in metadata.extraction_error, and the calls that failed appended to the ledger.';

@@ -61,12 +61,6 @@ def extract_facts(doc: Document, mode: str, client: Any = None,
     raise RcllError("LLM_PROVIDER", f"{mode!r} does not extract", "use offline or anthropic")
 
 
-def _common(doc: Document, via: str) -> dict[str, Any]:
-    return {"source": doc.source, "occurred_at": doc.occurred_at, "room": doc.room, "thread": doc.thread,
-            "tags": doc.tags, "hall": doc.hall, "layer": doc.layer, "metadata": Jsonb(doc.metadata),
-            "via": via, "author": doc.author}
-
-
 def retain_extracted(conn: psycopg.Connection[Any], bank: str, doc: Document, *, mode: str, via: str = "python",
                      client: Any = None, settings: Settings = DEFAULTS) -> RetainResult:
     policy = settings.extraction_failure
@@ -94,7 +88,7 @@ def retain_extracted(conn: psycopg.Connection[Any], bank: str, doc: Document, *,
     params = {"bank": bank, "content": doc.content, "facts": Jsonb([f.as_json() for f in facts]),
               "embeddings": list(vectors[:len(facts)]), "aux_texts": aux, "aux_embeddings": list(vectors[len(facts):]),
               "extraction": extraction, "llm_calls": Jsonb(calls), "known": extraction == "offline",
-              "threshold": SUPERSEDE_THRESHOLD[extraction], **_common(doc, via)}
+              "threshold": SUPERSEDE_THRESHOLD[extraction], **doc.fields(via)}
     with conn.transaction():
         row = _db(lambda: conn.execute(
             "SELECT * FROM rcll.retain_facts(bank => %(bank)s, content => %(content)s, facts => %(facts)s,"
@@ -122,12 +116,12 @@ def _failed(conn: psycopg.Connection[Any], bank: str, doc: Document, via: str, p
     vectors = _embed(chunks, settings)
     with conn.transaction():
         row = _db(lambda: conn.execute(
-            "SELECT * FROM rcll.retain_extraction_failed(bank => %(bank)s, content => %(content)s,"
-            " chunks => %(chunks)s, embeddings => %(embeddings)s::vector[], error => %(error)s,"
+            "SELECT * FROM rcll.retain_chunks(bank => %(bank)s, content => %(content)s,"
+            " chunks => %(chunks)s, embeddings => %(embeddings)s::vector[], extraction_error => %(error)s,"
             " llm_calls => %(llm_calls)s, source => %(source)s, occurred_at => %(occurred_at)s, room => %(room)s,"
             " thread => %(thread)s, tags => %(tags)s, hall => %(hall)s, layer => %(layer)s,"
             " metadata => %(metadata)s, via => %(via)s, author => %(author)s)",
             {"bank": bank, "content": doc.content, "chunks": chunks, "embeddings": list(vectors), "error": error,
-             "llm_calls": Jsonb(calls), **_common(doc, via)}).fetchone())
+             "llm_calls": Jsonb(calls), **doc.fields(via)}).fetchone())
     assert row is not None
     return RetainResult(int(row[0]), [int(u) for u in row[1]], bool(row[2]), "failed")
