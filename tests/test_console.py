@@ -540,6 +540,12 @@ def test_a_selector_is_counted_then_forgotten_from_a_dialog_built_from_the_reque
     # The browser logs the refusal's 422: this test asked for it (the fixture fails on any other).
     logged = [e["message"] for e in page.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
     assert len(logged) == 1 and "/forget" in logged[0] and "422" in logged[0], logged
+    # Ids are numbers: the page says which one is not before it asks the server.
+    ids_input = form.find_element(By.CSS_SELECTOR, "[name=unit_ids]")
+    ids_input.send_keys(f"{ids[0]}, x1" + Keys.ENTER)
+    wait(page, lambda x: x.find_element(By.ID, "forget-by-error").text == 'unit_ids: "x1" is not an id — '
+                                                                          "give whole numbers, separated by commas")
+    ids_input.clear()
     # A tag and a thread (both must match), a reason; Enter counts - it never forgets.
     form.find_element(By.CSS_SELECTOR, "[name=tag]").send_keys("leak")
     form.find_element(By.CSS_SELECTOR, "[name=thread]").send_keys("ship")

@@ -513,7 +513,7 @@ function forgetInput(f) {
     return el("label", { class: "check", title }, el("input", { name: f.name, type: "checkbox" }), label);
   }
   const attrs = { name: f.name, autocomplete: "off", spellcheck: "false" };
-  if (f.kind === "ids") Object.assign(attrs, { inputmode: "numeric", placeholder: "comma-separated numbers" });
+  if (f.kind === "ids") attrs.placeholder = "comma-separated numbers";
   if (f.kind === "number") Object.assign(attrs, { type: "number", min: "1", step: "1", placeholder: "all at once" });
   if (f.kind === "time") Object.assign(attrs, { type: "datetime-local" });
   if (f.name === "room") attrs.list = "room-list";
@@ -630,6 +630,7 @@ async function confirmForgetBy() {
   $("#forget-by-count").disabled = true;
   try {
     const out = await api("/forget", { method: "POST", body: { ...body, dry_run: false } });
+    document.body.dataset.forget = "forgetting-selector";     // the focus goes to the reloaded list, not the opener
     $("#forget-by-dialog").close();
     state.forgetBy = null;
     say(forgottenLine(out.counts) + (out.purged.length ? ` Vacuumed: ${out.purged.join(", ")}.` : ""), "ok");
@@ -823,7 +824,7 @@ function wire() {
     say("Nothing was forgotten.");
   });
   $("#forget-by-dialog").addEventListener("close", () => {
-    if (document.body.dataset.forget !== "forgotten-selector") $("#forget-by-open").focus();
+    if (document.body.dataset.forget !== "forgetting-selector") $("#forget-by-open").focus();
   });
   $("#forget-cancel").addEventListener("click", () => {
     $("#forget-dialog").close();
