@@ -32,7 +32,7 @@ from selenium.webdriver.support.ui import Select
 from conftest import Leg, _leg, chromium, require_browser
 from rcll.auth import Caller, TokenMap
 from rcll.defaults import CHANNELS
-from rcll.request import PARAMETERS
+from rcll.request import FORGET_PARAMETERS, PARAMETERS
 from sqlcall import call, call_one, refused
 
 Db = psycopg.Connection[Any]
@@ -498,6 +498,82 @@ def test_a_unit_or_a_thread_is_forgotten_after_a_dry_run_count_and_a_confirmatio
     assert len(rows()) == 2 and count() == 2
 
 
+SELECTED = [("ship", ["leak"], "The deploy key is zzkeyzz-99; it was pasted here by mistake."),
+            ("ship", ["leak", "ops"], "Rotate the deploy key zzkeyzz-99 on Friday."),
+            ("ship", ["ops"], "The deploy window opens at ten."), (None, [], "Lunch is at noon.")]
+FORGET_FROM_PAGE = {"bank", "dry_run"}      # the page's bank; dry_run is the dialog's two steps
+
+
+def test_a_selector_is_counted_then_forgotten_from_a_dialog_built_from_the_request(page: Any, site: Site) -> None:
+    site.sql("SELECT rcll.create_bank('selected')")
+    ids = []
+    for thread, tags, text in SELECTED:
+        r = httpx.post(f"{site.base}/retain", headers=bearer(DANA), timeout=60,
+                       json={"bank": "selected", "content": text, "thread": thread, "tags": tags})
+        assert r.status_code == 200, r.text
+        ids.append(r.json()["unit_ids"][0])
+    left = lambda: sorted(u for (u,) in site.sql(  # noqa: E731
+        "SELECT unit_id FROM rcll.memory_units u JOIN rcll.banks b USING (bank_id) WHERE b.name = 'selected'"))
+    flag = lambda x: x.find_element(By.TAG_NAME, "body").get_attribute("data-forget")  # noqa: E731
+    open_console(page, site.base, DANA, view="units", bank="selected")
+    opener = page.find_element(By.ID, "forget-by-open")
+    assert opener.is_displayed() and opener.text == "Forget by selector…"
+    opener.send_keys(Keys.ENTER)                                     # a real button: the keyboard opens it
+    dialog = wait(page, lambda x: x.find_element(By.ID, "forget-by-dialog") if
+                  x.find_element(By.ID, "forget-by-dialog").is_displayed() else False)
+    # One input for every field of the request but the page's own, read from the server's schema.
+    form = page.find_element(By.ID, "forget-by-form")
+    named = {e.get_attribute("name") for e in form.find_elements(By.CSS_SELECTOR, "input[name]")}
+    assert named == {p.name for p in FORGET_PARAMETERS} - FORGET_FROM_PAGE, named
+    assert page.switch_to.active_element == form.find_element(By.CSS_SELECTOR, "[name=unit_ids]")
+    everything = form.find_element(By.CSS_SELECTOR, "[name=everything]")
+    assert everything.get_attribute("value") == "" and not everything.is_displayed()   # folded away, never filled
+    assert "selected" in form.find_element(By.ID, "forget-by-all").get_attribute("textContent")
+    confirm = page.find_element(By.ID, "forget-by-confirm")
+    assert not confirm.is_enabled()
+    # No selector: the server refuses (RC007), and the dialog says so with its hint.
+    page.find_element(By.ID, "forget-by-count").click()
+    wait(page, lambda x: flag(x) == "refused-selector")
+    error = page.find_element(By.ID, "forget-by-error").text
+    assert error.startswith("RC007 · selector: no selector given") and " — " in error, error
+    assert not confirm.is_enabled()
+    # The browser logs the refusal's 422: this test asked for it (the fixture fails on any other).
+    logged = [e["message"] for e in page.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
+    assert len(logged) == 1 and "/forget" in logged[0] and "422" in logged[0], logged
+    # Ids are numbers: the page says which one is not before it asks the server.
+    ids_input = form.find_element(By.CSS_SELECTOR, "[name=unit_ids]")
+    ids_input.send_keys(f"{ids[0]}, x1" + Keys.ENTER)
+    wait(page, lambda x: x.find_element(By.ID, "forget-by-error").text == 'unit_ids: "x1" is not an id — '
+                                                                          "give whole numbers, separated by commas")
+    ids_input.clear()
+    # A tag and a thread (both must match), a reason; Enter counts - it never forgets.
+    form.find_element(By.CSS_SELECTOR, "[name=tag]").send_keys("leak")
+    form.find_element(By.CSS_SELECTOR, "[name=thread]").send_keys("ship")
+    reason = form.find_element(By.CSS_SELECTOR, "[name=reason]")
+    reason.send_keys("a deploy key pasted by mistake" + Keys.ENTER)
+    wait(page, lambda x: flag(x) == "counted-selector")
+    counts = {r.get_attribute("data-kind"): r.find_element(By.CSS_SELECTOR, "td.num").text
+              for r in dialog.find_elements(By.CSS_SELECTOR, "#forget-by-counts tbody tr")}
+    assert counts["units"] == "2" and counts["documents"] == "2", counts
+    assert confirm.is_enabled() and confirm.text == "Forget 2 units" and page.find_element(By.ID, "forget-by-error").text == ""
+    assert left() == sorted(ids), "the dry run changed nothing"
+    shot(page, "forget-by-selector")
+    # A change after the count asks for a new count before anything can go.
+    reason.send_keys("!")
+    assert not confirm.is_enabled() and "count again" in page.find_element(By.ID, "forget-by-summary").text
+    reason.send_keys(Keys.BACKSPACE + Keys.ENTER)
+    wait(page, lambda x: flag(x) == "counted-selector")
+    confirm.click()
+    wait(page, lambda x: flag(x) == "forgotten-selector")
+    assert not dialog.is_displayed() and page.find_element(By.ID, "status").text.startswith("Forgotten: ")
+    assert left() == sorted(ids[2:])
+    rows = page.find_elements(By.CSS_SELECTOR, "#units-table tbody tr[data-unit-id]")
+    assert sorted(int(r.get_attribute("data-unit-id")) for r in rows) == sorted(ids[2:])
+    assert site.sql("SELECT actor, selector->>'tag', selector->>'thread', counts->>'units', reason "
+                    "FROM rcll.forget_log WHERE bank_name = 'selected'") == [
+        ("person:dana", "leak", "ship", "2", "a deploy key pasted by mistake")]
+
+
 def test_the_retention_policies_are_listed_and_forget_needs_the_verb_and_a_writable_server(page: Any,
                                                                                            site: Site) -> None:
     for body in ({"keep": "P90D", "layer": "L2"}, {"keep": 3600, "room": "testing"}):
@@ -512,9 +588,11 @@ def test_the_retention_policies_are_listed_and_forget_needs_the_verb_and_a_writa
         open_console(page, site.base, ERIN, view="units")             # no forget verb: no forget control
         assert page.find_elements(By.CSS_SELECTOR, "#units-table tbody tr[data-unit-id]")
         assert page.find_elements(By.CSS_SELECTOR, "button.row-forget") == []
+        assert not page.find_element(By.ID, "forget-by-open").is_displayed()
         open_console(page, site.reader_base, None, view="units")      # read-only: no forget control at all
         assert page.find_elements(By.CSS_SELECTOR, "#units-table tbody tr[data-unit-id]")
         assert page.find_elements(By.CSS_SELECTOR, "button.row-forget") == []
+        assert not page.find_element(By.ID, "forget-by-open").is_displayed()
     finally:
         for body in ({"keep": None, "layer": "L2"}, {"keep": None, "room": "testing"}):
             httpx.put(f"{site.base}/retention", headers=bearer(DANA), timeout=30, json={"bank": "fleet", **body})

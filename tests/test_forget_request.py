@@ -1,12 +1,15 @@
 """One forget request: ForgetRequest's fields are rcll.forget's parameters (and the client's purge),
 it checks every field once, and every interface - Memory.forget, HTTP's body, MCP's tool, the CLI's
-flags, the console's routes - offers and carries every field."""
+flags, the console's "Forget by selector…" dialog (built from HTTP's schema; tests/test_console.py
+drives it) and its per-unit routes - offers and carries every field."""
 
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import fields
 from datetime import UTC, datetime
+from importlib import resources
 from typing import Any
 
 import anyio
@@ -126,7 +129,7 @@ def test_http_offers_and_accepts_every_field(bank: str) -> None:
         assert r.status_code == 200 and r.json()["dry_run"] and r.json()["counts"]["units"] == 1, r.text
         spec = client.get("/openapi.json").json()
         assert list(spec["components"]["schemas"]["ForgetRequest"]["properties"]) == NAMES
-        # The console's forget (a unit, its document or its thread) goes through the DELETE routes:
+        # The console's per-unit forget (a unit, its document or its thread) goes through the DELETE routes:
         # what they take beyond the target is ForgetRequest's, under the same names.
         for route in ("/units/{unit_id}", "/documents/{document_id}", "/threads/{thread}"):
             query = {q["name"] for q in spec["paths"][route]["delete"]["parameters"] if q["in"] == "query"}
@@ -177,6 +180,25 @@ def test_the_cli_offers_and_accepts_every_field(bank: str, capsys: pytest.Captur
     assert set(NAMES) - {"dry_run"} <= offered and "yes" in offered
     assert cli.main(["forget", "--dsn", bank, "--json", "--bank", "b", "--thread", "t1"], {}) == 0
     assert '"units": 1' in capsys.readouterr().out
+
+
+def test_the_console_builds_its_forget_dialog_from_the_request_schema() -> None:
+    """The console's dialog makes one input per property of /openapi.json's ForgetRequest (the
+    schema test_http_offers_and_accepts_every_field holds equal to NAMES) but the page's own: the
+    bank is the page's, dry_run the dialog's two steps (Count, then Forget N units). The names it
+    places by hand must be fields; tests/test_console.py::test_a_selector_is_counted_then_forgotten_
+    from_a_dialog_built_from_the_request finds an input for every other field in Chromium."""
+    js = (resources.files("rcll") / "console" / "app.js").read_text()
+    assert "spec.components.schemas.ForgetRequest.properties" in js
+
+    def names(const: str) -> set[str]:
+        found = re.search(rf"^const {const} = \[(.*?)\];$", js, re.M)
+        assert found, const
+        return set(re.findall(r'"(\w+)"', found.group(1)))
+
+    assert names("FORGET_FROM_PAGE") == {"bank", "dry_run"}
+    for const in ("FORGET_WHY", "FORGET_HOW", "FORGET_ALL"):
+        assert names(const) and names(const) <= set(NAMES) - names("FORGET_FROM_PAGE"), const
 
 
 def test_every_field_of_the_request_is_a_parameter_and_the_reverse() -> None:

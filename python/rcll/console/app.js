@@ -7,7 +7,7 @@ const PAGE = 50;
 const CHANNELS = ["dense", "lexical", "graph", "temporal", "entity", "session", "context"];
 
 const state = { me: null, bank: null, view: null, plan: null, stats: null, unitsOffset: 0, unitsQuery: {},
-  forget: null };
+  forget: null, forgetBy: null };
 
 // -- helpers -----------------------------------------------------------------------------------
 
@@ -73,6 +73,12 @@ function fail(e) {
   say(e.message + (e.body && e.body.hint ? ` — ${e.body.hint}` : ""), "error");
 }
 
+// What a refusal says, for a dialog: the code, the field, the message and the server's hint.
+function problem(e) {
+  const code = e instanceof ApiError && e.body.code ? `${e.body.code} · ` : "";
+  return code + e.message + (e.body && e.body.hint ? ` — ${e.body.hint}` : "");
+}
+
 function fill(tbody, rows, empty) {
   tbody.replaceChildren(...rows);
   if (!rows.length) {
@@ -130,6 +136,8 @@ async function loadBankData() {
   state.health = health;
   $("#room-list").replaceChildren(...plan.rooms.filter((r) => r.name).map((r) => el("option", { value: r.name })));
   $("#tag-list").replaceChildren(...tags.tags.slice(0, 500).map((t) => el("option", { value: t.tag })));
+  $("#author-list").replaceChildren(...Object.keys(stats.author || {}).filter((a) => a !== "(none)").sort()
+    .map((a) => el("option", { value: a })));
   const options = (sel, values, anyLabel) => {
     $(sel).replaceChildren(el("option", { value: "" }, anyLabel), ...values.map((v) => el("option", { value: v }, v)));
   };
@@ -227,6 +235,7 @@ async function loadUnits() {
     el("td", {}, mayForget() ? el("button", { type: "button", class: "row-forget",
       "aria-label": `Forget unit ${u.unit_id}…`, onclick: () => openForget(u) }, "Forget…") : null)));
   fill($("#units-table tbody"), rows, "No units match these filters.");
+  $("#forget-by-open").hidden = !mayForget();
   const first = out.total ? state.unitsOffset + 1 : 0;
   $("#units-summary").textContent = `${first}–${state.unitsOffset + out.units.length} of ${out.total} units`;
   $("#units-prev").disabled = state.unitsOffset === 0;
@@ -410,6 +419,22 @@ function forgetWhat() {
   return $("#forget-form").what.value || "unit";
 }
 
+// A dry run's counts in a dialog's table (prefix: #forget or #forget-by); the number of units.
+function showCounts(prefix, counts) {
+  const rows = Object.entries(counts).filter(([, n]) => n > 0);
+  fill($(`${prefix}-counts tbody`), rows.map(([kind, n]) =>
+    el("tr", { dataset: { kind } }, el("td", {}, kind.replaceAll("_", " ")), el("td", { class: "num" }, n))), "Nothing.");
+  $(`${prefix}-counts`).hidden = false;
+  const units = counts.units || 0;
+  $(`${prefix}-summary`).textContent = `${units} unit${units === 1 ? "" : "s"} and what was derived from them would be ` +
+    "forgotten. This cannot be undone.";
+  return units;
+}
+
+function forgottenLine(counts) {
+  return `Forgotten: ${Object.entries(counts).filter(([, n]) => n > 0).map(([k, n]) => `${n} ${k.replaceAll("_", " ")}`).join(", ")}.`;
+}
+
 // The dry run: DELETE ... ?dry_run=true answers what would go, counted per kind, and changes nothing.
 async function forgetCount() {
   const what = forgetWhat();
@@ -420,18 +445,12 @@ async function forgetCount() {
   $("#forget-summary").textContent = "Counting what would go…";
   try {
     const out = await api(forgetTarget(what), { method: "DELETE", params: { bank: state.bank, dry_run: true } });
-    const rows = Object.entries(out.counts).filter(([, n]) => n > 0);
-    fill($("#forget-counts tbody"), rows.map(([kind, n]) =>
-      el("tr", { dataset: { kind } }, el("td", {}, kind.replaceAll("_", " ")), el("td", { class: "num" }, n))), "Nothing.");
-    $("#forget-counts").hidden = false;
-    const units = out.counts.units || 0;
-    $("#forget-summary").textContent = `${units} unit${units === 1 ? "" : "s"} and what was derived from them would be ` +
-      "forgotten. This cannot be undone.";
+    const units = showCounts("#forget", out.counts);
     confirm.textContent = `Forget ${units} unit${units === 1 ? "" : "s"}`;
     confirm.disabled = false;
   } catch (e) {
     $("#forget-summary").textContent = "";
-    $("#forget-error").textContent = e.message + (e.body && e.body.hint ? ` — ${e.body.hint}` : "");
+    $("#forget-error").textContent = problem(e);
   }
   document.body.dataset.forget = `counted-${what}`;
 }
@@ -460,14 +479,172 @@ async function confirmForget() {
     const out = await api(forgetTarget(what), { method: "DELETE",
       params: { bank: state.bank, dry_run: false, reason: reason || null } });
     $("#forget-dialog").close();
-    const parts = Object.entries(out.counts).filter(([, n]) => n > 0).map(([k, n]) => `${n} ${k.replaceAll("_", " ")}`);
-    say(`Forgotten: ${parts.join(", ")}.`, "ok");
+    say(forgottenLine(out.counts), "ok");
     await loadBankData();
     await loadUnits();
     document.body.dataset.forget = `forgotten-${what}`;
     $("#units-title").focus();
   } catch (e) {
-    $("#forget-error").textContent = e.message + (e.body && e.body.hint ? ` — ${e.body.hint}` : "");
+    $("#forget-error").textContent = problem(e);
+  }
+}
+
+// -- forget by selector: every field of POST /forget's body, read from the server's schema -------
+// (ForgetRequest in /openapi.json: one field per rcll.request.ForgetRequest field), so the dialog
+// cannot fall behind the request. The bank is the page's; dry_run is the two steps: "Count" sends
+// the body with dry_run true, and only then may "Forget N units" send that same body with false.
+// everything must be typed as the bank's name (the API's own confirmation): never prefilled.
+const FORGET_FROM_PAGE = ["bank", "dry_run"];
+const FORGET_WHY = ["reason"];
+const FORGET_HOW = ["batch", "purge"];
+const FORGET_ALL = ["everything"];
+let forgetFields = null;
+
+function forgetKind(prop) {
+  const s = (prop.type ? [prop] : (prop.anyOf || []).filter((x) => x.type !== "null"))[0] || {};
+  if (s.type === "array" && s.items && s.items.type === "integer") return "ids";
+  return fieldKind(prop);
+}
+
+function forgetInput(f) {
+  const title = f.prop.description || "";
+  const label = f.name.replaceAll("_", " ");
+  if (f.kind === "flag") {
+    return el("label", { class: "check", title }, el("input", { name: f.name, type: "checkbox" }), label);
+  }
+  const attrs = { name: f.name, autocomplete: "off", spellcheck: "false" };
+  if (f.kind === "ids") attrs.placeholder = "comma-separated numbers";
+  if (f.kind === "number") Object.assign(attrs, { type: "number", min: "1", step: "1", placeholder: "all at once" });
+  if (f.kind === "time") Object.assign(attrs, { type: "datetime-local" });
+  if (f.name === "room") attrs.list = "room-list";
+  if (f.name === "tag") attrs.list = "tag-list";
+  if (f.name === "author") attrs.list = "author-list";
+  if (FORGET_ALL.includes(f.name)) {
+    return el("label", { title }, "Type this bank's name, ", el("strong", { class: "forget-by-bank" }), ", to forget every memory of it",
+      el("input", attrs));
+  }
+  return el("label", { title }, label + (f.kind === "time" ? " (UTC)" : ""), el("input", attrs));
+}
+
+async function forgetForm() {
+  if (forgetFields) return;
+  const spec = await api("/openapi.json");
+  const props = spec.components.schemas.ForgetRequest.properties;
+  forgetFields = Object.entries(props).filter(([name]) => !FORGET_FROM_PAGE.includes(name))
+    .map(([name, prop]) => ({ name, prop, kind: forgetKind(prop) }));
+  for (const f of forgetFields) {
+    const where = FORGET_WHY.includes(f.name) ? "#forget-by-why" : FORGET_HOW.includes(f.name) ? "#forget-by-how-fields"
+      : FORGET_ALL.includes(f.name) ? "#forget-by-all-fields" : "#forget-by-fields";
+    $(where).append(forgetInput(f));
+  }
+}
+
+class FormProblem extends Error {
+  constructor(field, message, hint) {
+    super(`${field}: ${message}`);
+    this.body = { hint };
+  }
+}
+
+// The one place the page builds a forget: the bank and every field given in the dialog.
+function forgetByBody(form) {
+  const body = { bank: state.bank };
+  for (const f of forgetFields) {
+    const input = form.elements[f.name];
+    if (f.kind === "flag") {
+      if (input.checked) body[f.name] = true;
+      continue;
+    }
+    const v = input.value.trim();
+    if (v === "") continue;
+    if (f.kind === "ids") {
+      const ids = v.split(/[\s,]+/).filter(Boolean);
+      const bad = ids.find((x) => !/^[0-9]{1,19}$/.test(x));
+      if (bad !== undefined) throw new FormProblem(f.name, `"${bad}" is not an id`, "give whole numbers, separated by commas");
+      body[f.name] = ids.map(Number);
+    } else if (f.kind === "number") body[f.name] = Number(v);
+    else if (f.kind === "time") body[f.name] = v + (v.length === 16 ? ":00Z" : "Z");
+    else body[f.name] = v;
+  }
+  return body;
+}
+
+// A count stands for the body it counted: any change to the dialog asks for a new count.
+function forgetByStale() {
+  if (!state.forgetBy) return;
+  state.forgetBy = null;
+  const confirm = $("#forget-by-confirm");
+  confirm.disabled = true;
+  confirm.textContent = "Forget";
+  $("#forget-by-counts").hidden = true;
+  $("#forget-by-summary").textContent = "Changed since the count: count again.";
+  delete document.body.dataset.forget;
+}
+
+async function openForgetBy() {
+  await forgetForm();
+  const f = $("#forget-by-form");
+  f.reset();
+  state.forgetBy = null;
+  for (const b of document.querySelectorAll(".forget-by-bank")) b.textContent = state.bank;
+  $("#forget-by-all").open = false;
+  $("#forget-by-counts").hidden = true;
+  $("#forget-by-summary").textContent = "";
+  $("#forget-by-error").textContent = "";
+  $("#forget-by-confirm").disabled = true;
+  $("#forget-by-confirm").textContent = "Forget";
+  $("#forget-by-title").textContent = `Forget by selector in ${state.bank}`;
+  delete document.body.dataset.forget;
+  $("#forget-by-dialog").showModal();
+  $("#forget-by-fields input").focus();
+}
+
+async function forgetByCount() {
+  const confirm = $("#forget-by-confirm");
+  state.forgetBy = null;
+  confirm.disabled = true;
+  confirm.textContent = "Forget";
+  $("#forget-by-error").textContent = "";
+  $("#forget-by-counts").hidden = true;
+  try {
+    const body = forgetByBody($("#forget-by-form"));
+    $("#forget-by-summary").textContent = "Counting what would go…";
+    const out = await api("/forget", { method: "POST", body: { ...body, dry_run: true } });
+    const units = showCounts("#forget-by", out.counts);
+    state.forgetBy = body;
+    confirm.textContent = `Forget ${units} unit${units === 1 ? "" : "s"}`;
+    confirm.disabled = false;
+    confirm.scrollIntoView({ block: "nearest" });
+    document.body.dataset.forget = "counted-selector";
+  } catch (e) {
+    $("#forget-by-summary").textContent = "";
+    $("#forget-by-error").textContent = problem(e);
+    document.body.dataset.forget = "refused-selector";
+  }
+}
+
+async function confirmForgetBy() {
+  const body = state.forgetBy;
+  if (!body) return;
+  $("#forget-by-confirm").disabled = true;
+  $("#forget-by-count").disabled = true;
+  try {
+    const out = await api("/forget", { method: "POST", body: { ...body, dry_run: false } });
+    document.body.dataset.forget = "forgetting-selector";     // the focus goes to the reloaded list, not the opener
+    $("#forget-by-dialog").close();
+    state.forgetBy = null;
+    say(forgottenLine(out.counts) + (out.purged.length ? ` Vacuumed: ${out.purged.join(", ")}.` : ""), "ok");
+    state.unitsOffset = 0;
+    await loadBankData();
+    await loadUnits();
+    document.body.dataset.forget = "forgotten-selector";
+    $("#units-title").setAttribute("tabindex", "-1");
+    $("#units-title").focus();
+  } catch (e) {
+    $("#forget-by-error").textContent = problem(e);
+    $("#forget-by-confirm").disabled = false;
+  } finally {
+    $("#forget-by-count").disabled = false;
   }
 }
 
@@ -633,6 +810,21 @@ function wire() {
   $("#forget-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
     confirmForget();
+  });
+  $("#forget-by-open").addEventListener("click", () => openForgetBy().catch(fail));
+  $("#forget-by-form").addEventListener("submit", (ev) => {      // Enter in a field counts; it never forgets
+    ev.preventDefault();
+    forgetByCount();
+  });
+  $("#forget-by-form").addEventListener("input", forgetByStale);
+  $("#forget-by-form").addEventListener("change", forgetByStale);
+  $("#forget-by-confirm").addEventListener("click", () => confirmForgetBy());
+  $("#forget-by-cancel").addEventListener("click", () => {
+    $("#forget-by-dialog").close();
+    say("Nothing was forgotten.");
+  });
+  $("#forget-by-dialog").addEventListener("close", () => {
+    if (document.body.dataset.forget !== "forgetting-selector") $("#forget-by-open").focus();
   });
   $("#forget-cancel").addEventListener("click", () => {
     $("#forget-dialog").close();
