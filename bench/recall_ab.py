@@ -45,7 +45,7 @@ FUNCTIONS = "sql/functions"
 # channel inlines) to the fusion.
 RECALL_PATH = ("100-bank-stats.sql", "105-recall-scope.sql", "110-channel-dense.sql", "115-channel-context.sql",
                "120-channel-lexical.sql", "125-channel-entity.sql", "127-channel-session.sql", "130-channel-graph.sql",
-               "140-temporal-parse.sql", "145-channel-temporal.sql", "148-recall-channels.sql",
+               "140-temporal-parse.sql", "145-channel-temporal.sql", "147-channel-deadline.sql", "148-recall-channels.sql",
                "150-recall-candidates.sql")
 # Both sides read the same units: the store's authors are self-declared (bench.recall writes them
 # so), which today's scope leaves out unless include_self_declared, and a ref's _in_scope may not
