@@ -42,7 +42,7 @@ BEGIN
     stored := rcll._store_document(b, content, source, thread, occurred_at, layer, metadata, via, author, 'chunks');
     doc := stored.document_id;
     IF NOT stored.created THEN
-        RETURN QUERY SELECT doc, rcll._document_units(doc), false;
+        RETURN QUERY SELECT doc, rcll._document_units(b, doc), false;
         RETURN;
     END IF;
 
