@@ -35,10 +35,12 @@ HOST = "127.0.0.1"
 # wal_level logical: Citus moves a shard while it takes writes (citus_move_shard_placement,
 # citus_rebalance_start with shard_transfer_mode auto or force_logical) by logical replication
 # from the old placement to the new; with replica it can only block the shard's writes for the copy.
+# output_plugin_libraries (PostgreSQL 18.6: the decoding plugins a slot may name) adds citus:
+# isolate_tenant_to_new_shard and citus_split_shard_by_split_points decode through it.
 SETTINGS = {"shared_preload_libraries": "citus", "listen_addresses": HOST, "shared_buffers": "256MB",
             "fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",
             "max_connections": "200", "wal_level": "logical", "max_wal_senders": "10",
-            "max_replication_slots": "10"}
+            "max_replication_slots": "10", "output_plugin_libraries": "pgoutput,citus"}
 # The coordinator's limit on opening a connection to a worker (Citus's default is 30 s): a worker
 # whose host is gone (no refusal comes back) fails the statements that need it after this long,
 # not after half a minute. A worker whose server died but whose host answers is refused at once.
