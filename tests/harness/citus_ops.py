@@ -4,7 +4,7 @@
   (citus_rebalance_wait) in its default mode (auto: logical replication, writes go on);
 - isolate: the big bank isolated onto a shard group of its own (isolate_tenant_to_new_shard
   ... CASCADE) and that group moved onto a worker added for it (citus_move_shard_placement);
-- kill: kill -9 of one worker's postmaster; the banks on the others must keep answering, the
+- kill: kill -9 of the postmaster of the worker holding most banks; the banks on the others must keep answering, the
   banks on it must be refused fast with RC010 (HTTP 503 with Retry-After) naming the node; the
   worker restarts and every acknowledged write must be there.
 
@@ -322,15 +322,16 @@ class KillFigures:
     restart_s: float = 0.0
     recover_s: float = 0.0                      # restart begun -> first write acknowledged on a dead bank
     dead_banks: list[str] = field(default_factory=list)
+    port: int = 0                               # the killed worker's
 
 
 def kill(cl: CitusCluster, clients: list[Client], banks: list[str], *, writers: int, readers: int, before_s: float,
          down_s: float, after_s: float, log: Callable[[str], None] = print) -> tuple[Result, KillFigures]:
-    """kill -9 of the first worker under load; down_s seconds down; restarted; audited."""
+    """kill -9 of the worker holding most of the banks under load; down_s seconds down; restarted; audited."""
     url = cl.url()
-    victim = cl.workers[0]
     placed = bank_ports(url, banks)
-    k = KillFigures(dead_banks=sorted(b for b, p in placed.items() if p == victim.port))
+    victim = max(cl.workers, key=lambda w: sum(1 for p in placed.values() if p == w.port))
+    k = KillFigures(dead_banks=sorted(b for b, p in placed.items() if p == victim.port), port=victim.port)
     before = groups_per_worker(url)
     with loaded(clients, banks, writers, readers, "kill") as (load, messages):
         time.sleep(before_s)
