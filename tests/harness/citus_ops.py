@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import logging
 import os
 import sys
@@ -432,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
         print(missing)
         return 2
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(line_buffering=True)       # each drill's line as it ends, also into a file
     logging.getLogger("httpx").setLevel(logging.WARNING)
     base = Path(tempfile.mkdtemp(prefix="rcllops-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
     results: list[Result] = []
