@@ -21,7 +21,7 @@ from pglast.parser import scan
 from conftest import Leg, MakeLoginRole
 from rcll.auth import Caller, TokenMap
 from rcll.db import connect
-from rcll.errors import CODES, Code, RcllError, from_database, unknown_bank
+from rcll.errors import CODES, REMOTE_NODE_HINT, Code, RcllError, from_database, unknown_bank
 from rcll.http import create_app
 from rcll.mcp_server import build_server
 from rcll.memory import Memory
@@ -243,6 +243,24 @@ def test_database_errors_a_user_can_cause_map_by_their_sqlstate(leg: Leg, dsn: s
     with pytest.raises(RcllError) as r:
         connect("postgresql://rcll@127.0.0.1:9/none", connect_timeout=2)
     assert (r.value.code, r.value.field) == (Code.UNAVAILABLE, "dsn")
+
+
+def test_a_node_the_server_cannot_reach_is_unavailable_naming_it_and_the_fix(db: psycopg.Connection[Any]) -> None:
+    # What a Citus coordinator (or a worker running a delegated recall) raises when the worker it
+    # needs is down: an ERROR with SQLSTATE 08006 on a session that lives on (tests/test_citus_ops.py
+    # meets the real one). Raised here as the server raises it, with Citus's words.
+    with pytest.raises(psycopg.OperationalError) as e:
+        db.execute("DO $$ BEGIN RAISE EXCEPTION 'connection to the remote node postgres@127.0.0.1:9 failed with "
+                   "the following error: Connection refused' USING ERRCODE = '08006'; END $$")
+    mapped = from_database(e.value)
+    assert mapped is not None and (mapped.code, mapped.field) == (Code.UNAVAILABLE, "dsn")
+    assert "127.0.0.1:9" in mapped.message and mapped.hint == REMOTE_NODE_HINT
+    assert db.execute("SELECT 1").fetchone() == (1,)       # the session itself is fine
+    # The caller's own connection lost (libpq's error, no SQLSTATE) keeps the connection hint.
+    with pytest.raises(psycopg.OperationalError) as e:
+        psycopg.connect("postgresql://rcll@127.0.0.1:9/none", connect_timeout=2)
+    lost = from_database(e.value)
+    assert lost is not None and lost.code is Code.UNAVAILABLE and lost.hint != REMOTE_NODE_HINT
 
 
 # -- the surfaces: HTTP statuses and MCP results from the one table ---------------------------------

@@ -16,8 +16,9 @@ import contextlib
 import os
 import secrets
 import signal
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +32,20 @@ DATABASE = "rcll"
 HOST = "127.0.0.1"
 # shared_buffers small: three servers (and the other clusters of a test run) share one machine's
 # memory, and each would take an eighth of it by default (rcll.cluster.shared_buffers).
+# wal_level logical: Citus moves a shard while it takes writes (citus_move_shard_placement,
+# citus_rebalance_start with shard_transfer_mode auto or force_logical) by logical replication
+# from the old placement to the new; with replica it can only block the shard's writes for the copy.
+# output_plugin_libraries (PostgreSQL 18.6: the decoding plugins a slot may name) adds citus:
+# isolate_tenant_to_new_shard and citus_split_shard_by_split_points decode through it.
 SETTINGS = {"shared_preload_libraries": "citus", "listen_addresses": HOST, "shared_buffers": "256MB",
             "fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",
-            "max_connections": "200"}
+            "max_connections": "200", "wal_level": "logical", "max_wal_senders": "10",
+            "max_replication_slots": "10", "output_plugin_libraries": "pgoutput,citus"}
+# The coordinator's limit on opening a connection to a worker (Citus's default is 30 s): a worker
+# whose host is gone (no refusal comes back) fails the statements that need it after this long,
+# not after half a minute. A worker whose server died but whose host answers is refused at once.
+NODE_CONNECTION_TIMEOUT_MS = 2000
+COORDINATOR_SETTINGS = {"citus.node_connection_timeout": str(NODE_CONNECTION_TIMEOUT_MS)}
 
 
 def citus_missing() -> str | None:
@@ -51,6 +63,11 @@ def citus_missing() -> str | None:
 class CitusCluster:
     coordinator: cluster.Cluster
     workers: list[cluster.Cluster]
+    # The postgres role's password on every node (the nodes' TCP connections to each other): a
+    # worker added later is given it too.
+    password: str = field(default="", repr=False)
+    config: Settings = DEFAULTS
+    settings: dict[str, str] = field(default_factory=dict)     # start()'s, for a worker added later
 
     @property
     def nodes(self) -> list[cluster.Cluster]:
@@ -81,6 +98,28 @@ def _our_postmaster(pid: int, node: cluster.Cluster) -> bool:
         return False
 
 
+def kill(node: cluster.Cluster) -> None:
+    """kill -9 of node's postmaster (a crashed server; its backends exit as they notice). The
+    node's data stays: restart() brings it back (crash recovery replays its WAL)."""
+    pid = _postmaster_pid(node)
+    if pid is not None and _our_postmaster(pid, node):
+        os.kill(pid, signal.SIGKILL)
+
+
+def restart(node: cluster.Cluster, timeout: float = 60.0) -> None:
+    """Start a node kill() stopped: pg_ctl refuses while the dead postmaster's backends still hold
+    its shared memory, so it is tried again until they have gone (or timeout seconds)."""
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            node.start()
+            return
+        except cluster.ClusterError:
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.2)
+
+
 def stop(citus: CitusCluster) -> None:
     """Stop every node (fast: an immediate stop leaves its shared memory in /dev/shm) and remove
     its data directory, socket directory and log; a postmaster that pg_ctl could not stop is
@@ -95,27 +134,20 @@ def stop(citus: CitusCluster) -> None:
         node.destroy()
 
 
-def start(base: Path, first_port: int, config: Settings = DEFAULTS) -> CitusCluster:
+def start(base: Path, first_port: int, config: Settings = DEFAULTS, settings: dict[str, str] | None = None) -> CitusCluster:
     """A coordinator and two workers under base, on loopback ports first_port, +1, +2, the
     workers registered with citus_add_node and the coordinator with citus_set_coordinator_host, in
     database DATABASE (Citus created on each node). rcll is not installed: the caller does that on
-    the coordinator. config: whose OS user runs the servers when root starts them."""
+    the coordinator. config: whose OS user runs the servers when root starts them. settings: server
+    settings over SETTINGS on every node (e.g. synchronous_commit on, for a drill that kills one)."""
     ports = [first_port, first_port + 1, first_port + 2]
-    nodes = [cluster.Cluster(base / name, cluster.embedded_bindir(), os_user=cluster.server_user(config), port=port,
-                             settings=dict(SETTINGS))
+    extra = dict(settings or {})
+    nodes = [_node(base / name, port, config, extra, coordinator=name == "coordinator")
              for name, port in zip(("coordinator", "worker1", "worker2"), ports, strict=True)]
-    citus = CitusCluster(nodes[0], nodes[1:])
-    password = secrets.token_hex(16)
+    citus = CitusCluster(nodes[0], nodes[1:], secrets.token_hex(16), config, extra)
     try:
         for node in nodes:
-            node.start()
-            with psycopg.connect(node.url(), autocommit=True) as conn:
-                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))
-                conn.execute(sql.SQL("ALTER ROLE postgres PASSWORD {}").format(sql.Literal(password)))
-            with citus.connect(node) as conn:
-                conn.execute("CREATE EXTENSION citus")
-                conn.execute("INSERT INTO pg_dist_authinfo (nodeid, rolename, authinfo) VALUES (0, 'postgres', %s)",
-                             (f"password={password}",))
+            _prepare(citus, node)
         with citus.connect() as conn:
             conn.execute("SELECT citus_set_coordinator_host(%s, %s)", (HOST, citus.coordinator.port))
             for worker in citus.workers:
@@ -131,9 +163,39 @@ def start(base: Path, first_port: int, config: Settings = DEFAULTS) -> CitusClus
     return citus
 
 
+def _node(datadir: Path, port: int, config: Settings, extra: dict[str, str], *,
+          coordinator: bool = False) -> cluster.Cluster:
+    return cluster.Cluster(datadir, cluster.embedded_bindir(), os_user=cluster.server_user(config), port=port,
+                           settings={**SETTINGS, **(COORDINATOR_SETTINGS if coordinator else {}), **extra})
+
+
+def _prepare(citus: CitusCluster, node: cluster.Cluster) -> None:
+    """Start node and give it the database, Citus and the cluster's password for its peers."""
+    node.start()
+    with psycopg.connect(node.url(), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))
+        conn.execute(sql.SQL("ALTER ROLE postgres PASSWORD {}").format(sql.Literal(citus.password)))
+    with citus.connect(node) as conn:
+        conn.execute("CREATE EXTENSION citus")
+        conn.execute("INSERT INTO pg_dist_authinfo (nodeid, rolename, authinfo) VALUES (0, 'postgres', %s)",
+                     (f"password={citus.password}",))
+
+
+def add_worker(citus: CitusCluster, datadir: Path, port: int) -> cluster.Cluster:
+    """A new worker at datadir on loopback port, started and registered with citus_add_node (Citus
+    copies the metadata and the reference tables to it; no shard moves until a rebalance)."""
+    node = _node(datadir, port, citus.config, citus.settings)
+    citus.workers.append(node)          # stop() removes it with the others, even if this fails
+    _prepare(citus, node)
+    with citus.connect() as conn:
+        conn.execute("SELECT citus_add_node(%s, %s)", (HOST, port))
+    return node
+
+
 @contextlib.contextmanager
-def running(base: Path, first_port: int, config: Settings = DEFAULTS) -> Iterator[CitusCluster]:
-    citus = start(base, first_port, config)
+def running(base: Path, first_port: int, config: Settings = DEFAULTS,
+            settings: dict[str, str] | None = None) -> Iterator[CitusCluster]:
+    citus = start(base, first_port, config, settings)
     try:
         yield citus
     finally:

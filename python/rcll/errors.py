@@ -103,6 +103,10 @@ def unknown_bank(bank: str) -> RcllError:
 GOING_AWAY = frozenset({"57P01", "57P02", "57P03"})
 
 
+REMOTE_NODE_HINT = ("retry after Retry-After: a Citus worker this bank lives on is down or unreachable (the "
+                    "banks on the other workers still answer); the operator restarts it (docs/scaling.md)")
+
+
 def from_database(e: BaseException, *, read_only: bool = False, bank: str | None = None) -> RcllError | None:
     """The RcllError a database error stands for, or None when it is not the caller's to fix.
 
@@ -133,6 +137,11 @@ def from_database(e: BaseException, *, read_only: bool = False, bank: str | None
                          "run `rcll install` (or `rcll serve`, which installs it)", code=Code.UNAVAILABLE)
     if isinstance(e, psycopg.OperationalError) and (state is None or state[:2] == "08" or state in GOING_AWAY):
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if state is not None and state[:2] == "08" and diag.severity_nonlocalized == "ERROR":
+            # A connection error the server raised while this session lives on: it could not reach
+            # another server it needed - on a Citus cluster, the worker holding the bank (Citus
+            # raises 08006 naming it). The caller's own connection ends with FATAL, or in libpq.
+            return RcllError("dsn", f"a database node is out of reach: {first}", REMOTE_NODE_HINT, code=Code.UNAVAILABLE)
         return RcllError("dsn", f"cannot connect: {first}", "check RCLL_DSN or run `rcll db start`",
                          code=Code.UNAVAILABLE)
     return None

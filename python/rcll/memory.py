@@ -321,9 +321,13 @@ class Memory:
                     shared.installed = install.install(conn, use_extension=self._extension, citus=self._citus)
             if not shared.read_only and can_write(conn):
                 # The default bank, on a fresh schema or one another tool installed, as `rcll serve` does.
-                row = conn.execute("SELECT EXISTS (SELECT 1 FROM rcll.list_banks() WHERE name = %s)",
-                                   (DEFAULT_BANK,)).fetchone()
-                if not (row and row[0]):
+                # Looked up by name, not listed with the banks' counts: on a Citus cluster those
+                # read every worker, and a server must open while one is down.
+                try:
+                    conn.execute("SELECT rcll._bank_id(%s)", (DEFAULT_BANK,))
+                except psycopg.Error as e:
+                    if e.sqlstate != Code.UNKNOWN_BANK.value:
+                        raise
                     # an agent's role may write units without creating banks: its verbs name a bank
                     with suppress(psycopg.errors.InsufficientPrivilege):
                         conn.execute("SELECT rcll.create_bank(name => %s)", (DEFAULT_BANK,))

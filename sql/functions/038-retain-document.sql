@@ -8,14 +8,16 @@ AS $$
 $$;
 COMMENT ON FUNCTION rcll._content_hash(text, text) IS 'Internal: the identity of a document within a bank (thread and content).';
 
-CREATE OR REPLACE FUNCTION rcll._document_units(document_id bigint)
+CREATE OR REPLACE FUNCTION rcll._document_units(bank_id integer, document_id bigint)
 RETURNS bigint[]
 LANGUAGE sql STABLE PARALLEL SAFE
 AS $$
+    -- The bank named: on a Citus cluster it is what takes the query to the bank's one shard
+    -- (by the document's id alone it read every shard of every worker).
     SELECT coalesce(array_agg(u.unit_id ORDER BY u.chunk_index, u.unit_id), '{}')
-    FROM rcll.memory_units u WHERE u.document_id = _document_units.document_id
+    FROM rcll.memory_units u WHERE u.bank_id = _document_units.bank_id AND u.document_id = _document_units.document_id
 $$;
-COMMENT ON FUNCTION rcll._document_units(bigint) IS 'Internal: the units of a document in chunk (or fact) order - what a re-retain of the same content returns.';
+COMMENT ON FUNCTION rcll._document_units(integer, bigint) IS 'Internal: the units of a bank''s document in chunk (or fact) order - what a re-retain of the same content returns.';
 
 CREATE OR REPLACE FUNCTION rcll._check_document(bank_id integer, content text)
 RETURNS void

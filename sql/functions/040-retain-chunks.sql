@@ -55,7 +55,7 @@ BEGIN
         PERFORM rcll._record_llm_calls(b, doc, llm_calls);
     END IF;
     IF NOT stored.created THEN
-        RETURN QUERY SELECT doc, rcll._document_units(doc), false;
+        RETURN QUERY SELECT doc, rcll._document_units(b, doc), false;
         RETURN;
     END IF;
 

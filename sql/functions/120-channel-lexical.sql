@@ -246,7 +246,7 @@ BEGIN
         -- a quarter of the channel's time at 100k units (docs/scaling.md).
         SELECT m.document_id, m.lexical_length::double precision AS dl
         FROM rcll.document_lexicon m
-        WHERE m.document_id IN (SELECT t.document_id FROM s_tf t)
+        WHERE m.document_id IN (SELECT t.document_id FROM s_tf t) AND (NOT pinned OR m.bank_id = bk)
     ), s_first AS MATERIALIZED (
         -- The documents scored from their candidate units: exact when no term was pruned. A
         -- pruned term's tf then counts only the units that also hold a rarer term, so these are
@@ -267,7 +267,7 @@ BEGIN
               WHERE common IS NOT NULL
                 AND u.document_id IN (SELECT f.document_id FROM s_first f)
                 AND u.lexical @@ rcll._tsquery_any(common) AND NOT u.lexical @@ rcll._tsquery_any(gen)
-                AND (scoped IS NULL OR u.unit_id <> ALL (scoped))
+                AND (scoped IS NULL OR u.unit_id <> ALL (scoped)) AND (NOT pinned OR u.bank_id = bk)
                 AND rcll._in_scope(u.bank_id, u.room, u.author, u.tags, u.hall, u.layer, u.thread, u.valid, u.expires_at, scope)) x
         GROUP BY x.document_id, x.lexeme
     ), s_docs AS (
@@ -280,7 +280,7 @@ BEGIN
         SELECT u.unit_id, d.s, d.document_id,
                CASE WHEN q IS NULL OR u.embedding IS NULL THEN NULL
                     ELSE u.embedding OPERATOR(public.<=>) q END AS dist, u.chunk_index
-        FROM s_docs d JOIN rcll.memory_units u ON u.document_id = d.document_id
+        FROM s_docs d JOIN rcll.memory_units u ON u.document_id = d.document_id AND (NOT pinned OR u.bank_id = bk)
         WHERE rcll._in_scope(u.bank_id, u.room, u.author, u.tags, u.hall, u.layer, u.thread, u.valid, u.expires_at, scope)
     )
     -- Both lists are cut with ORDER BY ... LIMIT and numbered after: a top-N sort of the scored

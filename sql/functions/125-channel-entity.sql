@@ -84,6 +84,8 @@ DECLARE
     q    public.vector := channel_entity.query_embedding;
     lim  integer := greatest(coalesce(channel_entity."limit", (rcll.recall_defaults()).channel_limit), 0);
     ents bigint[];
+    -- On a Citus cluster every statement must name its bank to reach its shard (rcll._bank_pinned).
+    pinned boolean := rcll._bank_pinned();
 BEGIN
     IF q IS NULL OR lim = 0 THEN
         RETURN;
@@ -98,8 +100,9 @@ BEGIN
     RETURN QUERY
     WITH f AS MATERIALIZED (
         SELECT u.unit_id, u.embedding FROM rcll.memory_units u
-        WHERE u.unit_id IN (SELECT ue.unit_id FROM rcll.unit_entities ue WHERE ue.entity_id = ANY (ents))
-          AND u.embedding IS NOT NULL
+        WHERE u.unit_id IN (SELECT ue.unit_id FROM rcll.unit_entities ue
+                            WHERE ue.entity_id = ANY (ents) AND (NOT pinned OR ue.bank_id = (scope).bank_id))
+          AND (NOT pinned OR u.bank_id = (scope).bank_id) AND u.embedding IS NOT NULL
           AND rcll._in_scope(u.bank_id, u.room, u.author, u.tags, u.hall, u.layer, u.thread, u.valid, u.expires_at, scope))
     SELECT d.unit_id, 1 - d.dist, (row_number() OVER (ORDER BY d.dist, d.unit_id))::integer
     FROM (SELECT f.unit_id, f.embedding OPERATOR(public.<=>) q AS dist FROM f ORDER BY 2, 1 LIMIT lim) d

@@ -86,8 +86,10 @@ BEGIN
         linked := linked + n;
         touched := touched || eid;
     END LOOP;
+    -- ue.bank_id = b, not = e.bank_id: Citus prunes shards by a value of the distribution column,
+    -- not by a correlation - correlated, this UPDATE ran on every shard of every worker.
     UPDATE rcll.entities e
-    SET mention_count = (SELECT count(*) FROM rcll.unit_entities ue WHERE ue.bank_id = e.bank_id AND ue.entity_id = e.entity_id)
+    SET mention_count = (SELECT count(*) FROM rcll.unit_entities ue WHERE ue.bank_id = b AND ue.entity_id = e.entity_id)
     WHERE e.bank_id = b AND e.entity_id = ANY (touched);
     RETURN linked;
 END

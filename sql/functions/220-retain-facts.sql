@@ -60,7 +60,7 @@ CREATE OR REPLACE FUNCTION rcll.find_document(bank text, content text, thread te
 RETURNS TABLE (document_id bigint, unit_ids bigint[], extraction text)
 LANGUAGE sql STABLE PARALLEL SAFE
 AS $$
-    SELECT d.document_id, rcll._document_units(d.document_id), d.extraction
+    SELECT d.document_id, rcll._document_units(d.bank_id, d.document_id), d.extraction
     FROM rcll.documents d
     WHERE d.bank_id = rcll._bank_id(find_document.bank)
       AND d.content_hash = rcll._content_hash(find_document.content, find_document.thread)
@@ -146,7 +146,7 @@ BEGIN
     doc := stored.document_id;
     IF NOT stored.created THEN                  -- already retained: no duplicate facts
         PERFORM rcll._record_llm_calls(b, doc, llm_calls);
-        RETURN QUERY SELECT doc, rcll._document_units(doc), false;
+        RETURN QUERY SELECT doc, rcll._document_units(b, doc), false;
         RETURN;
     END IF;
     prov := stored.provenance || jsonb_build_object('extraction', extraction);
@@ -196,11 +196,11 @@ BEGIN
             INSERT INTO rcll.unit_entities AS ue (unit_id, entity_id, bank_id, role, spellings)
             SELECT uid, k.entity_id, b, 'mention', ARRAY[k.alias] FROM rcll._known_entities(b, f ->> 'text') k
             ON CONFLICT ON CONSTRAINT unit_entities_pkey DO NOTHING;
-            touched := touched || ARRAY(SELECT ue.entity_id FROM rcll.unit_entities ue WHERE ue.unit_id = uid);
+            touched := touched || ARRAY(SELECT ue.entity_id FROM rcll.unit_entities ue WHERE ue.bank_id = b AND ue.unit_id = uid);
         END IF;
     END LOOP;
     UPDATE rcll.entities e
-    SET mention_count = (SELECT count(*) FROM rcll.unit_entities ue WHERE ue.bank_id = e.bank_id AND ue.entity_id = e.entity_id)
+    SET mention_count = (SELECT count(*) FROM rcll.unit_entities ue WHERE ue.bank_id = b AND ue.entity_id = e.entity_id)
     WHERE e.bank_id = b AND e.entity_id = ANY (touched);
 
     -- 3. causal links within the document (cause -> effect)

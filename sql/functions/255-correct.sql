@@ -53,12 +53,12 @@ BEGIN
     WHERE x.unit_id = u.unit_id;
     -- A chunk's keyless entities (its speaker, the names it writes) come from its text.
     IF u.kind = 'chunk' THEN
-        touched := ARRAY(SELECT ue.entity_id FROM rcll.unit_entities ue WHERE ue.unit_id = u.unit_id);
-        DELETE FROM rcll.unit_entities ue WHERE ue.unit_id = u.unit_id AND ue.role IN ('speaker', 'name');
+        touched := ARRAY(SELECT ue.entity_id FROM rcll.unit_entities ue WHERE ue.bank_id = b AND ue.unit_id = u.unit_id);
+        DELETE FROM rcll.unit_entities ue WHERE ue.bank_id = b AND ue.unit_id = u.unit_id AND ue.role IN ('speaker', 'name');
         PERFORM rcll._link_keyless_entities(b, ARRAY[u.unit_id]);
         DELETE FROM rcll.entities e WHERE e.bank_id = b AND e.entity_id = ANY (touched)
-            AND NOT EXISTS (SELECT 1 FROM rcll.unit_entities ue WHERE ue.bank_id = e.bank_id AND ue.entity_id = e.entity_id);
-        UPDATE rcll.entities e SET mention_count = (SELECT count(*) FROM rcll.unit_entities ue WHERE ue.bank_id = e.bank_id AND ue.entity_id = e.entity_id)
+            AND NOT EXISTS (SELECT 1 FROM rcll.unit_entities ue WHERE ue.bank_id = b AND ue.entity_id = e.entity_id);
+        UPDATE rcll.entities e SET mention_count = (SELECT count(*) FROM rcll.unit_entities ue WHERE ue.bank_id = b AND ue.entity_id = e.entity_id)
         WHERE e.bank_id = b AND e.entity_id = ANY (touched);
     END IF;
     PERFORM rcll._audit(b, 'correct', jsonb_build_object('unit_id', u.unit_id),
