@@ -47,13 +47,14 @@ LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 AS $$
 DECLARE
     w constant double precision[] := ARRAY[dense, lexical, graph, temporal, entity, session, context];
-    i integer;
+    field text;
 BEGIN
     -- Immutable: with constant arguments (a default, a literal) the planner makes the call a constant.
     FOR i IN 1 .. cardinality(w) LOOP
         IF w[i] IS NULL OR NOT (w[i] >= 0 AND w[i] < 'Infinity'::double precision) THEN  -- NaN is above Infinity
-            RAISE EXCEPTION 'weights.%: % is not a weight', (rcll.recall_channel_names())[i], coalesce(w[i]::text, 'NULL')
-                USING ERRCODE = 'RC001', COLUMN = 'weights.' || (rcll.recall_channel_names())[i],
+            field := 'weights.' || (rcll.recall_channel_names())[i];
+            RAISE EXCEPTION '%: % is not a weight', field, coalesce(w[i]::text, 'NULL')
+                USING ERRCODE = 'RC001', COLUMN = field,
                       HINT = 'Give each channel a finite weight of 0 or more (0 skips the channel).';
         END IF;
     END LOOP;
