@@ -21,7 +21,15 @@ from pglast.parser import scan
 from conftest import Leg, MakeLoginRole
 from rcll.auth import Caller, TokenMap
 from rcll.db import connect
-from rcll.errors import CODES, REMOTE_NODE_HINT, Code, RcllError, from_database, unknown_bank
+from rcll.errors import (
+    CODES,
+    REMOTE_NODE_HINT,
+    SHARD_MOVING_HINT,
+    Code,
+    RcllError,
+    from_database,
+    unknown_bank,
+)
 from rcll.http import create_app
 from rcll.mcp_server import build_server
 from rcll.memory import Memory
@@ -261,6 +269,28 @@ def test_a_node_the_server_cannot_reach_is_unavailable_naming_it_and_the_fix(db:
         psycopg.connect("postgresql://rcll@127.0.0.1:9/none", connect_timeout=2)
     lost = from_database(e.value)
     assert lost is not None and lost.code is Code.UNAVAILABLE and lost.hint != REMOTE_NODE_HINT
+
+
+def test_a_shard_caught_moving_is_unavailable_by_the_file_citus_names_not_its_words() -> None:
+    # During a tenant isolation's switch-over Citus raises XX000 "could not find valid entry for shard"
+    # from its shard metadata (bench.citus_ops meets the real one). Built here as psycopg hands it over.
+    class Internal(psycopg.errors.InternalError):
+        def __init__(self, source_file: str) -> None:
+            super().__init__("could not find valid entry for shard 102008")
+            self._file = source_file
+
+        @property
+        def sqlstate(self) -> str:  # type: ignore[override]
+            return "XX000"
+
+        @property
+        def diag(self) -> Any:  # type: ignore[override]
+            return type("Diag", (), {"source_file": self._file, "message_primary": str(self), "column_name": None,
+                                     "message_hint": None, "severity_nonlocalized": "ERROR"})()
+
+    moving = from_database(Internal("metadata_cache.c"))
+    assert moving is not None and (moving.code, moving.field, moving.hint) == (Code.UNAVAILABLE, "bank", SHARD_MOVING_HINT)
+    assert from_database(Internal("execMain.c")) is None     # another internal error stays what it is
 
 
 # -- the surfaces: HTTP statuses and MCP results from the one table ---------------------------------

@@ -107,6 +107,13 @@ REMOTE_NODE_HINT = ("retry after Retry-After: a Citus worker this bank lives on 
                     "banks on the other workers still answer); the operator restarts it (docs/scaling.md)")
 
 
+SHARD_MOVING_HINT = ("retry after Retry-After: the bank's shard is being moved or split on the Citus cluster (a "
+                     "rebalance or a tenant isolation switching over); the write was not made")
+# Citus's shard-metadata lookups (metadata_cache.c, metadata_utility.c) raise an internal error for a
+# shard that is mid-move: told apart by the source file the server names, never by the words.
+_CITUS_SHARD_METADATA = frozenset({"metadata_cache.c", "metadata_utility.c"})
+
+
 def from_database(e: BaseException, *, read_only: bool = False, bank: str | None = None) -> RcllError | None:
     """The RcllError a database error stands for, or None when it is not the caller's to fix.
 
@@ -135,6 +142,8 @@ def from_database(e: BaseException, *, read_only: bool = False, bank: str | None
         # older than this package.
         return RcllError("dsn", f"the rcll schema is missing or out of date ({primary})",
                          "run `rcll install` (or `rcll serve`, which installs it)", code=Code.UNAVAILABLE)
+    if state == "XX000" and (diag.source_file or "") in _CITUS_SHARD_METADATA:
+        return RcllError("bank", f"the bank's shard is moving: {primary}", SHARD_MOVING_HINT, code=Code.UNAVAILABLE)
     if isinstance(e, psycopg.OperationalError) and (state is None or state[:2] == "08" or state in GOING_AWAY):
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         if state is not None and state[:2] == "08" and diag.severity_nonlocalized == "ERROR":
