@@ -318,3 +318,42 @@ GAPS = [
 def test_what_fails_on_a_cluster(cluster: str, gap_bank: str, verb: Any) -> None:
     with Memory(cluster) as m:
         verb(m)
+
+
+def _sql_recall_rows(url: str, bank: str) -> tuple[list[tuple[Any, ...]], list[str]]:
+    notices: list[str] = []
+    with psycopg.connect(url, autocommit=True) as db:
+        db.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+        rows = db.execute("SELECT text, fused_score, rerank_score, rank_dense, rank_lexical "
+                          "FROM rcll.recall(%s, rcll.recall_scope(%s))", (QUERIES[0], bank)).fetchall()
+    return rows, notices
+
+
+def test_psql_recall_on_the_coordinator_uses_the_model_service(citus: CitusCluster, cluster: str, one_node: str,
+                                                                test_root: Path) -> None:
+    # rcll.recall is not delegated: it runs on the coordinator, each statement sent to the bank's
+    # worker, and its dblink reaches the service from the coordinator.
+    from rcll.model_service import ModelService
+
+    (mine, _), node = _both(citus, cluster, one_node, "sql")
+    # Beside the clusters (a directory their OS user may reach), private to that user.
+    service = ModelService(test_root / "m-citus", socket_owner=citus.coordinator.os_user).start()
+    try:
+        for url in (cluster, node):
+            with Memory(url) as m:
+                m.retain_many([text for text, _ in DOCS], bank=mine)
+            with psycopg.connect(url, autocommit=True) as db:
+                out = db.execute("SELECT rcll.use_model_service(host => %s, port => %s, password => %s)",
+                                 (service.address.host, service.address.port, service.password)).fetchone()
+            assert out and "not answering" not in out[0], out
+        try:
+            on_cluster, told = _sql_recall_rows(cluster, mine)
+        finally:
+            with psycopg.connect(cluster, autocommit=True) as db:
+                db.execute("SELECT rcll.stop_using_model_service()")
+        on_node, _ = _sql_recall_rows(node, mine)
+    finally:
+        service.close()
+    assert not told, told
+    assert on_cluster and all(r[2] is not None for r in on_cluster) and on_cluster[0][3] is not None
+    assert on_cluster == on_node
