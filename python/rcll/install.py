@@ -76,6 +76,10 @@ def install(conn: psycopg.Connection[tuple[object, ...]], *, use_extension: bool
         if not placed:
             # The triggers the distribution set aside, made again on the distributed tables.
             _install(conn, use_extension=False, split=citus_cluster.statements)
+            # That run replaced the delegated *_in_bank twins, and CREATE OR REPLACE drops what
+            # create_distributed_function recorded of them: delegated again.
+            with conn.transaction():
+                citus_cluster.distribute(conn)
         done = f"{done}; {distributed}"
     return done
 

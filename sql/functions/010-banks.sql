@@ -3,6 +3,11 @@
 CREATE OR REPLACE FUNCTION rcll._bank_id(bank text)
 RETURNS integer
 LANGUAGE plpgsql STABLE PARALLEL SAFE
+-- On a Citus cluster a bank-scoped statement that names its bank by name is sent whole to the
+-- worker holding the bank, this call inside it; there it reads rcll.banks, a reference table,
+-- which Citus refuses from inside a query on a shard unless told. Its copy is on every node and
+-- never moves, so the read is right wherever it runs. On one node: an unused placeholder.
+SET citus.allow_nested_distributed_execution = on
 AS $$
 DECLARE
     id integer;

@@ -17,6 +17,9 @@ LANGUAGE plpgsql STABLE PARALLEL SAFE
 -- session_user (not current_user) is what it checks, and SECURITY DEFINER does not change it.
 -- PL/pgSQL rather than SQL: it runs once per written row, and PL/pgSQL keeps its plans.
 SECURITY DEFINER
+-- On a Citus cluster it runs inside statements sent to a bank's worker and reads rcll.identities,
+-- a reference table (its copy is on every node): allowed there, as rcll._bank_id (010-banks.sql).
+SET citus.allow_nested_distributed_execution = on
 AS $$
 DECLARE
     agent   text;

@@ -28,6 +28,12 @@ COMMENT ON FUNCTION rcll._last_words(text, integer) IS 'Internal: the last n wor
 CREATE OR REPLACE FUNCTION rcll.preceding_units(unit_ids bigint[], scope rcll.recall_scope)
 RETURNS TABLE (unit_id bigint, preceding_id bigint, preceding_text text)
 LANGUAGE plpgsql STABLE
+-- On a Citus cluster, rcll.recall called on the coordinator (psql) sends rcll.fuse_candidates'
+-- statement whole to the worker holding the bank, this call inside it; Citus refuses a query on a
+-- distributed table run from inside a query on a shard unless told, as a shard moved meanwhile
+-- could be read in the wrong place. This one reads only the same bank's co-located shards, on
+-- that worker (local execution); on one node the setting is an unused placeholder.
+SET citus.allow_nested_distributed_execution = on
 AS $$
 #variable_conflict use_column
 BEGIN
