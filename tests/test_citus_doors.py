@@ -332,7 +332,8 @@ def _sql_recall_rows(url: str, bank: str) -> tuple[list[tuple[Any, ...]], list[s
 def test_psql_recall_on_the_coordinator_uses_the_model_service(citus: CitusCluster, cluster: str, one_node: str,
                                                                 test_root: Path) -> None:
     # rcll.recall is not delegated: it runs on the coordinator, each statement sent to the bank's
-    # worker, and its dblink reaches the service from the coordinator.
+    # worker, and its dblink reaches the service from the coordinator. Its twin rcll.recall_in_bank
+    # runs on the worker, and reaches the service from there.
     from rcll.model_service import ModelService
 
     (mine, _), node = _both(citus, cluster, one_node, "sql")
@@ -348,6 +349,15 @@ def test_psql_recall_on_the_coordinator_uses_the_model_service(citus: CitusClust
             assert out and "not answering" not in out[0], out
         try:
             on_cluster, told = _sql_recall_rows(cluster, mine)
+            # The twin runs on the bank's worker, whose user mapping use_model_service made there.
+            with psycopg.connect(cluster, autocommit=True) as db:
+                delegated_told: list[str] = []
+                db.add_notice_handler(lambda d: delegated_told.append(d.message_primary or ""))
+                scope, bank_id = db.execute("SELECT s::text, (s).bank_id FROM rcll.recall_scope(%s) s",
+                                            (mine,)).fetchone()  # type: ignore[misc]
+                delegated = db.execute("SELECT text, fused_score, rerank_score, rank_dense, rank_lexical "
+                                       "FROM rcll.recall_in_bank(%s, %s, %s::rcll.recall_scope)",
+                                       (bank_id, QUERIES[0], scope)).fetchall()
         finally:
             with psycopg.connect(cluster, autocommit=True) as db:
                 db.execute("SELECT rcll.stop_using_model_service()")
@@ -357,3 +367,5 @@ def test_psql_recall_on_the_coordinator_uses_the_model_service(citus: CitusClust
     assert not told, told
     assert on_cluster and all(r[2] is not None for r in on_cluster) and on_cluster[0][3] is not None
     assert on_cluster == on_node
+    assert not delegated_told, delegated_told
+    assert delegated == on_cluster

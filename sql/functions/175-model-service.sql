@@ -309,6 +309,26 @@ $$;
 COMMENT ON FUNCTION rcll._model_token_counts(text[])
     IS 'Internal: bge wordpiece tokens per text for the budget cut, from the model service (or the in-database models); estimated (rcll._approx_tokens) when the service does not answer.';
 
+CREATE OR REPLACE FUNCTION rcll._on_every_worker(command text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    failed text;
+BEGIN
+    -- A command for each node alone (Citus would refuse DDL on a worker, to propagate it itself).
+    -- run_command_on_workers reports a failure per worker instead of raising: raised here.
+    EXECUTE 'SELECT string_agg(format(''%s:%s: %s'', r.nodename, r.nodeport, r.result), ''; '')
+             FROM pg_catalog.run_command_on_workers($1) r WHERE NOT r.success' INTO failed
+        USING 'SET citus.enable_ddl_propagation TO off; ' || command;
+    IF failed IS NOT NULL THEN
+        RAISE EXCEPTION 'workers: %', failed USING ERRCODE = 'RC001', COLUMN = 'workers',
+            HINT = 'Every worker of the Citus cluster must be up (SELECT * FROM citus_check_cluster_node_health()).';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION rcll._on_every_worker(text) IS 'Internal: on a Citus coordinator, run a command on every worker for that node alone (run_command_on_workers, DDL propagation off), or an error naming the workers where it failed.';
+
 CREATE OR REPLACE FUNCTION rcll.use_model_service(host text, port integer DEFAULT 8767, password text DEFAULT NULL)
 RETURNS text
 LANGUAGE plpgsql VOLATILE
@@ -318,6 +338,8 @@ DECLARE
                        WHERE p.oid = 'rcll._model_service_ask(text,text,text[],double precision,text[])'::regprocedure);
     schema name;
     probe  record;
+    server_ddl  text;
+    mapping_ddl text;
 BEGIN
     IF host IS NULL OR host = '' THEN
         RAISE EXCEPTION 'host: no address given' USING ERRCODE = 'RC001', COLUMN = 'host',
@@ -330,6 +352,13 @@ BEGIN
     IF password IS NULL OR password = '' THEN
         RAISE EXCEPTION 'password: required' USING ERRCODE = 'RC001', COLUMN = 'password',
             HINT = 'The service''s password (RCLL_MODELS_PASSWORD; rcll serve and rcll models register their own): dblink connects with a password for any role but a superuser.';
+    END IF;
+    IF rcll._bank_pinned() THEN
+        -- On a Citus coordinator each node gets its own dblink, server and mapping, made here on
+        -- connections of their own (Citus would copy the server, not the mapping, and only at
+        -- commit): a recall delegated to a worker (rcll.recall_in_bank) reaches the service from there.
+        PERFORM set_config('citus.enable_ddl_propagation', 'off', true);
+        PERFORM rcll._on_every_worker('CREATE EXTENSION IF NOT EXISTS dblink SCHEMA public');
     END IF;
     SELECT n.nspname INTO schema FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
     WHERE e.extname = 'dblink';
@@ -347,10 +376,20 @@ BEGIN
     -- The password goes in a user mapping for the rcll schema's owner alone: only that role (and
     -- superusers) can read its options; recall's callers reach the service through
     -- rcll._model_service_ask, which runs as that owner.
+    server_ddl := format('CREATE SERVER rcll_models FOREIGN DATA WRAPPER dblink_fdw OPTIONS (host %L, port %L, dbname %L, connect_timeout %L, application_name %L)',
+                         host, port::text, 'rcll', '2', 'rcll');
+    mapping_ddl := format('CREATE USER MAPPING FOR %I SERVER rcll_models OPTIONS (user %L, password %L)', owner::text, 'rcll', password);
+    IF rcll._bank_pinned() THEN
+        PERFORM rcll._on_every_worker('DROP SERVER IF EXISTS rcll_models CASCADE');
+        PERFORM rcll._on_every_worker(server_ddl);
+        PERFORM rcll._on_every_worker(mapping_ddl);
+    END IF;
     DROP SERVER IF EXISTS rcll_models CASCADE;
-    EXECUTE format('CREATE SERVER rcll_models FOREIGN DATA WRAPPER dblink_fdw OPTIONS (host %L, port %L, dbname %L, connect_timeout %L, application_name %L)',
-                   host, port::text, 'rcll', '2', 'rcll');
-    EXECUTE format('CREATE USER MAPPING FOR %I SERVER rcll_models OPTIONS (user %L, password %L)', owner::text, 'rcll', password);
+    EXECUTE server_ddl;
+    EXECUTE mapping_ddl;
+    IF rcll._bank_pinned() THEN
+        PERFORM set_config('citus.enable_ddl_propagation', 'on', true);
+    END IF;
     -- A new address must not reuse this backend's connection to the old one.
     IF 'rcll_models' = ANY (coalesce(public.dblink_get_connections(), '{}')) THEN
         PERFORM public.dblink_disconnect('rcll_models');
@@ -371,7 +410,14 @@ RETURNS text
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
+    IF rcll._bank_pinned() THEN
+        PERFORM set_config('citus.enable_ddl_propagation', 'off', true);
+        PERFORM rcll._on_every_worker('DROP SERVER IF EXISTS rcll_models CASCADE');
+    END IF;
     DROP SERVER IF EXISTS rcll_models CASCADE;
+    IF rcll._bank_pinned() THEN
+        PERFORM set_config('citus.enable_ddl_propagation', 'on', true);
+    END IF;
     RETURN 'model service unregistered: recall uses the in-database models where enabled, else skips the dense channel and the rerank without a query_embedding';
 END
 $$;
