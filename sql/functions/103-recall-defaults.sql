@@ -64,13 +64,20 @@ $$;
 COMMENT ON FUNCTION rcll.channel_weights(double precision, double precision, double precision, double precision, double precision, double precision, double precision)
     IS 'The recall channels'' weights as one value, for rcll.recall_candidates, rcll.recall_channels and rcll.fuse_candidates: each channel''s z-score is multiplied by its weight in the fusion, and a weight of 0 skips the channel. Defaults: 1 for dense, lexical, graph, temporal, entity and session, 0 for context (off). RC001 names a weight that is NULL, negative or not finite. From psql: rcll.channel_weights(graph => 0, context => 0.5).';
 
+CREATE OR REPLACE FUNCTION rcll._weight_array(weights rcll.channel_weights)
+RETURNS double precision[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT ARRAY[(weights).dense, (weights).lexical, (weights).graph, (weights).temporal, (weights).entity,
+                 (weights).session, (weights).context]
+$$;
+COMMENT ON FUNCTION rcll._weight_array(rcll.channel_weights) IS 'Internal: the weights as an array in rcll.recall_channel_names() order (a channel''s weight is at its position there).';
+
 CREATE OR REPLACE FUNCTION rcll._weight_of(weights rcll.channel_weights, channel text)
 RETURNS double precision
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-    -- in rcll.recall_channel_names() order, as the type's fields are
-    SELECT (ARRAY[(weights).dense, (weights).lexical, (weights).graph, (weights).temporal, (weights).entity,
-                  (weights).session, (weights).context])[array_position(rcll.recall_channel_names(), channel)]
+    SELECT (rcll._weight_array(weights))[array_position(rcll.recall_channel_names(), channel)]
 $$;
 COMMENT ON FUNCTION rcll._weight_of(rcll.channel_weights, text) IS 'Internal: the weight weights gives a channel (by name); NULL for a name that is no channel.';
 

@@ -17,9 +17,9 @@ LANGUAGE sql STABLE
 AS $$
     WITH hits AS (
         -- One row per (channel, unit): rcll.recall_channels' rows, as four parallel arrays, each
-        -- with its channel's weight.
+        -- with its channel's weight (the weights' array made once per call, a constant to each row).
         SELECT h.channel AS ch, h.unit_id, h.score, h.rank,
-               coalesce(rcll._weight_of(fuse_candidates.weights, h.channel),
+               coalesce((SELECT rcll._weight_array(fuse_candidates.weights))[array_position(rcll.recall_channel_names(), h.channel)],
                         -- a list under a name that is no channel is an error, not a list
                         -- silently dropped; only such a row (or a NULL weight) evaluates this
                         CASE WHEN rcll._known_channels(ARRAY[h.channel]) THEN NULL::double precision END) AS w

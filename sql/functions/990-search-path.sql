@@ -9,7 +9,8 @@
 -- clause stops the planner from inlining a function. They read no table and call only built-in
 -- operators, or rcll.recall_channel_names(), a constant (tests/test_channel_plans.py checks that the
 -- plans hold _in_scope's and _in_time_range's columns and _bm25_term's arithmetic, not a call;
--- _last_words and _weight_of are inlined into the fusion's rows, _channel_runs into recall_channels').
+-- _last_words and _weight_array are inlined into the fusion's rows, _weight_of and _channel_runs into
+-- recall_channels').
 DO $$
 DECLARE
     routine regprocedure;
@@ -20,7 +21,7 @@ BEGIN
         WHERE p.pronamespace = 'rcll'::regnamespace
           AND p.prokind IN ('f', 'p')
           AND p.proname NOT IN ('_in_scope', '_in_time_range', '_keyless_link', '_bm25_term', '_last_words',
-                                '_weight_of', '_channel_runs')
+                                '_weight_array', '_weight_of', '_channel_runs')
           AND NOT EXISTS (SELECT FROM pg_catalog.unnest(p.proconfig) setting
                           WHERE setting LIKE 'search\_path=%')
     LOOP
