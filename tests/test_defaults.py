@@ -128,3 +128,17 @@ def test_recall_channels_labels_its_lists_with_the_channel_names(db: psycopg.Con
     names = set(db.execute("SELECT rcll.recall_channel_names()").fetchone()[0])  # type: ignore[index]
     assert got <= names
     assert names - got <= {"graph"}
+
+
+@pytest.mark.parametrize("function", ["rcll.recall", "rcll.recall_candidates"])
+def test_each_in_bank_twin_is_its_function_with_the_banks_id_first(db: psycopg.Connection[Any], function: str) -> None:
+    # Citus delegates a call by an argument of the distribution column's type, so each recall function
+    # has a twin taking the bank's id first (610-citus-delegation.sql): SQL has no shared parameter
+    # list, so this holds the two headers equal - names, types, defaults and the rows returned.
+    def header(name: str) -> tuple[str, str]:
+        row = db.execute("SELECT pg_get_function_arguments(%s::regproc), pg_get_function_result(%s::regproc)",
+                         (name, name)).fetchone()
+        assert row is not None
+        return str(row[0]), str(row[1])
+    arguments, result = header(function)
+    assert header(f"{function}_in_bank") == (f"bank_id integer, {arguments}", result)
