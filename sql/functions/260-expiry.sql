@@ -183,7 +183,9 @@ BEGIN
     -- backlog never becomes one long transaction.
     FOR r IN SELECT b.bank_id, b.name FROM rcll.banks b
              WHERE (expire.bank IS NULL OR b.bank_id = rcll._actable_bank(expire.bank))
-               AND EXISTS (SELECT 1 FROM rcll.memory_units u WHERE u.bank_id = b.bank_id AND u.expires_at <= now())
+               -- IN, not a correlated EXISTS (the same semi-join on one node): Citus takes no
+               -- correlated subquery over a reference table (banks), and runs this one apart.
+               AND b.bank_id IN (SELECT u.bank_id FROM rcll.memory_units u WHERE u.expires_at <= now())
              ORDER BY b.bank_id LOOP
         ids := ARRAY(SELECT u.unit_id FROM rcll.memory_units u
                      WHERE u.bank_id = r.bank_id AND u.expires_at <= now()
