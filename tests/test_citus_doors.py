@@ -1,6 +1,7 @@
 """The doors of rcll against a Citus coordinator, answering as one node does for the same data:
 HTTP (with the console's unit list), MCP, the CLI, token scopes, deadlines, forget's dry runs
-and export; and, verb by verb, what still fails through the coordinator. Each door's story is run once on the real cluster (the suite's
+and export; a real forget over HTTP; rooms, floor plan, correct and history, retention, import
+into a bank that exists and upkeep; and every verb once. Each door's story is run once on the real cluster (the suite's
 `citus` fixture: a coordinator and two workers on loopback) and once on one node (the pg18 leg),
 and the two transcripts - everything but ids - must be equal."""
 
@@ -25,7 +26,7 @@ from conftest import Leg
 from rcll import Memory, install, models
 from rcll.auth import VERBS, Caller, TokenMap
 from rcll.citus_cluster import CitusCluster
-from rcll.errors import RcllError, unknown_bank
+from rcll.errors import unknown_bank
 from rcll.http import create_app
 from rcll.mcp_server import build_server, http_app
 from rcll.request import ForgetRequest
@@ -118,7 +119,7 @@ def _tokens(mine: str, theirs: str) -> TokenMap:
 def _http_story(url: str, mine: str, theirs: str) -> dict[str, Any]:
     """Retain, recall, the console's unit list, refusals by scope, a 1 ms deadline, forget's dry
     runs (by thread, one unit: what each would remove) and export, over HTTP. (A real forget over
-    HTTP and an import into a bank that exists fail on a cluster: the xfail tests below.)"""
+    HTTP, and import and the other verbs through Memory: the stories below.)"""
     out: dict[str, Any] = {}
     with TestClient(create_app(url, tokens=_tokens(mine, theirs)), base_url=BASE) as c:
         units = {}
@@ -171,18 +172,38 @@ def test_http_on_the_coordinator_answers_as_one_node(citus: CitusCluster, cluste
     assert on_cluster["export"]["memory_units"] == len(DOCS)
 
 
-@pytest.mark.xfail(strict=True, reason="through the coordinator: 503 RC010, complex joins are only supported when all "
-                                       "distributed tables are co-located and joined on their distribution columns")
-def test_a_forget_over_http_forgets_on_the_cluster(citus: CitusCluster, cluster: str) -> None:
-    # Memory.forget by thread or ids works (test_what_fails_on_a_cluster, tests/test_citus.py); the
-    # same forget over HTTP, as a token's agent, does not yet.
-    mine, theirs = _banks_on_both_workers(citus, cluster, "fgt")
-    with TestClient(create_app(cluster, tokens=_tokens(mine, theirs)), base_url=BASE) as c:
-        for text, room in DOCS:
-            c.post("/retain", json={"bank": mine, "content": text, "room": room, "thread": f"t-{room}"}, headers=h(MINE))
+def _http_forget_story(url: str, mine: str, theirs: str) -> list[Any]:
+    """A real forget over HTTP as a token's agent: a thread whose entities (Carol, Stripe, Adyen)
+    other units of the bank still name, so the survivors are recounted and renamed
+    (rcll._forget_entities), then one unit by id; what each removed and what the bank then holds."""
+    out: list[Any] = []
+    with TestClient(create_app(url, tokens=_tokens(mine, theirs)), base_url=BASE) as c:
+        for text, room in DOCS + [("Carol reviews every Stripe and Adyen invoice.", "oncall")]:
+            r = c.post("/retain", json={"bank": mine, "content": text, "room": room, "thread": f"t-{room}"}, headers=h(MINE))
+            assert r.status_code == 200, r.text
         r = c.post("/forget", json={"bank": mine, "thread": "t-billing", "dry_run": False, "reason": "test"},
                    headers=h(MINE))
-    assert r.status_code == 200, r.text
+        assert r.status_code == 200, r.text
+        out.append(r.json())
+        left = c.get("/units", params={"bank": mine}, headers=h(MINE)).json()["units"]
+        r = c.delete(f"/units/{left[0]['unit_id']}", params={"bank": mine, "dry_run": False, "reason": "test"},
+                     headers=h(MINE))
+        assert r.status_code == 200, r.text
+        out.append(r.json())
+        out.append(sorted(u["text"] for u in c.get("/units", params={"bank": mine}, headers=h(MINE)).json()["units"]))
+    return out
+
+
+def test_a_forget_over_http_forgets_on_the_cluster_as_on_one_node(citus: CitusCluster, cluster: str,
+                                                                  one_node: str) -> None:
+    # It failed with "complex joins" while Memory.forget by thread worked: not the HTTP door, but a
+    # forget that leaves an entity other units still name - its recount named no bank.
+    (mine, theirs), node = _both(citus, cluster, one_node, "fgt")
+    on_cluster = _http_forget_story(cluster, mine, theirs)
+    assert on_cluster == _http_forget_story(node, mine, theirs)
+    thread, one, left = on_cluster
+    assert not thread["dry_run"] and thread["counts"]["units"] == 2 and thread["counts"]["entity_mentions"] >= 1
+    assert one["counts"]["units"] == 1 and len(left) == len(DOCS) - 2
 
 
 def _mcp_story(url: str, mine: str, theirs: str) -> dict[str, Any]:
@@ -267,45 +288,20 @@ def gap_bank(cluster: str) -> str:
     return "gaps"
 
 
-def _unit(m: Memory) -> int:
-    return m.units(bank="gaps").units[0].unit_id
-
-
-def _export(m: Memory) -> bytes:
-    out = io.BytesIO()
-    m.export(out, bank="gaps")
-    return out.getvalue()
-
-
-# Verbs that fail through the coordinator today, each with the error Citus gives (measured on this
-# cluster, rcll 0.2.0 on Citus 14.0.1): their statements are not routable to one shard (the bank
-# comes from a CTE or a join, or a function that reads tables runs inside a statement sent to a
-# shard). Strict: a fix turns the case into a failure here, to be moved to the stories above.
-def _xfail(why: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(raises=(RcllError, psycopg.Error), strict=True, reason=why)
-
-
+# Every verb through the coordinator, once. A verb that fails there is marked here with the error
+# Citus gives (strict xfail: raises=(RcllError, psycopg.Error)) until a fix moves it to a story
+# comparing the cluster with one node: rooms, floor_plan, history and correct, set_retention,
+# an import into a bank that exists and upkeep's expiry moved to test_the_verbs_..._as_one_node.
+# None fails today (rcll 0.2.0 on Citus 14.0.1); to mark one: pytest.mark.xfail(raises=(RcllError,
+# psycopg.Error), strict=True, reason=<Citus's error>).
 GAPS = [
-    pytest.param(lambda m: m.rooms(bank="gaps"), id="rooms",
-                 marks=_xfail("correlated subqueries are not supported when the FROM clause contains a CTE or subquery")),
-    pytest.param(lambda m: m.floor_plan(bank="gaps"), id="floor_plan",
-                 marks=_xfail("could not run distributed query with GROUPING")),
     pytest.param(lambda m: m.tags(bank="gaps"), id="tags"),
     pytest.param(lambda m: m.get_state("deployment", "k", bank="gaps"), id="get_state"),
     pytest.param(lambda m: m.state_history("deployment", "k", bank="gaps"), id="state_history"),
     pytest.param(lambda m: m.state_keys(bank="gaps"), id="state_keys"),
     pytest.param(lambda m: m.merge_proposals(bank="gaps"), id="merge_proposals"),
     pytest.param(lambda m: m.retention(bank="gaps"), id="retention"),
-    pytest.param(lambda m: m.set_retention(timedelta(days=30), bank="gaps"), id="set_retention",
-                 marks=_xfail("functions used in the DO UPDATE SET clause of INSERTs on distributed tables must be marked IMMUTABLE")),
-    pytest.param(lambda m: m.history(_unit(m), bank="gaps"), id="history",
-                 marks=_xfail("complex joins are only supported when all distributed tables are co-located and joined on their distribution columns")),
     pytest.param(lambda m: m.as_agent("agent").recall("how do we deploy?", bank="gaps", mine=True), id="recall_mine"),
-    pytest.param(lambda m: m.import_(io.BytesIO(_export(m)), on_conflict="skip"), id="import_into_existing_bank",
-                 marks=_xfail("direct joins between distributed and local tables are not supported")),
-    pytest.param(lambda m: m.upkeep(), id="upkeep",
-                 marks=_xfail("correlated subqueries are not supported when the FROM clause contains a reference table")),
-    # What works, for contrast.
     pytest.param(lambda m: m.stats(bank="gaps"), id="stats"),
     pytest.param(lambda m: m.session_start(bank="gaps"), id="session_start"),
     pytest.param(lambda m: m.units(bank="gaps"), id="units"),
@@ -318,6 +314,58 @@ GAPS = [
 def test_what_fails_on_a_cluster(cluster: str, gap_bank: str, verb: Any) -> None:
     with Memory(cluster) as m:
         verb(m)
+
+
+def _room(r: Any) -> tuple[Any, ...]:
+    """A row of rooms() or floor_plan() without its times."""
+    return tuple(getattr(r, f) for f in r.__dataclass_fields__ if f not in ("first_used", "last_used"))
+
+
+def _verbs_story(url: str, bank: str) -> dict[str, Any]:
+    """The verbs that failed through a Citus coordinator (rooms, floor_plan, correct and history,
+    set_retention, an import into a bank that exists, upkeep's expiry), with what each answers
+    (everything but ids and times)."""
+    out: dict[str, Any] = {}
+    with Memory(url) as m:
+        units = {}
+        for text, room in DOCS:
+            units[text] = m.retain(text, bank=bank, room=room, thread=f"t-{room}").unit_ids[0]
+        m.retain("A note filed in no room yet.", bank=bank, room="", thread="t-none")
+        out["rooms"] = [_room(r) for r in m.rooms(bank=bank)]
+        out["rooms_b"] = [_room(r) for r in m.rooms("b*", bank=bank)]
+        out["floor_plan"] = [_room(r) for r in m.floor_plan(bank=bank)]
+        uid = units[DOCS[3][0]]
+        out["correct"] = [(v.version, v.text, v.current, v.replaced_by, v.reason) for v in
+                          m.correct(uid, "The billing service moved from Stripe to Adyen in July.", reason="month", bank=bank)]
+        m.correct(uid, "The billing service moved from Stripe to Adyen in August.", reason="again", bank=bank)
+        out["history"] = [(v.version, v.text, v.current, v.replaced_by, v.reason) for v in m.history(uid, bank=bank)]
+        out["set_retention"] = [m.set_retention(timedelta(days=30), bank=bank),
+                                m.set_retention(timedelta(days=20), bank=bank),       # the same policy again: DO UPDATE
+                                m.set_retention(timedelta(days=90), room="billing", bank=bank),
+                                m.set_retention(timedelta(microseconds=1), room="oncall", bank=bank),
+                                m.set_retention(None, room="billing", bank=bank)]
+        out["retention"] = [{k: v for k, v in p.items() if k != "created_at"} for p in m.retention(bank=bank)]
+        stream = io.BytesIO()
+        m.export(stream, bank=bank)
+        out["import"] = [(s.bank, s.fresh, s.rows, s.not_imported) for s in
+                         (m.import_(io.BytesIO(stream.getvalue()), on_conflict=c) for c in ("skip", "replace"))]
+        out["upkeep_expired"] = m.upkeep(dense_indexes=False).expired >= 1
+        out["units"] = sorted(u.text for u in m.units(bank=bank).units)
+        out["rooms_after"] = [_room(r) for r in m.rooms(bank=bank)]
+    return out
+
+
+def test_the_verbs_on_the_coordinator_answer_as_one_node(citus: CitusCluster, cluster: str, one_node: str) -> None:
+    (mine, _), node = _both(citus, cluster, one_node, "verb")
+    on_cluster, on_node = _verbs_story(cluster, mine), _verbs_story(node, mine)
+    for key in on_node:
+        assert on_cluster[key] == on_node[key], (key, on_cluster[key], on_node[key])
+    assert on_cluster["rooms"][0][:2] == ("billing", "live") and on_cluster["rooms_b"]
+    assert any(r[0] is None for r in on_cluster["floor_plan"])
+    assert [v[0] for v in on_cluster["history"]] == [3, 2, 1] and on_cluster["history"][2][4] == "month"
+    assert on_cluster["set_retention"][:2] == [len(DOCS) + 1, len(DOCS) + 1]
+    assert on_cluster["import"][0][2]["memory_units"] == 0 and on_cluster["upkeep_expired"]
+    assert len(on_cluster["units"]) == len(DOCS)          # the oncall unit expired and was swept
 
 
 def _sql_recall_rows(url: str, bank: str) -> tuple[list[tuple[Any, ...]], list[str]]:

@@ -164,7 +164,7 @@ BEGIN
         UPDATE rcll.bank_stats s
         SET unit_count = greatest(s.unit_count - x.n, 0), total_length = greatest(s.total_length - x.len, 0),
             document_count = greatest(s.document_count - (SELECT count(*) FROM rcll.documents d
-                                                          WHERE d.document_id = ANY (full_docs) AND d.created_at <= st.refreshed_at), 0)
+                                                          WHERE d.bank_id = b AND d.document_id = ANY (full_docs) AND d.created_at <= st.refreshed_at), 0)
         FROM (SELECT count(*) AS n, coalesce(sum(u.lexical_length), 0) AS len
               FROM rcll.memory_units u WHERE u.bank_id = b AND u.unit_id = ANY (gone) AND u.created_at <= st.refreshed_at) x
         WHERE s.bank_id = b;
@@ -184,9 +184,9 @@ BEGIN
     -- so "current" is an open validity from the same start.
     UPDATE rcll.memory_units u
     SET superseded_by = NULL, valid = tstzrange(lower(u.valid), NULL), updated_at = now()
-    WHERE u.unit_id = ANY (reopen);
+    WHERE u.bank_id = b AND u.unit_id = ANY (reopen);
     UPDATE rcll.memory_units u SET consolidation_state = 'pending', updated_at = now()
-    WHERE u.unit_id = ANY (requeue) AND u.consolidation_state <> 'pending';
+    WHERE u.bank_id = b AND u.unit_id = ANY (requeue) AND u.consolidation_state <> 'pending';
     -- The consolidation audit row kept the observation's text: the row stays (who, when, which
     -- units), the text goes.
     UPDATE rcll.audit_log a SET detail = a.detail - 'text'
@@ -304,7 +304,7 @@ BEGIN
                              SELECT 1 FROM rcll.entities y WHERE y.bank_id = b AND y.name = first_name AND y.entity_id <> e.entity_id)
                         THEN e.name ELSE first_name END,
             embedding = CASE WHEN rcll._keyless_link(ent.first_role) THEN NULL ELSE e.embedding END
-        WHERE e.entity_id = ent.entity_id;
+        WHERE e.bank_id = b AND e.entity_id = ent.entity_id;    -- the bank too: on a Citus cluster it pins the statement to the bank's shard
     END LOOP;
     RETURN coalesce(array_length(orphans, 1), 0);
 END

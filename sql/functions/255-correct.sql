@@ -41,7 +41,7 @@ BEGIN
         RAISE EXCEPTION 'text: the unit already says this' USING ERRCODE = 'RC004', COLUMN = 'text',
             HINT = 'Nothing to correct.';
     END IF;
-    SELECT coalesce(max(x.version), 0) + 1 INTO v FROM rcll.unit_versions x WHERE x.unit_id = u.unit_id;
+    SELECT coalesce(max(x.version), 0) + 1 INTO v FROM rcll.unit_versions x WHERE x.bank_id = b AND x.unit_id = u.unit_id;
     INSERT INTO rcll.unit_versions (unit_id, version, bank_id, text, reason, who)
     VALUES (u.unit_id, v, b, u.text, why, rcll._actor());
     -- units_lexical recomputes lexical from text; units_lexicon_changed and the document-length
@@ -50,7 +50,7 @@ BEGIN
     SET text = new_text, embedding = correct.embedding, updated_at = now(),
         provenance = x.provenance || jsonb_build_object('corrected', jsonb_build_object(
             'version', v + 1, 'who', rcll._actor(), 'at', now()))
-    WHERE x.unit_id = u.unit_id;
+    WHERE x.bank_id = b AND x.unit_id = u.unit_id;
     -- A chunk's keyless entities (its speaker, the names it writes) come from its text.
     IF u.kind = 'chunk' THEN
         touched := ARRAY(SELECT ue.entity_id FROM rcll.unit_entities ue WHERE ue.bank_id = b AND ue.unit_id = u.unit_id);
@@ -73,24 +73,37 @@ REVOKE EXECUTE ON FUNCTION rcll.correct(text, bigint, text, vector, text) FROM P
 CREATE OR REPLACE FUNCTION rcll.unit_history(bank text, unit_id bigint)
 RETURNS TABLE (version integer, text text, current boolean, since timestamptz, replaced_at timestamptz,
                replaced_by text, reason text)
-LANGUAGE sql STABLE PARALLEL SAFE
+LANGUAGE plpgsql STABLE PARALLEL SAFE
 AS $$
+DECLARE
+    -- The bank as a value that every table below is filtered by: on a Citus cluster the statement
+    -- then runs whole on the bank's worker (a join of the unit with its versions by unit_id alone
+    -- is refused there: not joined on the distribution column).
+    bk  integer := rcll._bank_id(unit_history.bank);
+    uid bigint := unit_history.unit_id;
+BEGIN
+    RETURN QUERY
     WITH u AS (
         SELECT x.unit_id, x.text, x.created_at FROM rcll.memory_units x
-        WHERE x.unit_id = unit_history.unit_id AND x.bank_id = rcll._bank_id(unit_history.bank)
+        WHERE x.bank_id = bk AND x.unit_id = uid
+    ),
+    v AS (
+        SELECT y.version, y.text, y.at, y.who, y.reason FROM rcll.unit_versions y
+        WHERE y.bank_id = bk AND y.unit_id = uid
     )
     SELECT h.version, h.text, h.current, h.since, h.replaced_at, h.replaced_by, h.reason FROM (
         SELECT v.version, v.text, false AS current,
                coalesce(lag(v.at) OVER (ORDER BY v.version), u.created_at) AS since,
                v.at AS replaced_at, v.who AS replaced_by, v.reason
-        FROM rcll.unit_versions v JOIN u ON u.unit_id = v.unit_id
+        FROM v CROSS JOIN u
         UNION ALL
-        SELECT coalesce((SELECT max(v.version) FROM rcll.unit_versions v WHERE v.unit_id = u.unit_id), 0) + 1,
-               u.text, true, coalesce((SELECT max(v.at) FROM rcll.unit_versions v WHERE v.unit_id = u.unit_id), u.created_at),
+        SELECT coalesce((SELECT max(v.version) FROM v), 0) + 1,
+               u.text, true, coalesce((SELECT max(v.at) FROM v), u.created_at),
                NULL, NULL, NULL
         FROM u
     ) h
-    ORDER BY h.version DESC
+    ORDER BY h.version DESC;
+END
 $$;
 COMMENT ON FUNCTION rcll.unit_history(text, bigint)
     IS 'Every version of a unit, the current one first: its text, since when it held and, for a replaced version, when, by whom and why it was corrected. No rows for a unit that is not in the bank.';

@@ -57,17 +57,51 @@ AS $$
 DECLARE
     b integer := _apply_retention.bank_id;
     n bigint;
+    ids bigint[];
+    expiries timestamptz[];
+    p_room text[];
+    p_hall text[];
+    p_layer text[];
+    p_keep interval[];
 BEGIN
     -- Units already retained follow the policies as they are now (their own expiry, if earlier, stays).
-    UPDATE rcll.memory_units u
-    SET expires_at = x.e
-    FROM (SELECT v.unit_id, least(nullif(v.own, 'infinity'), rcll._policy_expiry(b, v.room, v.hall, v.layer, v.created_at)) AS e
-          FROM (SELECT u2.unit_id, u2.room, u2.hall, u2.layer, u2.created_at,
+    IF NOT rcll._bank_pinned() THEN
+        UPDATE rcll.memory_units u
+        SET expires_at = x.e
+        FROM (SELECT v.unit_id, least(nullif(v.own, 'infinity'), rcll._policy_expiry(b, v.room, v.hall, v.layer, v.created_at)) AS e
+              FROM (SELECT u2.unit_id, u2.room, u2.hall, u2.layer, u2.created_at,
+                           coalesce((u2.provenance ->> 'expires_at')::timestamptz, 'infinity') AS own
+                    FROM rcll.memory_units u2
+                    WHERE u2.bank_id = b AND (room IS NULL OR u2.room = room) AND (hall IS NULL OR u2.hall = hall)
+                      AND (layer IS NULL OR u2.layer = layer)) v) x
+        WHERE u.unit_id = x.unit_id AND u.expires_at IS DISTINCT FROM x.e;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        RETURN n;
+    END IF;
+    -- On a Citus cluster an UPDATE of a distributed table takes no function that is not immutable
+    -- in its expressions (the policies' lookup, the text-to-timestamptz cast), and a statement sent
+    -- to a shard may not read another distributed table through a function: the bank's policies
+    -- are read first, then the new expiries (rcll._policy_expiry's rule, on the policies as
+    -- values) on the bank's shard, and those are written by id.
+    SELECT array_agg(p.room), array_agg(p.hall), array_agg(p.layer), array_agg(p.keep)
+    INTO p_room, p_hall, p_layer, p_keep
+    FROM rcll.retention_policies p WHERE p.bank_id = b;
+    SELECT array_agg(x.unit_id), array_agg(x.e) INTO ids, expiries
+    FROM (SELECT v.unit_id, v.expires_at,
+                 least(nullif(v.own, 'infinity'),
+                       (SELECT min(v.created_at + p.keep) FROM unnest(p_room, p_hall, p_layer, p_keep) AS p(room, hall, layer, keep)
+                        WHERE (p.room IS NULL OR p.room = v.room) AND (p.hall IS NULL OR p.hall = v.hall)
+                          AND (p.layer IS NULL OR p.layer = v.layer))) AS e
+          FROM (SELECT u2.unit_id, u2.room, u2.hall, u2.layer, u2.created_at, u2.expires_at,
                        coalesce((u2.provenance ->> 'expires_at')::timestamptz, 'infinity') AS own
                 FROM rcll.memory_units u2
                 WHERE u2.bank_id = b AND (room IS NULL OR u2.room = room) AND (hall IS NULL OR u2.hall = hall)
                   AND (layer IS NULL OR u2.layer = layer)) v) x
-    WHERE u.unit_id = x.unit_id AND u.expires_at IS DISTINCT FROM x.e;
+    WHERE x.expires_at IS DISTINCT FROM x.e;
+    UPDATE rcll.memory_units u
+    SET expires_at = x.e
+    FROM unnest(ids, expiries) AS x(unit_id, e)
+    WHERE u.bank_id = b AND u.unit_id = x.unit_id;
     GET DIAGNOSTICS n = ROW_COUNT;
     RETURN n;
 END
@@ -99,11 +133,12 @@ BEGIN
         DELETE FROM rcll.retention_policies p WHERE p.bank_id = b AND p.room IS NOT DISTINCT FROM room
             AND p.hall IS NOT DISTINCT FROM hall AND p.layer IS NOT DISTINCT FROM layer;
     ELSE
-        INSERT INTO rcll.retention_policies AS p (bank_id, room, hall, layer, keep, created_by)
-        VALUES (b, room, hall, layer, keep, rcll._actor())
+        INSERT INTO rcll.retention_policies AS p (bank_id, room, hall, layer, keep, created_by, created_at)
+        VALUES (b, room, hall, layer, keep, rcll._actor(), now())
         ON CONFLICT ON CONSTRAINT retention_policies_bank_id_room_hall_layer_key
-        DO UPDATE SET keep = excluded.keep, created_by = excluded.created_by,
-            created_at = now();
+        -- The values from the row proposed, not now() again: Citus takes no function in DO
+        -- UPDATE SET that is not immutable.
+        DO UPDATE SET keep = excluded.keep, created_by = excluded.created_by, created_at = excluded.created_at;
     END IF;
     n := rcll._apply_retention(b, room, hall, layer);
     PERFORM rcll._audit(b, 'retention', jsonb_build_object('room', room, 'hall', hall, 'layer', layer),
@@ -148,7 +183,9 @@ BEGIN
     -- backlog never becomes one long transaction.
     FOR r IN SELECT b.bank_id, b.name FROM rcll.banks b
              WHERE (expire.bank IS NULL OR b.bank_id = rcll._actable_bank(expire.bank))
-               AND EXISTS (SELECT 1 FROM rcll.memory_units u WHERE u.bank_id = b.bank_id AND u.expires_at <= now())
+               -- IN, not a correlated EXISTS (the same semi-join on one node): Citus takes no
+               -- correlated subquery over a reference table (banks), and runs this one apart.
+               AND b.bank_id IN (SELECT u.bank_id FROM rcll.memory_units u WHERE u.expires_at <= now())
              ORDER BY b.bank_id LOOP
         ids := ARRAY(SELECT u.unit_id FROM rcll.memory_units u
                      WHERE u.bank_id = r.bank_id AND u.expires_at <= now()

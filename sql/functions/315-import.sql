@@ -237,6 +237,7 @@ DECLARE
     pk     text;
     pkv    text;
     cond   text;
+    mapped text;
     n      bigint := 0;
     -- Never overwritten by a replace: who wrote a row, what is derived from it, what is counted.
     keep   text[] := ARRAY['author', 'author_source', 'provenance', 'lexical', 'lexical_length', 'superseded_by',
@@ -253,24 +254,30 @@ BEGIN
         IF merge THEN
             -- The rows the bank already holds (same match columns) keep their id.
             -- = where the column cannot be NULL (so the join can hash), IS NOT DISTINCT FROM elsewhere.
-            SELECT string_agg(format(CASE WHEN a.attnotnull THEN 'y.%I = %s' ELSE 'y.%I IS NOT DISTINCT FROM %s' END,
-                                     c, rcll._import_value(table_name, c, bank_id)), ' AND ')
-            INTO cond FROM unnest(match) AS c JOIN pg_attribute a ON a.attrelid = rel::regclass AND a.attname = c;
+            -- The staged rows' values as the bank would hold them are made in a subquery over the
+            -- staging tables alone (on one node it is flattened into the join): on a Citus cluster
+            -- a join condition with the bank's table may not read a local table (the ids mapped).
+            SELECT string_agg(format(CASE WHEN a.attnotnull THEN 'y.%1$I = s.%1$I' ELSE 'y.%1$I IS NOT DISTINCT FROM s.%1$I' END, c), ' AND '),
+                   string_agg(format('%s AS %I', rcll._import_value(table_name, c, bank_id), c), ', ')
+            INTO cond, mapped FROM unnest(match) AS c JOIN pg_attribute a ON a.attrelid = rel::regclass AND a.attname = c;
             EXECUTE format('INSERT INTO pg_temp.rcll_import_ids (tbl, old_id, new_id, matched) '
-                           'SELECT DISTINCT ON (s.%2$I) %1$L, s.%2$I, y.%2$I, true FROM %3$s s JOIN %4$s y '
+                           'SELECT DISTINCT ON (s.%2$I) %1$L, s.%2$I, y.%2$I, true '
+                           'FROM (SELECT s.%2$I, %7$s FROM %3$s s) s JOIN %4$s y '
                            'ON y.bank_id = %5$s AND %6$s ORDER BY s.%2$I, y.%2$I',
-                           table_name, e.id_column, stage, rel, bank_id, cond);
+                           table_name, e.id_column, stage, rel, bank_id, cond, mapped);
             IF on_conflict = 'replace' THEN
-                SELECT string_agg(format('%I = %s', a.attname, rcll._import_value(table_name, a.attname, bank_id)), ', ')
-                INTO upd
+                -- The new values made from the staging tables alone, as above.
+                SELECT string_agg(format('%1$I = s.%1$I', a.attname), ', '),
+                       string_agg(format('%s AS %I', rcll._import_value(table_name, a.attname, bank_id), a.attname), ', ')
+                INTO upd, mapped
                 FROM pg_attribute a WHERE a.attrelid = rel::regclass AND a.attnum > 0 AND NOT a.attisdropped
                   AND a.attgenerated = '' AND a.attname NOT IN ('bank_id', e.id_column) AND NOT a.attname = ANY (match)
                   AND NOT a.attname = ANY (keep);
                 IF upd IS NOT NULL THEN
-                    EXECUTE format('UPDATE %1$s y SET %2$s FROM %3$s s JOIN pg_temp.rcll_import_ids m '
-                                   'ON m.tbl = %4$L AND m.old_id = s.%5$I AND m.matched '
-                                   'WHERE y.%5$I = m.new_id AND y.bank_id = %6$s',
-                                   rel, upd, stage, table_name, e.id_column, bank_id);
+                    EXECUTE format('UPDATE %1$s y SET %2$s FROM (SELECT m.new_id AS rcll_new_id, %7$s FROM %3$s s '
+                                   'JOIN pg_temp.rcll_import_ids m ON m.tbl = %4$L AND m.old_id = s.%5$I AND m.matched) s '
+                                   'WHERE y.%5$I = s.rcll_new_id AND y.bank_id = %6$s',
+                                   rel, upd, stage, table_name, e.id_column, bank_id, mapped);
                 END IF;
             END IF;
         END IF;
@@ -299,11 +306,14 @@ BEGIN
         FROM pg_attribute a WHERE a.attrelid = rel::regclass AND a.attnum > 0 AND NOT a.attisdropped
           AND a.attgenerated = '' AND NOT a.attname = ANY (string_to_array(replace(pk, '"', ''), ', '))
           AND NOT a.attname = ANY (keep);
-        EXECUTE format('INSERT INTO %1$s AS y (%2$s) SELECT DISTINCT ON (%3$s) %4$s FROM %5$s s ORDER BY %3$s %6$s',
+        -- Counted by what it returns: a Citus coordinator's row count of an INSERT ... SELECT is
+        -- the rows it sent, the ones ON CONFLICT kept out too.
+        EXECUTE format('WITH w AS (INSERT INTO %1$s AS y (%2$s) SELECT DISTINCT ON (%3$s) %4$s FROM %5$s s ORDER BY %3$s %6$s '
+                       'RETURNING 1) SELECT count(*) FROM w',
                        rel, cols, pkv, vals, stage,
                        CASE WHEN on_conflict = 'skip' OR upd IS NULL THEN 'ON CONFLICT DO NOTHING'
-                            ELSE format('ON CONFLICT (%s) DO UPDATE SET %s WHERE y.bank_id = %s', pk, upd, bank_id) END);
-        GET DIAGNOSTICS n = ROW_COUNT;
+                            ELSE format('ON CONFLICT (%s) DO UPDATE SET %s WHERE y.bank_id = %s', pk, upd, bank_id) END)
+        INTO n;
     END IF;
     RETURN n;
 END
@@ -385,12 +395,15 @@ BEGIN
             PERFORM rcll._apply_retention(b, NULL, NULL, NULL);
         END IF;
         -- Supersession, once every unit of the stream has its id here.
-        UPDATE rcll.memory_units u SET superseded_by = m2.new_id
-        FROM pg_temp.rcll_import_memory_units s
-        JOIN pg_temp.rcll_import_ids m ON m.tbl = 'memory_units' AND m.old_id = s.unit_id
-        JOIN pg_temp.rcll_import_ids m2 ON m2.tbl = 'memory_units' AND m2.old_id = s.superseded_by
-        WHERE u.unit_id = m.new_id AND u.bank_id = b AND (NOT m.matched OR st.on_conflict = 'replace')
-          AND u.superseded_by IS DISTINCT FROM m2.new_id AND m2.new_id <> m.new_id;
+        -- (The staging tables in a subquery of their own, flattened on one node: on a Citus
+        -- cluster the bank's table joins the subquery's rows, not the local tables.)
+        UPDATE rcll.memory_units u SET superseded_by = x.superseded_by
+        FROM (SELECT m.new_id AS unit_id, m2.new_id AS superseded_by
+              FROM pg_temp.rcll_import_memory_units s
+              JOIN pg_temp.rcll_import_ids m ON m.tbl = 'memory_units' AND m.old_id = s.unit_id
+              JOIN pg_temp.rcll_import_ids m2 ON m2.tbl = 'memory_units' AND m2.old_id = s.superseded_by
+              WHERE (NOT m.matched OR st.on_conflict = 'replace') AND m2.new_id <> m.new_id) x
+        WHERE u.unit_id = x.unit_id AND u.bank_id = b AND u.superseded_by IS DISTINCT FROM x.superseded_by;
         PERFORM set_config('rcll.importing', '', true);
     EXCEPTION WHEN unique_violation THEN
         RAISE EXCEPTION 'bank: a row of this import already exists in bank "%" (%)', st.bank_name, SQLERRM

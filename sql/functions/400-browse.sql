@@ -4,18 +4,27 @@ CREATE OR REPLACE FUNCTION rcll.floor_plan(bank text)
 RETURNS TABLE (name text, status text, merged_into text, proposed_into text, fact_count bigint, aliases text[],
                created_by text, first_used timestamptz, last_used timestamptz,
                halls jsonb, layers jsonb, authors jsonb)
-LANGUAGE sql STABLE PARALLEL SAFE
+LANGUAGE plpgsql STABLE PARALLEL SAFE
 AS $$
-    SELECT rcll._bank_id(floor_plan.bank);           -- an unknown bank is an error, rows or not
-    -- One pass over the bank's units (grouping sets) gives every room's halls, layers and writers;
-    -- the registry columns come from rcll.rooms(), so the two listings cannot disagree.
-    WITH b AS (SELECT rcll._bank_id(floor_plan.bank) AS id),
-    g AS (
+DECLARE
+    -- An unknown bank is an error, rows or not. The id is a value, not a CTE, so that on a Citus
+    -- cluster the grouping below is pinned to the bank's shard and runs whole on its worker.
+    bk integer := rcll._bank_id(floor_plan.bank);
+    room_of text[];
+    n_of bigint[];
+    halls_of jsonb[];
+    layers_of jsonb[];
+    authors_of jsonb[];
+BEGIN
+    -- One pass over the bank's units (grouping sets) gives every room's halls, layers and writers,
+    -- kept as arrays: a statement on the units apart from rcll.rooms() (which makes its own), as
+    -- Citus runs no distributed statement inside one it sends to a shard.
+    WITH g AS (
         -- GROUPING(hall, layer, author) is a bit mask of the columns grouped away: 7 the room
         -- alone, 3 by hall, 5 by layer, 6 by author.
         SELECT u.room, u.hall, u.layer, u.author, count(*) AS n, GROUPING(u.hall, u.layer, u.author) AS gs
-        FROM rcll.memory_units u, b
-        WHERE u.bank_id = b.id
+        FROM rcll.memory_units u
+        WHERE u.bank_id = bk
         GROUP BY GROUPING SETS ((u.room), (u.room, u.hall), (u.room, u.layer), (u.room, u.author))
     ),
     profile AS (
@@ -26,6 +35,14 @@ AS $$
                coalesce(jsonb_object_agg(coalesce(g.author, '(none)'), g.n) FILTER (WHERE g.gs = 6), '{}') AS authors
         FROM g GROUP BY g.room
     )
+    SELECT array_agg(p.room), array_agg(p.n), array_agg(p.halls), array_agg(p.layers), array_agg(p.authors)
+    INTO room_of, n_of, halls_of, layers_of, authors_of
+    FROM profile p;
+    -- The registry columns come from rcll.rooms(), so the two listings cannot disagree.
+    RETURN QUERY
+    WITH profile AS (
+        SELECT * FROM unnest(room_of, n_of, halls_of, layers_of, authors_of) AS p(room, n, halls, layers, authors)
+    )
     SELECT r.name, r.status, r.merged_into, r.proposed_into, r.fact_count, r.aliases, r.created_by,
            r.first_used, r.last_used,
            coalesce(p.halls, '{}'), coalesce(p.layers, '{}'), coalesce(p.authors, '{}')
@@ -34,7 +51,8 @@ AS $$
     UNION ALL   -- units filed in no room are part of the plan too (a room filter never matches them)
     SELECT NULL, 'none', NULL, NULL, p.n, '{}', NULL, NULL, NULL, p.halls, p.layers, p.authors
     FROM profile p WHERE p.room IS NULL
-    ORDER BY 5 DESC, 1 NULLS LAST
+    ORDER BY 5 DESC, 1 NULLS LAST;
+END
 $$;
 COMMENT ON FUNCTION rcll.floor_plan(text) IS 'The floor plan of a bank for people: every room as rcll.rooms() lists it (exact unit count, status, merge target or pending proposal, aliases, who created it, first/last use) with its units counted by hall, by layer and by author (JSON objects; (untyped) and (none) for missing values), plus one row with a NULL name for units in no room.';
 
