@@ -513,18 +513,19 @@ class Memory:
     def _in_bank(self, bank: str, call: Callable[[psycopg.Connection[Any], int], T]) -> T:
         """call(connection, the bank's id) on a pooled connection outside any transaction: a
         function delegated to the bank's worker (Citus; see _delegated). The id is the one this
-        Memory looked up before; when the database answers that it is no longer the bank's (the
-        bank was dropped and made again under its name: RC001 on bank_id), looked up again once."""
-        for again in (False, True):
-            bank_id = self._bank_id(bank, fresh=again)
-            try:
-                with self._connection() as conn, database_errors(read_only=self.read_only, bank=bank):
-                    return call(conn, bank_id)
-            except RcllError as e:
-                self._shared.bank_ids.pop(bank, None)
-                if again or e.field != "bank_id":
-                    raise
-        raise AssertionError("unreachable")
+        Memory looked up before; refused as not the bank's (RC001: the bank was dropped and made
+        again under its name), it is looked up again, and the call made once more when it changed.
+        (By the code and the ids: an error raised on a worker comes back without its COLUMN.)"""
+        bank_id = self._bank_id(bank)
+        try:
+            with self._connection() as conn, database_errors(read_only=self.read_only, bank=bank):
+                return call(conn, bank_id)
+        except RcllError as e:
+            self._shared.bank_ids.pop(bank, None)
+            if e.code is not Code.INVALID_INPUT or self._bank_id(bank, fresh=True) == bank_id:
+                raise
+        with self._connection() as conn, database_errors(read_only=self.read_only, bank=bank):
+            return call(conn, self._bank_id(bank))
 
     def check_writable(self) -> None:
         """Raise RcllError(read_only) on a read-only Memory."""
