@@ -1,6 +1,6 @@
 """LoCoMo on Citus: ten conversations as ten banks over two workers, every default recall equal to one node's.
 
-    RCLL_LOCOMO=.../locomo10.json .venv/bin/python -m bench.citus_locomo [--per-conversation N] [--port 26110]
+    RCLL_LOCOMO=.../locomo10.json .venv/bin/python -m bench.citus_locomo [--per-conversation N] [--port 26110] [--routed]
 
 Needs Citus built into the embedded PostgreSQL (`make citus`). Starts a Citus cluster (a
 coordinator and two workers, rcll.citus_cluster, loopback ports --port..--port+2) and one
@@ -39,23 +39,31 @@ def turn_text(t: Any) -> str:
     return f"[{t.date_str}] {t.speaker}: {t.text}"
 
 
-def retain(url: str, convs: list[Conversation], vecs: dict[int, Any]) -> float:
-    """Each conversation into bank conv<index>; seconds taken."""
+def retain(url: str, convs: list[Conversation], vecs: dict[int, Any], *, delegated: bool = False) -> float:
+    """Each conversation into bank conv<index>; seconds taken. delegated: each document by
+    rcll.retain_chunks_in_bank, which a Citus coordinator runs whole on the bank's worker (what
+    Memory.retain sends on a cluster); otherwise rcll.retain_chunks."""
     t0 = time.perf_counter()
     with psycopg.connect(url, autocommit=True) as conn:
         configure(conn)
         for c in convs:
             bank = f"conv{c.index}"
-            conn.execute("SELECT rcll.create_bank(%s)", (bank,))
+            bank_id = conn.execute("SELECT rcll.create_bank(%s)", (bank,)).fetchone()
             by_session: dict[int, list[int]] = defaultdict(list)
             for i, t in enumerate(c.turns):
                 by_session[t.session].append(i)
             for s, idx in sorted(by_session.items()):
                 chunks = [turn_text(c.turns[i]) for i in idx]
-                conn.execute("SELECT rcll.retain_chunks(bank => %s, content => %s, chunks => %s, embeddings => %s::vector[],"
-                             " occurred_at => %s, source => %s, thread => %s, author => 'locomo')",
-                             (bank, "\n".join(chunks), chunks, [vecs[c.index][i] for i in idx], c.turns[idx[0]].date,
-                              f"{c.sample_id}/session_{s}", c.sample_id))
+                args = (bank, "\n".join(chunks), chunks, [vecs[c.index][i] for i in idx], c.turns[idx[0]].date,
+                        f"{c.sample_id}/session_{s}", c.sample_id)
+                if delegated:
+                    conn.execute("SELECT * FROM rcll.retain_chunks_in_bank(bank_id => %s, bank => %s, content => %s,"
+                                 " chunks => %s, embeddings => %s::vector[], occurred_at => %s, source => %s, thread => %s,"
+                                 " author => 'locomo')", (bank_id[0] if bank_id else None, *args))
+                else:
+                    conn.execute("SELECT * FROM rcll.retain_chunks(bank => %s, content => %s, chunks => %s,"
+                                 " embeddings => %s::vector[], occurred_at => %s, source => %s, thread => %s,"
+                                 " author => 'locomo')", args)
             conn.execute("SELECT * FROM rcll.refresh_bank_stats(%s)", (bank,))
         conn.execute("ANALYZE")
     return time.perf_counter() - t0
@@ -76,6 +84,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--port", type=int, default=26110, help="the coordinator's; workers +1, +2; the node +3")
     ap.add_argument("--per-conversation", type=int, default=0, help="the first N scored questions of each (0: all)")
+    ap.add_argument("--routed", action="store_true",
+                    help="retain on the cluster by rcll.retain_chunks, each of its statements routed to the bank's "
+                         "worker apart, instead of the delegated rcll.retain_chunks_in_bank (for comparison)")
     args = ap.parse_args()
     missing = citus_cluster.citus_missing()
     if missing:
@@ -97,7 +108,7 @@ def main() -> int:
             print(install.install(conn), flush=True)
             conn.commit()
         one = create_database(node, "citus_locomo")
-        on_cluster = retain(cl.url(), convs, vecs)
+        on_cluster = retain(cl.url(), convs, vecs, delegated=not args.routed)
         on_node = retain(one, convs, vecs)
         with psycopg.connect(cl.url(), autocommit=True) as conn:
             placed = conn.execute(
@@ -108,7 +119,9 @@ def main() -> int:
                 "WHERE b.name LIKE 'conv%%' GROUP BY s.nodeport ORDER BY 1").fetchall()
         for port, banks, units in placed:
             print(f"worker :{port}: {units} units in {', '.join(banks)}")
-        print(f"retained {len(convs)} conversations: {on_cluster:.0f} s through the coordinator, {on_node:.0f} s on one node",
+        how = "rcll.retain_chunks, routed" if args.routed else "rcll.retain_chunks_in_bank, delegated"
+        print(f"retained {len(convs)} conversations: {on_cluster:.0f} s through the coordinator ({how}), "
+              f"{on_node:.0f} s on one node",
               flush=True)
         same = 0
         t0 = time.perf_counter()

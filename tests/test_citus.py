@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -78,7 +79,7 @@ def test_install_places_every_rcll_table_by_bank_or_on_every_node(citus: CitusCl
             "SELECT oid::regclass::text FROM pg_class WHERE relnamespace = 'rcll'::regnamespace AND relkind = 'r'")}
         banked = {str(r[0]) for r in conn.execute("SELECT rcll._citus_bank_tables()::text")}
         again = install.install(conn)                                       # an upgrade: nothing to place again
-    assert "already distributed by bank; 2 function(s) delegated" in again
+    assert "already distributed by bank; 4 function(s) delegated" in again
     assert set(placed) == tables
     assert {"rcll.memory_units", "rcll.unit_lexicon", "rcll.documents", "rcll.links", "rcll.entities"} <= banked
     assert {t for t, (kind, _) in placed.items() if kind == "h"} == banked
@@ -204,3 +205,43 @@ def test_export_then_import_after_dropping_the_bank_brings_every_unit_back(fille
     with Memory(filled, bank=bank) as m:
         m.import_(io.BytesIO(out.getvalue()))
     assert _texts(filled, bank) == before == sorted(text for text, _ in DOCS)
+
+
+def test_retain_and_forget_run_whole_on_the_banks_worker_as_the_agent(coordinator: str) -> None:
+    bank = "delegated"
+    with Memory(coordinator, bank=bank, agent="alice") as m:
+        m.create_bank(bank)
+        written = m.retain("Erin runs the quarterly load test.", ttl=timedelta(days=3), room="testing")
+        m.retain_many(["Frank reviews the load test results."])
+        # The transaction's agent and expiry reach the worker as the twin's arguments: through
+        # the coordinator's routing they were lost there (author self-declared, no expiry).
+        with psycopg.connect(coordinator, autocommit=True) as conn:
+            rows = conn.execute("SELECT text, author, author_source, expires_at IS NOT NULL FROM rcll.memory_units "
+                                "WHERE bank_id = rcll._bank_id(%s) ORDER BY unit_id", (bank,)).fetchall()
+        assert rows == [("Erin runs the quarterly load test.", "alice", "server", True),
+                        ("Frank reviews the load test results.", "alice", "server", False)]
+        # One command to one worker: the whole call.
+        with psycopg.connect(coordinator, autocommit=True) as conn:
+            configure(conn)
+            sent: list[str] = []
+            conn.add_notice_handler(lambda d: sent.append(d.message_primary or ""))
+            conn.execute("SET citus.log_remote_commands = on")
+            bank_id = conn.execute("SELECT rcll._bank_id(%s)", (bank,)).fetchone()
+            sent.clear()
+            counted = conn.execute("SELECT kind, count FROM rcll.forget_in_bank(%s, %s, unit_ids => %s)",
+                                   (bank_id[0] if bank_id else None, bank, written.unit_ids)).fetchall()
+            assert [m for m in sent if m.startswith("issuing")] == [m for m in sent if "forget_in_bank" in m]
+            assert len(sent) == 1 and ("units", 1) in counted, sent
+            with pytest.raises(psycopg.Error) as refused:       # an id that is not the bank's
+                conn.execute("SELECT * FROM rcll.forget_in_bank(%s, %s, unit_ids => %s)",
+                             ((bank_id[0] if bank_id else 0) + 1000, bank, written.unit_ids))
+            # Raised on the worker, it comes back without COLUMN: Citus relays the code, the text
+            # and the hint only (so Memory tells a stale id by the code and the ids).
+            assert refused.value.sqlstate == "RC001" and refused.value.diag.column_name is None
+            assert refused.value.diag.message_hint == "Pass the id of the bank you name: SELECT rcll._bank_id(<bank>)."
+        assert m.forget(unit_ids=written.unit_ids, dry_run=False, reason="test").counts["units"] == 1
+        # A bank dropped and made again under its name has a new id: the Memory looks it up again.
+        m.drop_bank(bank, confirm=bank, dry_run=False, reason="test")
+        m.create_bank(bank)
+        again = m.retain("Erin runs the quarterly load test.")
+        assert again.created and m.recall("load test").facts[0].text == "Erin runs the quarterly load test."

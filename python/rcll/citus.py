@@ -13,9 +13,12 @@ in the same shard group).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from rcll.errors import Code, RcllError
 
@@ -72,3 +75,23 @@ def distribute(conn: psycopg.Connection[Any]) -> str:
     """rcll.distribute_by_bank() on the coordinator: what it did (or that it was done before)."""
     row = conn.execute("SELECT rcll.distribute_by_bank()").fetchone()
     return str(row[0]) if row else ""
+
+
+@contextmanager
+def own_statement(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:
+    """`conn` in autocommit while the block runs: a call to a delegated *_in_bank function sent
+    there is the client's top-level statement outside a transaction block, the only one Citus
+    runs whole on the bank's worker (sql/functions/610 and 615)."""
+    autocommit = conn.autocommit
+    conn.autocommit = True
+    try:
+        yield conn
+    finally:
+        if not conn.closed:
+            conn.autocommit = autocommit
+
+
+def call_in_bank(conn: psycopg.Connection[Any], query: sql.Composed, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """The rows of one call to a delegated *_in_bank function, sent as its own statement (own_statement)."""
+    with own_statement(conn):
+        return conn.execute(query, params).fetchall()

@@ -173,12 +173,31 @@ def _prepare(citus: CitusCluster, node: cluster.Cluster) -> None:
     """Start node and give it the database, Citus and the cluster's password for its peers."""
     node.start()
     with psycopg.connect(node.url(), autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))
         conn.execute(sql.SQL("ALTER ROLE postgres PASSWORD {}").format(sql.Literal(citus.password)))
-    with citus.connect(node) as conn:
+    _database(citus, node, DATABASE)
+
+
+def _database(citus: CitusCluster, node: cluster.Cluster, database: str) -> None:
+    """The database on node, with Citus and the cluster's password for its peers (Citus keeps its
+    metadata per database: each is a cluster of its own)."""
+    with psycopg.connect(node.url(), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+    with psycopg.connect(node.url(database), autocommit=True) as conn:
         conn.execute("CREATE EXTENSION citus")
         conn.execute("INSERT INTO pg_dist_authinfo (nodeid, rolename, authinfo) VALUES (0, 'postgres', %s)",
                      (f"password={citus.password}",))
+
+
+def add_database(citus: CitusCluster, database: str) -> str:
+    """Another database on every node, a Citus cluster of its own over the same servers (the
+    coordinator's host and the workers registered in it), without rcll; its URL on the coordinator."""
+    for node in citus.nodes:
+        _database(citus, node, database)
+    with psycopg.connect(citus.coordinator.url(database), autocommit=True) as conn:
+        conn.execute("SELECT citus_set_coordinator_host(%s, %s)", (HOST, citus.coordinator.port))
+        for worker in citus.workers:
+            conn.execute("SELECT citus_add_node(%s, %s)", (HOST, worker.port))
+    return citus.coordinator.url(database)
 
 
 def add_worker(citus: CitusCluster, datadir: Path, port: int) -> cluster.Cluster:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import psycopg
 from psycopg import sql
@@ -69,7 +69,7 @@ from rcll.results import (
     Upkeep,
     Version,
 )
-from rcll.retain import Prepared, prepare, retain, retain_many
+from rcll.retain import InBank, Prepared, prepare, retain, retain_in_bank, retain_many
 from rcll.settings import Settings
 from rcll.sqlsource import extension_version, migrations
 from rcll.streams import ExportBudget
@@ -117,6 +117,10 @@ PURGE_UNITS: tuple[tuple[str, str], ...] = (
 )
 # rcll.forget's arguments, each by name (ForgetRequest.arguments; FORGET_SQL is the function's parameters).
 _FORGET_ARGS = sql.SQL(", ").join(sql.SQL("{} => {}").format(sql.Identifier(n), sql.Placeholder(n)) for n in FORGET_SQL)
+# On a Citus cluster: its twin with the bank's id first, delegated to the bank's worker
+# (sql/functions/615-citus-delegated-writes.sql), and the agent the transaction would have set.
+_FORGET_IN_BANK = sql.SQL("SELECT kind, count FROM rcll.forget_in_bank(bank_id => %(bank_id)s, {}, "
+                          "agent => %(agent)s)").format(_FORGET_ARGS)
 PURGE_BANK = (*PURGE_UNITS, ("rcll.rooms", "VACUUM rcll.rooms"), ("rcll.room_aliases", "VACUUM rcll.room_aliases"),
               ("rcll.llm_calls", "VACUUM rcll.llm_calls"))
 
@@ -149,10 +153,14 @@ class _Shared:
     identity_honoured: bool = False
     installed: str | None = None
     in_bank: bool = False          # rcll's tables distributed by bank (Citus): recall delegates to the bank's worker
+    bank_ids: dict[str, int] = dataclasses.field(default_factory=dict)   # on Citus: the delegated calls' bank ids
     exports: ExportBudget = dataclasses.field(init=False)     # export streams' own connections
 
     def __post_init__(self) -> None:
         self.exports = ExportBudget.from_settings(self.settings)
+
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -481,6 +489,44 @@ class Memory:
             pass
         return b
 
+    def _delegated(self) -> bool:
+        """Whether a verb's bank-scoped call goes to the bank's worker: on a Citus cluster
+        (rcll's tables distributed by bank), outside a unit of work (Citus delegates a call only
+        when it is the client's own statement, outside a transaction block)."""
+        return self._shared.in_bank and self._unit is None
+
+    def _bank_id(self, bank: str, *, fresh: bool = False) -> int:
+        """The bank's id, for a call delegated by it: looked up once per Memory (fresh: again)."""
+        known = None if fresh else self._shared.bank_ids.get(bank)
+        if known is None:
+            with self._connection() as conn, database_errors(read_only=self.read_only, bank=bank):
+                conn.autocommit = True
+                try:
+                    row = conn.execute("SELECT rcll._bank_id(%s)", (bank,)).fetchone()
+                finally:
+                    if not conn.closed:
+                        conn.autocommit = False
+            assert row is not None
+            known = self._shared.bank_ids[bank] = int(row[0])
+        return known
+
+    def _in_bank(self, bank: str, call: Callable[[psycopg.Connection[Any], int], T]) -> T:
+        """call(connection, the bank's id) on a pooled connection outside any transaction: a
+        function delegated to the bank's worker (Citus; see _delegated). The id is the one this
+        Memory looked up before; refused as not the bank's (RC001: the bank was dropped and made
+        again under its name), it is looked up again, and the call made once more when it changed.
+        (By the code and the ids: an error raised on a worker comes back without its COLUMN.)"""
+        bank_id = self._bank_id(bank)
+        try:
+            with self._connection() as conn, database_errors(read_only=self.read_only, bank=bank):
+                return call(conn, bank_id)
+        except RcllError as e:
+            self._shared.bank_ids.pop(bank, None)
+            if e.code is not Code.INVALID_INPUT or self._bank_id(bank, fresh=True) == bank_id:
+                raise
+        with self._connection() as conn, database_errors(read_only=self.read_only, bank=bank):
+            return call(conn, self._bank_id(bank))
+
     def check_writable(self) -> None:
         """Raise RcllError(read_only) on a read-only Memory."""
         if self.read_only:
@@ -561,6 +607,9 @@ class Memory:
                                 "pass (chunks, embeddings) with one embedding per chunk, e.g. rcll.retain.prepare's")
         with admitted(WRITE):
             prepared = prepared if prepared is not None else prepare(doc, self.settings)
+            if self._delegated() and self.settings.llm_provider == "none":
+                return self._in_bank(b, lambda conn, bank_id: retain_in_bank(
+                    conn, b, InBank(bank_id, self.agent, expiry), doc, via=v, prepared=prepared, settings=self.settings))
             with self._tx(b, resolve=False) as conn:
                 if expiry is not None:
                     # Read by the units' expiry trigger (rcll._units_expiry), for this transaction only.
@@ -577,6 +626,11 @@ class Memory:
         v = required_text(via, "via")
         size = int_arg(batch_size, "batch_size", 1, 100_000) or 512
         items = (Document(content=d) if isinstance(d, str) else d for d in docs)
+        if self._delegated() and self.settings.llm_provider == "none":
+            bank_id = self._bank_id(b, fresh=True)
+            with self._connection() as conn, database_errors(read_only=self.read_only, bank=b):
+                return retain_many(conn, b, items, via=v, batch_size=size, on_progress=on_progress,
+                                   settings=self.settings, in_bank=InBank(bank_id, self.agent))
         with self._session(b) as conn:
             return retain_many(conn, b, items, via=v, batch_size=size, on_progress=on_progress,
                                settings=self.settings)
@@ -950,9 +1004,13 @@ class Memory:
             self._outside_unit("purge")
         counts: dict[str, int] = {}
         while True:
-            with self._tx() as conn:
-                rows = conn.execute(sql.SQL("SELECT kind, count FROM rcll.forget({})").format(_FORGET_ARGS),
-                                    asked.arguments).fetchall()
+            if self._delegated():
+                rows = self._in_bank(b, lambda conn, bank_id: citus.call_in_bank(
+                    conn, _FORGET_IN_BANK, {**asked.arguments, "bank_id": bank_id, "agent": self.agent or None}))
+            else:
+                with self._tx() as conn:
+                    rows = conn.execute(sql.SQL("SELECT kind, count FROM rcll.forget({})").format(_FORGET_ARGS),
+                                        asked.arguments).fetchall()
             step = {str(k): int(n) for k, n in rows}
             remaining = step.pop("remaining", 0)
             for k, n in step.items():

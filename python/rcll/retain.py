@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import numpy as np
 import psycopg
 
 from rcll.chunking import chunk_text
+from rcll.citus import own_statement
 from rcll.document import Document, RetainResult
 from rcll.errors import database_errors
 from rcll.extract import retain_extracted
@@ -23,7 +26,8 @@ from rcll.settings import DEFAULTS, PROVIDERS, Settings
 from rcll.validate import check_bank
 from rcll.workqueue import WRITE, installed
 
-__all__ = ["PROVIDERS", "Document", "Prepared", "RetainResult", "prepare", "retain", "retain_many"]
+__all__ = ["PROVIDERS", "Document", "InBank", "Prepared", "RetainResult", "prepare", "retain", "retain_in_bank",
+           "retain_many"]
 
 # Under a model-work queue (rcll.workqueue, installed by the servers) texts are embedded this many
 # at a time, one slot each, so a bulk retain never holds a slot for long.
@@ -67,6 +71,53 @@ def _write_chunks(conn: psycopg.Connection[Any], bank: str, doc: Document, chunk
     return RetainResult(int(row[0]), [int(u) for u in row[1]], bool(row[2]))
 
 
+# On a Citus cluster (rcll.citus): the whole write as one call with the bank's id first, which
+# Citus runs on the worker holding the bank (sql/functions/615-citus-delegated-writes.sql) when
+# it is the client's own statement, outside a transaction block. What Memory sets for its
+# transaction (rcll.agent, rcll.expires_at) goes with it as arguments.
+_RETAIN_CHUNKS_IN_BANK = (
+    "SELECT * FROM rcll.retain_chunks_in_bank(bank_id => %(bank_id)s, bank => %(bank)s, content => %(content)s,"
+    " chunks => %(chunks)s, embeddings => %(embeddings)s::vector[], source => %(source)s,"
+    " occurred_at => %(occurred_at)s, room => %(room)s, thread => %(thread)s, tags => %(tags)s, hall => %(hall)s,"
+    " layer => %(layer)s, metadata => %(metadata)s, via => %(via)s, author => %(author)s, agent => %(agent)s,"
+    " expires_at => %(expires_at)s)")
+
+
+@dataclass(frozen=True)
+class InBank:
+    """A write delegated to the bank's worker on a Citus cluster: the bank's id, and what the
+    writing transaction would have set - the agent (rcll.agent) and the units' expiry."""
+
+    bank_id: int
+    agent: str | None = None
+    expires_at: datetime | None = None
+
+
+def _write_chunks_in_bank(conn: psycopg.Connection[Any], bank: str, target: InBank, doc: Document, chunks: list[str],
+                          vectors: np.ndarray[Any, np.dtype[np.float32]], via: str) -> RetainResult:
+    with database_errors(), own_statement(conn):
+        row = conn.execute(_RETAIN_CHUNKS_IN_BANK, {
+            "bank_id": target.bank_id, "bank": bank, "content": doc.content, "chunks": chunks,
+            "embeddings": list(vectors), **doc.fields(via), "agent": target.agent or None,
+            "expires_at": target.expires_at}).fetchone()
+    assert row is not None
+    return RetainResult(int(row[0]), [int(u) for u in row[1]], bool(row[2]))
+
+
+def retain_in_bank(conn: psycopg.Connection[Any], bank: str, target: InBank, doc: Document, *, via: str = "python",
+                   prepared: Prepared | None = None, settings: Settings = DEFAULTS) -> RetainResult:
+    """Chunk mode on a Citus cluster: one document written by rcll.retain_chunks_in_bank, sent on
+    `conn` (outside any transaction) as its own statement, which Citus runs whole on the worker
+    holding the bank - the same rows as retain() writes."""
+    check_bank(bank)
+    doc.check(settings)
+    if prepared is None:
+        texts = chunk_text(doc.content)
+        prepared = texts, _embed(texts, settings)
+    chunks, vectors = prepared
+    return _write_chunks_in_bank(conn, bank, target, doc, chunks, vectors, via)
+
+
 def retain(conn: psycopg.Connection[Any], bank: str, doc: Document, *, via: str = "python",
            prepared: Prepared | None = None, settings: Settings = DEFAULTS) -> RetainResult:
     """Retain one document in one transaction (chunk mode: with `prepared`'s chunks and vectors
@@ -104,10 +155,12 @@ def _chunk_and_embed(batch: list[Document],
 
 def retain_many(conn: psycopg.Connection[Any], bank: str, docs: Iterable[Document], *, via: str = "python",
                 batch_size: int = 512, on_progress: Callable[[int], None] | None = None,
-                settings: Settings = DEFAULTS) -> list[RetainResult]:
+                settings: Settings = DEFAULTS, in_bank: InBank | None = None) -> list[RetainResult]:
     """Chunk-mode bulk retain. Embedding of batch i+1 overlaps the database write of batch i (the
     embedder releases the GIL), so the database adds little to the embedder's own cost. Each batch
-    is one transaction; an invalid document stops the run before its batch is written."""
+    is one transaction; an invalid document stops the run before its batch is written. in_bank: on
+    a Citus cluster, each document is written by one call delegated to the bank's worker
+    (retain_in_bank), its own transaction."""
     check_bank(bank)
     if settings.llm_provider != "none":
         return [retain(conn, bank, d, via=via, settings=settings) for d in docs]
@@ -118,21 +171,27 @@ def retain_many(conn: psycopg.Connection[Any], bank: str, docs: Iterable[Documen
         for batch in _batches(docs, batch_size, settings):
             nxt = pool.submit(_chunk_and_embed, batch, settings)
             if pending is not None:
-                results += _write_batch(conn, bank, pending_batch, *pending.result(), via)
+                results += _write_batch(conn, bank, pending_batch, *pending.result(), via, in_bank)
                 if on_progress:
                     on_progress(len(pending_batch))
             pending, pending_batch = nxt, batch
         if pending is not None:
-            results += _write_batch(conn, bank, pending_batch, *pending.result(), via)
+            results += _write_batch(conn, bank, pending_batch, *pending.result(), via, in_bank)
             if on_progress:
                 on_progress(len(pending_batch))
     return results
 
 
 def _write_batch(conn: psycopg.Connection[Any], bank: str, batch: list[Document], chunked: list[list[str]],
-                 vectors: np.ndarray[Any, np.dtype[np.float32]], via: str) -> list[RetainResult]:
+                 vectors: np.ndarray[Any, np.dtype[np.float32]], via: str,
+                 in_bank: InBank | None = None) -> list[RetainResult]:
     out: list[RetainResult] = []
     offset = 0
+    if in_bank is not None:
+        for doc, chunks in zip(batch, chunked):
+            out.append(_write_chunks_in_bank(conn, bank, in_bank, doc, chunks, vectors[offset:offset + len(chunks)], via))
+            offset += len(chunks)
+        return out
     with conn.transaction():
         for doc, chunks in zip(batch, chunked):
             out.append(_write_chunks(conn, bank, doc, chunks, vectors[offset:offset + len(chunks)], via))

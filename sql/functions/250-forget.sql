@@ -304,7 +304,9 @@ BEGIN
                              SELECT 1 FROM rcll.entities y WHERE y.bank_id = b AND y.name = first_name AND y.entity_id <> e.entity_id)
                         THEN e.name ELSE first_name END,
             embedding = CASE WHEN rcll._keyless_link(ent.first_role) THEN NULL ELSE e.embedding END
-        WHERE e.bank_id = b AND e.entity_id = ent.entity_id;    -- the bank too: on a Citus cluster it pins the statement to the bank's shard
+        -- The bank named (the id alone is unique too): on a Citus cluster the statement, with its
+        -- subquery on the same table, then runs on the bank's shard.
+        WHERE e.bank_id = b AND e.entity_id = ent.entity_id;
     END LOOP;
     RETURN coalesce(array_length(orphans, 1), 0);
 END

@@ -61,6 +61,16 @@ BEGIN
     IF EXISTS (SELECT FROM pg_dist_partition p WHERE p.logicalrelid = 'rcll.memory_units'::regclass) THEN
         RETURN format('already distributed by bank; %s function(s) delegated', rcll._citus_delegate());
     END IF;
+    -- CREATE EXTENSION rcll on a coordinator is run on every worker too (Citus propagates it), and
+    -- Citus then takes each worker's own copy of an extension's table as the table's shell there
+    -- instead of making one: the keys widened and the foreign keys and triggers set aside below
+    -- would change the coordinator's tables only, and Citus's ALTER TABLE on the workers' copies
+    -- fails (tried: "constraint audit_log_bank_id_fkey for relation audit_log already exists").
+    IF EXISTS (SELECT FROM pg_extension WHERE extname = 'rcll') THEN
+        RAISE EXCEPTION 'dsn: rcll is installed here as an extension, whose tables Citus copies to every worker by itself'
+            USING ERRCODE = 'RC001', COLUMN = 'dsn',
+                  HINT = 'On a Citus cluster install rcll with `rcll install` (its SQL files, no CREATE EXTENSION): docs/scaling.md, "Upgrades on a cluster".';
+    END IF;
     IF EXISTS (SELECT FROM rcll.bank_isolation_state) THEN
         RAISE EXCEPTION 'dsn: bank isolation is on, and it is not applied on a Citus cluster yet' USING ERRCODE = 'RC001',
             COLUMN = 'dsn', HINT = 'SELECT rcll.disable_bank_isolation() first, knowing SQL roles then see every bank (docs/scaling.md).';

@@ -105,18 +105,27 @@ RETURNS integer
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
-    f regprocedure;
+    f record;
     n integer := 0;
 BEGIN
-    -- force_delegation: every statement inside must stay on the bank's shards (Citus checks it).
-    FOREACH f IN ARRAY ARRAY[
-        'rcll.recall_in_bank(integer, text, rcll.recall_scope, integer, integer, integer, integer, public.vector, tstzrange, timestamptz, integer, public.vector)'::regprocedure,
-        'rcll.recall_candidates_in_bank(integer, text, rcll.recall_scope, public.vector, public.vector, tstzrange, timestamptz, integer, rcll.channel_weights, integer, integer)'::regprocedure] LOOP
-        PERFORM pg_catalog.create_distributed_function(f, 'bank_id', colocate_with => 'rcll.memory_units',
-                                                       force_delegation => true);
+    FOR f IN SELECT * FROM (VALUES
+        -- The reads with force_delegation: every statement inside must stay on the bank's shards
+        -- (Citus checks it).
+        ('rcll.recall_in_bank(integer, text, rcll.recall_scope, integer, integer, integer, integer, public.vector, tstzrange, timestamptz, integer, public.vector)'::regprocedure, true),
+        ('rcll.recall_candidates_in_bank(integer, text, rcll.recall_scope, public.vector, public.vector, tstzrange, timestamptz, integer, rcll.channel_weights, integer, integer)'::regprocedure, true),
+        -- The writes (615-citus-delegated-writes.sql) without: Citus's check refuses the
+        -- co-located INSERT ... SELECT of their triggers (rcll._refresh_document_lengths), which
+        -- names the bank but which it cannot read a distribution key from. Delegated all the same
+        -- when sent outside a transaction block, and then free to reach the reference tables
+        -- (forget's audit rows) on every node.
+        ('rcll.retain_chunks_in_bank(integer, text, text, text[], public.vector[], text, timestamptz, text, text, text[], text, text, jsonb, text, text, text, jsonb, text, timestamptz)'::regprocedure, false),
+        ('rcll.forget_in_bank(integer, text, bigint[], bigint[], text, text, text, text, timestamptz, timestamptz, timestamptz, timestamptz, text, boolean, text, integer, text)'::regprocedure, false)
+    ) AS t(fn, forced) LOOP
+        PERFORM pg_catalog.create_distributed_function(f.fn, 'bank_id', colocate_with => 'rcll.memory_units',
+                                                       force_delegation => f.forced);
         n := n + 1;
     END LOOP;
     RETURN n;
 END
 $$;
-COMMENT ON FUNCTION rcll._citus_delegate() IS 'Internal: on a Citus coordinator, mark the *_in_bank twins (rcll.recall_in_bank, rcll.recall_candidates_in_bank) as distributed functions by bank_id (co-located with memory_units, force_delegation); rcll.distribute_by_bank calls it on every install. Returns how many.';
+COMMENT ON FUNCTION rcll._citus_delegate() IS 'Internal: on a Citus coordinator, mark the *_in_bank twins (rcll.recall_in_bank, rcll.recall_candidates_in_bank with force_delegation; rcll.retain_chunks_in_bank, rcll.forget_in_bank without) as distributed functions by bank_id, co-located with memory_units; rcll.distribute_by_bank calls it on every install. Returns how many.';
