@@ -103,6 +103,7 @@ DECLARE
     head   integer[];
     top    integer[];
     views  text[];
+    cut    boolean[];
     toks   integer[];
     ord    integer[];
     keep   integer[] := '{}';
@@ -121,9 +122,12 @@ BEGIN
     IF texts IS NULL THEN
         RETURN;
     END IF;
-    -- Phase 4: the cross-encoder reads the top `depth` candidates with the query; the top
-    -- context_depth of its order are read again with the chunk before them ("<previous> / <text>")
-    -- and scored by the mean of both logits (as rcll.recall.rerank in Python). Reranked
+    -- Phase 4: the cross-encoder reads the top `depth` candidates with the query, as the client
+    -- does (rcll._model_first_view: a long one by its most query-relevant window, and only the
+    -- fused prefix that fits its budget of words); the top context_depth of its order are read
+    -- again with the chunk before them ("<previous> / <text>"), but for those the window cut (a
+    -- long text carries its own context), and scored by the mean of both logits (as
+    -- rcll.deadline.rerank_within in Python). Reranked
     -- candidates move to the front in that order, the rest keep their fused order behind them.
     -- With deadline_ms (counted from the start of the statement) both views read in fused order
     -- while time is left (rcll._model_rerank_until); what is not read keeps its fused order.
@@ -142,8 +146,9 @@ BEGIN
     END IF;
     IF models AND depth > 0 THEN
         depth := least(depth, cardinality(texts));
-        SELECT * INTO counted FROM rcll._model_rerank_counted(_recall_rerank.query, texts[1:depth], texts, ms - reserve);
+        SELECT * INTO counted FROM rcll._model_first_view(_recall_rerank.query, texts[1:depth], texts, ms - reserve);
         scores := counted.scores;
+        cut := counted.trimmed;
         toks := counted.tokens;
     END IF;
     -- NULL scores: the model service did not answer (its NOTICE said why); no rerank then.
@@ -152,10 +157,11 @@ BEGIN
         INTO head FROM generate_subscripts(scores, 1) AS o(i);
         SELECT array_agg(t.i ORDER BY t.pos), array_agg(contexts[t.i] || ' / ' || texts[t.i] ORDER BY t.pos)
         INTO top, views
-        FROM unnest(head) WITH ORDINALITY AS t(i, pos) WHERE contexts[t.i] <> '';
-        IF coalesce(cardinality(scores), 0) < depth THEN
+        FROM unnest(head) WITH ORDINALITY AS t(i, pos) WHERE contexts[t.i] <> '' AND NOT cut[t.i];
+        IF coalesce(cardinality(scores), 0) < cardinality(cut) THEN
             head := NULL;                        -- the deadline cut the first view: no second one
-            RAISE NOTICE 'recall: the deadline (% ms) cut the rerank at depth % of %', ms, coalesce(cardinality(scores), 0), depth;
+            RAISE NOTICE 'recall: the deadline (% ms) cut the rerank at depth % of %', ms, coalesce(cardinality(scores), 0),
+                cardinality(cut);
         ELSIF views IS NOT NULL THEN
             second := coalesce(rcll._model_rerank_scores(_recall_rerank.query, views, ms - reserve), '{}');
             FOR n IN 1 .. coalesce(cardinality(second), 0) LOOP

@@ -76,6 +76,14 @@ from rcll.deadline import Deadline, read_prefix
 since = time.time() - started        # the statement's age: the deadline counts from its start
 return read_prefix(query, list(passages), m.get_reranker(s), Deadline(deadline_ms, time.perf_counter() - since))
 $py$);
+    -- What recall's first view reads of its top candidates: the client's own definition.
+    EXECUTE format($sql$
+CREATE OR REPLACE FUNCTION rcll._model_windows(query text, texts text[], OUT passages text[], OUT trimmed boolean[])
+LANGUAGE plpython3u STABLE STRICT SET search_path = pg_catalog, pg_temp AS %L$sql$,
+        prelude || $py$
+from rcll.passages import first_view
+return first_view(query, list(texts))
+$py$);
     EXECUTE format($sql$
 CREATE OR REPLACE FUNCTION rcll._model_count_tokens(texts text[]) RETURNS integer[]
 LANGUAGE plpython3u STABLE STRICT SET search_path = pg_catalog, pg_temp AS %L$sql$,
@@ -85,6 +93,7 @@ $py$);
     COMMENT ON FUNCTION rcll._model_embed_query(text) IS 'Internal (created by rcll.enable_in_database_models): the bge-small-en-v1.5 embedding of a query, computed in this backend.';
     COMMENT ON FUNCTION rcll._model_rerank(text, text[]) IS 'Internal (created by rcll.enable_in_database_models): cross-encoder logits of (query, passage) pairs, in input order.';
     COMMENT ON FUNCTION rcll._model_rerank_until(text, text[], double precision, double precision) IS 'Internal (created by rcll.enable_in_database_models): cross-encoder logits of the passages read in order while the statement that started at `started` (epoch seconds) is younger than deadline_ms - the prefix read, shorter than passages when the deadline cut it.';
+    COMMENT ON FUNCTION rcll._model_windows(text, text[]) IS 'Internal (created by rcll.enable_in_database_models): what recall''s first view reads of its top candidates (rcll.passages.first_view) - each text''s most query-relevant window, the prefix that fits the budget of words - and which of them the window cut.';
     COMMENT ON FUNCTION rcll._model_count_tokens(text[]) IS 'Internal (created by rcll.enable_in_database_models): bge wordpiece tokens per text (for the token budget).';
     -- Fail now, with the reason, rather than at the first recall.
     EXECUTE 'SELECT rcll._model_count_tokens(ARRAY[''ok''])';
@@ -102,6 +111,7 @@ BEGIN
     DROP FUNCTION IF EXISTS rcll._model_rerank(text, text[]);
     DROP FUNCTION IF EXISTS rcll._model_rerank_until(text, text[], double precision, double precision);
     DROP FUNCTION IF EXISTS rcll._model_count_tokens(text[]);
+    DROP FUNCTION IF EXISTS rcll._model_windows(text, text[]);
     RETURN 'in-database models disabled';
 END
 $$;

@@ -276,6 +276,53 @@ $$;
 COMMENT ON FUNCTION rcll._model_rerank_counted(text, text[], text[], double precision)
     IS 'Internal: rcll._model_rerank_scores and rcll._model_token_counts of count_texts (NULL: no counts) in one request to the model service (or from the in-database models); both NULL when the service does not answer (a NOTICE says why).';
 
+CREATE OR REPLACE FUNCTION rcll._model_first_view(query text, texts text[], count_texts text[],
+                                                  deadline_ms double precision,
+                                                  OUT scores real[], OUT trimmed boolean[], OUT tokens integer[])
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    r        record;
+    windowed text[];
+BEGIN
+    -- Recall's first view of its top candidates, read as the client reads them: each by its most
+    -- query-relevant window, the fused prefix whose pairs fit the budget of words. Which prefix and
+    -- which windows is rcll.passages.first_view's to say - one definition, in Python, where the
+    -- models are (the service, or plpython3u) - not a copy here: its words, sentences and case
+    -- folding are Python's, which PostgreSQL's regular expressions and lower() do not match on
+    -- every text (non-ASCII spaces and letters).
+    IF rcll._model_source() = 'in-database' THEN
+        IF to_regprocedure('rcll._model_windows(text,text[])') IS NULL THEN
+            RAISE NOTICE 'recall: the in-database models were enabled before recall read long facts by their windows: they are read whole'
+                USING HINT = 'A superuser can run SELECT rcll.enable_in_database_models(...) again.';
+            windowed := texts;
+            SELECT array_agg(false) INTO trimmed FROM unnest(texts);
+        ELSE
+            SELECT w.passages, w.trimmed INTO windowed, trimmed FROM rcll._model_windows(query, texts) w;
+        END IF;
+        scores := CASE WHEN deadline_ms IS NULL THEN rcll._model_rerank(query, windowed)
+                       ELSE rcll._model_rerank_until(query, windowed, deadline_ms, extract(epoch FROM statement_timestamp())) END;
+        tokens := CASE WHEN count_texts IS NOT NULL THEN rcll._model_count_tokens(count_texts) END;
+        RETURN;
+    END IF;
+    -- The token counts ride with it: one round trip, and none left to wait for after the
+    -- cross-encoder has spent the deadline.
+    SELECT * INTO r FROM rcll._model_service('first_view', query, texts, deadline_ms, count_texts);
+    IF r.answer IS NULL THEN
+        IF r.failure IS NOT NULL THEN
+            RAISE NOTICE 'recall: the model service (%) %: the rerank is skipped', rcll.model_service(), r.failure
+                USING HINT = 'Start it (rcll serve, or rcll models), or allow a longer deadline_ms; the candidates keep their fused order.';
+        END IF;
+        RETURN;
+    END IF;
+    scores := r.answer[1]::real[];
+    trimmed := r.answer[2]::boolean[];
+    tokens := r.answer[3]::integer[];
+END
+$$;
+COMMENT ON FUNCTION rcll._model_first_view(text, text[], text[], double precision)
+    IS 'Internal: recall''s first view of its top candidates (texts, in fused order) from the model service or the in-database models: rcll.passages.first_view says what the cross-encoder reads (each text''s most query-relevant window, the prefix whose pairs fit its budget of words); scores are the logits of the prefix read (with deadline_ms, while time was left), trimmed says which of the prefix the window cut (its length is the first view''s depth), tokens the counts of count_texts (NULL: none asked). All NULL when the service does not answer (a NOTICE says why).';
+
 CREATE OR REPLACE FUNCTION rcll._model_rerank_scores(query text, passages text[], deadline_ms double precision)
 RETURNS real[]
 LANGUAGE sql STABLE
