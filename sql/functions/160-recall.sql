@@ -81,6 +81,30 @@ $$;
 COMMENT ON FUNCTION rcll._recall_embeddings(text, integer, vector, vector, integer)
     IS 'Internal: rcll.recall''s phase 1 - the query embedding (rcll._recall_embedding) and the entity channel''s (rcll._recall_entity_embedding: the query without the entities it names), given or embedded together in one request where the models are.';
 
+CREATE OR REPLACE FUNCTION rcll._cut_to_budget(tokens integer[], budget integer, "limit" integer,
+                                               OUT keep integer[], OUT kept_tokens integer[])
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    used bigint := 0;
+    n    integer;
+BEGIN
+    -- rcll.budget.cut_to_budget: walk the ranked counts, take each that still fits (a later,
+    -- shorter one may still fill the budget), at most "limit".
+    keep := '{}';
+    kept_tokens := '{}';
+    FOR n IN 1 .. coalesce(cardinality(tokens), 0) LOOP
+        EXIT WHEN "limit" IS NOT NULL AND cardinality(keep) >= "limit";
+        CONTINUE WHEN budget IS NOT NULL AND used + tokens[n] > budget;
+        keep := keep || n;
+        kept_tokens := kept_tokens || tokens[n];
+        used := used + tokens[n];
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION rcll._cut_to_budget(integer[], integer, integer)
+    IS 'Internal: the token-budget cut over counts in ranked order (rcll.budget.cut_to_budget): the positions kept (1-based, in order) and their counts.';
+
 CREATE OR REPLACE FUNCTION rcll._recall_rerank(
     query         text,
     texts         text[],
@@ -104,10 +128,10 @@ DECLARE
     top    integer[];
     views  text[];
     cut    boolean[];
-    toks   integer[];
     ord    integer[];
-    keep   integer[] := '{}';
-    used   bigint := 0;
+    ranked text[];
+    kept   integer[];
+    toks   integer[];
     n      integer;
     ms     double precision := _recall_rerank.deadline_ms;
     -- What the statement needs after the model service's last answer (the order, the budget
@@ -146,10 +170,9 @@ BEGIN
     END IF;
     IF models AND depth > 0 THEN
         depth := least(depth, cardinality(texts));
-        SELECT * INTO counted FROM rcll._model_first_view(_recall_rerank.query, texts[1:depth], texts, ms - reserve);
+        SELECT * INTO counted FROM rcll._model_first_view(_recall_rerank.query, texts[1:depth], ms - reserve);
         scores := counted.scores;
         cut := counted.trimmed;
-        toks := counted.tokens;
     END IF;
     -- NULL scores: the model service did not answer (its NOTICE said why); no rerank then.
     IF models AND depth > 0 AND scores IS NOT NULL THEN
@@ -181,26 +204,27 @@ BEGIN
                      scores[o.i] DESC NULLS LAST, o.i) INTO ord
     FROM generate_subscripts(texts, 1) AS o(i);
 
-    -- Phase 5: fill the token budget (fact text only): a fact that does not fit is skipped and
-    -- the next, shorter one may still fit. When the channels spent the deadline, the counts are
-    -- estimated: asking the model service would only wait past it (up to 100 ms).
-    IF toks IS NOT NULL THEN
-        NULL;                                    -- counted with the rerank
-    ELSIF models AND NOT spent THEN
-        toks := rcll._model_token_counts(texts);
-    ELSE
-        toks := rcll._approx_tokens(texts);
+    -- Phase 5: fill the token budget (fact text only) as the client does: rcll._model_cut runs
+    -- rcll.budget.cut_counting where the models are (a fact that does not fit is skipped and a
+    -- later, shorter one may still fit; a long one that cannot fit what is left is never
+    -- counted). Without models, or once the deadline leaves the service no time, the counts are
+    -- estimated: asking it would only wait past the deadline.
+    SELECT array_agg(texts[o.i] ORDER BY o.pos) INTO ranked FROM unnest(ord) WITH ORDINALITY AS o(i, pos);
+    IF ranked IS NULL THEN
+        RETURN;                                  -- no candidates
     END IF;
-    FOREACH n IN ARRAY ord LOOP
-        EXIT WHEN cardinality(keep) >= lim;
-        CONTINUE WHEN _recall_rerank.budget IS NOT NULL AND used + toks[n] > _recall_rerank.budget;
-        keep := keep || n;
-        used := used + toks[n];
-    END LOOP;
+    IF models AND NOT spent
+       AND (ms IS NULL OR ms - reserve > 1000 * extract(epoch FROM clock_timestamp() - statement_timestamp())) THEN
+        SELECT c.keep, c.tokens INTO kept, toks FROM rcll._model_cut(ranked, _recall_rerank.budget, lim, ms - reserve) c;
+    END IF;
+    IF kept IS NULL THEN
+        SELECT c.keep, c.kept_tokens INTO kept, toks
+        FROM rcll._cut_to_budget(rcll._approx_tokens(ranked), _recall_rerank.budget, lim) c;
+    END IF;
 
     RETURN QUERY
-    SELECT x.i::integer, scores[x.i], toks[x.i], x.pos::integer
-    FROM unnest(keep) WITH ORDINALITY AS x(i, pos)
+    SELECT ord[x.p]::integer, scores[ord[x.p]], toks[x.pos]::integer, x.pos::integer
+    FROM unnest(kept) WITH ORDINALITY AS x(p, pos)
     ORDER BY x.pos;
 END
 $$;
