@@ -186,6 +186,8 @@ def test_every_answer_is_what_openapi_documents(client: TestClient) -> None:
     assert check("post", "/recall", json={"bank": "b", "query": "how long does the canary run?"})["facts"]
     explained = check("post", "/recall", json={"bank": "b", "query": "canary rollout", "explain": True, "budget": 12})
     assert explained["cut"] and explained["ranks"], explained
+    # what the budget cut skipped without counting, explain counts (rcll.budget.cut_counting)
+    assert all(f["tokens"] > 0 for f in explained["cut"]), explained["cut"]
     check("get", "/rooms", params={"bank": "b"})
     check("get", "/tags", params={"bank": "b", "q": "*"})
     check("get", "/stats", params={"bank": "b"})

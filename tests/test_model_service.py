@@ -427,3 +427,57 @@ def test_a_frozen_service_never_hangs_a_recall(leg: Leg, service_dsn: str, servi
             assert notices == [] and rows[0][1] is not None, "thawed: complete again on the same connection"
     finally:
         proxy.close()
+
+
+# A bank of long texts: assistant answers of hundreds of words, several to a document (so each
+# but the first has the chunk before it as context), short user turns between them.
+LONG_Q = "What did the assistant recommend for the cat named Biscuit's diet?"
+_TOPICS = ["hiking boots", "sourdough bread", "the cat named Biscuit", "tax returns", "a trip to Lisbon",
+           "learning the cello", "a vegetable garden", "the cat's diet and wet food"]
+
+
+def _long_answer(topic: str, k: int) -> str:
+    body = " ".join(f"Point {i} about {topic}: consider option {i + k} carefully, and compare prices. "
+                    f"{'Biscuit should eat measured portions of wet food twice a day.' if i == 17 and 'cat' in topic else ''}"
+                    for i in range(30))
+    return f"assistant: Here is what I would suggest about {topic}. {body} I hope this helps with {topic}."
+
+
+def _seed_long(db: psycopg.Connection[Any]) -> None:
+    emb = models.get_embedder()
+    db.execute("SELECT rcll.create_bank('long')")
+    for d, topic in enumerate(_TOPICS * 3):
+        chunks = [f"user: can you tell me about {topic}? ({d})", _long_answer(topic, d),
+                  f"user: thanks, and what about {_TOPICS[(d + 1) % len(_TOPICS)]}?", _long_answer(_TOPICS[(d + 1) % len(_TOPICS)], d + 1)]
+        db.execute("""SELECT rcll.retain_chunks(bank => 'long', content => %s, chunks => %s, embeddings => %s::vector[],
+                          occurred_at => %s::timestamptz)""",
+                   ("\n".join(chunks), chunks, list(emb.embed(chunks)), f"2024-01-{d + 1:02d} 10:00+00"))
+    db.execute("ANALYZE")
+
+
+def test_sql_and_memory_recall_read_long_texts_alike(leg: Leg, service: ModelService) -> None:
+    """Long facts: SQL recall (through the model service) reads each by its window and only the
+    prefix its budget of words holds, as Memory.recall does - the same facts, in the same order,
+    with the same scores; and the budget does cut the depth here."""
+    name = leg.new_database()
+    try:
+        with psycopg.connect(leg.url(name), autocommit=True) as db:
+            configure(db)
+            _seed_long(db)
+            db.execute("SELECT rcll.use_model_service(host => %s, port => %s, password => %s)",
+                       (service.address.host, service.address.port, service.password))
+        notices: list[str] = []
+        with psycopg.connect(leg.url(name), autocommit=True) as db:
+            db.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+            rows = db.execute("SELECT " + COLUMNS + " FROM rcll.recall(%s, rcll.recall_scope('long'))",
+                              (LONG_Q,)).fetchall()
+        assert notices == []
+        with Memory(leg.url(name), install=False) as memory:
+            py = memory.recall(LONG_Q, bank="long")
+        assert py.rerank_depth_reached < 40, "the budget of words cut the first view"
+        assert len(rows) == len(py.facts) > 10
+        assert [r[0] for r in rows] == [f.unit_id for f in py.facts]
+        assert [_f32(r[3]) for r in rows] == [_f32(f.rerank_score) for f in py.facts]
+        assert "Biscuit should eat" in rows[0][1]
+    finally:
+        leg.drop_database(name)

@@ -147,3 +147,19 @@ def test_in_database_rerank_agrees_with_the_client(models_dsn: str) -> None:
         emb = db.execute("SELECT rcll._model_embed_query(%s)", (q,)).fetchone()
         assert emb is not None
         assert float(emb[0].to_numpy() @ models.get_embedder().embed_query(q)) > 0.995
+
+
+@pg15_only
+def test_in_database_models_read_long_facts_as_the_client_does(models_dsn: str) -> None:
+    """rcll._model_windows: the in-database first view is rcll.passages.first_view, the client's."""
+    from test_model_service import LONG_Q, _seed_long
+
+    with psycopg.connect(models_dsn, autocommit=True) as db:
+        configure(db)
+        _seed_long(db)
+        sql_rows = db.execute("SELECT unit_id, rerank_score FROM rcll.recall(%s, scope => rcll.recall_scope('long'))",
+                              (LONG_Q,)).fetchall()
+        client = recall(Direct(db), R(query=LONG_Q, bank="long"))
+    assert client.rerank_depth_reached < 40, "the budget of words cut the first view"
+    assert sum(r[1] is not None for r in sql_rows) == sum(f.rerank_score is not None for f in client.facts)
+    assert [r[0] for r in sql_rows] == [f.unit_id for f in client.facts]

@@ -16,6 +16,7 @@ import pytest
 
 from conftest import Leg, connected, pg15_only, python_path
 from rcll import models, passages
+from rcll.budget import approx_tokens, cut_to_budget
 from rcll.db import configure
 from rcll.deadline import Deadline, DeadlinePassed, Depth, call_tokens, pair_cost, rerank_within
 from rcll.defaults import CHANNELS
@@ -86,13 +87,16 @@ def test_a_one_millisecond_deadline_still_returns_fused_results_flagged(stored: 
     db = stored
     q = "billing runbook"
     # The deadline is spent before the channels: only the lexical channel runs (it always does),
-    # fused as it would be alone, no rerank.
+    # fused as it would be alone, no rerank; the budget cut estimates the tokens (rcll.budget:
+    # counting would only take longer past the deadline), as SQL's recall does.
     lexical = {c: 0.0 for c in CHANNELS if c != "lexical"}
     full = recall(Direct(db), R(query=q, bank=BANK, rerank_depth=0, weights=lexical))
     cut = recall(Direct(db), R(query=q, bank=BANK, deadline_ms=1))
     assert cut.facts and cut.deadline_cut
     assert (cut.rerank_depth_reached, cut.context_depth_reached) == (0, 0)
-    assert [f.unit_id for f in cut.facts] == [f.unit_id for f in full.facts]
+    assert [f.unit_id for f in cut.ranked] == [f.unit_id for f in full.ranked]
+    estimated = cut_to_budget([approx_tokens(f.text) for f in full.ranked], R(query=q, bank=BANK).budget)
+    assert [f.unit_id for f in cut.facts] == [full.ranked[i].unit_id for i in estimated]
     assert all(f.rerank_score is None for f in cut.facts)
     assert all(f.rank_dense is None and f.rank_session is None for f in cut.facts)
 

@@ -202,7 +202,8 @@ def test_in_database_models_are_read_only_too(models_dsn: str) -> None:
         seed(db)
         path = _recall_path(db)
         models_fns = {n: v for n, v in path.items() if n.startswith("rcll._model_") and v[0] == "plpython3u"}
-        assert len(models_fns) == 4   # embed, rerank, rerank under a deadline, count tokens
+        # embed, rerank, rerank under a deadline, count tokens, the first view's windows, the budget cut
+        assert len(models_fns) == 6
         for n, (lang, vol, _, source) in models_fns.items():
             assert (lang, vol) == ("plpython3u", "s"), n
             assert "plpy.execute" not in source and "plpy.prepare" not in source and "plpy.cursor" not in source

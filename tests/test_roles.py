@@ -181,7 +181,7 @@ DEFINER_GRANTS = {
     "rcll.current_agent()": {"rcll_reader", "rcll_agent", "rcll_identity_server"},
     "rcll._visible_banks(name)": {"rcll_reader", "rcll_agent"},
     "rcll._link_written_keyless_entities(integer,bigint[])": {"rcll_agent"},
-    "rcll._model_service_ask(text,text,text[],double precision,text[])": {"rcll_reader", "rcll_agent"},
+    "rcll._model_service_ask(text,text,text[],double precision,text[],jsonb)": {"rcll_reader", "rcll_agent"},
     # Forgetting from its own banks (bank isolation applied inside, by session_user).
     "rcll.forget(text,bigint[],bigint[],text,text,text,text,timestamp with time zone,timestamp with time zone,"
     "timestamp with time zone,timestamp with time zone,text,boolean,text,integer)": {"rcll_agent"},
@@ -189,7 +189,7 @@ DEFINER_GRANTS = {
 }
 # Of those, the ones rcll_reader reaches: each reads only (reviewed), and is declared STABLE.
 READER_DEFINERS = {"rcll.current_agent()", "rcll._visible_banks(name)",
-                   "rcll._model_service_ask(text,text,text[],double precision,text[])"}
+                   "rcll._model_service_ask(text,text,text[],double precision,text[],jsonb)"}
 
 
 def test_a_definer_function_is_executable_only_by_the_roles_that_need_it(db: Db) -> None:

@@ -1,8 +1,8 @@
 """LongMemEval retrieval through RCLL: the benchmark's own session- and turn-level metrics, per
 question type, and where recall's time goes on long texts.
 
-    .venv/bin/python -m bench.longmemeval.run [--sample N] [--half a|b] [--index all,user]
-        [--rerank-depth D] [--context-depth M] [--deadline-ms MS] [--cache-dir DIR] [--embed-only]
+    .venv/bin/python -m bench.longmemeval.run [--sample N] [--half a|b] [--cached] [--index all,user]
+        [--rerank-depth D] [--context-depth M] [--deadline-ms none,MS] [--cache-dir DIR] [--embed-only]
 
 One bank per question: its haystack (S: 38-58 sessions), one document per session, one chunk per
 turn written "<role>: <content>" (user and assistant turns alike), the session date as
@@ -24,7 +24,10 @@ default ~/.cache/rcll-bench): the S set is ~190k distinct turns, hours of embedd
 once; --embed-only fills the cache for the chosen questions and exits. Latency per phase is the
 recall's own timings (rcll.results.Timings), measured wall clock on whatever else the machine runs:
 report the load average printed with the table. "pairs" and "tokens" are what the cross-encoder
-read: (query, passage) pairs, and their tokens as it cut them (padding excluded).
+read: (query, passage) pairs, and their tokens as it cut them (padding excluded). The budget cut
+before rcll.budget.cut_counting (every candidate counted, then cut) is timed on the same ranking
+right after each recall, and must keep the same facts; "full recall, cut before" is the recall
+with that cut instead. Each --deadline-ms value is a row of its own, on the same banks.
 LongMemEval: Wu et al., ICLR 2025, MIT (see data/longmemeval/ATTRIBUTION.md).
 """
 
@@ -37,6 +40,7 @@ import statistics
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +51,7 @@ from bench.longmemeval.dataset import DEFAULT_PATH, TYPES, Question, load, score
 from bench.longmemeval.embeddings import DEFAULT_DIR, CachedEmbedder
 from bench.longmemeval.metrics import SESSION_METRICS, TURN_METRICS, Means
 from rcll import models, passages
+from rcll.budget import cut_to_budget
 from rcll.deadline import context_passage
 from rcll.recall import Direct, recall
 from rcll.request import RecallRequest as R
@@ -56,8 +61,12 @@ READ_NAMES = {"window": "", "whole": ", long facts read whole (before rcll.passa
 INDEX_NAMES = {"all": "every turn indexed (RCLL's retain)", "user": "user turns only (LongMemEval's protocol)"}
 
 
-def row_name(row: tuple[str, str]) -> str:
-    return INDEX_NAMES[row[0]] + READ_NAMES.get(row[1], f", {row[1]}")
+Row = tuple[str, str, int | None]      # index, reads, deadline_ms
+
+
+def row_name(row: Row) -> str:
+    return (INDEX_NAMES[row[0]] + READ_NAMES.get(row[1], f", {row[1]}")
+            + ("" if row[2] is None else f", deadline {row[2]} ms"))
 
 
 def read_settings(reads: str, window: int, budget: int) -> tuple[int, int]:
@@ -89,6 +98,21 @@ class CountingReranker:
         return self.reranker.score(query, passages, **kw)
 
 
+class CountingEmbedder:
+    """The embedder, recording how many texts the budget cut had the tokenizer count."""
+
+    def __init__(self, embedder: Any) -> None:
+        self.embedder = embedder
+        self.counted = 0
+
+    def embed_query(self, text: str) -> Any:
+        return self.embedder.embed_query(text)
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        self.counted += len(texts)
+        return list(self.embedder.count_tokens(texts))
+
+
 def retain_question(conn: Any, cache: CachedEmbedder, q: Question, bank: str, roles: tuple[str, ...]) -> dict[int, tuple[str, str]]:
     """The haystack as one bank; returns unit id -> (session id, turn key)."""
     conn.execute("SELECT rcll.create_bank(%s)", (bank,))
@@ -116,7 +140,10 @@ def main() -> int:
     ap.add_argument("--index", default="all,user", help="banks per question: all (every turn), user (user turns only)")
     ap.add_argument("--rerank-depth", type=int, help="recall's rerank_depth (default: the product's)")
     ap.add_argument("--context-depth", type=int, help="recall's context_depth (default: the product's)")
-    ap.add_argument("--deadline-ms", type=int, help="recall under this deadline (the servers' default is 1000)")
+    ap.add_argument("--deadline-ms", default="none",
+                    help="recall under these deadlines, a row each: none, or ms (the servers' default is 1000), e.g. none,1000")
+    ap.add_argument("--cached", action="store_true",
+                    help="only the chosen questions whose haystacks the embedding cache holds whole (no embedding)")
     ap.add_argument("--cache-dir", default=str(DEFAULT_DIR), help="where the embedding cache lives (not committed)")
     ap.add_argument("--embed-only", action="store_true", help="fill the embedding cache for these questions and exit")
     ap.add_argument("--limit", type=int, default=0, help="only the first N of the chosen questions (a quick check)")
@@ -130,7 +157,8 @@ def main() -> int:
     args = ap.parse_args()
     indexes = [x.strip() for x in args.index.split(",") if x.strip()]
     reads = [x.strip() for x in args.reads.split(",") if x.strip()]
-    rows_of = [(ix, rd) for ix in indexes for rd in reads]
+    deadlines = [None if x.strip() == "none" else int(x) for x in args.deadline_ms.split(",") if x.strip()]
+    rows_of: list[Row] = [(ix, rd, dl) for ix in indexes for rd in reads for dl in deadlines]
 
     questions = scored(load(args.data))
     if args.half:
@@ -140,6 +168,10 @@ def main() -> int:
     if args.limit:
         questions = questions[: args.limit]
     cache = CachedEmbedder(Path(args.cache_dir) / "longmemeval.bin")
+    if args.cached:
+        chosen = len(questions)
+        questions = [q for q in questions if not cache.missing([t.text for s in q.sessions for t in s.turns])]
+        print(f"--cached: {len(questions)} of the {chosen} chosen questions have their haystacks in the cache")
     if args.embed_only:
         t = time.perf_counter()
         for n, q in enumerate(questions):
@@ -153,8 +185,9 @@ def main() -> int:
         "half b (report)": {q.id for q in questions if q.half == "b"}, "all": {q.id for q in questions}}
     session = {(g, r): Means(SESSION_METRICS) for g in groups for r in rows_of}
     turn = {(g, r): Means(TURN_METRICS) for g in groups for r in rows_of}
-    lat: dict[tuple[str, str], dict[str, list[float]]] = {r: defaultdict(list) for r in rows_of}
-    depth: list[tuple[int, int, bool]] = []
+    lat: dict[Row, dict[str, list[float]]] = {r: defaultdict(list) for r in rows_of}
+    depth: dict[Row, list[tuple[int, int, bool]]] = {r: [] for r in rows_of}
+    counter = models.get_embedder()
     window, budget = passages.WINDOW, passages.FIRST_VIEW_WORDS
     retain_s = 0.0
     rr = CountingReranker(models.get_reranker())
@@ -166,37 +199,53 @@ def main() -> int:
                 t = time.perf_counter()
                 unit_turn = retain_question(conn, cache, q, bank, INDEXES[ix])
                 retain_s += time.perf_counter() - t
-                request = R(query=q.question, bank=bank, reference_time=q.date, deadline_ms=args.deadline_ms,
+                request = R(query=q.question, bank=bank, reference_time=q.date,
                             **({"rerank_depth": args.rerank_depth} if args.rerank_depth is not None else {}),
                             **({"context_depth": args.context_depth} if args.context_depth is not None else {}))
                 if n == 0:          # load the models and warm the caches before anything is timed
                     recall(Direct(conn), request, embedder=cache.embedder, reranker=rr.reranker)
-                for rd in reads:
+                for row in [r for r in rows_of if r[0] == ix]:
+                    _, rd, dl = row
                     passages.WINDOW, passages.FIRST_VIEW_WORDS = read_settings(rd, window, budget)
                     rr.read.clear()
+                    # A fresh bank: the embedder keeps no token count of its texts (as before the
+                    # first recall of a new bank), so the cut pays for what it counts.
+                    counter._counts.clear()
+                    ce = CountingEmbedder(cache.embedder)
                     t = time.perf_counter()
-                    res = recall(Direct(conn), request, embedder=cache.embedder, reranker=rr)
+                    res = recall(Direct(conn), replace(request, deadline_ms=dl), embedder=ce, reranker=rr)
                     wall = (time.perf_counter() - t) * 1000
+                    # The cut as it was (every candidate counted, then cut), timed on the same
+                    # ranking right after, with a tokenizer that keeps no counts: the same facts?
+                    t = time.perf_counter()
+                    every = models.count_tokens([f.text for f in res.ranked])
+                    kept_before = cut_to_budget(every, request.budget, request.limit)
+                    cut_before = (time.perf_counter() - t) * 1000
+                    if dl is None:
+                        assert [res.ranked[i].unit_id for i in kept_before] == [f.unit_id for f in res.facts], q.id
                     views = {context_passage(f) for f in res.ranked} - {None}
                     first = [p for _, ps in rr.read for p in ps if p not in views]
                     second = [p for _, ps in rr.read for p in ps if p in views]
                     tm = res.timings
                     for k, v in (("embed", tm.embed), ("sql", tm.sql), ("rerank", tm.rerank), ("cut", tm.cut),
-                                 ("full recall", wall), ("pairs, first view", len(first)),
+                                 ("cut, counting all (before)", cut_before),
+                                 ("texts the cut counted", ce.counted),
+                                 ("full recall", wall), ("full recall, cut before", wall - tm.cut + cut_before),
+                                 ("pairs, first view", len(first)),
                                  ("pairs, context view", len(second)),
                                  ("tokens, first view", sum(rr.pair_lengths(q.question, first)) if first else 0),
                                  ("tokens, context view", sum(rr.pair_lengths(q.question, second)) if second else 0)):
-                        lat[(ix, rd)][k].append(float(v))
-                    if (ix, rd) == rows_of[0]:
-                        depth.append((res.rerank_depth_reached, res.context_depth_reached, res.deadline_cut))
+                        lat[row][k].append(float(v))
+                    depth[row].append((res.rerank_depth_reached, res.context_depth_reached, res.deadline_cut))
                     turns = [unit_turn[f.unit_id][1] for f in res.ranked]
                     sessions = [unit_turn[f.unit_id][0] for f in res.ranked]
                     for g, members in groups.items():
                         if q.id in members:
-                            session[(g, (ix, rd))].add(q.type, sessions, q.answer_sessions)
-                            turn[(g, (ix, rd))].add(q.type, turns, q.answer_turns(INDEXES[ix]))
+                            session[(g, row)].add(q.type, sessions, q.answer_sessions)
+                            turn[(g, row)].add(q.type, turns, q.answer_turns(INDEXES[ix]))
                     if dump is not None:
-                        dump.write(json.dumps({"id": q.id, "type": q.type, "index": ix, "reads": rd, "turns": turns}) + "\n")
+                        dump.write(json.dumps({"id": q.id, "type": q.type, "index": ix, "reads": rd, "deadline_ms": dl,
+                                               "turns": turns}) + "\n")
                 passages.WINDOW, passages.FIRST_VIEW_WORDS = window, budget
                 conn.execute("SELECT * FROM rcll.drop_bank(%s, %s, dry_run => false)", (bank, bank))
             if (n + 1) % 10 == 0 or n + 1 == len(questions):
@@ -205,8 +254,8 @@ def main() -> int:
     if dump is not None:
         dump.close()
 
-    settings = ", ".join(f"{k} {v}" for k, v in (("rerank_depth", args.rerank_depth), ("context_depth", args.context_depth),
-                                                 ("deadline_ms", args.deadline_ms)) if v is not None) or "default settings"
+    settings = ", ".join(f"{k} {v}" for k, v in (("rerank_depth", args.rerank_depth), ("context_depth", args.context_depth))
+                         if v is not None) or "default settings"
     print(f"\nLongMemEval {Path(args.data).name}, {len(questions)} questions (abstention left out), {settings}\n")
     rows: list[list[Any]] = []
     for g in groups:
@@ -238,12 +287,13 @@ def main() -> int:
         print(f"{'':<24} {'p50':>9} {'p95':>9} {'mean':>9}")
         for k, xs in lat[r].items():
             print(f"{k:<24} {statistics.median(xs):9.1f} {pct(xs, 0.95):9.1f} {float(np.mean(xs)):9.1f}")
-    d = depth
-    if args.deadline_ms is not None and d:
-        first_depths = sorted(x[0] for x in d)
-        print(f"\ndeadline {args.deadline_ms} ms ({row_name(rows_of[0])}): rerank depth p50 "
-              f"{statistics.median(first_depths):.0f} (min {first_depths[0]}), context depth p50 "
-              f"{statistics.median(x[1] for x in d):.0f}, cut by the deadline {sum(x[2] for x in d)}/{len(d)}")
+    print()
+    for r, d in depth.items():
+        if d:
+            first_depths = sorted(x[0] for x in d)
+            print(f"{row_name(r)}: rerank depth p50 {statistics.median(first_depths):.0f} (min {first_depths[0]}, "
+                  f"max {first_depths[-1]}), context depth p50 {statistics.median(x[1] for x in d):.0f}, "
+                  f"cut by the deadline {sum(x[2] for x in d)}/{len(d)}")
     print(f"\nretain: {retain_s:.0f} s for {len(questions)} questions x {len(indexes)} banks "
           f"({cache.misses:,} turns embedded, {cache.hits:,} from the cache)")
     return 0

@@ -284,8 +284,7 @@ def rerank_within(
         return list(pool), Depth()
     waited = [0.0]
     # Long facts are read by their most query-relevant window, within a budget of words (rcll.passages).
-    texts, trimmed = passages.windows(query, [f.text for f in pool[:depth]], passages.WINDOW,
-                                      passages.FIRST_VIEW_WORDS)
+    texts, trimmed = passages.first_view(query, [f.text for f in pool[:depth]])
     first, cut = _read(query, texts, reranker, deadline, queue, waited)
     read = _prefix(first)
     order = sorted(range(read), key=lambda j: -first[j])

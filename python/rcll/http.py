@@ -28,6 +28,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from rcll import models
 from rcll.auth import Caller, Forbidden, TokenMap
 from rcll.errors import CODES, Code, RcllError, from_database, status
 from rcll.http_answers import (
@@ -405,7 +406,10 @@ def create_app(dsn: str | None = None, *, pool_size: int = 4, service: Memory | 
         started = float(request.scope.get(ARRIVED) or time.perf_counter())
         recall = recall_request(req, svc.settings.deadline_ms)
         result = svc.as_caller(who).recall(recall, started=started)
-        out = result.as_dict() | (explain(result, recall.budget) if getattr(req, "explain", False) else {})
+        if getattr(req, "explain", False):
+            out = result.as_dict() | explain(result, recall.budget, models.get_embedder(svc.settings).count_tokens)
+        else:
+            out = result.as_dict()
         out["elapsed_ms"] = round((time.perf_counter() - started) * 1000, 1)
         return out
 

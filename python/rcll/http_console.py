@@ -13,6 +13,7 @@ person's name (rcll.decide_room_merge). A read-only server shows no write contro
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from importlib import resources
 from typing import Annotated, Any, Literal
@@ -68,14 +69,20 @@ def person_of(tokens: TokenMap, agent: str | None) -> str | None:
     return None
 
 
-def explain(result: RecallResult, budget: int | None) -> dict[str, Any]:
+def explain(result: RecallResult, budget: int | None,
+            count: Callable[[list[str]], list[int]] | None = None) -> dict[str, Any]:
     """What POST /recall adds with explain: true - from the RecallResult recall computed: each
     returned fact's final rank, every ranked candidate the token budget (or the limit) left out,
-    the budget, and the total of the phase timings."""
+    the budget, and the total of the phase timings. count: the token counter, for the candidates
+    the cut skipped without counting them (rcll.budget.cut_counting leaves their tokens 0)."""
     kept = {f.unit_id for f in result.facts}
     rank = {f.unit_id: i for i, f in enumerate(result.ranked, 1)}
-    cut = [{"rank": i, **{k: v for k, v in plain(f).items() if k != "context"}}
-           for i, f in enumerate(result.ranked, 1) if f.unit_id not in kept]
+    left = [(i, f) for i, f in enumerate(result.ranked, 1) if f.unit_id not in kept]
+    unread = [f.text for _, f in left if f.tokens == 0]
+    counted = iter(count(unread) if count is not None and unread else [])
+    cut = [{"rank": i, **{k: v for k, v in plain(f).items() if k != "context"},
+            **({"tokens": next(counted)} if count is not None and unread and f.tokens == 0 else {})}
+           for i, f in left]
     return {"budget": budget, "ranks": [rank.get(f.unit_id) for f in result.facts], "cut": cut,
             "timings_ms_total": round(result.timings.total, 3)}
 

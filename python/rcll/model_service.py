@@ -16,12 +16,20 @@ rcll._model_service_ask (sql/functions/175-model-service.sql), never SQL:
 
     {"op": "embed", "texts": [...], "deadline_ms": 1000 | null, "started": <epoch seconds>}
     {"op": "rerank", "query": "...", "texts": [...], "deadline_ms": ..., "started": ..., "count": [...] | null}
+    {"op": "first_view", ... as rerank}
+    {"op": "cut", "texts": [...], "budget": 4096 | null, "limit": 100 | null, "deadline_ms": ..., "started": ...}
     {"op": "count", "texts": [...]}
 
 The answer is rows of one text column: one vector literal per text (embed), one real[] literal of
 the logits of the prefix read while time was left (rerank: rcll.deadline.read_prefix, so it batches
 and stops as the Python client does; with "count", a second row: the wordpiece counts of those
-texts), one integer[] literal of wordpiece counts (count). A model
+texts), one integer[] literal of wordpiece counts (count). first_view is recall's first view of its
+top candidates: the texts are read by their windows, the prefix that fits the budget
+(rcll.passages.first_view, the client's own), and a second row, a boolean[] literal, says which of
+that prefix the window cut (then the counts, if asked). cut is recall's token-budget cut over texts
+in final order (rcll.budget.cut_counting, the client's own: only the texts it must look at are
+counted, and past the deadline the rest are estimated): two integer[] rows, the positions kept
+(1-based) and their counts. A model
 phase that cannot start within the deadline, or a request over the admission limit, is an
 ErrorResponse: the SQL side turns it into a NOTICE and recall answers without it.
 
@@ -82,7 +90,8 @@ from pygwire.messages import (
     Terminate,
 )
 
-from rcll import models
+from rcll import models, passages
+from rcll.budget import cut_counting
 from rcll.deadline import Deadline, read_prefix
 from rcll.errors import RcllError
 from rcll.settings import DEFAULTS, KNOBS, Settings
@@ -182,6 +191,10 @@ def _array(values: Sequence[Any]) -> str:
     return "{" + ",".join(repr(float(x)) if isinstance(x, float) else str(int(x)) for x in values) + "}"
 
 
+def _flags(values: Sequence[bool]) -> str:
+    return "{" + ",".join("t" if v else "f" for v in values) + "}"
+
+
 def _deadline(request: dict[str, Any]) -> Deadline:
     """The request's deadline: deadline_ms counted from `started`, the statement's start (epoch
     seconds, this host's clock), so the time the database spent before asking counts."""
@@ -220,7 +233,18 @@ def answer(request: dict[str, Any], settings: Settings = DEFAULTS) -> list[str]:
             # does not catch query_canceled - the recall would fail instead of going on without it.
             raise _RequestError("53000", f"the {deadline.ms:g} ms deadline passed while waiting for a model slot "
                                          "for the query embedding") from e
-    if op == "rerank":
+    if op == "cut":
+        # recall's budget cut over the texts in final order: the client's own rule
+        # (rcll.budget.cut_counting), counting past the deadline no more.
+        texts = _texts(request)
+        budget, limit = request.get("budget"), request.get("limit")
+        if not all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in (budget, limit)):
+            raise _RequestError("22023", "budget, limit: expected integers or null")
+        deadline = _deadline(request)
+        kept, counts = cut_counting(texts, budget, limit, models.get_embedder(settings).count_tokens,
+                                    in_time=lambda: deadline.left() > 0)
+        return [_array([k + 1 for k in kept]), _array([counts[k] for k in kept])]
+    if op in ("rerank", "first_view"):
         query = request.get("query")
         if not isinstance(query, str):
             raise _RequestError("22023", "query: expected a string")
@@ -230,9 +254,15 @@ def answer(request: dict[str, Any], settings: Settings = DEFAULTS) -> list[str]:
         # The counts first (the tokenizer, a few ms): they must arrive even when the deadline
         # stops the cross-encoder, and the budget cut needs them after it.
         tokens = None if counted is None else _array(models.get_embedder(settings).count_tokens(counted))
+        if op == "first_view":
+            # recall's first view: each text by its window, the prefix that fits the budget
+            # (rcll.passages.first_view, as the client reads them); which were cut, a row of its own.
+            texts, trimmed = passages.first_view(query, _texts(request))
+            scores = read_prefix(query, texts, models.get_reranker(settings), _deadline(request))
+            return [_array([float(s) for s in scores]), _flags(trimmed)] + ([] if tokens is None else [tokens])
         scores = read_prefix(query, _texts(request), models.get_reranker(settings), _deadline(request))
         return [_array([float(s) for s in scores])] + ([] if tokens is None else [tokens])
-    raise _RequestError("22023", f"op: unknown operation {op!r}", "expected embed, rerank or count")
+    raise _RequestError("22023", f"op: unknown operation {op!r}", "expected embed, rerank, first_view, cut or count")
 
 
 class ModelService:

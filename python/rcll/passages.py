@@ -20,7 +20,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-__all__ = ["FIRST_VIEW_WORDS", "MIN_DEPTH", "MIN_WINDOW", "SPEND", "WINDOW", "fit_window", "query_terms", "window_of", "windows"]
+__all__ = ["FIRST_VIEW_WORDS", "MIN_DEPTH", "MIN_WINDOW", "SPEND", "WINDOW", "first_view", "fit_window", "query_terms",
+           "window_of", "windows"]
 
 WINDOW = 128               # words of one fact the cross-encoder reads, at most
 FIRST_VIEW_WORDS = 3072    # words of the first view's pairs (query, passage, 3 for the model's marks) together
@@ -114,3 +115,11 @@ def windows(query: str, texts: Sequence[str], window: int = WINDOW,
     terms = query_terms(query)
     return ([window_of(t, o, terms, size) for t, o in zip(texts, offsets, strict=True)],
             [len(o) > size for o in offsets])
+
+
+def first_view(query: str, texts: Sequence[str]) -> tuple[list[str], list[bool]]:
+    """What recall's first view reads of its top candidates (`texts`, in fused order): windows()
+    with this module's WINDOW and FIRST_VIEW_WORDS. The one definition both recalls use: the
+    client's rerank (rcll.deadline.rerank_within), and SQL's through the model service or the
+    in-database models (rcll._model_first_view)."""
+    return windows(query, texts, WINDOW, FIRST_VIEW_WORDS)

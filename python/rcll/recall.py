@@ -33,7 +33,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from rcll import models
 from rcll.auth import act_as
-from rcll.budget import cut_to_budget
+from rcll.budget import cut_counting
 from rcll.db import POOL_TIMEOUT, retried_once
 from rcll.deadline import Deadline, DeadlinePassed, rerank_within
 from rcll.defaults import CHANNELS
@@ -415,10 +415,12 @@ def _phases(store: Store, request: RecallRequest, deadline: Deadline, embedder: 
                                       context_depth=request.context_depth, deadline=deadline, queue=queue)
     rerank_ms = _ms(t)
 
+    # Phase 5: only the facts the cut must look at are counted (rcll.budget.cut_counting: the
+    # same facts as counting all); past the deadline the rest are estimated, as SQL's recall does.
     t = time.perf_counter()
-    tokens = emb.count_tokens([f.text for f in ranked]) if ranked else []
-    ranked = [replace(f, tokens=n) for f, n in zip(ranked, tokens, strict=True)]
-    keep = cut_to_budget(tokens, request.budget, request.limit)
+    keep, tokens = cut_counting([f.text for f in ranked], request.budget, request.limit, emb.count_tokens,
+                                in_time=lambda: deadline.left() > 0)
+    ranked = [f if n is None else replace(f, tokens=n) for f, n in zip(ranked, tokens, strict=True)]
     facts = [ranked[i] for i in keep]
     cut_ms = _ms(t)
 

@@ -298,7 +298,7 @@ class Fact:
     rank_session: int | None = None
     context: str | None = None  # the end (16 words) of the chunk before this one in its document, in scope
     rerank_score: float | None = None
-    tokens: int = 0
+    tokens: int = 0  # its bge wordpieces, once the budget cut counted it (0 for a candidate it skipped uncounted)
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,6 +81,30 @@ $$;
 COMMENT ON FUNCTION rcll._recall_embeddings(text, integer, vector, vector, integer)
     IS 'Internal: rcll.recall''s phase 1 - the query embedding (rcll._recall_embedding) and the entity channel''s (rcll._recall_entity_embedding: the query without the entities it names), given or embedded together in one request where the models are.';
 
+CREATE OR REPLACE FUNCTION rcll._cut_to_budget(tokens integer[], budget integer, "limit" integer,
+                                               OUT keep integer[], OUT kept_tokens integer[])
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    used bigint := 0;
+    n    integer;
+BEGIN
+    -- rcll.budget.cut_to_budget: walk the ranked counts, take each that still fits (a later,
+    -- shorter one may still fill the budget), at most "limit".
+    keep := '{}';
+    kept_tokens := '{}';
+    FOR n IN 1 .. coalesce(cardinality(tokens), 0) LOOP
+        EXIT WHEN "limit" IS NOT NULL AND cardinality(keep) >= "limit";
+        CONTINUE WHEN budget IS NOT NULL AND used + tokens[n] > budget;
+        keep := keep || n;
+        kept_tokens := kept_tokens || tokens[n];
+        used := used + tokens[n];
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION rcll._cut_to_budget(integer[], integer, integer)
+    IS 'Internal: the token-budget cut over counts in ranked order (rcll.budget.cut_to_budget): the positions kept (1-based, in order) and their counts.';
+
 CREATE OR REPLACE FUNCTION rcll._recall_rerank(
     query         text,
     texts         text[],
@@ -103,10 +127,11 @@ DECLARE
     head   integer[];
     top    integer[];
     views  text[];
-    toks   integer[];
+    cut    boolean[];
     ord    integer[];
-    keep   integer[] := '{}';
-    used   bigint := 0;
+    ranked text[];
+    kept   integer[];
+    toks   integer[];
     n      integer;
     ms     double precision := _recall_rerank.deadline_ms;
     -- What the statement needs after the model service's last answer (the order, the budget
@@ -121,9 +146,12 @@ BEGIN
     IF texts IS NULL THEN
         RETURN;
     END IF;
-    -- Phase 4: the cross-encoder reads the top `depth` candidates with the query; the top
-    -- context_depth of its order are read again with the chunk before them ("<previous> / <text>")
-    -- and scored by the mean of both logits (as rcll.recall.rerank in Python). Reranked
+    -- Phase 4: the cross-encoder reads the top `depth` candidates with the query, as the client
+    -- does (rcll._model_first_view: a long one by its most query-relevant window, and only the
+    -- fused prefix that fits its budget of words); the top context_depth of its order are read
+    -- again with the chunk before them ("<previous> / <text>"), but for those the window cut (a
+    -- long text carries its own context), and scored by the mean of both logits (as
+    -- rcll.deadline.rerank_within in Python). Reranked
     -- candidates move to the front in that order, the rest keep their fused order behind them.
     -- With deadline_ms (counted from the start of the statement) both views read in fused order
     -- while time is left (rcll._model_rerank_until); what is not read keeps its fused order.
@@ -142,9 +170,9 @@ BEGIN
     END IF;
     IF models AND depth > 0 THEN
         depth := least(depth, cardinality(texts));
-        SELECT * INTO counted FROM rcll._model_rerank_counted(_recall_rerank.query, texts[1:depth], texts, ms - reserve);
+        SELECT * INTO counted FROM rcll._model_first_view(_recall_rerank.query, texts[1:depth], ms - reserve);
         scores := counted.scores;
-        toks := counted.tokens;
+        cut := counted.trimmed;
     END IF;
     -- NULL scores: the model service did not answer (its NOTICE said why); no rerank then.
     IF models AND depth > 0 AND scores IS NOT NULL THEN
@@ -152,10 +180,11 @@ BEGIN
         INTO head FROM generate_subscripts(scores, 1) AS o(i);
         SELECT array_agg(t.i ORDER BY t.pos), array_agg(contexts[t.i] || ' / ' || texts[t.i] ORDER BY t.pos)
         INTO top, views
-        FROM unnest(head) WITH ORDINALITY AS t(i, pos) WHERE contexts[t.i] <> '';
-        IF coalesce(cardinality(scores), 0) < depth THEN
+        FROM unnest(head) WITH ORDINALITY AS t(i, pos) WHERE contexts[t.i] <> '' AND NOT cut[t.i];
+        IF coalesce(cardinality(scores), 0) < cardinality(cut) THEN
             head := NULL;                        -- the deadline cut the first view: no second one
-            RAISE NOTICE 'recall: the deadline (% ms) cut the rerank at depth % of %', ms, coalesce(cardinality(scores), 0), depth;
+            RAISE NOTICE 'recall: the deadline (% ms) cut the rerank at depth % of %', ms, coalesce(cardinality(scores), 0),
+                cardinality(cut);
         ELSIF views IS NOT NULL THEN
             second := coalesce(rcll._model_rerank_scores(_recall_rerank.query, views, ms - reserve), '{}');
             FOR n IN 1 .. coalesce(cardinality(second), 0) LOOP
@@ -175,26 +204,27 @@ BEGIN
                      scores[o.i] DESC NULLS LAST, o.i) INTO ord
     FROM generate_subscripts(texts, 1) AS o(i);
 
-    -- Phase 5: fill the token budget (fact text only): a fact that does not fit is skipped and
-    -- the next, shorter one may still fit. When the channels spent the deadline, the counts are
-    -- estimated: asking the model service would only wait past it (up to 100 ms).
-    IF toks IS NOT NULL THEN
-        NULL;                                    -- counted with the rerank
-    ELSIF models AND NOT spent THEN
-        toks := rcll._model_token_counts(texts);
-    ELSE
-        toks := rcll._approx_tokens(texts);
+    -- Phase 5: fill the token budget (fact text only) as the client does: rcll._model_cut runs
+    -- rcll.budget.cut_counting where the models are (a fact that does not fit is skipped and a
+    -- later, shorter one may still fit; a long one that cannot fit what is left is never
+    -- counted). Without models, or once the deadline leaves the service no time, the counts are
+    -- estimated: asking it would only wait past the deadline.
+    SELECT array_agg(texts[o.i] ORDER BY o.pos) INTO ranked FROM unnest(ord) WITH ORDINALITY AS o(i, pos);
+    IF ranked IS NULL THEN
+        RETURN;                                  -- no candidates
     END IF;
-    FOREACH n IN ARRAY ord LOOP
-        EXIT WHEN cardinality(keep) >= lim;
-        CONTINUE WHEN _recall_rerank.budget IS NOT NULL AND used + toks[n] > _recall_rerank.budget;
-        keep := keep || n;
-        used := used + toks[n];
-    END LOOP;
+    IF models AND NOT spent
+       AND (ms IS NULL OR ms - reserve > 1000 * extract(epoch FROM clock_timestamp() - statement_timestamp())) THEN
+        SELECT c.keep, c.tokens INTO kept, toks FROM rcll._model_cut(ranked, _recall_rerank.budget, lim, ms - reserve) c;
+    END IF;
+    IF kept IS NULL THEN
+        SELECT c.keep, c.kept_tokens INTO kept, toks
+        FROM rcll._cut_to_budget(rcll._approx_tokens(ranked), _recall_rerank.budget, lim) c;
+    END IF;
 
     RETURN QUERY
-    SELECT x.i::integer, scores[x.i], toks[x.i], x.pos::integer
-    FROM unnest(keep) WITH ORDINALITY AS x(i, pos)
+    SELECT ord[x.p]::integer, scores[ord[x.p]], toks[x.pos]::integer, x.pos::integer
+    FROM unnest(kept) WITH ORDINALITY AS x(p, pos)
     ORDER BY x.pos;
 END
 $$;

@@ -76,6 +76,30 @@ from rcll.deadline import Deadline, read_prefix
 since = time.time() - started        # the statement's age: the deadline counts from its start
 return read_prefix(query, list(passages), m.get_reranker(s), Deadline(deadline_ms, time.perf_counter() - since))
 $py$);
+    -- What recall's first view reads of its top candidates: the client's own definition.
+    EXECUTE format($sql$
+CREATE OR REPLACE FUNCTION rcll._model_windows(query text, texts text[], OUT passages text[], OUT trimmed boolean[])
+LANGUAGE plpython3u STABLE STRICT SET search_path = pg_catalog, pg_temp AS %L$sql$,
+        prelude || $py$
+from rcll.passages import first_view
+return first_view(query, list(texts))
+$py$);
+    -- Recall's budget cut: the client's own (rcll.budget.cut_counting), the deadline counted
+    -- from the statement's start.
+    EXECUTE format($sql$
+CREATE OR REPLACE FUNCTION rcll._model_cut_counting(texts text[], budget integer, "limit" integer,
+                                                    deadline_ms double precision, started double precision,
+                                                    OUT keep integer[], OUT kept_tokens integer[])
+LANGUAGE plpython3u STABLE SET search_path = pg_catalog, pg_temp AS %L$sql$,
+        prelude || $py$
+import time
+from rcll.budget import cut_counting
+from rcll.deadline import Deadline
+deadline = Deadline(deadline_ms, time.perf_counter() - (time.time() - started))
+kept, tokens = cut_counting(list(texts or []), budget, args[2], m.get_embedder(s).count_tokens,
+                            in_time=lambda: deadline.left() > 0)
+return [k + 1 for k in kept], [tokens[k] for k in kept]
+$py$);
     EXECUTE format($sql$
 CREATE OR REPLACE FUNCTION rcll._model_count_tokens(texts text[]) RETURNS integer[]
 LANGUAGE plpython3u STABLE STRICT SET search_path = pg_catalog, pg_temp AS %L$sql$,
@@ -85,6 +109,8 @@ $py$);
     COMMENT ON FUNCTION rcll._model_embed_query(text) IS 'Internal (created by rcll.enable_in_database_models): the bge-small-en-v1.5 embedding of a query, computed in this backend.';
     COMMENT ON FUNCTION rcll._model_rerank(text, text[]) IS 'Internal (created by rcll.enable_in_database_models): cross-encoder logits of (query, passage) pairs, in input order.';
     COMMENT ON FUNCTION rcll._model_rerank_until(text, text[], double precision, double precision) IS 'Internal (created by rcll.enable_in_database_models): cross-encoder logits of the passages read in order while the statement that started at `started` (epoch seconds) is younger than deadline_ms - the prefix read, shorter than passages when the deadline cut it.';
+    COMMENT ON FUNCTION rcll._model_windows(text, text[]) IS 'Internal (created by rcll.enable_in_database_models): what recall''s first view reads of its top candidates (rcll.passages.first_view) - each text''s most query-relevant window, the prefix that fits the budget of words - and which of them the window cut.';
+    COMMENT ON FUNCTION rcll._model_cut_counting(text[], integer, integer, double precision, double precision) IS 'Internal (created by rcll.enable_in_database_models): recall''s token-budget cut over texts in final order (rcll.budget.cut_counting; past deadline_ms from `started`, epoch seconds, the rest estimated): the positions kept (1-based) and their counts.';
     COMMENT ON FUNCTION rcll._model_count_tokens(text[]) IS 'Internal (created by rcll.enable_in_database_models): bge wordpiece tokens per text (for the token budget).';
     -- Fail now, with the reason, rather than at the first recall.
     EXECUTE 'SELECT rcll._model_count_tokens(ARRAY[''ok''])';
@@ -102,6 +128,8 @@ BEGIN
     DROP FUNCTION IF EXISTS rcll._model_rerank(text, text[]);
     DROP FUNCTION IF EXISTS rcll._model_rerank_until(text, text[], double precision, double precision);
     DROP FUNCTION IF EXISTS rcll._model_count_tokens(text[]);
+    DROP FUNCTION IF EXISTS rcll._model_windows(text, text[]);
+    DROP FUNCTION IF EXISTS rcll._model_cut_counting(text[], integer, integer, double precision, double precision);
     RETURN 'in-database models disabled';
 END
 $$;

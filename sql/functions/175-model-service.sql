@@ -32,17 +32,17 @@ CREATE OR REPLACE FUNCTION rcll._model_service_ask(
     deadline_ms double precision,
     OUT answer  text[],
     OUT failure text,
-    count_texts text[] DEFAULT NULL)
+    count_texts text[] DEFAULT NULL,
+    options     jsonb DEFAULT NULL)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 AS $$
 DECLARE
     conn    constant text := 'rcll_models';
     started constant timestamptz := statement_timestamp();
     -- How long this statement waits for the service: until its deadline and a little for the
-    -- answer to arrive (the service stops reading at the deadline it is given), else
-    -- rcll.model_service_timeout_ms (default 10 s). A token count alone (a few ms of tokenizer)
-    -- gets 100 ms once sent: the budget cut needs it after the rerank spent the deadline, and past that
-    -- recall estimates the counts rather than wait.
+    -- answer to arrive (the service stops reading, and the budget cut counting, at the deadline it
+    -- is given), else rcll.model_service_timeout_ms (default 10 s). A token count alone (op count,
+    -- a few ms of tokenizer) gets 100 ms once sent.
     budget  double precision := CASE WHEN op = 'count' AND _model_service_ask.deadline_ms IS NULL THEN 100
                                      ELSE coalesce(_model_service_ask.deadline_ms + 10,
                                                    nullif(current_setting('rcll.model_service_timeout_ms', true), '')::double precision,
@@ -65,6 +65,9 @@ BEGIN
                                             'deadline_ms', deadline_ms,
                                             'started', extract(epoch FROM started),
                                             'count', count_texts)::text;
+    IF options IS NOT NULL THEN
+        request := (request::jsonb || options)::text;     -- an op's own fields (cut: budget, limit)
+    END IF;
     BEGIN
         -- One connection per backend, kept for its next recalls (dblink's named connections live
         -- as long as the session). Connecting reads the foreign server and this function's owner's
@@ -190,25 +193,26 @@ CREATE OR REPLACE FUNCTION rcll._model_service(
     deadline_ms double precision,
     OUT answer  text[],
     OUT failure text,
-    count_texts text[] DEFAULT NULL)
+    count_texts text[] DEFAULT NULL,
+    options     jsonb DEFAULT NULL)
 LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
     -- A role that recalls without rcll_reader's or rcll_agent's grants gets a NOTICE, not an error.
-    IF NOT has_function_privilege('rcll._model_service_ask(text,text,text[],double precision,text[])', 'EXECUTE') THEN
+    IF NOT has_function_privilege('rcll._model_service_ask(text,text,text[],double precision,text[],jsonb)', 'EXECUTE') THEN
         failure := format('is not this role''s to use (%s lacks EXECUTE on rcll._model_service_ask: GRANT rcll_reader TO %s)',
                           current_user, current_user);
         RETURN;
     END IF;
     SELECT a.answer, a.failure INTO answer, failure
-    FROM rcll._model_service_ask(op, query, texts, deadline_ms, count_texts) a;
+    FROM rcll._model_service_ask(op, query, texts, deadline_ms, count_texts, options) a;
 END
 $$;
-COMMENT ON FUNCTION rcll._model_service(text, text, text[], double precision, text[])
+COMMENT ON FUNCTION rcll._model_service(text, text, text[], double precision, text[], jsonb)
     IS 'Internal: rcll._model_service_ask for the roles that may use it; for any other, no answer and a failure that names the grant.';
 
-COMMENT ON FUNCTION rcll._model_service_ask(text, text, text[], double precision, text[])
-    IS 'Internal: one request to the model service (op embed, rerank or count over texts - a rerank with count_texts counts their tokens too, a second row; deadline_ms counted from the statement''s start) through dblink, as the rcll schema''s owner (its user mapping holds the password). Waits at most until the deadline (or rcll.model_service_timeout_ms), polling; then leaves the request unanswered on an open connection, which the backend''s next request reads first (or, still unanswered, skips the service at once) - it never connects again to a service that stopped answering. answer: the service''s rows; on failure answer is NULL and failure says why (NULL too when an earlier request of this statement failed). Never raises.';
+COMMENT ON FUNCTION rcll._model_service_ask(text, text, text[], double precision, text[], jsonb)
+    IS 'Internal: one request to the model service (op embed, rerank, first_view, cut or count over texts - a rerank with count_texts counts their tokens too, a second row; options: the op''s own fields; deadline_ms counted from the statement''s start) through dblink, as the rcll schema''s owner (its user mapping holds the password). Waits at most until the deadline (or rcll.model_service_timeout_ms), polling; then leaves the request unanswered on an open connection, which the backend''s next request reads first (or, still unanswered, skips the service at once) - it never connects again to a service that stopped answering. answer: the service''s rows; on failure answer is NULL and failure says why (NULL too when an earlier request of this statement failed). Never raises.';
 
 CREATE OR REPLACE FUNCTION rcll._model_embed_texts(texts text[], deadline_ms double precision, skipped text)
 RETURNS text[]
@@ -276,6 +280,48 @@ $$;
 COMMENT ON FUNCTION rcll._model_rerank_counted(text, text[], text[], double precision)
     IS 'Internal: rcll._model_rerank_scores and rcll._model_token_counts of count_texts (NULL: no counts) in one request to the model service (or from the in-database models); both NULL when the service does not answer (a NOTICE says why).';
 
+CREATE OR REPLACE FUNCTION rcll._model_first_view(query text, texts text[], deadline_ms double precision,
+                                                  OUT scores real[], OUT trimmed boolean[])
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    r        record;
+    windowed text[];
+BEGIN
+    -- Recall's first view of its top candidates, read as the client reads them: each by its most
+    -- query-relevant window, the fused prefix whose pairs fit the budget of words. Which prefix and
+    -- which windows is rcll.passages.first_view's to say - one definition, in Python, where the
+    -- models are (the service, or plpython3u) - not a copy here: its words, sentences and case
+    -- folding are Python's, which PostgreSQL's regular expressions and lower() do not match on
+    -- every text (non-ASCII spaces and letters).
+    IF rcll._model_source() = 'in-database' THEN
+        IF to_regprocedure('rcll._model_windows(text,text[])') IS NULL THEN
+            RAISE NOTICE 'recall: the in-database models were enabled before recall read long facts by their windows: they are read whole'
+                USING HINT = 'A superuser can run SELECT rcll.enable_in_database_models(...) again.';
+            windowed := texts;
+            SELECT array_agg(false) INTO trimmed FROM unnest(texts);
+        ELSE
+            SELECT w.passages, w.trimmed INTO windowed, trimmed FROM rcll._model_windows(query, texts) w;
+        END IF;
+        scores := CASE WHEN deadline_ms IS NULL THEN rcll._model_rerank(query, windowed)
+                       ELSE rcll._model_rerank_until(query, windowed, deadline_ms, extract(epoch FROM statement_timestamp())) END;
+        RETURN;
+    END IF;
+    SELECT * INTO r FROM rcll._model_service('first_view', query, texts, deadline_ms);
+    IF r.answer IS NULL THEN
+        IF r.failure IS NOT NULL THEN
+            RAISE NOTICE 'recall: the model service (%) %: the rerank is skipped', rcll.model_service(), r.failure
+                USING HINT = 'Start it (rcll serve, or rcll models), or allow a longer deadline_ms; the candidates keep their fused order.';
+        END IF;
+        RETURN;
+    END IF;
+    scores := r.answer[1]::real[];
+    trimmed := r.answer[2]::boolean[];
+END
+$$;
+COMMENT ON FUNCTION rcll._model_first_view(text, text[], double precision)
+    IS 'Internal: recall''s first view of its top candidates (texts, in fused order) from the model service or the in-database models: rcll.passages.first_view says what the cross-encoder reads (each text''s most query-relevant window, the prefix whose pairs fit its budget of words); scores are the logits of the prefix read (with deadline_ms, while time was left), trimmed says which of the prefix the window cut (its length is the first view''s depth). Both NULL when the service does not answer (a NOTICE says why).';
+
 CREATE OR REPLACE FUNCTION rcll._model_rerank_scores(query text, passages text[], deadline_ms double precision)
 RETURNS real[]
 LANGUAGE sql STABLE
@@ -286,28 +332,43 @@ $$;
 COMMENT ON FUNCTION rcll._model_rerank_scores(text, text[], double precision)
     IS 'Internal: cross-encoder logits of (query, passage) pairs in input order - with deadline_ms (from the statement''s start) only the prefix read while time was left - from the model service (or the in-database models); NULL when the service does not answer (a NOTICE says why).';
 
-CREATE OR REPLACE FUNCTION rcll._model_token_counts(texts text[])
-RETURNS integer[]
+CREATE OR REPLACE FUNCTION rcll._model_cut(texts text[], budget integer, "limit" integer,
+                                           deadline_ms double precision, OUT keep integer[], OUT tokens integer[])
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     r record;
 BEGIN
+    -- Recall's budget cut over texts in their final order, by rcll.budget.cut_counting where the
+    -- models are: the client's own rule, counting only the texts the cut must look at (a long text
+    -- that cannot fit what is left of the budget is never counted); past deadline_ms (from the
+    -- statement's start) the rest are estimated. keep: the positions kept (1-based, in order);
+    -- tokens: theirs. Both NULL when the service does not answer (a NOTICE says why).
     IF rcll._model_source() = 'in-database' THEN
-        RETURN rcll._model_count_tokens(texts);
+        IF to_regprocedure('rcll._model_cut_counting(text[],integer,integer,double precision,double precision)') IS NULL THEN
+            -- enabled before this cut: every text counted, then cut (the same facts)
+            SELECT k.keep, k.kept_tokens INTO keep, tokens
+            FROM rcll._cut_to_budget(rcll._model_count_tokens(texts), budget, "limit") k;
+        ELSE
+            SELECT k.keep, k.kept_tokens INTO keep, tokens
+            FROM rcll._model_cut_counting(texts, budget, "limit", deadline_ms, extract(epoch FROM statement_timestamp())) k;
+        END IF;
+        RETURN;
     END IF;
-    SELECT * INTO r FROM rcll._model_service('count', NULL, texts, NULL);
+    SELECT * INTO r FROM rcll._model_service('cut', NULL, texts, deadline_ms, NULL,
+                                             jsonb_build_object('budget', budget, 'limit', "limit"));
     IF r.answer IS NULL THEN
         IF r.failure IS NOT NULL THEN
             RAISE NOTICE 'recall: the model service (%) %: the token budget is estimated', rcll.model_service(), r.failure;
         END IF;
-        RETURN rcll._approx_tokens(texts);
+        RETURN;
     END IF;
-    RETURN r.answer[1]::integer[];
+    keep := r.answer[1]::integer[];
+    tokens := r.answer[2]::integer[];
 END
 $$;
-COMMENT ON FUNCTION rcll._model_token_counts(text[])
-    IS 'Internal: bge wordpiece tokens per text for the budget cut, from the model service (or the in-database models); estimated (rcll._approx_tokens) when the service does not answer.';
+COMMENT ON FUNCTION rcll._model_cut(text[], integer, integer, double precision)
+    IS 'Internal: recall''s token-budget cut over texts in final order, from the model service or the in-database models (rcll.budget.cut_counting: the same facts as counting every text, counting only those the cut must look at; past deadline_ms, from the statement''s start, the rest estimated): keep, the positions kept (1-based, in order), and their bge wordpiece counts; both NULL when the service does not answer (a NOTICE says why).';
 
 CREATE OR REPLACE FUNCTION rcll._on_every_worker(command text)
 RETURNS void
@@ -335,7 +396,7 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     owner  regrole := (SELECT p.proowner::regrole FROM pg_catalog.pg_proc p
-                       WHERE p.oid = 'rcll._model_service_ask(text,text,text[],double precision,text[])'::regprocedure);
+                       WHERE p.oid = 'rcll._model_service_ask(text,text,text[],double precision,text[],jsonb)'::regprocedure);
     schema name;
     probe  record;
     server_ddl  text;

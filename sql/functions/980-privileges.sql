@@ -34,7 +34,7 @@ GRANT EXECUTE ON FUNCTION rcll._visible_banks(name) TO rcll_reader, rcll_agent;
 -- retain_chunks links the chunks it wrote to their keyless entities.
 GRANT EXECUTE ON FUNCTION rcll._link_written_keyless_entities(integer, bigint[]) TO rcll_agent;
 -- Recall's model phases reach the model service as the owner (its user mapping holds the password).
-GRANT EXECUTE ON FUNCTION rcll._model_service_ask(text, text, text[], double precision, text[]) TO rcll_reader, rcll_agent;
+GRANT EXECUTE ON FUNCTION rcll._model_service_ask(text, text, text[], double precision, text[], jsonb) TO rcll_reader, rcll_agent;
 -- An agent forgets from its own banks: rcll._actable_bank applies its bank isolation (by
 -- session_user) inside, and refuses a role that may not write. Dropping a bank stays the owner's.
 GRANT EXECUTE ON FUNCTION rcll.forget(text, bigint[], bigint[], text, text, text, text, timestamptz, timestamptz,
