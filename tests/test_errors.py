@@ -264,6 +264,14 @@ def test_a_node_the_server_cannot_reach_is_unavailable_naming_it_and_the_fix(db:
     assert mapped is not None and (mapped.code, mapped.field) == (Code.UNAVAILABLE, "dsn")
     assert "127.0.0.1:9" in mapped.message and mapped.hint == REMOTE_NODE_HINT
     assert db.execute("SELECT 1").fetchone() == (1,)       # the session itself is fine
+    # A worker that dies mid-call: the coordinator passes on the worker's own "terminating connection
+    # due to unexpected postmaster exit" (57P02) as an ERROR of a session that lives on.
+    with pytest.raises(psycopg.OperationalError) as e:
+        db.execute("DO $$ BEGIN RAISE EXCEPTION 'terminating connection due to unexpected postmaster exit' "
+                   "USING ERRCODE = '57P02'; END $$")
+    died = from_database(e.value)
+    assert died is not None and died.code is Code.UNAVAILABLE and died.hint == REMOTE_NODE_HINT
+    assert "out of reach" in died.message
     # The caller's own connection lost (libpq's error, no SQLSTATE) keeps the connection hint.
     with pytest.raises(psycopg.OperationalError) as e:
         psycopg.connect("postgresql://rcll@127.0.0.1:9/none", connect_timeout=2)

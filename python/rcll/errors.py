@@ -146,10 +146,12 @@ def from_database(e: BaseException, *, read_only: bool = False, bank: str | None
         return RcllError("bank", f"the bank's shard is moving: {primary}", SHARD_MOVING_HINT, code=Code.UNAVAILABLE)
     if isinstance(e, psycopg.OperationalError) and (state is None or state[:2] == "08" or state in GOING_AWAY):
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        if state is not None and state[:2] == "08" and diag.severity_nonlocalized == "ERROR":
-            # A connection error the server raised while this session lives on: it could not reach
-            # another server it needed - on a Citus cluster, the worker holding the bank (Citus
-            # raises 08006 naming it). The caller's own connection ends with FATAL, or in libpq.
+        if state is not None and diag.severity_nonlocalized == "ERROR":
+            # A connection error, or a server going away, that the server raised while this session
+            # lives on: another server it needed could not be reached or ended the work - on a Citus
+            # cluster, the worker holding the bank (Citus raises 08006 naming it, or passes on the
+            # worker's own 57P02 when the worker dies mid-call). The caller's own connection ends
+            # with FATAL, or in libpq.
             return RcllError("dsn", f"a database node is out of reach: {first}", REMOTE_NODE_HINT, code=Code.UNAVAILABLE)
         return RcllError("dsn", f"cannot connect: {first}", "check RCLL_DSN or run `rcll db start`",
                          code=Code.UNAVAILABLE)
