@@ -499,13 +499,9 @@ class Memory:
         """The bank's id, for a call delegated by it: looked up once per Memory (fresh: again)."""
         known = None if fresh else self._shared.bank_ids.get(bank)
         if known is None:
-            with self._connection() as conn, database_errors(read_only=self.read_only, bank=bank):
-                conn.autocommit = True
-                try:
-                    row = conn.execute("SELECT rcll._bank_id(%s)", (bank,)).fetchone()
-                finally:
-                    if not conn.closed:
-                        conn.autocommit = False
+            with (self._connection() as conn, database_errors(read_only=self.read_only, bank=bank),
+                  citus.own_statement(conn)):
+                row = conn.execute("SELECT rcll._bank_id(%s)", (bank,)).fetchone()
             assert row is not None
             known = self._shared.bank_ids[bank] = int(row[0])
         return known

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -187,13 +188,11 @@ def _write_batch(conn: psycopg.Connection[Any], bank: str, batch: list[Document]
                  in_bank: InBank | None = None) -> list[RetainResult]:
     out: list[RetainResult] = []
     offset = 0
-    if in_bank is not None:
+    # The batch is one transaction; on a Citus cluster each document is a delegated call of its own.
+    with conn.transaction() if in_bank is None else nullcontext():
         for doc, chunks in zip(batch, chunked):
-            out.append(_write_chunks_in_bank(conn, bank, in_bank, doc, chunks, vectors[offset:offset + len(chunks)], via))
-            offset += len(chunks)
-        return out
-    with conn.transaction():
-        for doc, chunks in zip(batch, chunked):
-            out.append(_write_chunks(conn, bank, doc, chunks, vectors[offset:offset + len(chunks)], via))
+            part = vectors[offset:offset + len(chunks)]
+            out.append(_write_chunks(conn, bank, doc, chunks, part, via) if in_bank is None
+                       else _write_chunks_in_bank(conn, bank, in_bank, doc, chunks, part, via))
             offset += len(chunks)
     return out
