@@ -401,6 +401,7 @@ DECLARE
     probe  record;
     server_ddl  text;
     mapping_ddl text;
+    pinned constant boolean := rcll._bank_pinned();   -- a Citus coordinator, rcll distributed
 BEGIN
     IF host IS NULL OR host = '' THEN
         RAISE EXCEPTION 'host: no address given' USING ERRCODE = 'RC001', COLUMN = 'host',
@@ -414,7 +415,7 @@ BEGIN
         RAISE EXCEPTION 'password: required' USING ERRCODE = 'RC001', COLUMN = 'password',
             HINT = 'The service''s password (RCLL_MODELS_PASSWORD; rcll serve and rcll models register their own): dblink connects with a password for any role but a superuser.';
     END IF;
-    IF rcll._bank_pinned() THEN
+    IF pinned THEN
         -- On a Citus coordinator each node gets its own dblink, server and mapping, made here on
         -- connections of their own (Citus would copy the server, not the mapping, and only at
         -- commit): a recall delegated to a worker (rcll.recall_in_bank) reaches the service from there.
@@ -440,7 +441,7 @@ BEGIN
     server_ddl := format('CREATE SERVER rcll_models FOREIGN DATA WRAPPER dblink_fdw OPTIONS (host %L, port %L, dbname %L, connect_timeout %L, application_name %L)',
                          host, port::text, 'rcll', '2', 'rcll');
     mapping_ddl := format('CREATE USER MAPPING FOR %I SERVER rcll_models OPTIONS (user %L, password %L)', owner::text, 'rcll', password);
-    IF rcll._bank_pinned() THEN
+    IF pinned THEN
         PERFORM rcll._on_every_worker('DROP SERVER IF EXISTS rcll_models CASCADE');
         PERFORM rcll._on_every_worker(server_ddl);
         PERFORM rcll._on_every_worker(mapping_ddl);
@@ -448,7 +449,7 @@ BEGIN
     DROP SERVER IF EXISTS rcll_models CASCADE;
     EXECUTE server_ddl;
     EXECUTE mapping_ddl;
-    IF rcll._bank_pinned() THEN
+    IF pinned THEN
         PERFORM set_config('citus.enable_ddl_propagation', 'on', true);
     END IF;
     -- A new address must not reuse this backend's connection to the old one.
@@ -470,13 +471,15 @@ CREATE OR REPLACE FUNCTION rcll.stop_using_model_service()
 RETURNS text
 LANGUAGE plpgsql VOLATILE
 AS $$
+DECLARE
+    pinned constant boolean := rcll._bank_pinned();
 BEGIN
-    IF rcll._bank_pinned() THEN
+    IF pinned THEN
         PERFORM set_config('citus.enable_ddl_propagation', 'off', true);
         PERFORM rcll._on_every_worker('DROP SERVER IF EXISTS rcll_models CASCADE');
     END IF;
     DROP SERVER IF EXISTS rcll_models CASCADE;
-    IF rcll._bank_pinned() THEN
+    IF pinned THEN
         PERFORM set_config('citus.enable_ddl_propagation', 'on', true);
     END IF;
     RETURN 'model service unregistered: recall uses the in-database models where enabled, else skips the dense channel and the rerank without a query_embedding';
