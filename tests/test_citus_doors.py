@@ -75,14 +75,17 @@ def _delegated(url: str) -> int:
 
 
 def _banks_on_both_workers(citus: CitusCluster, url: str, door: str) -> tuple[str, str]:
-    """Banks door0..door5 on the cluster; one held by each worker (the story's and the other)."""
-    with Memory(url) as m:
-        for i in range(6):
-            m.create_bank(f"{door}{i}")
-    with psycopg.connect(url, autocommit=True) as conn:
-        rows = conn.execute("SELECT s.nodeport, min(b.name) FROM rcll.banks b "
-                            "JOIN citus_shards s ON s.shardid = get_shard_id_for_distribution_column('rcll.memory_units', b.bank_id) "
-                            "WHERE b.name LIKE %s GROUP BY s.nodeport ORDER BY s.nodeport", (f"{door}_",)).fetchall()
+    """Banks door00, door01, ... on the cluster until each worker holds one (the story's and the
+    other): which worker a bank lands on follows its id, so on the order the tests made banks in."""
+    rows: list[Any] = []
+    with Memory(url) as m, psycopg.connect(url, autocommit=True) as conn:
+        for i in range(32):
+            m.create_bank(f"{door}{i:02d}")
+            rows = conn.execute("SELECT s.nodeport, min(b.name) FROM rcll.banks b "
+                                "JOIN citus_shards s ON s.shardid = get_shard_id_for_distribution_column('rcll.memory_units', b.bank_id) "
+                                "WHERE b.name LIKE %s GROUP BY s.nodeport ORDER BY s.nodeport", (f"{door}__",)).fetchall()
+            if len(rows) == len(citus.workers):
+                break
     assert [int(port) for port, _ in rows] == sorted(w.port for w in citus.workers), rows
     return str(rows[0][1]), str(rows[1][1])
 

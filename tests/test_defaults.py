@@ -130,15 +130,20 @@ def test_recall_channels_labels_its_lists_with_the_channel_names(db: psycopg.Con
     assert names - got <= {"graph"}
 
 
-@pytest.mark.parametrize("function", ["rcll.recall", "rcll.recall_candidates"])
-def test_each_in_bank_twin_is_its_function_with_the_banks_id_first(db: psycopg.Connection[Any], function: str) -> None:
-    # Citus delegates a call by an argument of the distribution column's type, so each recall function
-    # has a twin taking the bank's id first (610-citus-delegation.sql): SQL has no shared parameter
-    # list, so this holds the two headers equal - names, types, defaults and the rows returned.
+@pytest.mark.parametrize(("function", "after"), [
+    ("rcll.recall", ""), ("rcll.recall_candidates", ""),
+    # the write twins also carry what the client's transaction would have set (615)
+    ("rcll.retain_chunks", ", agent text DEFAULT NULL::text, expires_at timestamp with time zone DEFAULT NULL::timestamp with time zone"),
+    ("rcll.forget", ", agent text DEFAULT NULL::text")])
+def test_each_in_bank_twin_is_its_function_with_the_banks_id_first(db: psycopg.Connection[Any], function: str,
+                                                                   after: str) -> None:
+    # Citus delegates a call by an argument of the distribution column's type, so each delegated
+    # function has a twin taking the bank's id first (610 and 615-citus-*.sql): SQL has no shared
+    # parameter list, so this holds the two headers equal - names, types, defaults and the rows returned.
     def header(name: str) -> tuple[str, str]:
         row = db.execute("SELECT pg_get_function_arguments(%s::regproc), pg_get_function_result(%s::regproc)",
                          (name, name)).fetchone()
         assert row is not None
         return str(row[0]), str(row[1])
     arguments, result = header(function)
-    assert header(f"{function}_in_bank") == (f"bank_id integer, {arguments}", result)
+    assert header(f"{function}_in_bank") == (f"bank_id integer, {arguments}{after}", result)
