@@ -111,7 +111,7 @@ def test_recall_path_contains_no_write_and_no_volatile_call(db: psycopg.Connecti
             "rcll._expand_rooms", "rcll._in_scope", "rcll._bm25_corpus", "rcll._recall_embeddings",
             "rcll._recall_rerank"} <= path.keys()
     problems: list[str] = []
-    assert MODEL_SERVICE in path and "rcll._model_service" in path
+    assert MODEL_SERVICE in path and "rcll._model_service_answer" in path
     for name, (lang, vol, definition, source) in sorted(path.items()):
         if vol == "v":
             problems.append(f"{name} is VOLATILE")

@@ -186,30 +186,42 @@ $$;
 COMMENT ON FUNCTION rcll._model_service_gave_up()
     IS 'Internal: whether a request of this statement to the model service failed (its NOTICE said why): the statement''s later model phases are skipped without another NOTICE.';
 
-CREATE OR REPLACE FUNCTION rcll._model_service(
+CREATE OR REPLACE FUNCTION rcll._model_service_answer(
     op          text,
     query       text,
     texts       text[],
     deadline_ms double precision,
-    OUT answer  text[],
-    OUT failure text,
+    skipped     text,
+    hint        text,
     count_texts text[] DEFAULT NULL,
     options     jsonb DEFAULT NULL)
+RETURNS text[]
 LANGUAGE plpgsql STABLE
 AS $$
+DECLARE
+    answer  text[];
+    failure text;
 BEGIN
     -- A role that recalls without rcll_reader's or rcll_agent's grants gets a NOTICE, not an error.
     IF NOT has_function_privilege('rcll._model_service_ask(text,text,text[],double precision,text[],jsonb)', 'EXECUTE') THEN
         failure := format('is not this role''s to use (%s lacks EXECUTE on rcll._model_service_ask: GRANT rcll_reader TO %s)',
                           current_user, current_user);
-        RETURN;
+    ELSE
+        SELECT a.answer, a.failure INTO answer, failure
+        FROM rcll._model_service_ask(op, query, texts, deadline_ms, count_texts, options) a;
     END IF;
-    SELECT a.answer, a.failure INTO answer, failure
-    FROM rcll._model_service_ask(op, query, texts, deadline_ms, count_texts, options) a;
+    IF answer IS NULL AND failure IS NOT NULL THEN
+        IF hint IS NULL THEN
+            RAISE NOTICE 'recall: the model service (%) %: %', rcll.model_service(), failure, skipped;
+        ELSE
+            RAISE NOTICE 'recall: the model service (%) %: %', rcll.model_service(), failure, skipped USING HINT = hint;
+        END IF;
+    END IF;
+    RETURN answer;
 END
 $$;
-COMMENT ON FUNCTION rcll._model_service(text, text, text[], double precision, text[], jsonb)
-    IS 'Internal: rcll._model_service_ask for the roles that may use it; for any other, no answer and a failure that names the grant.';
+COMMENT ON FUNCTION rcll._model_service_answer(text, text, text[], double precision, text, text, text[], jsonb)
+    IS 'Internal: the answer of rcll._model_service_ask for the roles that may use it; NULL when the service does not answer (or this role lacks the grant), with a NOTICE that says why, what recall does instead (skipped) and hint (NULL: none) - none when an earlier request of this statement failed.';
 
 COMMENT ON FUNCTION rcll._model_service_ask(text, text, text[], double precision, text[], jsonb)
     IS 'Internal: one request to the model service (op embed, rerank, first_view, cut or count over texts - a rerank with count_texts counts their tokens too, a second row; options: the op''s own fields; deadline_ms counted from the statement''s start) through dblink, as the rcll schema''s owner (its user mapping holds the password). Waits at most until the deadline (or rcll.model_service_timeout_ms), polling; then leaves the request unanswered on an open connection, which the backend''s next request reads first (or, still unanswered, skips the service at once) - it never connects again to a service that stopped answering. answer: the service''s rows; on failure answer is NULL and failure says why (NULL too when an earlier request of this statement failed). Never raises.';
@@ -218,23 +230,14 @@ CREATE OR REPLACE FUNCTION rcll._model_embed_texts(texts text[], deadline_ms dou
 RETURNS text[]
 LANGUAGE plpgsql STABLE
 AS $$
-DECLARE
-    r record;
 BEGIN
     IF rcll._model_source() = 'in-database' THEN
         RETURN ARRAY(SELECT rcll._model_embed_query(t.x)::text FROM unnest(_model_embed_texts.texts) WITH ORDINALITY AS t(x, i) ORDER BY t.i);
     END IF;
     -- One request for all: the service embeds each text alone, in one model slot, as
     -- rcll.recall.recall embeds the query and the query without its entities.
-    SELECT * INTO r FROM rcll._model_service('embed', NULL, _model_embed_texts.texts, _model_embed_texts.deadline_ms);
-    IF r.answer IS NULL THEN
-        IF r.failure IS NOT NULL THEN
-            RAISE NOTICE 'recall: the model service (%) %: %', rcll.model_service(), r.failure, skipped
-                USING HINT = 'Start it (rcll serve, or rcll models), or check SELECT rcll.model_service(); recall answers from the other channels meanwhile.';
-        END IF;
-        RETURN NULL;
-    END IF;
-    RETURN r.answer;
+    RETURN rcll._model_service_answer('embed', NULL, _model_embed_texts.texts, _model_embed_texts.deadline_ms, skipped,
+        'Start it (rcll serve, or rcll models), or check SELECT rcll.model_service(); recall answers from the other channels meanwhile.');
 END
 $$;
 COMMENT ON FUNCTION rcll._model_embed_texts(text[], double precision, text)
@@ -254,8 +257,6 @@ CREATE OR REPLACE FUNCTION rcll._model_rerank_counted(query text, passages text[
                                                       OUT scores real[], OUT tokens integer[])
 LANGUAGE plpgsql STABLE
 AS $$
-DECLARE
-    r record;
 BEGIN
     IF rcll._model_source() = 'in-database' THEN
         scores := CASE WHEN deadline_ms IS NULL THEN rcll._model_rerank(query, passages)
@@ -265,16 +266,9 @@ BEGIN
     END IF;
     -- The token counts ride with the rerank: one round trip, and none left to wait for after the
     -- cross-encoder has spent the deadline.
-    SELECT * INTO r FROM rcll._model_service('rerank', query, passages, deadline_ms, count_texts);
-    IF r.answer IS NULL THEN
-        IF r.failure IS NOT NULL THEN
-            RAISE NOTICE 'recall: the model service (%) %: the rerank is skipped', rcll.model_service(), r.failure
-                USING HINT = 'Start it (rcll serve, or rcll models), or allow a longer deadline_ms; the candidates keep their fused order.';
-        END IF;
-        RETURN;
-    END IF;
-    scores := r.answer[1]::real[];
-    tokens := r.answer[2]::integer[];
+    SELECT s.answer[1]::real[], s.answer[2]::integer[] INTO scores, tokens
+    FROM (SELECT rcll._model_service_answer('rerank', query, passages, deadline_ms, 'the rerank is skipped',
+              'Start it (rcll serve, or rcll models), or allow a longer deadline_ms; the candidates keep their fused order.', count_texts) AS answer) s;
 END
 $$;
 COMMENT ON FUNCTION rcll._model_rerank_counted(text, text[], text[], double precision)
@@ -285,7 +279,6 @@ CREATE OR REPLACE FUNCTION rcll._model_first_view(query text, texts text[], dead
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
-    r        record;
     windowed text[];
 BEGIN
     -- Recall's first view of its top candidates, read as the client reads them: each by its most
@@ -307,16 +300,9 @@ BEGIN
                        ELSE rcll._model_rerank_until(query, windowed, deadline_ms, extract(epoch FROM statement_timestamp())) END;
         RETURN;
     END IF;
-    SELECT * INTO r FROM rcll._model_service('first_view', query, texts, deadline_ms);
-    IF r.answer IS NULL THEN
-        IF r.failure IS NOT NULL THEN
-            RAISE NOTICE 'recall: the model service (%) %: the rerank is skipped', rcll.model_service(), r.failure
-                USING HINT = 'Start it (rcll serve, or rcll models), or allow a longer deadline_ms; the candidates keep their fused order.';
-        END IF;
-        RETURN;
-    END IF;
-    scores := r.answer[1]::real[];
-    trimmed := r.answer[2]::boolean[];
+    SELECT s.answer[1]::real[], s.answer[2]::boolean[] INTO scores, trimmed
+    FROM (SELECT rcll._model_service_answer('first_view', query, texts, deadline_ms, 'the rerank is skipped',
+              'Start it (rcll serve, or rcll models), or allow a longer deadline_ms; the candidates keep their fused order.') AS answer) s;
 END
 $$;
 COMMENT ON FUNCTION rcll._model_first_view(text, text[], double precision)
@@ -336,8 +322,6 @@ CREATE OR REPLACE FUNCTION rcll._model_cut(texts text[], budget integer, "limit"
                                            deadline_ms double precision, OUT keep integer[], OUT tokens integer[])
 LANGUAGE plpgsql STABLE
 AS $$
-DECLARE
-    r record;
 BEGIN
     -- Recall's budget cut over texts in their final order, by rcll.budget.cut_counting where the
     -- models are: the client's own rule, counting only the texts the cut must look at (a long text
@@ -355,16 +339,9 @@ BEGIN
         END IF;
         RETURN;
     END IF;
-    SELECT * INTO r FROM rcll._model_service('cut', NULL, texts, deadline_ms, NULL,
-                                             jsonb_build_object('budget', budget, 'limit', "limit"));
-    IF r.answer IS NULL THEN
-        IF r.failure IS NOT NULL THEN
-            RAISE NOTICE 'recall: the model service (%) %: the token budget is estimated', rcll.model_service(), r.failure;
-        END IF;
-        RETURN;
-    END IF;
-    keep := r.answer[1]::integer[];
-    tokens := r.answer[2]::integer[];
+    SELECT s.answer[1]::integer[], s.answer[2]::integer[] INTO keep, tokens
+    FROM (SELECT rcll._model_service_answer('cut', NULL, texts, deadline_ms, 'the token budget is estimated', NULL, NULL,
+                                            jsonb_build_object('budget', budget, 'limit', "limit")) AS answer) s;
 END
 $$;
 COMMENT ON FUNCTION rcll._model_cut(text[], integer, integer, double precision)
