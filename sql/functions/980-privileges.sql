@@ -4,25 +4,17 @@
 -- after every CREATE OR REPLACE, on CREATE EXTENSION, extension updates and `rcll install` alike,
 -- and takes EXECUTE away from PUBLIC on every definer function of the schema - a new one is the
 -- owner's alone until a line below grants it - and on the administrator's verbs, whose writes
--- the table privileges already refuse to anyone else. tests/test_roles.py holds the result.
-DO $$
-DECLARE
-    routine regprocedure;
-BEGIN
-    FOR routine IN
-        SELECT p.oid::regprocedure
-        FROM pg_catalog.pg_proc p
-        WHERE p.pronamespace = 'rcll'::regnamespace
-          AND (p.prosecdef
-               OR p.proname IN ('create_bank', 'grant_bank', 'revoke_bank', 'enable_bank_isolation',
-                                'disable_bank_isolation', '_bank_isolation', '_apply_bank_isolation',
-                                'enable_in_database_models', 'disable_in_database_models',
-                                'refresh_bank_stats', 'link_keyless_entities'))
-    LOOP
-        EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', routine);
-    END LOOP;
-END
-$$;
+-- the table privileges already refuse to anyone else, and the install scripts' own helper
+-- (rcll._alter_each_routine). tests/test_roles.py holds the result.
+SELECT rcll._alter_each_routine('REVOKE ALL ON FUNCTION %s FROM PUBLIC', ARRAY(
+    SELECT p.oid::regprocedure
+    FROM pg_catalog.pg_proc p
+    WHERE p.pronamespace = 'rcll'::regnamespace
+      AND (p.prosecdef
+           OR p.proname IN ('create_bank', 'grant_bank', 'revoke_bank', 'enable_bank_isolation',
+                            'disable_bank_isolation', '_bank_isolation', '_apply_bank_isolation',
+                            'enable_in_database_models', 'disable_in_database_models',
+                            'refresh_bank_stats', 'link_keyless_entities', '_alter_each_routine'))));
 
 -- The definer functions a role needs, and only those. Trigger functions (the lexical copies,
 -- room counts, the room janitor) need no grant: a trigger fires whoever writes the row.

@@ -11,21 +11,12 @@
 -- plans hold _in_scope's and _in_time_range's columns and _bm25_term's arithmetic, not a call;
 -- _last_words and _weight_array are inlined into the fusion's rows, _weight_of and _channel_runs into
 -- recall_channels').
-DO $$
-DECLARE
-    routine regprocedure;
-BEGIN
-    FOR routine IN
-        SELECT p.oid::regprocedure
-        FROM pg_catalog.pg_proc p
-        WHERE p.pronamespace = 'rcll'::regnamespace
-          AND p.prokind IN ('f', 'p')
-          AND p.proname NOT IN ('_in_scope', '_in_time_range', '_keyless_link', '_bm25_term', '_last_words',
-                                '_weight_array', '_weight_of', '_channel_runs')
-          AND NOT EXISTS (SELECT FROM pg_catalog.unnest(p.proconfig) setting
-                          WHERE setting LIKE 'search\_path=%')
-    LOOP
-        EXECUTE pg_catalog.format('ALTER ROUTINE %s SET search_path = pg_catalog, pg_temp', routine);
-    END LOOP;
-END
-$$;
+SELECT rcll._alter_each_routine('ALTER ROUTINE %s SET search_path = pg_catalog, pg_temp', ARRAY(
+    SELECT p.oid::regprocedure
+    FROM pg_catalog.pg_proc p
+    WHERE p.pronamespace = 'rcll'::regnamespace
+      AND p.prokind IN ('f', 'p')
+      AND p.proname NOT IN ('_in_scope', '_in_time_range', '_keyless_link', '_bm25_term', '_last_words',
+                            '_weight_array', '_weight_of', '_channel_runs')
+      AND NOT EXISTS (SELECT FROM pg_catalog.unnest(p.proconfig) setting
+                      WHERE setting LIKE 'search\_path=%')));
