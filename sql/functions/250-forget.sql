@@ -445,6 +445,24 @@ END
 $$;
 COMMENT ON FUNCTION rcll._forget_refuse(text, text, text) IS 'Internal: refuse a destructive call as too broad or as matching nothing (SQLSTATE RC007, COLUMN = field).';
 
+CREATE OR REPLACE FUNCTION rcll._forget_refuse_other_ids(field text, ids bigint[], known bigint[], kind text, bank text,
+                                                         hint text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+DECLARE
+    missing bigint := (SELECT count(*) FROM (SELECT unnest(ids) EXCEPT SELECT unnest(known)) m);
+BEGIN
+    -- Ids that are not this bank's are a typo or someone else's: refused, not skipped.
+    IF missing > 0 THEN
+        RAISE EXCEPTION '%: % of % ids are not % of bank "%"', field, missing, cardinality(ids), kind, bank
+            USING ERRCODE = 'RC003', COLUMN = field, HINT = hint;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION rcll._forget_refuse_other_ids(text, bigint[], bigint[], text, text, text)
+    IS 'Internal: refuse a selector of ids (field) of which some are not among known, the ones the bank holds (SQLSTATE RC003, COLUMN = field; kind names what they should be).';
+
 CREATE OR REPLACE FUNCTION rcll.forget(
     bank          text,
     unit_ids      bigint[] DEFAULT NULL,
@@ -476,7 +494,7 @@ DECLARE
     rooms_x  text[];
     given    text[] := '{}';
     n_bank   bigint;
-    missing  bigint;
+    empty    text;
     counts   jsonb;
     selector jsonb;
     remaining bigint := 0;
@@ -513,17 +531,11 @@ BEGIN
     IF cardinality(document_ids) = 0 THEN
         PERFORM rcll._forget_refuse('document_ids', 'an empty list matches nothing', 'Pass the ids of the documents to forget, or leave document_ids out.');
     END IF;
-    IF btrim(thread) = '' THEN
-        PERFORM rcll._forget_refuse('thread', 'an empty value matches nothing', 'Pass the exact value, or leave the selector out.');
-    END IF;
-    IF btrim(author) = '' THEN
-        PERFORM rcll._forget_refuse('author', 'an empty value matches nothing', 'Pass the exact value, or leave the selector out.');
-    END IF;
-    IF btrim(tag) = '' THEN
-        PERFORM rcll._forget_refuse('tag', 'an empty value matches nothing', 'Pass the exact value, or leave the selector out.');
-    END IF;
-    IF btrim(room) = '' THEN
-        PERFORM rcll._forget_refuse('room', 'an empty value matches nothing', 'Pass the exact value, or leave the selector out.');
+    empty := (SELECT s.field FROM unnest(ARRAY['thread', 'author', 'tag', 'room'], ARRAY[thread, author, tag, room])
+                                  WITH ORDINALITY AS s(field, value, n)
+              WHERE btrim(s.value) = '' ORDER BY s.n LIMIT 1);
+    IF empty IS NOT NULL THEN
+        PERFORM rcll._forget_refuse(empty, 'an empty value matches nothing', 'Pass the exact value, or leave the selector out.');
     END IF;
     IF occurred_from >= occurred_to OR retained_from >= retained_to THEN
         RAISE EXCEPTION '%: the range is empty (from is not before to)',
@@ -531,23 +543,12 @@ BEGIN
             COLUMN = CASE WHEN occurred_from >= occurred_to THEN 'occurred_to' ELSE 'retained_to' END,
             HINT = 'A range is [from, to): from must be before to; leave either out for an open end.';
     END IF;
-    -- Ids that are not this bank's are a typo or someone else's: refused, not skipped.
-    IF unit_ids IS NOT NULL THEN
-        SELECT count(*) INTO missing FROM (SELECT DISTINCT x FROM unnest(unit_ids) x) i
-        WHERE NOT EXISTS (SELECT 1 FROM rcll.memory_units u WHERE u.unit_id = i.x AND u.bank_id = b);
-        IF missing > 0 THEN
-            RAISE EXCEPTION 'unit_ids: % of % ids are not units of bank "%"', missing, cardinality(unit_ids), forget.bank
-                USING ERRCODE = 'RC003', COLUMN = 'unit_ids', HINT = 'Pass ids recall or rcll.units() returned for this bank.';
-        END IF;
-    END IF;
-    IF document_ids IS NOT NULL THEN
-        SELECT count(*) INTO missing FROM (SELECT DISTINCT x FROM unnest(document_ids) x) i
-        WHERE NOT EXISTS (SELECT 1 FROM rcll.documents d WHERE d.document_id = i.x AND d.bank_id = b);
-        IF missing > 0 THEN
-            RAISE EXCEPTION 'document_ids: % of % ids are not documents of bank "%"', missing, cardinality(document_ids), forget.bank
-                USING ERRCODE = 'RC003', COLUMN = 'document_ids', HINT = 'Pass document ids retain returned for this bank.';
-        END IF;
-    END IF;
+    PERFORM rcll._forget_refuse_other_ids('unit_ids', unit_ids,
+        ARRAY(SELECT u.unit_id FROM rcll.memory_units u WHERE u.bank_id = b AND u.unit_id = ANY (unit_ids)),
+        'units', forget.bank, 'Pass ids recall or rcll.units() returned for this bank.');
+    PERFORM rcll._forget_refuse_other_ids('document_ids', document_ids,
+        ARRAY(SELECT d.document_id FROM rcll.documents d WHERE d.bank_id = b AND d.document_id = ANY (document_ids)),
+        'documents', forget.bank, 'Pass document ids retain returned for this bank.');
 
     IF room IS NOT NULL THEN
         rooms_x := rcll._expand_rooms(b, ARRAY[room]);
