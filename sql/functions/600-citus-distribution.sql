@@ -28,12 +28,11 @@ CREATE OR REPLACE FUNCTION rcll._citus_bank_tables()
 RETURNS SETOF regclass
 LANGUAGE sql STABLE PARALLEL SAFE
 AS $$
+    -- The bank tables (rcll._bank_tables, in name order) that are not copied to every node;
     -- memory_units first: it is the co-location group every other bank table joins.
-    SELECT c.oid::regclass FROM pg_class c
-    JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'bank_id' AND NOT a.attisdropped
-    WHERE c.relnamespace = 'rcll'::regnamespace AND c.relkind IN ('r', 'p')
-      AND c.oid NOT IN (SELECT rcll._citus_reference_tables())
-    ORDER BY c.relname <> 'memory_units', c.relname
+    SELECT b.t FROM rcll._bank_tables() WITH ORDINALITY AS b(t, n)
+    WHERE b.t NOT IN (SELECT rcll._citus_reference_tables())
+    ORDER BY b.t <> 'rcll.memory_units'::regclass, b.n
 $$;
 COMMENT ON FUNCTION rcll._citus_bank_tables() IS 'Internal: the rcll tables Citus distributes by bank_id, co-located with memory_units (found when called: a table added later with a bank_id is covered).';
 
