@@ -102,17 +102,6 @@ def test_install_asked_for_citus_refuses_a_database_without_it(pg18: Leg) -> Non
     assert refused.value.code == Code.UNAVAILABLE and refused.value.field == "dsn"
 
 
-def test_bank_isolation_is_refused_on_the_cluster_not_silently_off(coordinator: str) -> None:
-    # Its policies would be made by a trigger on the reference table's placements and never reach
-    # the distributed tables: SQL roles would see every bank while told they are isolated.
-    with psycopg.connect(coordinator, autocommit=True) as conn:
-        with pytest.raises(psycopg.Error) as refused:
-            conn.execute("SELECT rcll.enable_bank_isolation()")
-        policies = conn.execute("SELECT count(*) FROM pg_policies WHERE schemaname = 'rcll'").fetchone()
-    assert refused.value.sqlstate == "RC001" and refused.value.diag.column_name == "enable"
-    assert policies == (1,)                      # bank_grants' own, as installed
-
-
 def test_a_bank_lives_whole_on_one_worker(citus: CitusCluster, coordinator: str) -> None:
     with psycopg.connect(coordinator, autocommit=True) as conn:
         where = conn.execute(
