@@ -61,26 +61,26 @@ def isolated(citus: CitusCluster, coordinator: str) -> Iterator[tuple[bank_attac
             drop_login_role(citus, name)
 
 
-def _policies(citus: CitusCluster, node: Any) -> tuple[int, int, set[str]]:
-    """On node: how many tables (shards and the workers' copies) carry the bank_isolation policy
-    with row-level security on; how many of rcll's bank tables' shards and copies it has; the
-    policy's expressions."""
-    with citus.connect(node) as conn:
+def policies(url: str) -> tuple[int, int, set[str]]:
+    """On the node and database of url: how many of rcll's bank tables (their shards and the
+    workers' copies included) carry the bank_isolation policy with row-level security on; how many
+    there are; the policy's expressions."""
+    with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SET citus.override_table_visibility = off")      # the shards, listed
-        bank_tables = "SELECT c.oid FROM pg_class c WHERE c.relnamespace = 'rcll'::regnamespace AND c.relkind = 'r' " \
-                      "AND regexp_replace(c.relname, '_[0-9]+$', '') IN (SELECT relname FROM pg_class WHERE oid IN " \
-                      "(SELECT rcll._bank_tables()))"
-        row = conn.execute(f"""SELECT count(*) FILTER (WHERE c.relrowsecurity AND p.polname IS NOT NULL), count(*),
-                                      array_remove(array_agg(DISTINCT pg_get_expr(p.polqual, p.polrelid)), NULL)
-                               FROM pg_class c LEFT JOIN pg_policy p ON p.polrelid = c.oid AND p.polname = 'bank_isolation'
-                               WHERE c.oid IN ({bank_tables})""").fetchone()
+        row = conn.execute("""
+            SELECT count(*) FILTER (WHERE c.relrowsecurity AND p.polname IS NOT NULL), count(*),
+                   array_remove(array_agg(DISTINCT pg_get_expr(p.polqual, p.polrelid)), NULL)
+            FROM pg_class c LEFT JOIN pg_policy p ON p.polrelid = c.oid AND p.polname = 'bank_isolation'
+            WHERE c.relnamespace = 'rcll'::regnamespace AND c.relkind = 'r'
+              AND regexp_replace(c.relname, '_[0-9]+$', '') IN (SELECT t.relname FROM pg_class t
+                                                                 WHERE t.oid IN (SELECT rcll._bank_tables()))""").fetchone()
     assert row is not None
     return int(row[0]), int(row[1]), set(row[2])
 
 
 def test_enable_puts_the_policy_on_every_shard_on_every_worker(citus: CitusCluster, isolated: Any) -> None:
     for worker in citus.workers:
-        held, tables, expressions = _policies(citus, worker)
+        held, tables, expressions = policies(citus.url(worker))
         assert tables > 20 * 8 and held == tables, (worker.port, held, tables)   # 32 shards a table over two workers
         assert expressions == {POLICY}
     # Switched on a worker, the policies would stay there: refused.
@@ -156,7 +156,7 @@ def test_disable_takes_every_policy_away(citus: CitusCluster, coordinator: str,
     with psycopg.connect(coordinator, autocommit=True) as admin:
         assert admin.execute("SELECT rcll.disable_bank_isolation()").fetchone() == (20,)
     for node in citus.nodes:
-        held, tables, _ = _policies(citus, node)
+        held, tables, _ = policies(citus.url(node))
         assert held == 0 and tables >= 20, (node.port, held, tables)
     with psycopg.connect(attacker.dsn, autocommit=True) as conn:
         assert {"iso-mine", "iso-theirs"} <= {r[0] for r in conn.execute("SELECT name FROM rcll.banks")}

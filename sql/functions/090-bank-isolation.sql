@@ -57,6 +57,21 @@ AS $$
 $$;
 COMMENT ON FUNCTION rcll._bank_tables() IS 'Internal: the tables bank isolation covers (every rcll table with a bank_id column, bank_grants excepted).';
 
+CREATE OR REPLACE FUNCTION rcll._isolation_on_cluster()
+RETURNS boolean
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+AS $$
+BEGIN
+    -- rcll._bank_pinned is made by a later file (610): an upgrade from a release without it runs
+    -- this file's last block first, on a store that is not distributed yet.
+    IF pg_catalog.to_regprocedure('rcll._bank_pinned()') IS NULL THEN
+        RETURN false;
+    END IF;
+    RETURN rcll._bank_pinned();
+END
+$$;
+COMMENT ON FUNCTION rcll._isolation_on_cluster() IS 'Internal: whether bank isolation applies to tables Citus distributes by bank (rcll._bank_pinned, false while that function does not exist yet).';
+
 CREATE OR REPLACE FUNCTION rcll._bank_isolation_policy()
 RETURNS text
 LANGUAGE plpgsql STABLE PARALLEL SAFE
@@ -68,8 +83,7 @@ BEGIN
     -- function is compared bare: the planner makes it an index condition on the bank's index
     -- (every bank table's indexes lead with bank_id there), evaluated once per scan, and a filter
     -- evaluated per row only where another index or a sequential scan reads the table.
-    -- (PL/pgSQL: rcll._bank_pinned is made by a later file.)
-    RETURN CASE WHEN rcll._bank_pinned()
+    RETURN CASE WHEN rcll._isolation_on_cluster()
                 THEN 'bank_id = ANY (rcll._visible_banks(current_user))'
                 ELSE 'bank_id = ANY ((SELECT rcll._visible_banks(current_user))::integer[])' END;
 END
@@ -88,7 +102,7 @@ BEGIN
     -- On a Citus coordinator each statement below is propagated to the table's shards on every
     -- worker (and to the workers' copies of the table); one connection per worker keeps the
     -- statements of one transaction on the connections that made the earlier ones.
-    PERFORM pg_catalog.set_config('citus.multi_shard_modify_mode', 'sequential', true) WHERE rcll._bank_pinned();
+    PERFORM pg_catalog.set_config('citus.multi_shard_modify_mode', 'sequential', true) WHERE rcll._isolation_on_cluster();
     -- Superusers and the tables' owner bypass row-level security: the installing role stays an
     -- administrator, and agents connect as their own roles.
     FOR t IN SELECT rcll._bank_tables() LOOP
@@ -126,7 +140,7 @@ BEGIN
     -- On a Citus cluster the table is a reference table and this fires on its placements, on every
     -- node, where policies made would stay on that node's copy of each table: there
     -- rcll._bank_isolation applies them from the coordinator instead, which Citus propagates.
-    IF rcll._bank_pinned() THEN
+    IF rcll._isolation_on_cluster() THEN
         RETURN NULL;
     END IF;
     PERFORM rcll._apply_bank_isolation();
@@ -143,7 +157,7 @@ RETURNS integer
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
-    IF rcll._bank_pinned() THEN
+    IF rcll._isolation_on_cluster() THEN
         IF NOT pg_catalog.citus_is_coordinator() THEN
             -- A worker's policies would stay on its own copies of the tables.
             RAISE EXCEPTION 'enable: bank isolation is switched on the Citus coordinator, not on a worker' USING ERRCODE = 'RC001',
@@ -155,7 +169,7 @@ BEGIN
     ELSE
         DELETE FROM rcll.bank_isolation_state;
     END IF;
-    IF rcll._bank_pinned() THEN
+    IF rcll._isolation_on_cluster() THEN
         -- The state's trigger does nothing on a cluster (rcll._bank_isolation_applied): applied here,
         -- on the coordinator, whence Citus carries the policies to every shard on every worker.
         PERFORM rcll._apply_bank_isolation();
