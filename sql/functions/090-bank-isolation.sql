@@ -80,9 +80,9 @@ BEGIN
     -- One node: the grants read once per statement (an InitPlan). Citus refuses any subquery in a
     -- policy on a distributed or reference table (commands/policy.c, ErrorIfUnsupportedPolicyExpr:
     -- "Subqueries are not supported in policies on distributed tables"), so on a cluster the
-    -- function is compared bare: the planner makes it an index condition on the bank's index
-    -- (every bank table's indexes lead with bank_id there), evaluated once per scan, and a filter
-    -- evaluated per row only where another index or a sequential scan reads the table.
+    -- function is compared bare: evaluated once per scan where the planner makes it an index
+    -- condition on the bank's index, but again at each rescan of a nested loop's inner side and
+    -- per row where it is a filter (bench/citus_isolation.py counts the calls; docs/scaling.md).
     RETURN CASE WHEN rcll._isolation_on_cluster()
                 THEN 'bank_id = ANY (rcll._visible_banks(current_user))'
                 ELSE 'bank_id = ANY ((SELECT rcll._visible_banks(current_user))::integer[])' END;
