@@ -1,6 +1,7 @@
 """Upgrades on a real Citus cluster (the suite's `citus` fixture: a coordinator and two workers on
-loopback): a 0.1.0 store on the coordinator becomes the current version, distributed by bank, by
-`rcll install`, and recalls as the same store upgraded on one node; the delegated twins survive a
+loopback): a 0.1.0 store on the coordinator, bank isolation on, becomes the current version,
+distributed by bank with its policies on every shard, by `rcll install`, and recalls as the same
+store upgraded on one node; the delegated twins survive a
 second install. The extension route (CREATE EXTENSION rcll, ALTER EXTENSION rcll UPDATE) and what
 Citus says when it is asked to distribute an extension's tables."""
 
@@ -18,6 +19,7 @@ from rcll.citus import is_distributed, statements
 from rcll.citus_cluster import CitusCluster, add_database
 from rcll.sqlsource import extension_version
 from test_backup import fill, install_extension_files, recalls
+from test_citus_isolation import POLICY, policies
 from test_upgrade import BASELINE, baseline_body
 
 # Tens of seconds: two databases made on the cluster's three nodes, a fill and an upgrade each.
@@ -59,9 +61,15 @@ def test_rcll_install_upgrades_a_baseline_store_on_the_coordinator_and_distribut
     url = add_database(citus, "rcll_upgrade")
     with psycopg.connect(url, autocommit=True) as conn:
         _baseline(conn)
+        # Bank isolation on, as one node has it: the distribution makes its policies again in the
+        # cluster's shape, on every shard (the owner's recalls below are not isolated).
+        conn.execute("SELECT rcll.enable_bank_isolation()")
         before = conn.execute("SELECT count(*) FROM rcll.memory_units").fetchone()
         done = install.install(conn)
         assert "migration(s) applied" in done and "distributed by bank" in done, done
+        for worker in citus.workers:
+            held, tables, expressions = policies(worker.url("rcll_upgrade"))
+            assert held == tables > 20 * 8 and expressions == {POLICY}, (held, tables, expressions)
         assert conn.execute("SELECT count(*) FROM rcll.memory_units").fetchone() == before
         assert is_distributed(conn)
         assert recalls(conn) == one_node_upgraded and all(one_node_upgraded)

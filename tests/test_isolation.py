@@ -8,8 +8,8 @@ from typing import Any
 import psycopg
 import pytest
 
+import bank_attacks
 from conftest import LoginRole, MakeLoginRole
-from sqlcall import refused
 
 Db = psycopg.Connection[Any]
 
@@ -30,25 +30,21 @@ def seed(db: Db) -> None:
                    (bank, f"{bank} deploys", f"{bank} deploys"))
 
 
-def test_bank_isolation_limits_a_role_to_its_banks(db: Db, agent_role: LoginRole) -> None:
-    role, role_dsn = agent_role
-    seed(db)
-    db.execute("SELECT rcll.grant_bank(%s, 'mine')", (role,))
-    theirs = db.execute("SELECT bank_id FROM rcll.banks WHERE name = 'theirs'").fetchone()[0]  # type: ignore[index]
+def test_bank_isolation_limits_a_role_to_its_banks(db: Db, login_role: MakeLoginRole) -> None:
+    """Every attack of tests/bank_attacks.py (the cluster's tests make the same ones), by an
+    rcll_agent member granted one bank."""
+    role, role_dsn = login_role(member_of="rcll_agent")
+    banks = bank_attacks.seed(db)
+    db.execute("SELECT rcll.grant_bank(%s, %s)", (role, banks.mine))
     assert db.execute("SELECT rcll.enable_bank_isolation()").fetchone()[0] >= 8  # type: ignore[index]
-    with psycopg.connect(role_dsn, autocommit=True) as conn:
-        assert conn.execute("SELECT name FROM rcll.banks").fetchall() == [("mine",)]
-        assert conn.execute("SELECT text FROM rcll.memory_units").fetchall() == [("mine deploys",)]
-        assert [r[0] for r in conn.execute("SELECT name FROM rcll.rooms('mine') WHERE fact_count > 0")] == ["deployment"]
-        with refused("RC002", "bank", 'unknown bank "theirs"'):      # another bank does not exist for it
-            conn.execute("SELECT * FROM rcll.rooms('theirs')")
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):     # nor can it write there
-            conn.execute("""INSERT INTO rcll.memory_units (bank_id, text, provenance)
-                            VALUES (%s, 'sneak', '{"via": "psql"}')""", (theirs,))
-        conn.execute("SELECT rcll.retain_chunks('mine', 'allowed write', ARRAY['allowed write'], NULL, room => 'ui')")
-    # The administrator (superuser / owner) is not isolated; rooms stay a topic, not a permission.
-    assert db.execute("SELECT count(*) FROM rcll.memory_units").fetchone() == (3,)
-    db.execute("SELECT rcll.disable_bank_isolation()")
+    try:
+        with psycopg.connect(role_dsn, autocommit=True) as conn:
+            bank_attacks.attack(db, conn, role, banks)
+            conn.execute("SELECT rcll.retain_chunks('mine', 'plain write', ARRAY['plain write'], NULL, room => 'ui')")
+        # The administrator (superuser / owner) is not isolated; rooms stay a topic, not a permission.
+        assert db.execute("SELECT count(*) FROM rcll.memory_units").fetchone() == (4,)
+    finally:
+        db.execute("SELECT rcll.disable_bank_isolation()")
     with psycopg.connect(role_dsn, autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM rcll.banks").fetchone() == (2,)
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg import sql
+from psycopg import conninfo, sql
 
 from rcll import cluster
 from rcll.settings import DEFAULTS, Settings
@@ -209,6 +209,35 @@ def add_worker(citus: CitusCluster, datadir: Path, port: int) -> cluster.Cluster
     with citus.connect() as conn:
         conn.execute("SELECT citus_add_node(%s, %s)", (HOST, port))
     return node
+
+
+def add_login_role(citus: CitusCluster, name: str, password: str, member_of: str | None = None,
+                   database: str = DATABASE) -> str:
+    """A login role with a password made on the coordinator (Citus creates it on every worker, with
+    its password, and its membership of member_of), and its password given to Citus on every node
+    (pg_dist_authinfo): the coordinator connects to the workers as the role for its queries, and a
+    worker running a delegated call connects to the other nodes as the role. What a DBA does,
+    docs/scaling.md ("SQL roles on a cluster"). The URL of database on the coordinator as it."""
+    role = sql.Identifier(name)
+    with citus.connect() as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(role, sql.Literal(password)))
+        if member_of:
+            conn.execute(sql.SQL("GRANT {} TO {}").format(sql.Identifier(member_of), role))
+    with psycopg.connect(citus.coordinator.url(database), autocommit=True) as conn:
+        done = conn.execute("SELECT nodeid, success, result FROM pg_catalog.run_command_on_all_nodes(format("
+                            "'INSERT INTO pg_dist_authinfo (nodeid, rolename, authinfo) VALUES (0, %%L, %%L)', "
+                            "%s::text, %s::text))", (name, f"password={password}")).fetchall()
+    if not all(ok for _, ok, _ in done):
+        raise cluster.ClusterError(f"pg_dist_authinfo for {name}: {done}")
+    return conninfo.make_conninfo(citus.coordinator.url(database), user=name)
+
+
+def drop_login_role(citus: CitusCluster, name: str, database: str = DATABASE) -> None:
+    """A role add_login_role made, gone from every node with its pg_dist_authinfo rows."""
+    with psycopg.connect(citus.coordinator.url(database), autocommit=True) as conn:
+        conn.execute("SELECT pg_catalog.run_command_on_all_nodes(format("
+                     "'DELETE FROM pg_dist_authinfo WHERE rolename = %%L', %s::text))", (name,))
+        conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
 
 
 @contextlib.contextmanager

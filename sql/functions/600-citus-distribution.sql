@@ -70,10 +70,10 @@ BEGIN
             USING ERRCODE = 'RC001', COLUMN = 'dsn',
                   HINT = 'On a Citus cluster install rcll with `rcll install` (its SQL files, no CREATE EXTENSION): docs/scaling.md, "Upgrades on a cluster".';
     END IF;
-    IF EXISTS (SELECT FROM rcll.bank_isolation_state) THEN
-        RAISE EXCEPTION 'dsn: bank isolation is on, and it is not applied on a Citus cluster yet' USING ERRCODE = 'RC001',
-            COLUMN = 'dsn', HINT = 'SELECT rcll.disable_bank_isolation() first, knowing SQL roles then see every bank (docs/scaling.md).';
-    END IF;
+    -- Bank isolation on: its one-node policies (a subquery, which Citus refuses in a policy on a
+    -- distributed table) are set aside here and made again in the cluster's shape at the end.
+    -- The switch (rcll.bank_isolation_state) stays on throughout: this is one transaction.
+    PERFORM rcll._set_bank_isolation(false) WHERE EXISTS (SELECT FROM rcll.bank_isolation_state);
     -- Triggers on the shards write other tables of the same bank (the lexicon, room counts), which
     -- Citus allows only when told the triggers are safe: they are (same bank, same shard group).
     PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
@@ -161,6 +161,9 @@ BEGIN
     -- 5. Triggers on distributed tables, on every node (an upgrade makes them again).
     PERFORM pg_catalog.run_command_on_all_nodes(
         format('ALTER DATABASE %I SET citus.enable_unsafe_triggers = on', current_database()));
+    -- 6. Bank isolation again, when on: made from the coordinator, so Citus carries the policies
+    -- to every shard.
+    PERFORM rcll._apply_bank_isolation() WHERE EXISTS (SELECT FROM rcll.bank_isolation_state);
     RETURN format('distributed by bank: %s tables placed, %s foreign keys made again, not made: %s; %s function(s) delegated',
                   done, jsonb_array_length(fks) - cardinality(skipped), coalesce(array_to_string(skipped, ', '), ''),
                   rcll._citus_delegate());

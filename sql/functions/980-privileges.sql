@@ -12,7 +12,7 @@ SELECT rcll._alter_each_routine('REVOKE ALL ON FUNCTION %s FROM PUBLIC', ARRAY(
     WHERE p.pronamespace = 'rcll'::regnamespace
       AND (p.prosecdef
            OR p.proname IN ('create_bank', 'grant_bank', 'revoke_bank', 'enable_bank_isolation',
-                            'disable_bank_isolation', '_bank_isolation', '_apply_bank_isolation',
+                            'disable_bank_isolation', '_bank_isolation', '_apply_bank_isolation', '_set_bank_isolation',
                             'enable_in_database_models', 'disable_in_database_models',
                             'refresh_bank_stats', 'link_keyless_entities', '_alter_each_routine'))));
 
@@ -32,3 +32,45 @@ GRANT EXECUTE ON FUNCTION rcll._model_service_ask(text, text, text[], double pre
 GRANT EXECUTE ON FUNCTION rcll.forget(text, bigint[], bigint[], text, text, text, text, timestamptz, timestamptz,
                                       timestamptz, timestamptz, text, boolean, text, integer) TO rcll_agent;
 GRANT EXECUTE ON FUNCTION rcll.forget_state(text, text, text, boolean, boolean, text) TO rcll_agent;
+
+-- On a Citus cluster a role's INSERT into a distributed table reaches the shard with the identity
+-- column's value drawn there by a call to nextval on the sequence (Citus deparses the identity's
+-- NextValueExpr as nextval(...): deparser/ruleutils_18.c), which checks USAGE on the worker's copy
+-- of the sequence; on one node INSERT on the table is enough. So wherever Citus is installed,
+-- USAGE on the identity sequences of the tables rcll_agent may insert into, on the coordinator
+-- and on every worker. Citus carries neither this GRANT (such a sequence is no distributed object
+-- of its own) nor the coordinator's grants when it makes the workers' copies at distribution: it
+-- is sent to each worker, once its copy is committed there (run_command_on_workers runs outside
+-- this transaction). The installer commits the distribution before it runs these files again
+-- when its connection is in autocommit, as `rcll install`'s and the server's are; an install held
+-- in one transaction grants on the workers at the next install.
+DO $$
+DECLARE
+    s regclass;
+    failed text;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'citus') THEN
+        RETURN;
+    END IF;
+    FOR s IN
+        SELECT d.objid::regclass FROM pg_catalog.pg_depend d
+        JOIN pg_catalog.pg_class c ON c.oid = d.objid AND c.relkind = 'S'
+        WHERE d.classid = 'pg_class'::regclass AND d.refclassid = 'pg_class'::regclass AND d.deptype = 'i'
+          AND c.relnamespace = 'rcll'::regnamespace
+          AND pg_catalog.has_table_privilege('rcll_agent', d.refobjid, 'INSERT')
+    LOOP
+        EXECUTE pg_catalog.format('GRANT USAGE ON SEQUENCE %s TO rcll_agent', s);
+        IF rcll._bank_pinned() THEN
+            SELECT string_agg(pg_catalog.format('%s:%s: %s', w.nodename, w.nodeport, w.result), '; ') INTO failed
+            FROM pg_catalog.run_command_on_workers(pg_catalog.format(
+                'DO $d$ BEGIN IF pg_catalog.to_regclass(%L) IS NOT NULL THEN GRANT USAGE ON SEQUENCE %s TO rcll_agent; END IF; END $d$',
+                s::text, s)) w
+            WHERE NOT w.success;
+            IF failed IS NOT NULL THEN
+                RAISE EXCEPTION 'dsn: USAGE on % for rcll_agent not granted on a worker: %', s, failed USING ERRCODE = 'RC010',
+                    COLUMN = 'dsn', HINT = 'Check that every worker is up, then run the install again.';
+            END IF;
+        END IF;
+    END LOOP;
+END
+$$;
