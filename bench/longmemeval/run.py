@@ -2,7 +2,7 @@
 question type, and where recall's time goes on long texts.
 
     .venv/bin/python -m bench.longmemeval.run [--sample N] [--half a|b] [--cached] [--index all,user]
-        [--rerank-depth D] [--context-depth M] [--deadline-ms none,MS] [--cache-dir DIR] [--embed-only]
+        [--rerank-depth D] [--context-depth M] [--deadline-ms none,MS] [--cache-dir DIR] [--embed-only] [--ids FILE]
 
 One bank per question: its haystack (S: 38-58 sessions), one document per session, one chunk per
 turn written "<role>: <content>" (user and assistant turns alike), the session date as
@@ -147,6 +147,7 @@ def main() -> int:
     ap.add_argument("--cache-dir", default=str(DEFAULT_DIR), help="where the embedding cache lives (not committed)")
     ap.add_argument("--embed-only", action="store_true", help="fill the embedding cache for these questions and exit")
     ap.add_argument("--limit", type=int, default=0, help="only the first N of the chosen questions (a quick check)")
+    ap.add_argument("--ids", metavar="FILE", help="only these question ids (one a line): the same questions as another run")
     ap.add_argument("--reads", default="window",
                     help="how the cross-encoder reads long facts, one row each: window (rcll.passages, the product's), "
                          "whole (every fact whole, cut at 256 tokens, and all read again with context: before rcll.passages), "
@@ -165,6 +166,9 @@ def main() -> int:
         questions = [q for q in questions if q.half == args.half]
     if args.sample:
         questions = stratified(questions, args.sample, args.seed)
+    if args.ids:
+        wanted = set(Path(args.ids).read_text().split())
+        questions = [q for q in questions if q.id in wanted]
     if args.limit:
         questions = questions[: args.limit]
     cache = CachedEmbedder(Path(args.cache_dir) / "longmemeval.bin")

@@ -1,6 +1,6 @@
 """Does rcll.passages (a long fact read by its query window, within a token budget) change LoCoMo?
 
-    nice -n 10 .venv/bin/python -m research.locomo.window_check
+    nice -n 10 .venv/bin/python -m research.locomo.window_check [--window W] [--budget B]
 
 Exact over all 1,536 questions without reading every one: where the depth's facts are read as
 before - no fact longer than the window and the pairs within the budget, so rcll.passages.windows
@@ -28,7 +28,11 @@ from rcll.request import RecallRequest as R
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, default=55642)
+    ap.add_argument("--window", type=int, default=passages.WINDOW, help="rcll.passages.WINDOW to check (words)")
+    ap.add_argument("--budget", type=int, default=passages.FIRST_VIEW_WORDS,
+                    help="rcll.passages.FIRST_VIEW_WORDS to check (words)")
     args = ap.parse_args()
+    passages.WINDOW, passages.FIRST_VIEW_WORDS = args.window, args.budget
     convs, questions = load()
     now = {c.index: max(t.date for t in c.turns) for c in convs}
     emb, rr = models.get_embedder(), models.get_reranker()
@@ -43,7 +47,7 @@ def main() -> int:
             qe = emb.embed_query(q.question)
             qe_entity = emb.embed_query(rest) if rest is not None and rest != q.question else None
             pool = candidates(conn, request, query_embedding=qe, entity_query_embedding=qe_entity, limit=100)
-            texts, cut = passages.windows(q.question, [f.text for f in pool[:RERANK_DEPTH]])
+            texts, cut = passages.first_view(q.question, [f.text for f in pool[:RERANK_DEPTH]])
             if any(cut) or len(texts) < min(RERANK_DEPTH, len(pool)):
                 ranked = {}
                 for name, w in (("before", 0), ("after", window)):
