@@ -134,14 +134,6 @@ def main() -> int:
         on_cluster = retain(cl.url(), convs, vecs, delegated=not args.routed)
         on_node = retain(one, convs, vecs)
         filled = database_sizes(urls)
-        units = sum(len(c.turns) for c in convs)
-        for label in urls:
-            grown = filled[label] - empty[label]
-            print(f"database on {label}: {empty[label] / 2**20:.1f} MB empty, {filled[label] / 2**20:.1f} MB after the "
-                  f"retain (+{grown / 2**20:.1f} MB, {grown / units:.0f} bytes a unit of the {units})")
-        cluster_grown = sum(filled[k] - empty[k] for k in urls if k != "one node")
-        print(f"the cluster grew {cluster_grown / units:.0f} bytes a unit in all, one node "
-              f"{(filled['one node'] - empty['one node']) / units:.0f}", flush=True)
         with psycopg.connect(cl.url(), autocommit=True) as conn:
             placed = conn.execute(
                 "SELECT s.nodeport, array_agg(b.name ORDER BY b.name), sum(u.n) "
@@ -151,6 +143,17 @@ def main() -> int:
                 "WHERE b.name LIKE 'conv%%' GROUP BY s.nodeport ORDER BY 1").fetchall()
         for port, banks, units in placed:
             print(f"worker :{port}: {units} units in {', '.join(banks)}")
+        total = sum(len(c.turns) for c in convs)
+        held = {f":{port}": int(units) for port, _, units in placed}
+        for label in urls:
+            grown = filled[label] - empty[label]
+            units = held.get(label, total if label == "one node" else 0)
+            per_unit = f", {grown / units:.0f} bytes for each of its {units} units" if units else ""
+            print(f"database on {label}: {empty[label] / 2**20:.1f} MB empty, {filled[label] / 2**20:.1f} MB after the "
+                  f"retain (+{grown / 2**20:.1f} MB{per_unit})")
+        cluster_grown = sum(filled[k] - empty[k] for k in urls if k != "one node")
+        print(f"the cluster grew {cluster_grown / total:.0f} bytes a unit in all, one node "
+              f"{(filled['one node'] - empty['one node']) / total:.0f}", flush=True)
         how = "rcll.retain_chunks, routed" if args.routed else "rcll.retain_chunks_in_bank, delegated"
         print(f"retained {len(convs)} conversations: {on_cluster:.0f} s through the coordinator ({how}), "
               f"{on_node:.0f} s on one node",
