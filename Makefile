@@ -1,11 +1,17 @@
-# RCLL: `make run` starts the server on the embedded database; `make test` runs every test.
+# RCLL: `make run` starts the server on the embedded database (WORKERS=N: on a local Citus cluster);
+# `make test` runs every test.
 PG_CONFIG ?= $(shell .venv/bin/python -c "from rcll.cluster import embedded_bindir; print(embedded_bindir() / 'pg_config')" 2>/dev/null || echo pg_config)
 PY = .venv/bin/python
 
 .PHONY: run test test-setup system-packages bootstrap bootstrap-test pg15-leg browser ha-cluster bench-failover citus node-client typescript-client typescript-types extension install lint bench bench-retain bench-recall bench-locomo
 
-run: bootstrap extension
-	.venv/bin/rcll serve
+# WORKERS=N (`make run WORKERS=2`): the server on a throwaway local Citus cluster instead, a
+# coordinator and N workers on 127.0.0.1 from CITUS_PORT (9700, workers 9701...; Citus built by
+# `make citus`), stopped and removed, data included, when the server stops (docs/scaling.md).
+WORKERS ?= 0
+CITUS_PORT ?= 9700
+run: bootstrap extension $(if $(filter-out 0,$(WORKERS)),citus)
+	.venv/bin/rcll serve $(if $(filter-out 0,$(WORKERS)),--citus-workers $(WORKERS) --citus-port $(CITUS_PORT))
 
 # Two workers (pytest-xdist), whole files each: a test waiting on a server, a subprocess or the
 # database leaves the other core to the second worker. TEST_WORKERS=0 runs in one process.

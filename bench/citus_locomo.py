@@ -10,14 +10,17 @@ document per session, one chunk per turn "[<date>] <speaker>: <text>", the embed
 once), then asks each scored question (the first N of each conversation, all with 0) through
 `Memory.recall` with its defaults - the rerank included - on the coordinator and on the node, in
 the question's bank, and compares the two answers by content, byte for byte: every fact's text,
-fused and rerank score and channel ranks. Prints the banks per worker, the retain times, and how
-many answers are identical, with where each differing one parts. LoCoMo: Maharana et al., ACL
-2024, CC BY-NC 4.0.
+fused and rerank score and channel ranks. Prints the banks per worker, the retain times, the
+database's size on each node before and after the retain (and so bytes a unit), each side's
+recall latency (p50, p95: the whole Memory.recall, the rerank included, asked one after the other
+on the shared machine), and how many answers are identical, with where each differing one parts.
+LoCoMo: Maharana et al., ACL 2024, CC BY-NC 4.0.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 import time
 from collections import defaultdict
@@ -80,6 +83,23 @@ def first_difference(a: list[tuple[Any, ...]], b: list[tuple[Any, ...]]) -> str:
     return f"lengths {len(a)} / {len(b)}"
 
 
+def database_sizes(urls: dict[str, str]) -> dict[str, int]:
+    """pg_database_size of each node's database (by its label), in bytes, after a CHECKPOINT (the
+    WAL is not counted; the heap and index files are what a checkpoint has written)."""
+    sizes = {}
+    for label, url in urls.items():
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CHECKPOINT")
+            row = conn.execute("SELECT pg_database_size(current_database())").fetchone()
+            sizes[label] = int(row[0]) if row else 0
+    return sizes
+
+
+def percentiles(ms: list[float]) -> str:
+    q = statistics.quantiles(ms, n=20) if len(ms) > 1 else ms * 19
+    return f"p50 {statistics.median(ms):.0f} ms, p95 {q[18]:.0f} ms"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--port", type=int, default=26110, help="the coordinator's; workers +1, +2; the node +3")
@@ -108,8 +128,12 @@ def main() -> int:
             print(install.install(conn), flush=True)
             conn.commit()
         one = create_database(node, "citus_locomo")
+        urls = {**{f":{n.port}" + (" (coordinator)" if n is cl.coordinator else ""): cl.url(n) for n in cl.nodes},
+                "one node": one}
+        empty = database_sizes(urls)
         on_cluster = retain(cl.url(), convs, vecs, delegated=not args.routed)
         on_node = retain(one, convs, vecs)
+        filled = database_sizes(urls)
         with psycopg.connect(cl.url(), autocommit=True) as conn:
             placed = conn.execute(
                 "SELECT s.nodeport, array_agg(b.name ORDER BY b.name), sum(u.n) "
@@ -119,20 +143,42 @@ def main() -> int:
                 "WHERE b.name LIKE 'conv%%' GROUP BY s.nodeport ORDER BY 1").fetchall()
         for port, banks, units in placed:
             print(f"worker :{port}: {units} units in {', '.join(banks)}")
+        total = sum(len(c.turns) for c in convs)
+        held = {f":{port}": int(units) for port, _, units in placed}
+        for label in urls:
+            grown = filled[label] - empty[label]
+            units = held.get(label, total if label == "one node" else 0)
+            per_unit = f", {grown / units:.0f} bytes for each of its {units} units" if units else ""
+            print(f"database on {label}: {empty[label] / 2**20:.1f} MB empty, {filled[label] / 2**20:.1f} MB after the "
+                  f"retain (+{grown / 2**20:.1f} MB{per_unit})")
+        cluster_grown = sum(filled[k] - empty[k] for k in urls if k != "one node")
+        print(f"the cluster grew {cluster_grown / total:.0f} bytes a unit in all, one node "
+              f"{(filled['one node'] - empty['one node']) / total:.0f}", flush=True)
         how = "rcll.retain_chunks, routed" if args.routed else "rcll.retain_chunks_in_bank, delegated"
         print(f"retained {len(convs)} conversations: {on_cluster:.0f} s through the coordinator ({how}), "
               f"{on_node:.0f} s on one node",
               flush=True)
         same = 0
         t0 = time.perf_counter()
+        took: dict[str, list[float]] = {"cluster": [], "node": []}
         with Memory(cl.url()) as a, Memory(one) as b:
+            answer(a, "conv0", "warm up")          # the models loaded, each pool's first connections made
+            answer(b, "conv0", "warm up")
             for q in questions:
-                x, y = answer(a, f"conv{q.conv}", q.question), answer(b, f"conv{q.conv}", q.question)
+                t = time.perf_counter()
+                x = answer(a, f"conv{q.conv}", q.question)
+                took["cluster"].append((time.perf_counter() - t) * 1000.0)
+                t = time.perf_counter()
+                y = answer(b, f"conv{q.conv}", q.question)
+                took["node"].append((time.perf_counter() - t) * 1000.0)
                 if repr(x).encode() == repr(y).encode():
                     same += 1
                 else:
                     print(f"  differs: conv{q.conv} {q.question!r} - {first_difference(x, y)}", flush=True)
         print(f"{len(questions)} questions, two recalls each, in {time.perf_counter() - t0:.0f} s")
+        print(f"Memory.recall (defaults, rerank included) through the coordinator: {percentiles(took['cluster'])}; "
+              f"on one node: {percentiles(took['node'])}; median ratio per question "
+              f"{statistics.median(c / n for c, n in zip(took['cluster'], took['node'], strict=True)):.2f}")
         print(f"identical default recalls (rerank included), cluster vs one node: {same}/{len(questions)}")
     return 0 if same == len(questions) else 1
 

@@ -1,6 +1,6 @@
-"""A local Citus cluster: a coordinator and two workers of the embedded PostgreSQL 18 (with Citus
-built in by scripts/build-citus.sh, `make citus`), on loopback - what the tests (once per run) and
-the Citus benchmarks start.
+"""A local Citus cluster: a coordinator and two workers (or N) of the embedded PostgreSQL 18 (with
+Citus built in by scripts/build-citus.sh, `make citus`), on loopback - what the tests (once per
+run), the Citus benchmarks and `rcll serve --citus-workers N` (`make run WORKERS=N`) start.
 
 Each node is an rcll.cluster.Cluster (the server's own OS user when root, private socket
 directory, scram-sha-256 on TCP) with `shared_preload_libraries = citus` and listening on
@@ -16,6 +16,7 @@ import contextlib
 import os
 import secrets
 import signal
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -134,16 +135,19 @@ def stop(citus: CitusCluster) -> None:
         node.destroy()
 
 
-def start(base: Path, first_port: int, config: Settings = DEFAULTS, settings: dict[str, str] | None = None) -> CitusCluster:
-    """A coordinator and two workers under base, on loopback ports first_port, +1, +2, the
-    workers registered with citus_add_node and the coordinator with citus_set_coordinator_host, in
-    database DATABASE (Citus created on each node). rcll is not installed: the caller does that on
-    the coordinator. config: whose OS user runs the servers when root starts them. settings: server
-    settings over SETTINGS on every node (e.g. synchronous_commit on, for a drill that kills one)."""
-    ports = [first_port, first_port + 1, first_port + 2]
+def start(base: Path, first_port: int, config: Settings = DEFAULTS, settings: dict[str, str] | None = None,
+          workers: int = 2) -> CitusCluster:
+    """A coordinator and `workers` workers (two by default) under base, on loopback ports
+    first_port, +1, +2, ..., the workers registered with citus_add_node and the coordinator with
+    citus_set_coordinator_host, in database DATABASE (Citus created on each node). rcll is not
+    installed: the caller does that on the coordinator. config: whose OS user runs the servers when
+    root starts them. settings: server settings over SETTINGS on every node (e.g. synchronous_commit
+    on, for a drill that kills one)."""
+    if workers < 1:
+        raise ValueError(f"a Citus cluster needs at least one worker, not {workers}")
+    names = ["coordinator", *(f"worker{i}" for i in range(1, workers + 1))]
     extra = dict(settings or {})
-    nodes = [_node(base / name, port, config, extra, coordinator=name == "coordinator")
-             for name, port in zip(("coordinator", "worker1", "worker2"), ports, strict=True)]
+    nodes = [_node(base / name, first_port + i, config, extra, coordinator=i == 0) for i, name in enumerate(names)]
     citus = CitusCluster(nodes[0], nodes[1:], secrets.token_hex(16), config, extra)
     try:
         for node in nodes:
@@ -242,9 +246,23 @@ def drop_login_role(citus: CitusCluster, name: str, database: str = DATABASE) ->
 
 @contextlib.contextmanager
 def running(base: Path, first_port: int, config: Settings = DEFAULTS,
-            settings: dict[str, str] | None = None) -> Iterator[CitusCluster]:
-    citus = start(base, first_port, config, settings)
+            settings: dict[str, str] | None = None, workers: int = 2) -> Iterator[CitusCluster]:
+    citus = start(base, first_port, config, settings, workers)
     try:
         yield citus
     finally:
         stop(citus)
+
+
+@contextlib.contextmanager
+def throwaway(workers: int, first_port: int, config: Settings = DEFAULTS) -> Iterator[CitusCluster]:
+    """A cluster to try distribution with (`rcll serve --citus-workers N`): a coordinator and
+    `workers` workers on loopback ports first_port, +1, ..., in a new directory of the temporary
+    directory; stopped and removed - data directories, sockets, logs and the directory - when the
+    block ends (by an error or a signal too). Citus must be built in (citus_missing)."""
+    missing = citus_missing()
+    if missing:
+        raise cluster.ClusterError(missing)
+    with tempfile.TemporaryDirectory(prefix="rcll-citus-") as base, running(Path(base), first_port, config,
+                                                                            workers=workers) as citus:
+        yield citus

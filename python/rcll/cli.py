@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
@@ -31,6 +32,8 @@ from rcll.settings import DEFAULTS, Settings, tokenize_in_one_call
 from rcll.validate import decode_text, duration_arg, duration_text
 
 DEFAULT_PORT = DEFAULTS.port
+# `rcll serve --citus-workers N`: the local cluster's coordinator port (Citus's documentation's), the workers' after it.
+CITUS_PORT = 9700
 
 
 def _out(args: argparse.Namespace, human: str, data: Any) -> None:
@@ -569,8 +572,46 @@ def cmd_serve(args: argparse.Namespace) -> int:
     every = settings.upkeep_seconds
     from rcll import http  # deferred: FastAPI loads only for the server
 
-    with Memory(settings=settings, install=True, recall_from_standby=args.recall_from_standby) as memory, \
-            bounded_model_work(settings):
+    with ExitStack() as stack:
+        dsn = None
+        if args.citus_workers:
+            dsn = stack.enter_context(_local_citus(args))
+        _serve(args, settings, every, dsn, http)
+    return 0
+
+
+@contextmanager
+def _local_citus(args: argparse.Namespace) -> Iterator[str]:
+    """`rcll serve --citus-workers N`: a throwaway Citus cluster on loopback (rcll.citus_cluster),
+    the coordinator's URL while the server runs; stopped and removed when it stops."""
+    from rcll import citus_cluster
+
+    if args.dsn or args.settings.dsn:
+        raise RcllError("citus_workers", "--citus-workers starts a cluster of its own: it takes no --dsn or RCLL_DSN",
+                        "drop one of them (on your own Citus cluster: rcll serve --dsn <the coordinator>)")
+    if args.citus_workers < 1:
+        raise RcllError("citus_workers", f"a Citus cluster needs at least one worker, not {args.citus_workers}",
+                        "pass --citus-workers 2 (0 or none: one node, the embedded database)")
+    first, last = args.citus_port, args.citus_port + args.citus_workers
+    print(f"starting a throwaway Citus cluster: a coordinator on 127.0.0.1:{first} and {args.citus_workers} "
+          f"worker(s) on :{first + 1}-{last} (removed, with its data, when the server stops)", file=sys.stderr,
+          flush=True)
+    try:
+        with citus_cluster.throwaway(args.citus_workers, first, args.settings) as citus:
+            print(f"  Citus cluster up; psql: {citus.url()}", file=sys.stderr, flush=True)
+            yield citus.url()
+    except cluster.ClusterError as e:
+        raise RcllError("citus_workers", f"the local Citus cluster cannot run: {e}",
+                        f"build Citus into the embedded PostgreSQL (`make citus`), free ports {first}-{last} "
+                        "(--citus-port moves them), or run without --citus-workers",
+                        code=Code.UNAVAILABLE) from e
+    finally:
+        print("Citus cluster stopped and removed", file=sys.stderr, flush=True)
+
+
+def _serve(args: argparse.Namespace, settings: Settings, every: float, dsn: str | None, http: Any) -> None:
+    with Memory(dsn, settings=settings, install=True, recall_from_standby=args.recall_from_standby,
+                citus=True if dsn else None) as memory, bounded_model_work(settings):
         print(memory.installed, file=sys.stderr)
         # Load the models before listening, so the first request does not pay for it.
         models.get_embedder(settings).embed(["warm up"])
@@ -594,7 +635,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
             http.serve(memory, host=args.host, port=args.port, upkeep_seconds=every)
         finally:
             service.close()
-    return 0
 
 
 def _model_service(args: argparse.Namespace, dsn: str) -> tuple[model_service.ModelService, str]:
@@ -655,6 +695,12 @@ def build_parser(settings: Settings = DEFAULTS) -> argparse.ArgumentParser:
     s.add_argument("--allow-anonymous-network", action="store_true",
                    help="listen beyond loopback without tokens: anyone who can reach the port reads, writes, "
                         "exports and imports every bank (default: refused; $RCLL_ALLOW_ANONYMOUS_NETWORK=1)")
+    s.add_argument("--citus-workers", type=int, default=0, metavar="N",
+                   help="start a throwaway Citus cluster on loopback (a coordinator and N workers of the embedded "
+                        "PostgreSQL, Citus built in by `make citus`) and serve from its coordinator; it is stopped "
+                        "and removed, data included, when the server stops (`make run WORKERS=N`)")
+    s.add_argument("--citus-port", type=int, default=CITUS_PORT, metavar="PORT",
+                   help=f"with --citus-workers: the coordinator's port, the workers' the next ones (default {CITUS_PORT})")
     _model_service_options(s, settings)
     s.set_defaults(func=cmd_serve)
 

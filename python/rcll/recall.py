@@ -322,11 +322,12 @@ class Pooled(_Transactions):
 
 class Direct(_Transactions):
     """A store over connections the caller holds (tests, benchmarks, a script): `conn`, and `side`
-    for the channels side by side. Each is used as recall uses a pooled one."""
+    for the channels side by side. Each is used as recall uses a pooled one. in_bank: on a Citus
+    cluster, phases 2-3 as Memory.recall sends them there (one call run whole on the bank's worker)."""
 
     def __init__(self, conn: psycopg.Connection[Any], *, side: psycopg.Connection[Any] | None = None,
-                 agent: str | None = None, read_only: bool = False) -> None:
-        super().__init__(agent=agent, read_only=read_only)
+                 agent: str | None = None, read_only: bool = False, in_bank: bool = False) -> None:
+        super().__init__(agent=agent, read_only=read_only, in_bank=in_bank)
         self.conn, self.side = conn, side
 
     def connection(self, timeout: float | None) -> AbstractContextManager[psycopg.Connection[Any]]:
