@@ -153,18 +153,28 @@ REVOKE EXECUTE ON FUNCTION rcll.set_retention(text, interval, text, text, text) 
 CREATE OR REPLACE FUNCTION rcll.retention_policies(bank text)
 RETURNS TABLE (room text, hall text, layer text, keep interval, units bigint, expired bigint, created_by text,
                created_at timestamptz)
-LANGUAGE sql STABLE PARALLEL SAFE
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+-- The bank's id a constant of a custom plan, and every table filtered by it (the counts too: Citus
+-- prunes a table by its own filter, not by a correlation): on a Citus cluster the statement goes
+-- whole to the one worker holding the bank.
+SET plan_cache_mode = force_custom_plan
 AS $$
+#variable_conflict use_column
+DECLARE
+    b integer := rcll._bank_id(retention_policies.bank);
+BEGIN
+    RETURN QUERY
     SELECT p.room, p.hall, p.layer, p.keep,
-           (SELECT count(*) FROM rcll.memory_units u WHERE u.bank_id = p.bank_id AND (p.room IS NULL OR u.room = p.room)
+           (SELECT count(*) FROM rcll.memory_units u WHERE u.bank_id = b AND (p.room IS NULL OR u.room = p.room)
               AND (p.hall IS NULL OR u.hall = p.hall) AND (p.layer IS NULL OR u.layer = p.layer)),
-           (SELECT count(*) FROM rcll.memory_units u WHERE u.bank_id = p.bank_id AND u.expires_at <= now()
+           (SELECT count(*) FROM rcll.memory_units u WHERE u.bank_id = b AND u.expires_at <= now()
               AND (p.room IS NULL OR u.room = p.room) AND (p.hall IS NULL OR u.hall = p.hall)
               AND (p.layer IS NULL OR u.layer = p.layer)),
            p.created_by, p.created_at
     FROM rcll.retention_policies p
-    WHERE p.bank_id = rcll._bank_id(retention_policies.bank)
-    ORDER BY p.room NULLS FIRST, p.hall NULLS FIRST, p.layer NULLS FIRST
+    WHERE p.bank_id = b
+    ORDER BY p.room NULLS FIRST, p.hall NULLS FIRST, p.layer NULLS FIRST;
+END
 $$;
 COMMENT ON FUNCTION rcll.retention_policies(bank text)
     IS 'A bank''s retention policies (NULL room, hall, layer: any), each with the units it covers and how many of them have expired and await the sweep.';
