@@ -154,26 +154,28 @@ CREATE OR REPLACE FUNCTION rcll.retention_policies(bank text)
 RETURNS TABLE (room text, hall text, layer text, keep interval, units bigint, expired bigint, created_by text,
                created_at timestamptz)
 LANGUAGE plpgsql STABLE PARALLEL SAFE
--- The bank's id a constant of a custom plan, and every table filtered by it (the counts too: Citus
--- prunes a table by its own filter, not by a correlation): on a Citus cluster the statement goes
--- whole to the one worker holding the bank.
-SET plan_cache_mode = force_custom_plan
 AS $$
 #variable_conflict use_column
 DECLARE
+    -- The bank's id as a value, and each policy's units counted by a statement of their own on one
+    -- table: on a Citus cluster every statement then goes to the one shard holding the bank (a
+    -- count correlated with the policy row reached every shard, and a custom plan of the whole
+    -- costs more to plan on one node than the statements cost to run).
     b integer := rcll._bank_id(retention_policies.bank);
+    p record;
 BEGIN
-    RETURN QUERY
-    SELECT p.room, p.hall, p.layer, p.keep,
-           (SELECT count(*) FROM rcll.memory_units u WHERE u.bank_id = b AND (p.room IS NULL OR u.room = p.room)
-              AND (p.hall IS NULL OR u.hall = p.hall) AND (p.layer IS NULL OR u.layer = p.layer)),
-           (SELECT count(*) FROM rcll.memory_units u WHERE u.bank_id = b AND u.expires_at <= now()
-              AND (p.room IS NULL OR u.room = p.room) AND (p.hall IS NULL OR u.hall = p.hall)
-              AND (p.layer IS NULL OR u.layer = p.layer)),
-           p.created_by, p.created_at
-    FROM rcll.retention_policies p
-    WHERE p.bank_id = b
-    ORDER BY p.room NULLS FIRST, p.hall NULLS FIRST, p.layer NULLS FIRST;
+    FOR p IN SELECT x.room, x.hall, x.layer, x.keep, x.created_by, x.created_at FROM rcll.retention_policies x
+             WHERE x.bank_id = b
+             ORDER BY x.room NULLS FIRST, x.hall NULLS FIRST, x.layer NULLS FIRST
+    LOOP
+        room := p.room; hall := p.hall; layer := p.layer; keep := p.keep;
+        created_by := p.created_by; created_at := p.created_at;
+        SELECT count(*), count(*) FILTER (WHERE u.expires_at <= now()) INTO units, expired
+        FROM rcll.memory_units u
+        WHERE u.bank_id = b AND (p.room IS NULL OR u.room = p.room) AND (p.hall IS NULL OR u.hall = p.hall)
+          AND (p.layer IS NULL OR u.layer = p.layer);
+        RETURN NEXT;
+    END LOOP;
 END
 $$;
 COMMENT ON FUNCTION rcll.retention_policies(bank text)

@@ -112,30 +112,36 @@ RETURNS TABLE (proposal_id bigint, from_room text, into_room text, reason text, 
                proposed_by text, proposed_at timestamptz, decided_by text, decided_at timestamptz,
                from_units bigint, into_units bigint)
 LANGUAGE plpgsql STABLE PARALLEL SAFE
--- The bank's id a constant of a custom plan, and every table filtered by it (the counts too: Citus
--- prunes a table by its own filter, not by a correlation): on a Citus cluster the statement goes
--- whole to the one worker holding the bank.
-SET plan_cache_mode = force_custom_plan
 AS $$
 #variable_conflict use_column
 DECLARE
-    b integer := rcll._bank_id(merge_proposals.bank);   -- an unknown bank is an error, rows or not
+    -- An unknown bank is an error, rows or not. The id is a value, and each proposal's counts are
+    -- statements of their own on one table: on a Citus cluster every statement then goes to the
+    -- one shard holding the bank (counts correlated with the proposal row reached every shard).
+    b integer := rcll._bank_id(merge_proposals.bank);
+    p record;
 BEGIN
     -- What a person decides on: the pending proposals first (oldest first), each with the number
     -- of units that would move and that the target already holds.
-    RETURN QUERY
-    SELECT p.proposal_id, p.from_room, p.into_room, p.reason, p.status, p.proposed_by, p.proposed_at,
-           coalesce((SELECT a.actor FROM rcll.audit_log a   -- the person, when the server named one
-                     WHERE a.bank_id = b AND a.action = 'room_merge_decision'
-                       AND a.detail ->> 'proposal_id' = p.proposal_id::text
-                     ORDER BY a.audit_id DESC LIMIT 1), p.decided_by),
-           p.decided_at,
-           (SELECT count(*) FROM rcll.memory_units u WHERE u.bank_id = b AND u.room = p.from_room),
-           (SELECT count(*) FROM rcll.memory_units u WHERE u.bank_id = b AND u.room = p.into_room)
-    FROM rcll.room_merge_proposals p
-    WHERE p.bank_id = b
-      AND (p.status = 'pending' OR coalesce(merge_proposals.include_decided, false))
-    ORDER BY p.status <> 'pending', CASE WHEN p.status = 'pending' THEN p.proposed_at END, p.decided_at DESC, p.proposal_id;
+    FOR p IN SELECT x.proposal_id, x.from_room, x.into_room, x.reason, x.status, x.proposed_by, x.proposed_at,
+                    x.decided_by, x.decided_at
+             FROM rcll.room_merge_proposals x
+             WHERE x.bank_id = b AND (x.status = 'pending' OR coalesce(merge_proposals.include_decided, false))
+             ORDER BY x.status <> 'pending', CASE WHEN x.status = 'pending' THEN x.proposed_at END, x.decided_at DESC,
+                      x.proposal_id
+    LOOP
+        proposal_id := p.proposal_id; from_room := p.from_room; into_room := p.into_room; reason := p.reason;
+        status := p.status; proposed_by := p.proposed_by; proposed_at := p.proposed_at; decided_at := p.decided_at;
+        SELECT a.actor INTO decided_by FROM rcll.audit_log a      -- the person, when the server named one
+        WHERE a.bank_id = b AND a.action = 'room_merge_decision' AND a.detail ->> 'proposal_id' = p.proposal_id::text
+        ORDER BY a.audit_id DESC LIMIT 1;
+        decided_by := coalesce(decided_by, p.decided_by);
+        -- Top-level statements on one table (not subqueries of an assignment): Citus prunes them by
+        -- the bank's id even in a cached plan.
+        SELECT count(*) INTO from_units FROM rcll.memory_units u WHERE u.bank_id = b AND u.room = p.from_room;
+        SELECT count(*) INTO into_units FROM rcll.memory_units u WHERE u.bank_id = b AND u.room = p.into_room;
+        RETURN NEXT;
+    END LOOP;
 END
 $$;
 COMMENT ON FUNCTION rcll.merge_proposals(text, boolean) IS 'Room merge proposals of a bank awaiting a person (rcll.approve_room_merge / rcll.reject_room_merge), oldest first, with the units that would move (from_units) and those already in the target (into_units); include_decided adds approved and rejected ones, newest decision first, decided_by naming the person when the server recorded one (rcll.decide_room_merge).';
