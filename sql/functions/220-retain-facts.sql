@@ -64,18 +64,20 @@ DECLARE
     -- The bank's id as a value, not a lookup inside the statement: on a Citus cluster the read
     -- then goes to the one shard holding the bank instead of every shard.
     b integer := rcll._bank_id(find_document.bank);
-    d record;
+    doc bigint;
+    how text;
 BEGIN
-    -- The units by a statement of their own: inside the document's (a query on a shard) Citus
-    -- refuses the distributed query rcll._document_units makes.
-    FOR d IN SELECT x.document_id, x.extraction FROM rcll.documents x
-             WHERE x.bank_id = b AND x.content_hash = rcll._content_hash(find_document.content, find_document.thread)
-    LOOP
-        document_id := d.document_id;
-        unit_ids := rcll._document_units(b, d.document_id);
-        extraction := d.extraction;
+    -- At most one: (bank_id, content_hash) is unique. Its units by a statement of their own:
+    -- inside the document's (a query on a shard) Citus refuses the distributed query
+    -- rcll._document_units makes.
+    SELECT d.document_id, d.extraction INTO doc, how FROM rcll.documents d
+    WHERE d.bank_id = b AND d.content_hash = rcll._content_hash(find_document.content, find_document.thread);
+    IF doc IS NOT NULL THEN
+        document_id := doc;
+        unit_ids := rcll._document_units(b, doc);
+        extraction := how;
         RETURN NEXT;
-    END LOOP;
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION rcll.find_document(text, text, text) IS 'The document already retained with this content and thread in the bank, with its units - so a re-retain can skip extraction (and its model call).';
