@@ -259,6 +259,8 @@ BANK_READS = [
     "SELECT * FROM rcll.find_document(%(bank)s, 'Carol owns the billing service and its invoices.')",
     "SELECT * FROM rcll.retention_policies(%(bank)s)",
     "SELECT * FROM rcll.merge_proposals(%(bank)s, true)",
+    "SELECT * FROM rcll.floor_plan(%(bank)s)",
+    "SELECT * FROM rcll.session_start(%(bank)s, rooms => ARRAY['deployment'])",
     "SELECT * FROM rcll.forget(%(bank)s, room => 'deployment')",                       # a dry run
 ]
 
@@ -267,7 +269,8 @@ def test_a_banks_reads_and_forget_reach_only_its_worker(citus: CitusCluster, coo
     bank = "reads"
     with Memory(coordinator, bank=bank) as m:
         m.create_bank(bank)
-        m.retain_many([Document(text, room=room, tags=[room]) for text, room in DOCS])
+        m.retain_many([Document(text, room=room, tags=[room]) for text, room in DOCS]
+                      + [Document("Always deploy through Argo CD.", room="deployment", hall="rule", layer="L0")])
         m.put_state("ops", "freeze", {"until": "friday"}, expected_version=0)
         m.set_retention(timedelta(days=30), room="billing")
         rooms = sorted(r.name for r in m.rooms() if r.fact_count)
