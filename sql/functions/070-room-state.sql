@@ -138,20 +138,23 @@ COMMENT ON FUNCTION rcll.get_state(text, text, text, integer) IS 'The current ve
 CREATE OR REPLACE FUNCTION rcll.get_states(bank text, rooms text[], keys text[])
 RETURNS TABLE (room text, key text, version integer, value jsonb, provenance jsonb, created_at timestamptz)
 LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
--- A custom plan with the bank's id a constant: on a Citus cluster the join then goes to the one
--- worker holding the bank (a generic plan of a join is not pruned by its parameter).
-SET plan_cache_mode = force_custom_plan
 AS $$
 #variable_conflict use_column
 DECLARE
-    b integer := rcll._bank_id(get_states.bank);     -- an unknown bank is an error, rows or not
+    b     integer := rcll._bank_id(get_states.bank);      -- an unknown bank is an error, rows or not
+    -- Each pair as one value (a JSON array keeps room and key apart whatever they hold): the read
+    -- below is then a statement on one table, which Citus sends to the bank's shard alone even in
+    -- a cached plan (a join with the pairs would need a plan made for each call).
+    pairs text[] := ARRAY(SELECT pg_catalog.jsonb_build_array(k.room, k.key)::text
+                          FROM unnest(get_states.rooms, get_states.keys) AS k(room, key));
 BEGIN
     -- Many exact (room, key) pairs in one call (a client's batch of reads), each at its current
     -- version; a pair that has no state has no row.
     RETURN QUERY
     SELECT DISTINCT ON (s.room, s.key) s.room, s.key, s.version, s.value, s.provenance, s.created_at
-    FROM unnest(get_states.rooms, get_states.keys) AS k(room, key)
-    JOIN rcll.room_state s ON s.bank_id = b AND s.room = k.room AND s.key = k.key
+    FROM rcll.room_state s
+    WHERE s.bank_id = b AND s.room = ANY (get_states.rooms) AND s.key = ANY (get_states.keys)
+      AND pg_catalog.jsonb_build_array(s.room, s.key)::text = ANY (pairs)
     ORDER BY s.room, s.key, s.version DESC;
 END
 $$;
