@@ -6,7 +6,8 @@ Needs Citus built into the embedded PostgreSQL (`make citus`). Starts a throwawa
 coordinator and two workers, rcll.citus_cluster, loopback ports --port..--port+2), installs rcll,
 makes six banks of three units each through `Memory`, kills one worker's postmaster (kill -9),
 then calls each verb of `Memory` once for a bank on the other worker (and recall for a bank on the
-dead one), printing for each whether it answered or was refused, with its time. A verb refused
+dead one), its reads included (keyed state, tags, the floor plan, merge proposals, retention, a unit's
+history, the session's rules), printing for each whether it answered or was refused, with its time. A verb refused
 here needs every worker up: it writes a reference table (which has a copy on every node), or one of
 its statements names no bank and so reaches every shard. The worker is restarted at the end.
 """
@@ -76,6 +77,15 @@ def main() -> int:
             attempt("retain_many", lambda: m.retain_many(["Frank reviews it.", "Gina signs off."]))
             attempt("put_state", lambda: m.put_state("ops", "freeze", {"until": "friday"}, expected_version=0))
             attempt("get_state", lambda: m.get_state("ops", "freeze"))
+            attempt("get_states", lambda: m.get_states([("ops", "freeze")]))
+            attempt("state_history", lambda: m.state_history("ops", "freeze"))
+            attempt("state_keys", lambda: m.state_keys())
+            attempt("tags", lambda: m.tags())
+            attempt("floor_plan", lambda: m.floor_plan())
+            attempt("merge_proposals", lambda: m.merge_proposals(include_decided=True))
+            attempt("retention (the policies)", lambda: m.retention())
+            attempt("history (of a unit)", lambda: m.history(units[1].unit_id))
+            attempt("session_start", lambda: m.session_start())
             attempt("stats", lambda: m.stats())
             attempt("rooms", lambda: m.rooms())
             attempt("export", lambda: m.export(io.BytesIO()))

@@ -17,6 +17,7 @@ from rcll import Memory, install
 from rcll.citus import CitusError
 from rcll.citus_cluster import CitusCluster
 from rcll.db import configure
+from rcll.document import Document
 from rcll.errors import Code
 
 # Tens of seconds (the cluster's start, install and distribution): handed out first by make test.
@@ -241,3 +242,53 @@ def test_retain_and_forget_run_whole_on_the_banks_worker_as_the_agent(coordinato
         m.create_bank(bank)
         again = m.retain("Erin runs the quarterly load test.")
         assert again.created and m.recall("load test").facts[0].text == "Erin runs the quarterly load test."
+
+
+# A bank's reads and a forget, each as its caller sends it. Each must reach the worker holding the
+# bank and no other: then it answers while another worker is down (python -m bench.citus_worker_down
+# kills one; this shared cluster keeps both). Each is called seven times on one connection, past the
+# five custom plans after which PostgreSQL may cache a generic one.
+BANK_READS = [
+    "SELECT * FROM rcll.get_state(%(bank)s, 'ops', 'freeze')",
+    "SELECT * FROM rcll.state_history(%(bank)s, 'ops', 'freeze')",
+    "SELECT * FROM rcll.get_states(%(bank)s, ARRAY['ops'], ARRAY['freeze'])",
+    "SELECT * FROM rcll.state_keys(%(bank)s)",
+    "SELECT * FROM rcll.tags(%(bank)s)",
+    "SELECT * FROM rcll.units(%(bank)s)",
+    "SELECT * FROM rcll.units(%(bank)s, rooms => ARRAY['deployment'])",
+    "SELECT * FROM rcll.find_document(%(bank)s, 'Carol owns the billing service and its invoices.')",
+    "SELECT * FROM rcll.retention_policies(%(bank)s)",
+    "SELECT * FROM rcll.merge_proposals(%(bank)s, true)",
+    "SELECT * FROM rcll.floor_plan(%(bank)s)",
+    "SELECT * FROM rcll.session_start(%(bank)s, rooms => ARRAY['deployment'])",
+    "SELECT * FROM rcll.forget(%(bank)s, room => 'deployment')",                       # a dry run
+]
+
+
+def test_a_banks_reads_and_forget_reach_only_its_worker(citus: CitusCluster, coordinator: str) -> None:
+    bank = "reads"
+    with Memory(coordinator, bank=bank) as m:
+        m.create_bank(bank)
+        m.retain_many([Document(text, room=room, tags=[room]) for text, room in DOCS]
+                      + [Document("Always deploy through Argo CD.", room="deployment", hall="rule", layer="L0")])
+        m.put_state("ops", "freeze", {"until": "friday"}, expected_version=0)
+        m.set_retention(timedelta(days=30), room="billing")
+        rooms = sorted(r.name for r in m.rooms() if r.fact_count)
+        gone = next(u.unit_id for u in m.units().units if "helm rollback" in u.text)
+    with psycopg.connect(coordinator, autocommit=True) as conn:
+        configure(conn)
+        port = conn.execute("SELECT s.nodeport FROM citus_shards s WHERE s.shardid = "
+                            "get_shard_id_for_distribution_column('rcll.memory_units', rcll._bank_id(%s))", (bank,)).fetchone()
+        conn.execute("SELECT rcll.propose_room_merge(%s, %s, %s, 'test')", (bank, rooms[0], rooms[1]))
+        sent: list[tuple[str, str]] = []
+        conn.add_notice_handler(lambda d: sent.append((d.message_primary or "", d.message_detail or "")))
+        conn.execute("SET citus.log_remote_commands = on")
+        for read in BANK_READS:
+            answers = [conn.execute(read, {"bank": bank}).fetchall() for _ in range(7)]
+            assert answers[0] and answers[-1] == answers[0], read
+        conn.execute("SELECT * FROM rcll.forget(%s, unit_ids => %s, dry_run => false, reason => 'test')", (bank, [gone]))
+    reached = {detail.split("@")[-1].split()[0] for said, detail in sent if said.startswith("issuing")}
+    assert port is not None and reached == {f"127.0.0.1:{port[0]}"}, sent[:5]
+    with Memory(coordinator, bank=bank) as m:
+        assert [u for u in m.units().units if u.unit_id == gone] == []
+        m.drop_bank(bank, confirm=bank, dry_run=False, reason="test")

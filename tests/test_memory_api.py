@@ -180,6 +180,7 @@ def test_cli_http_and_mcp_go_through_memory(dsn: str) -> None:
                "rcll.results", "rcll.document", "rcll.cluster", "rcll.db", "rcll.install", "rcll.export", "rcll.request",
                "rcll.models", "rcll.http", "rcll.http_console", "rcll.http_guard", "rcll.mcp_server", "rcll.upkeep",
                "rcll.model_service",   # a server the CLI starts, like rcll.http
+               "rcll.citus_cluster",   # a local Citus cluster `rcll serve --citus-workers` starts, like rcll.cluster
                "rcll.http_answers",    # the shapes of HTTP's answers, for /openapi.json
                "rcll.dense_indexes",          # upkeep: a graph build's progress (Tracker) and its busy signal
                "rcll.settings"}        # what the edges read from the environment and pass down

@@ -96,39 +96,66 @@ COMMENT ON FUNCTION rcll.put_state(text, text, text, jsonb, integer, text, text,
 
 CREATE OR REPLACE FUNCTION rcll.state_history(bank text, room text, key text)
 RETURNS TABLE (version integer, value jsonb, provenance jsonb, created_at timestamptz)
-LANGUAGE sql STABLE PARALLEL SAFE
+LANGUAGE plpgsql STABLE PARALLEL SAFE
 AS $$
+#variable_conflict use_column
+DECLARE
+    -- The bank's id as a value, not a lookup inside the statement: on a Citus cluster the read
+    -- then goes to the one shard holding the bank (by the lookup it reached every shard, so a
+    -- bank's state was refused while any worker was down).
+    b integer := rcll._bank_id(state_history.bank);
+BEGIN
     -- Exact (room, key): an unknown key has no versions - never the nearest room's state, which
     -- would be the wrong lens applied with full confidence.
+    RETURN QUERY
     SELECT s.version, s.value, s.provenance, s.created_at
     FROM rcll.room_state s
-    WHERE s.bank_id = rcll._bank_id(state_history.bank) AND s.room = state_history.room AND s.key = state_history.key
-    ORDER BY s.version DESC
+    WHERE s.bank_id = b AND s.room = state_history.room AND s.key = state_history.key
+    ORDER BY s.version DESC;
+END
 $$;
 COMMENT ON FUNCTION rcll.state_history(text, text, text) IS 'Every version of a room''s keyed state, newest first, each with its provenance.';
 
 CREATE OR REPLACE FUNCTION rcll.get_state(bank text, room text, key text, at_version integer DEFAULT NULL)
 RETURNS TABLE (value jsonb, version integer, provenance jsonb, created_at timestamptz)
-LANGUAGE sql STABLE PARALLEL SAFE
+LANGUAGE plpgsql STABLE PARALLEL SAFE
 AS $$
-    SELECT h.value, h.version, h.provenance, h.created_at
-    FROM rcll.state_history(get_state.bank, get_state.room, get_state.key) h
-    WHERE get_state.at_version IS NULL OR h.version = get_state.at_version
-    ORDER BY h.version DESC
-    LIMIT 1
+#variable_conflict use_column
+DECLARE
+    b integer := rcll._bank_id(get_state.bank);      -- a value: the read goes to the bank's shard alone
+BEGIN
+    RETURN QUERY
+    SELECT s.value, s.version, s.provenance, s.created_at
+    FROM rcll.room_state s
+    WHERE s.bank_id = b AND s.room = get_state.room AND s.key = get_state.key
+      AND (get_state.at_version IS NULL OR s.version = get_state.at_version)
+    ORDER BY s.version DESC
+    LIMIT 1;
+END
 $$;
 COMMENT ON FUNCTION rcll.get_state(text, text, text, integer) IS 'The current version (or at_version) of a room''s keyed state, by exact room and key; no row when the key is unknown.';
 
 CREATE OR REPLACE FUNCTION rcll.get_states(bank text, rooms text[], keys text[])
 RETURNS TABLE (room text, key text, version integer, value jsonb, provenance jsonb, created_at timestamptz)
-LANGUAGE sql STABLE STRICT PARALLEL SAFE
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
 AS $$
-    SELECT rcll._bank_id(get_states.bank);           -- an unknown bank is an error, rows or not
+#variable_conflict use_column
+DECLARE
+    b     integer := rcll._bank_id(get_states.bank);      -- an unknown bank is an error, rows or not
+    -- Each pair as one value (a JSON array keeps room and key apart whatever they hold): the read
+    -- below is then a statement on one table, which Citus sends to the bank's shard alone even in
+    -- a cached plan (a join with the pairs would need a plan made for each call).
+    pairs text[] := ARRAY(SELECT pg_catalog.jsonb_build_array(k.room, k.key)::text
+                          FROM unnest(get_states.rooms, get_states.keys) AS k(room, key));
+BEGIN
     -- Many exact (room, key) pairs in one call (a client's batch of reads), each at its current
     -- version; a pair that has no state has no row.
+    RETURN QUERY
     SELECT DISTINCT ON (s.room, s.key) s.room, s.key, s.version, s.value, s.provenance, s.created_at
-    FROM unnest(get_states.rooms, get_states.keys) AS k(room, key)
-    JOIN rcll.room_state s ON s.bank_id = rcll._bank_id(get_states.bank) AND s.room = k.room AND s.key = k.key
-    ORDER BY s.room, s.key, s.version DESC
+    FROM rcll.room_state s
+    WHERE s.bank_id = b AND s.room = ANY (get_states.rooms) AND s.key = ANY (get_states.keys)
+      AND pg_catalog.jsonb_build_array(s.room, s.key)::text = ANY (pairs)
+    ORDER BY s.room, s.key, s.version DESC;
+END
 $$;
 COMMENT ON FUNCTION rcll.get_states(text, text[], text[]) IS 'The current version of many rooms'' keyed states at once: the pairs (rooms[i], keys[i]), exact strings; a pair with no state has no row. rcll.get_state for one key, or an older version.';

@@ -58,12 +58,27 @@ COMMENT ON FUNCTION rcll.record_llm_calls(text, jsonb, bigint) IS 'Append LLM ca
 
 CREATE OR REPLACE FUNCTION rcll.find_document(bank text, content text, thread text DEFAULT NULL)
 RETURNS TABLE (document_id bigint, unit_ids bigint[], extraction text)
-LANGUAGE sql STABLE PARALLEL SAFE
+LANGUAGE plpgsql STABLE PARALLEL SAFE
 AS $$
-    SELECT d.document_id, rcll._document_units(d.bank_id, d.document_id), d.extraction
-    FROM rcll.documents d
-    WHERE d.bank_id = rcll._bank_id(find_document.bank)
-      AND d.content_hash = rcll._content_hash(find_document.content, find_document.thread)
+DECLARE
+    -- The bank's id as a value, not a lookup inside the statement: on a Citus cluster the read
+    -- then goes to the one shard holding the bank instead of every shard.
+    b integer := rcll._bank_id(find_document.bank);
+    doc bigint;
+    how text;
+BEGIN
+    -- At most one: (bank_id, content_hash) is unique. Its units by a statement of their own:
+    -- inside the document's (a query on a shard) Citus refuses the distributed query
+    -- rcll._document_units makes.
+    SELECT d.document_id, d.extraction INTO doc, how FROM rcll.documents d
+    WHERE d.bank_id = b AND d.content_hash = rcll._content_hash(find_document.content, find_document.thread);
+    IF doc IS NOT NULL THEN
+        document_id := doc;
+        unit_ids := rcll._document_units(b, doc);
+        extraction := how;
+        RETURN NEXT;
+    END IF;
+END
 $$;
 COMMENT ON FUNCTION rcll.find_document(text, text, text) IS 'The document already retained with this content and thread in the bank, with its units - so a re-retain can skip extraction (and its model call).';
 

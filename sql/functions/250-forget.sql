@@ -76,11 +76,11 @@ BEGIN
     full_docs := ARRAY(SELECT d.document_id FROM rcll.documents d
                        WHERE d.bank_id = b
                          AND (d.document_id = ANY (_forget_plan.document_ids)
-                              OR (EXISTS (SELECT 1 FROM rcll.memory_units u WHERE u.bank_id = d.bank_id AND u.document_id = d.document_id AND u.unit_id = ANY (gone))
+                              OR (EXISTS (SELECT 1 FROM rcll.memory_units u WHERE u.bank_id = b AND u.document_id = d.document_id AND u.unit_id = ANY (gone))
                                   AND NOT EXISTS (SELECT 1 FROM rcll.memory_units u
-                                                  WHERE u.bank_id = d.bank_id AND u.document_id = d.document_id AND NOT u.unit_id = ANY (gone)))));
+                                                  WHERE u.bank_id = b AND u.document_id = d.document_id AND NOT u.unit_id = ANY (gone)))));
     part_docs := ARRAY(SELECT DISTINCT u.document_id FROM rcll.memory_units u
-                       WHERE u.unit_id = ANY (gone) AND u.document_id IS NOT NULL AND NOT u.document_id = ANY (full_docs));
+                       WHERE u.bank_id = b AND u.unit_id = ANY (gone) AND u.document_id IS NOT NULL AND NOT u.document_id = ANY (full_docs));
     reopen := ARRAY(SELECT u.unit_id FROM rcll.memory_units u
                     WHERE u.bank_id = b AND u.superseded_by = ANY (gone) AND NOT u.unit_id = ANY (gone));
     touched := ARRAY(SELECT DISTINCT ue.entity_id FROM rcll.unit_entities ue WHERE ue.bank_id = b AND ue.unit_id = ANY (gone));
@@ -127,7 +127,7 @@ LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
     gone_new_rooms := ARRAY(SELECT DISTINCT u.room FROM rcll.memory_units u
-                            WHERE u.unit_id = ANY (gone) AND u.room IS NOT NULL AND u.tags @> ARRAY['room-new:' || u.room]);
+                            WHERE u.bank_id = b AND u.unit_id = ANY (gone) AND u.room IS NOT NULL AND u.tags @> ARRAY['room-new:' || u.room]);
     -- Extracted facts and observations linked to a forgotten unit: the links a retain made are its
     -- nearest neighbours among the units that existed then (rcll._link_units), so a survivor that
     -- lost a neighbour is linked again, to the neighbours it would have had without it.
@@ -188,10 +188,16 @@ BEGIN
     UPDATE rcll.memory_units u SET consolidation_state = 'pending', updated_at = now()
     WHERE u.bank_id = b AND u.unit_id = ANY (requeue) AND u.consolidation_state <> 'pending';
     -- The consolidation audit row kept the observation's text: the row stays (who, when, which
-    -- units), the text goes.
-    UPDATE rcll.audit_log a SET detail = a.detail - 'text'
-    WHERE a.bank_id = b AND a.action = 'consolidate' AND a.detail ? 'text'
-      AND (a.target ->> 'observation')::bigint = ANY (gone);
+    -- units), the text goes. Only when there is one: on a Citus cluster audit_log is a reference
+    -- table, and a write to it needs every node up (its copy on each), so a forget of units no
+    -- consolidation wrote reads it here and runs on the bank's worker alone.
+    IF EXISTS (SELECT 1 FROM rcll.audit_log a
+               WHERE a.bank_id = b AND a.action = 'consolidate' AND a.detail ? 'text'
+                 AND (a.target ->> 'observation')::bigint = ANY (gone)) THEN
+        UPDATE rcll.audit_log a SET detail = a.detail - 'text'
+        WHERE a.bank_id = b AND a.action = 'consolidate' AND a.detail ? 'text'
+          AND (a.target ->> 'observation')::bigint = ANY (gone);
+    END IF;
 
     DELETE FROM rcll.documents d WHERE d.bank_id = b AND d.document_id = ANY (full_docs);
     DELETE FROM rcll.memory_units u WHERE u.bank_id = b AND u.unit_id = ANY (gone);
@@ -201,7 +207,7 @@ BEGIN
         metadata = d.metadata || jsonb_build_object('redacted', true)
     FROM (SELECT u.document_id, string_agg(u.text, E'\n\n' ORDER BY u.chunk_index, u.unit_id) AS content
           FROM rcll.memory_units u WHERE u.bank_id = b AND u.document_id = ANY (part_docs) GROUP BY u.document_id) k
-    WHERE d.document_id = k.document_id;
+    WHERE d.bank_id = b AND d.document_id = k.document_id;
 END
 $$;
 COMMENT ON FUNCTION rcll._forget_rows(integer, bigint[], bigint[], bigint[], bigint[], bigint[])
@@ -243,7 +249,7 @@ BEGIN
     DELETE FROM rcll.unit_entities m
     WHERE m.bank_id = b AND m.entity_id = ANY (touched) AND m.role = 'mention'
       AND NOT EXISTS (SELECT 1 FROM rcll.unit_entities x
-                      WHERE x.bank_id = m.bank_id AND x.entity_id = m.entity_id AND x.unit_id < m.unit_id AND x.role IS DISTINCT FROM 'mention');
+                      WHERE x.bank_id = b AND x.entity_id = m.entity_id AND x.unit_id < m.unit_id AND x.role IS DISTINCT FROM 'mention');
     orphans := ARRAY(SELECT e FROM unnest(touched) e
                      WHERE NOT EXISTS (SELECT 1 FROM rcll.unit_entities ue WHERE ue.bank_id = b AND ue.entity_id = e));
     freed := ARRAY(SELECT a.alias FROM rcll.entity_aliases a WHERE a.bank_id = b AND a.entity_id = ANY (orphans));
@@ -253,7 +259,7 @@ BEGIN
         DELETE FROM rcll.entity_aliases a
         WHERE a.bank_id = b AND a.entity_id = ANY (touched) AND a.source <> 'human'
           AND NOT EXISTS (SELECT 1 FROM rcll.unit_entities ue
-                          WHERE ue.bank_id = a.bank_id AND ue.entity_id = a.entity_id
+                          WHERE ue.bank_id = b AND ue.entity_id = a.entity_id
                             AND (ue.spellings IS NULL
                                  OR EXISTS (SELECT 1 FROM unnest(ue.spellings) sp WHERE rcll._entity_key(sp) = a.alias)))
         RETURNING a.alias)
@@ -328,7 +334,7 @@ BEGIN
         SELECT c.unit_id INTO cand
         FROM (SELECT o.unit_id,
                      (1 - (o.embedding OPERATOR(public.<=>) s.embedding))::real
-                     + 0.05 * (SELECT count(*) FROM rcll.unit_entities x JOIN rcll.unit_entities y ON y.bank_id = x.bank_id AND y.entity_id = x.entity_id
+                     + 0.05 * (SELECT count(*) FROM rcll.unit_entities x JOIN rcll.unit_entities y ON y.bank_id = b AND y.entity_id = x.entity_id
                                WHERE x.bank_id = b AND x.unit_id = o.unit_id AND y.unit_id = s.unit_id) AS sim
               FROM rcll.memory_units s, rcll.memory_units o
               WHERE s.bank_id = b AND s.unit_id = resupersede[i] AND o.bank_id = b AND o.unit_id < s.unit_id
@@ -591,14 +597,14 @@ BEGIN
     IF batch IS NOT NULL AND NOT coalesce(dry_run, true) AND cardinality(sel_units) > batch THEN
         remaining := cardinality(sel_units);
         WITH s AS (SELECT u.unit_id, u.document_id, row_number() OVER (ORDER BY u.document_id NULLS LAST, u.unit_id) AS rn
-                   FROM rcll.memory_units u WHERE u.unit_id = ANY (sel_units))
+                   FROM rcll.memory_units u WHERE u.bank_id = b AND u.unit_id = ANY (sel_units))
         SELECT ARRAY(SELECT s.unit_id FROM s WHERE s.rn <= batch
                         OR s.document_id = (SELECT c.document_id FROM s c WHERE c.rn = batch))
         INTO sel_units;
         remaining := remaining - cardinality(sel_units);
         sel_docs := ARRAY(SELECT d FROM unnest(sel_docs) d
-                          WHERE NOT EXISTS (SELECT 1 FROM rcll.memory_units u WHERE u.document_id = d)
-                             OR EXISTS (SELECT 1 FROM rcll.memory_units u WHERE u.document_id = d AND u.unit_id = ANY (sel_units)));
+                          WHERE NOT EXISTS (SELECT 1 FROM rcll.memory_units u WHERE u.bank_id = b AND u.document_id = d)
+                             OR EXISTS (SELECT 1 FROM rcll.memory_units u WHERE u.bank_id = b AND u.document_id = d AND u.unit_id = ANY (sel_units)));
     END IF;
     counts := rcll._forget_units(b, sel_units, sel_docs, coalesce(dry_run, true));
     IF NOT coalesce(dry_run, true) THEN

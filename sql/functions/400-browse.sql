@@ -73,22 +73,26 @@ RETURNS TABLE (unit_id bigint, kind text, text text, room text, hall text, layer
                author_source text, thread text, tags text[], at timestamptz, occurred_start timestamptz,
                mentioned_at timestamptz, created_at timestamptz, superseded_by bigint, document_id bigint,
                total bigint)
-LANGUAGE sql STABLE PARALLEL SAFE
+LANGUAGE plpgsql STABLE PARALLEL SAFE
 AS $$
-    -- An unknown bank is an error, not an empty page: checked by a statement of its own, which
-    -- runs even when no row would ever reach the bank test below.
-    SELECT rcll._bank_id(units.bank);
+#variable_conflict use_column
+DECLARE
+    -- An unknown bank is an error, not an empty page. The bank's id and its rooms are values, not
+    -- lookups inside the listing: on a Citus cluster the listing then goes to the one shard holding
+    -- the bank (by a lookup it reached every shard, so every worker had to answer).
+    b   integer := rcll._bank_id(units.bank);
+    rms text[] := rcll._expand_rooms(b, units.rooms);        -- NULL: every room
+BEGIN
     -- A listing, not a recall: no ranking, newest first by when the unit happened (else was said,
     -- else was written). rooms expand like a recall's (an alias or merged name reads its room);
     -- superseded units are listed too, marked by superseded_by. total counts every match.
-    WITH b AS (SELECT rcll._bank_id(units.bank) AS id),
-    scope AS (SELECT b.id, rcll._expand_rooms(b.id, units.rooms) AS rooms FROM b)
+    RETURN QUERY
     SELECT u.unit_id, u.kind, u.text, u.room, u.hall, u.layer, u.author, u.author_source, u.thread, u.tags,
            coalesce(u.occurred_start, u.mentioned_at, u.created_at), u.occurred_start, u.mentioned_at,
            u.created_at, u.superseded_by, u.document_id, count(*) OVER ()
-    FROM rcll.memory_units u, scope s
-    WHERE u.bank_id = s.id
-      AND (s.rooms IS NULL OR u.room = ANY (s.rooms))
+    FROM rcll.memory_units u
+    WHERE u.bank_id = b
+      AND (rms IS NULL OR u.room = ANY (rms))
       AND (units.halls IS NULL OR u.hall = ANY (units.halls))
       AND (units.layers IS NULL OR u.layer = ANY (units.layers))
       AND (units.authors IS NULL OR u.author = ANY (units.authors))
@@ -98,7 +102,8 @@ AS $$
       AND (units.time_from IS NULL OR coalesce(u.occurred_start, u.mentioned_at, u.created_at) >= units.time_from)
       AND (units.time_to IS NULL OR coalesce(u.occurred_start, u.mentioned_at, u.created_at) < units.time_to)
     ORDER BY coalesce(u.occurred_start, u.mentioned_at, u.created_at) DESC, u.unit_id DESC
-    LIMIT least(greatest(coalesce(units."limit", 50), 0), 500) OFFSET greatest(coalesce(units."offset", 0), 0)
+    LIMIT least(greatest(coalesce(units."limit", 50), 0), 500) OFFSET greatest(coalesce(units."offset", 0), 0);
+END
 $$;
 COMMENT ON FUNCTION rcll.units(text, text[], text[], text[], text[], text[], text[], text[], timestamptz, timestamptz, integer, integer) IS 'Browse a bank''s units by filter (rooms with their aliases and merged names, halls, layers, authors, tags any / all, threads, and [time_from, time_to) on when each happened, else was said, else was written), newest first, "limit" at most 500 per page from "offset". Not a recall: nothing is ranked. total is the number of matches.';
 
@@ -106,37 +111,57 @@ CREATE OR REPLACE FUNCTION rcll.merge_proposals(bank text, include_decided boole
 RETURNS TABLE (proposal_id bigint, from_room text, into_room text, reason text, status text,
                proposed_by text, proposed_at timestamptz, decided_by text, decided_at timestamptz,
                from_units bigint, into_units bigint)
-LANGUAGE sql STABLE PARALLEL SAFE
+LANGUAGE plpgsql STABLE PARALLEL SAFE
 AS $$
-    SELECT rcll._bank_id(merge_proposals.bank);      -- an unknown bank is an error, rows or not
+#variable_conflict use_column
+DECLARE
+    -- An unknown bank is an error, rows or not. The id is a value, and each proposal's counts are
+    -- statements of their own on one table: on a Citus cluster every statement then goes to the
+    -- one shard holding the bank (counts correlated with the proposal row reached every shard).
+    b integer := rcll._bank_id(merge_proposals.bank);
+    p record;
+BEGIN
     -- What a person decides on: the pending proposals first (oldest first), each with the number
     -- of units that would move and that the target already holds.
-    SELECT p.proposal_id, p.from_room, p.into_room, p.reason, p.status, p.proposed_by, p.proposed_at,
-           coalesce((SELECT a.actor FROM rcll.audit_log a   -- the person, when the server named one
-                     WHERE a.bank_id = p.bank_id AND a.action = 'room_merge_decision'
-                       AND a.detail ->> 'proposal_id' = p.proposal_id::text
-                     ORDER BY a.audit_id DESC LIMIT 1), p.decided_by),
-           p.decided_at,
-           (SELECT count(*) FROM rcll.memory_units u WHERE u.bank_id = p.bank_id AND u.room = p.from_room),
-           (SELECT count(*) FROM rcll.memory_units u WHERE u.bank_id = p.bank_id AND u.room = p.into_room)
-    FROM rcll.room_merge_proposals p
-    WHERE p.bank_id = rcll._bank_id(merge_proposals.bank)
-      AND (p.status = 'pending' OR coalesce(merge_proposals.include_decided, false))
-    ORDER BY p.status <> 'pending', CASE WHEN p.status = 'pending' THEN p.proposed_at END, p.decided_at DESC, p.proposal_id
+    FOR p IN SELECT x.proposal_id, x.from_room, x.into_room, x.reason, x.status, x.proposed_by, x.proposed_at,
+                    x.decided_by, x.decided_at
+             FROM rcll.room_merge_proposals x
+             WHERE x.bank_id = b AND (x.status = 'pending' OR coalesce(merge_proposals.include_decided, false))
+             ORDER BY x.status <> 'pending', CASE WHEN x.status = 'pending' THEN x.proposed_at END, x.decided_at DESC,
+                      x.proposal_id
+    LOOP
+        proposal_id := p.proposal_id; from_room := p.from_room; into_room := p.into_room; reason := p.reason;
+        status := p.status; proposed_by := p.proposed_by; proposed_at := p.proposed_at; decided_at := p.decided_at;
+        SELECT a.actor INTO decided_by FROM rcll.audit_log a      -- the person, when the server named one
+        WHERE a.bank_id = b AND a.action = 'room_merge_decision' AND a.detail ->> 'proposal_id' = p.proposal_id::text
+        ORDER BY a.audit_id DESC LIMIT 1;
+        decided_by := coalesce(decided_by, p.decided_by);
+        -- Top-level statements on one table (not subqueries of an assignment): Citus prunes them by
+        -- the bank's id even in a cached plan.
+        SELECT count(*) INTO from_units FROM rcll.memory_units u WHERE u.bank_id = b AND u.room = p.from_room;
+        SELECT count(*) INTO into_units FROM rcll.memory_units u WHERE u.bank_id = b AND u.room = p.into_room;
+        RETURN NEXT;
+    END LOOP;
+END
 $$;
 COMMENT ON FUNCTION rcll.merge_proposals(text, boolean) IS 'Room merge proposals of a bank awaiting a person (rcll.approve_room_merge / rcll.reject_room_merge), oldest first, with the units that would move (from_units) and those already in the target (into_units); include_decided adds approved and rejected ones, newest decision first, decided_by naming the person when the server recorded one (rcll.decide_room_merge).';
 
 CREATE OR REPLACE FUNCTION rcll.state_keys(bank text, rooms text[] DEFAULT NULL)
 RETURNS TABLE (room text, key text, version integer, value jsonb, provenance jsonb, created_at timestamptz)
-LANGUAGE sql STABLE PARALLEL SAFE
+LANGUAGE plpgsql STABLE PARALLEL SAFE
 AS $$
-    SELECT rcll._bank_id(state_keys.bank);           -- an unknown bank is an error, rows or not
+#variable_conflict use_column
+DECLARE
+    b integer := rcll._bank_id(state_keys.bank);     -- a value: the read goes to the bank's shard alone
+BEGIN
     -- Exact room strings, like rcll.get_state: state is keyed, never resolved by spelling.
+    RETURN QUERY
     SELECT DISTINCT ON (s.room, s.key) s.room, s.key, s.version, s.value, s.provenance, s.created_at
     FROM rcll.room_state s
-    WHERE s.bank_id = rcll._bank_id(state_keys.bank)
+    WHERE s.bank_id = b
       AND (state_keys.rooms IS NULL OR s.room = ANY (state_keys.rooms))
-    ORDER BY s.room, s.key, s.version DESC
+    ORDER BY s.room, s.key, s.version DESC;
+END
 $$;
 COMMENT ON FUNCTION rcll.state_keys(text, text[]) IS 'Every keyed state of a bank (or of the rooms named, exactly as stored) at its current version, with its provenance; rcll.state_history(bank, room, key) lists the versions of one.';
 
