@@ -47,7 +47,6 @@ GRANT EXECUTE ON FUNCTION rcll.forget_state(text, text, text, boolean, boolean, 
 DO $$
 DECLARE
     s regclass;
-    failed text;
 BEGIN
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'citus') THEN
         RETURN;
@@ -61,15 +60,9 @@ BEGIN
     LOOP
         EXECUTE pg_catalog.format('GRANT USAGE ON SEQUENCE %s TO rcll_agent', s);
         IF rcll._bank_pinned() THEN
-            SELECT string_agg(pg_catalog.format('%s:%s: %s', w.nodename, w.nodeport, w.result), '; ') INTO failed
-            FROM pg_catalog.run_command_on_workers(pg_catalog.format(
+            PERFORM rcll._on_every_worker(pg_catalog.format(
                 'DO $d$ BEGIN IF pg_catalog.to_regclass(%L) IS NOT NULL THEN GRANT USAGE ON SEQUENCE %s TO rcll_agent; END IF; END $d$',
-                s::text, s)) w
-            WHERE NOT w.success;
-            IF failed IS NOT NULL THEN
-                RAISE EXCEPTION 'dsn: USAGE on % for rcll_agent not granted on a worker: %', s, failed USING ERRCODE = 'RC010',
-                    COLUMN = 'dsn', HINT = 'Check that every worker is up, then run the install again.';
-            END IF;
+                s::text, s));
         END IF;
     END LOOP;
 END
