@@ -255,3 +255,31 @@ def test_retain_and_forget_run_whole_on_the_banks_worker_as_the_agent(coordinato
         m.create_bank(bank)
         again = m.retain("Erin runs the quarterly load test.")
         assert again.created and m.recall("load test").facts[0].text == "Erin runs the quarterly load test."
+
+
+def test_bm25_pruning_reads_the_statistics_of_the_banks_shard_on_its_worker(citus: CitusCluster, coordinator: str) -> None:
+    # On a worker rcll.unit_lexicon is an empty shell that ANALYZE never fills: the most common
+    # lexemes BM25's pruning reads are in the statistics of the bank's shard (rcll._shard_table).
+    # Read from the shell, no term was ever pruned on a cluster: every candidate of a big bank was
+    # scored exactly (bench.recall --fleet 1000000 --citus: its SQL phase 1.75x one node's).
+    bank = "common-words"
+    with Memory(coordinator) as m:
+        m.create_bank(bank)
+    chunks = [f"deploy step number {i}" for i in range(1500)]
+    with psycopg.connect(coordinator, autocommit=True) as conn:
+        bank_id = conn.execute("SELECT rcll._bank_id(%s)", (bank,)).fetchone()[0]  # type: ignore[index]
+        conn.execute("SELECT * FROM rcll.retain_chunks_in_bank(bank_id => %s, bank => %s, content => %s, chunks => %s, "
+                     "embeddings => NULL)", (bank_id, bank, "\n".join(chunks), chunks))
+        conn.execute("SELECT run_command_on_shards('rcll.unit_lexicon', 'ANALYZE %s')")
+        shard, port = conn.execute(
+            "SELECT 'unit_lexicon_' || s.shardid, s.nodeport FROM citus_shards s "
+            "WHERE s.shardid = get_shard_id_for_distribution_column('rcll.unit_lexicon', %s)", (bank_id,)).fetchone()  # type: ignore[misc]
+        assert conn.execute("SELECT rcll._shard_table('rcll.unit_lexicon', %s)", (bank_id,)).fetchone() == (shard,)
+        common = {}
+        for table_name in (shard, "unit_lexicon"):
+            common[table_name] = dict(conn.execute(
+                "SELECT nodeport, result FROM run_command_on_workers(format("
+                "$$SELECT coalesce((rcll._bm25_pruned_terms(ARRAY['deploy', 'step'], 1500, 0.05, %%L)).common::text, 'none')$$, "
+                "%s::text))", (table_name,)).fetchall())
+    assert sorted(common[shard][port].strip("{}").split(",")) == ["deploy", "step"]   # pruned, by the shard's statistics
+    assert common["unit_lexicon"][port] == "none"        # the shell's: nothing
