@@ -253,12 +253,13 @@ def load(d: dict[str, Any], targets: list[Target], hnsw: bool = True) -> None:
         peers[(kk // TOPIC_POOL, kk % TOPIC_POOL)] = srt[a:z]
     pairs: list[tuple[int, int]] = []
     seen: set[tuple[int, int]] = set()
-    for i in rng.choice(n, size=n // 5, replace=False):
-        p = peers[(int(bank_of[i]), int(topic_of[i]))]
-        j = int(p[int(rng.integers(0, len(p)))])
-        if j != i and (int(i), j) not in seen:
-            seen.add((int(i), j))
-            pairs.append((int(i), j))
+    for pick in rng.choice(n, size=n // 5, replace=False):
+        src = int(pick)
+        p = peers[(int(bank_of[src]), int(topic_of[src]))]
+        dst = int(p[int(rng.integers(0, len(p)))])
+        if dst != src and (src, dst) not in seen:
+            seen.add((src, dst))
+            pairs.append((src, dst))
 
     for tg in targets:
         t = time.perf_counter()
@@ -294,9 +295,9 @@ def load(d: dict[str, Any], targets: list[Target], hnsw: bool = True) -> None:
                         for e in es:
                             cp.write_row((int(ids[i]), ent_ids[bank_of[i]][e], tg.bank_ids[bank_of[i]]))
             with cur.copy("COPY rcll.links (bank_id, from_unit, to_unit, link_type, weight) FROM STDIN") as cp:
-                for i, j in pairs:
-                    if tg.holds(bank_of[i]):
-                        cp.write_row((tg.bank_ids[bank_of[i]], int(ids[i]), int(ids[j]), "semantic", 0.8))
+                for src, dst in pairs:
+                    if tg.holds(bank_of[src]):
+                        cp.write_row((tg.bank_ids[bank_of[src]], int(ids[src]), int(ids[dst]), "semantic", 0.8))
         tg.seconds["graph"] = time.perf_counter() - t
 
     for tg in targets:

@@ -61,7 +61,7 @@ SAME = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off", 
 def units_per_worker(conn: psycopg.Connection[Any]) -> list[tuple[int, int, int, int]]:
     """(worker port, banks, units, the largest bank's units) per worker, from the placement of each
     bank's memory_units shard."""
-    return [tuple(r) for r in conn.execute(  # type: ignore[misc]
+    return [(int(r[0]), int(r[1]), int(r[2]), int(r[3])) for r in conn.execute(
         "SELECT s.nodeport, count(*), sum(u.n), max(u.n) "
         "FROM (SELECT bank_id, count(*) AS n FROM rcll.memory_units GROUP BY bank_id) u "
         "JOIN citus_shards s ON s.shardid = get_shard_id_for_distribution_column('rcll.memory_units', u.bank_id) "
@@ -173,7 +173,6 @@ def run(cl: CitusCluster, node: cluster.Cluster, n: int, banks: int, per_case: i
             print(f"{side}: upkeep {up.seconds:.1f} s ({up.banks} banks' statistics); the plan ran {len(steps)} "
                   f"steps in {tg.seconds['dense-index plan']:.0f} s", flush=True)
 
-        big = d["names"][0]
         cid, nid = on_cluster.bank_ids[0], on_node.bank_ids[0]
         port = worker_of_bank(cc, cid)
         probe = d["centers"][d["topic_of"][0]]
@@ -194,71 +193,104 @@ def run(cl: CitusCluster, node: cluster.Cluster, n: int, banks: int, per_case: i
         copy_c = on_cluster.units / on_cluster.seconds["units"]
         copy_n = on_node.units / on_node.seconds["units"]
 
-        # Full recall in the biggest bank, alternating.
-        emb = models.get_embedder()
-        models.get_reranker()
-        qs = [(kind, q) for kind in fleet.CASES for q in fleet.queries(d, 0, kind, per_case)]
-        sides = {"cluster": (Direct(cc, in_bank=True), big), "node": (Direct(nc, side=nside), big)}
-        res: dict[str, dict[str, list[float]]] = {s: {"total": [], "sql": [], "rerank": []} for s in sides}
-        kinds: list[str] = []
-        overlap: list[float] = []
-        for k, (kind, q) in enumerate(qs):
-            got: dict[str, list[str]] = {}
-            for s in (("cluster", "node") if k % 2 == 0 else ("node", "cluster")):
-                store, bank = sides[s]
-                t = time.perf_counter()
-                emb.embed_query(q["text"])
-                embed_ms = (time.perf_counter() - t) * 1000
-                r = recall(store, R(query=q["text"], bank=bank, rerank_depth=RERANK_DEPTH, context_depth=CONTEXT_DEPTH,
-                                    reference_time="2024-06-01", **q["filters"]), query_embedding=q["qe"])
-                res[s]["total"].append(embed_ms + r.timings.sql + r.timings.rerank + r.timings.cut)
-                res[s]["sql"].append(r.timings.sql)
-                res[s]["rerank"].append(r.timings.rerank)
-                got[s] = [f.text for f in r.facts[:10]]
-            kinds.append(kind)
-            if got["node"]:
-                overlap.append(len(set(got["cluster"]) & set(got["node"])) / len(got["node"]))
-            print(f"  {k + 1}/{len(qs)} {kind}: cluster {res['cluster']['total'][-1]:.0f} ms "
-                  f"(SQL {res['cluster']['sql'][-1]:.0f}), node {res['node']['total'][-1]:.0f} ms "
-                  f"(SQL {res['node']['sql'][-1]:.0f})", flush=True)
-        load_avg = " ".join(f"{x:.1f}" for x in os.getloadavg())
+        compare(cc, nc, nside, d, per_case, (on_cluster.units, on_node.units), workers, copy_c, copy_n, rounds, burst)
+    print(f"whole run {time.perf_counter() - t_all:.0f} s", flush=True)
 
-        rates: dict[str, list[float]] = {"cluster": [], "node": []}
-        for i in range(rounds):
-            for s in (("cluster", "node") if i % 2 == 0 else ("node", "cluster")):
-                rates[s].append(retain_rate(cc, big, cid, burst, 100 + i) if s == "cluster"
-                                else retain_rate(nc, big, None, burst, 100 + i))
 
-        c, o = res["cluster"], res["node"]
-        rows: list[list[Any]] = [
-            ["units", f"{on_cluster.units:,} over {len(workers)} workers ("
-             + ", ".join(f":{p} {u:,}" for p, _, u, _ in workers) + ")", f"{on_node.units:,}", ""],
-            ["bulk COPY through the write triggers, units/s", f"{copy_c:.0f}", f"{copy_n:.0f}", f"{copy_c / copy_n:.2f}"],
-            [f"one-unit retains into the biggest bank, units/s (median of {rounds} bursts of {burst})",
-             f"{statistics.median(rates['cluster']):.0f}", f"{statistics.median(rates['node']):.0f}",
-             f"{statistics.median(rates['cluster']) / statistics.median(rates['node']):.2f}"],
-            ["biggest bank full recall p50 / p95 ms", _ms(c["total"]), _ms(o["total"]),
-             f"**{_ratio(c['total'], o['total']):.3f}** (median per query)"],
-            ["its SQL phase p50 / p95 ms", _ms(c["sql"]), _ms(o["sql"]), f"{_ratio(c['sql'], o['sql']):.3f}"],
-            ["its rerank p50 / p95 ms", _ms(c["rerank"]), _ms(o["rerank"]), f"{_ratio(c['rerank'], o['rerank']):.3f}"],
-        ]
-        for kind in fleet.CASES:
-            sel = [i for i, x in enumerate(kinds) if x == kind]
-            ct, nt = [c["total"][i] for i in sel], [o["total"][i] for i in sel]
-            cs, ns = [c["sql"][i] for i in sel], [o["sql"][i] for i in sel]
-            rows.append([f"  {kind}: full recall p50 ms (SQL p50)", f"{statistics.median(ct):.1f} ({statistics.median(cs):.1f})",
-                         f"{statistics.median(nt):.1f} ({statistics.median(ns):.1f})",
-                         f"{_ratio(ct, nt):.3f} (SQL {_ratio(cs, ns):.3f})"])
-        print(f"\n{n:,} units over two workers through the coordinator, against the biggest bank ({d['sizes'][0]:,}) "
-              f"alone on one node ({len(qs)} queries, {per_case} per filter, alternating, each query's first run; "
-              f"load average {load_avg} after the recalls)")
-        print(table(["", "coordinator + 2 workers", "one node", "ratio cluster / node"], rows))
-        print(f"top-10 facts the same on both (by text): {statistics.mean(overlap):.3f} of each top ten (mean)")
-        print(f"whole run {time.perf_counter() - t_all:.0f} s", flush=True)
+def compare(cc: psycopg.Connection[Any], nc: psycopg.Connection[Any], nside: psycopg.Connection[Any], d: dict[str, Any],
+            per_case: int, units: tuple[int, int], workers: list[tuple[int, int, int, int]], copy_c: float | None,
+            copy_n: float | None, rounds: int = 4, burst: int = 100, seed: int = 100) -> None:
+    """The same full recalls in the biggest bank alternating between the coordinator (cc) and the
+    node (nc, nside: its channels side by side), then bursts of one-unit retains; the table."""
+    n = d["n"]
+    big = d["names"][0]
+    cid = int(cc.execute("SELECT rcll._bank_id(%s)", (big,)).fetchone()[0])  # type: ignore[index]
+    # Full recall in the biggest bank, alternating.
+    emb = models.get_embedder()
+    models.get_reranker()
+    qs = [(kind, q) for kind in fleet.CASES for q in fleet.queries(d, 0, kind, per_case)]
+    sides = {"cluster": (Direct(cc, in_bank=True), big), "node": (Direct(nc, side=nside), big)}
+    res: dict[str, dict[str, list[float]]] = {s: {"total": [], "sql": [], "rerank": []} for s in sides}
+    kinds: list[str] = []
+    overlap: list[float] = []
+    for k, (kind, q) in enumerate(qs):
+        got: dict[str, list[str]] = {}
+        for s in (("cluster", "node") if k % 2 == 0 else ("node", "cluster")):
+            store, bank = sides[s]
+            t = time.perf_counter()
+            emb.embed_query(q["text"])
+            embed_ms = (time.perf_counter() - t) * 1000
+            r = recall(store, R(query=q["text"], bank=bank, rerank_depth=RERANK_DEPTH, context_depth=CONTEXT_DEPTH,
+                                reference_time="2024-06-01", **q["filters"]), query_embedding=q["qe"])
+            res[s]["total"].append(embed_ms + r.timings.sql + r.timings.rerank + r.timings.cut)
+            res[s]["sql"].append(r.timings.sql)
+            res[s]["rerank"].append(r.timings.rerank)
+            got[s] = [f.text for f in r.facts[:10]]
+        kinds.append(kind)
+        if got["node"]:
+            overlap.append(len(set(got["cluster"]) & set(got["node"])) / len(got["node"]))
+        print(f"  {k + 1}/{len(qs)} {kind}: cluster {res['cluster']['total'][-1]:.0f} ms "
+              f"(SQL {res['cluster']['sql'][-1]:.0f}), node {res['node']['total'][-1]:.0f} ms "
+              f"(SQL {res['node']['sql'][-1]:.0f})", flush=True)
+    load_avg = " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+    rates: dict[str, list[float]] = {"cluster": [], "node": []}
+    for i in range(rounds):
+        for s in (("cluster", "node") if i % 2 == 0 else ("node", "cluster")):
+            rates[s].append(retain_rate(cc, big, cid, burst, seed + i) if s == "cluster"
+                            else retain_rate(nc, big, None, burst, seed + i))
+
+    c, o = res["cluster"], res["node"]
+    rows: list[list[Any]] = [
+        ["units", f"{units[0]:,} over {len(workers)} workers ("
+         + ", ".join(f":{p} {u:,}" for p, _, u, _ in workers) + ")", f"{units[1]:,}", ""]]
+    if copy_c and copy_n:
+        rows.append(["bulk COPY through the write triggers, units/s", f"{copy_c:.0f}", f"{copy_n:.0f}", f"{copy_c / copy_n:.2f}"])
+    rows += [
+        [f"one-unit retains into the biggest bank, units/s (median of {rounds} bursts of {burst})",
+         f"{statistics.median(rates['cluster']):.0f}", f"{statistics.median(rates['node']):.0f}",
+         f"{statistics.median(rates['cluster']) / statistics.median(rates['node']):.2f}"],
+        ["biggest bank full recall p50 / p95 ms", _ms(c["total"]), _ms(o["total"]),
+         f"**{_ratio(c['total'], o['total']):.3f}** (median per query)"],
+        ["its SQL phase p50 / p95 ms", _ms(c["sql"]), _ms(o["sql"]), f"{_ratio(c['sql'], o['sql']):.3f}"],
+        ["its rerank p50 / p95 ms", _ms(c["rerank"]), _ms(o["rerank"]), f"{_ratio(c['rerank'], o['rerank']):.3f}"],
+    ]
+    for kind in fleet.CASES:
+        sel = [i for i, x in enumerate(kinds) if x == kind]
+        ct, nt = [c["total"][i] for i in sel], [o["total"][i] for i in sel]
+        cs, ns = [c["sql"][i] for i in sel], [o["sql"][i] for i in sel]
+        rows.append([f"  {kind}: full recall p50 ms (SQL p50)", f"{statistics.median(ct):.1f} ({statistics.median(cs):.1f})",
+                     f"{statistics.median(nt):.1f} ({statistics.median(ns):.1f})",
+                     f"{_ratio(ct, nt):.3f} (SQL {_ratio(cs, ns):.3f})"])
+    print(f"\n{n:,} units over two workers through the coordinator, against the biggest bank ({d['sizes'][0]:,}) "
+          f"alone on one node ({len(qs)} queries, {per_case} per filter, alternating, each query's first run; "
+          f"load average {load_avg} after the recalls)")
+    print(table(["", "coordinator + 2 workers", "one node", "ratio cluster / node"], rows))
+    print(f"top-10 facts the same on both (by text): {statistics.mean(overlap):.3f} of each top ten (mean)")
+
+
+
+
+def attached(coordinator: str, node_url: str, n: int, banks: int, per_case: int) -> None:
+    """compare() on a cluster and a node an earlier --keep run left (the fleet generated again; the
+    queries are drawn before the load's draws, so they differ from that run's, and are the same on
+    every attached run)."""
+    d = fleet.generate(n, banks)
+    with connect(coordinator, autocommit=True) as cc, connect(node_url, autocommit=True) as nc, \
+            connect(node_url, autocommit=True) as nside:
+        units = tuple(int(c.execute("SELECT count(*) FROM rcll.memory_units").fetchone()[0])  # type: ignore[index]
+                      for c in (cc, nc))
+        # retains of new content (the same content again would be found, not written)
+        compare(cc, nc, nside, d, per_case, (units[0], units[1]), units_per_worker(cc), None, None,
+                seed=int(time.time()))
 
 
 def main(args: Any) -> int:
     from rcll import citus_cluster
+    if args.attach:
+        coordinator, node_url = args.attach.split(",")
+        attached(coordinator, node_url, args.fleet, args.banks, args.per_case)
+        return 0
     missing = citus_cluster.citus_missing()
     if missing:
         print(missing)

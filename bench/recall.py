@@ -405,6 +405,8 @@ def main() -> int:
                          "through the coordinator, and its biggest bank alone into one node (--port+3); then the same "
                          "full recalls alternate between them (bench/fleet_citus.py; --split: the plan's min_units)")
     ap.add_argument("--shared-buffers", default="2GB", help="fleet --citus: every node's shared_buffers")
+    ap.add_argument("--attach", default="", metavar="COORDINATOR_URL,NODE_URL",
+                    help="fleet --citus: measure again on the cluster and node a --keep run left (no build)")
     args = ap.parse_args()
 
     if args.fleet and args.citus:
