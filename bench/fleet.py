@@ -20,6 +20,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -75,16 +76,35 @@ def _texts(rng: np.random.Generator, words: list[str], freq: np.ndarray, topic_w
     return [" ".join(arr[s:e]) for s, e in zip(starts, ends)]
 
 
-def build(conn: psycopg.Connection[Any], n: int, banks: int = 400, seed: int = 11) -> dict[str, Any]:
-    """Write the fleet into conn's database; returns what the queries and the report need."""
+@dataclass
+class Target:
+    """A database the fleet is written into: the whole fleet, or only some of its banks (`banks`: a
+    mask over the fleet's banks; None: all). load() fills in the rest: the banks' ids there (by
+    fleet bank; -1 where absent), the documents' and units' ids (-1 where absent), the seconds of
+    each step, the bulk-load index definitions dropped."""
 
+    conn: psycopg.Connection[Any]
+    banks: np.ndarray | None = None
+    bank_ids: list[int] = field(default_factory=list)
+    doc_id: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    ids: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    seconds: dict[str, float] = field(default_factory=dict)
+    indexes: dict[str, str] = field(default_factory=dict)
+
+    def holds(self, bank: int) -> bool:
+        return self.banks is None or bool(self.banks[bank])
+
+    @property
+    def units(self) -> int:
+        return int((self.ids >= 0).sum())
+
+
+def generate(n: int, banks: int = 400, seed: int = 11) -> dict[str, Any]:
+    """The fleet's units, documents, rooms, authors and entities, in memory (no database)."""
     rng = np.random.default_rng(seed)
     words, freq = vocabulary()
     sizes = bank_sizes(n, banks)
     names = [f"fleet-{i:03d}" for i in range(len(sizes))]
-    for name in names:
-        conn.execute("SELECT rcll.create_bank(%s)", (name,))
-    bank_ids = [r[0] for r in conn.execute("SELECT bank_id FROM rcll.banks WHERE name LIKE 'fleet-%%' ORDER BY name")]
 
     centers = rng.normal(size=(TOPIC_POOL, DIM)).astype(np.float32)
     centers /= np.linalg.norm(centers, axis=1, keepdims=True)
@@ -144,7 +164,30 @@ def build(conn: psycopg.Connection[Any], n: int, banks: int = 400, seed: int = 1
             ws.insert(int(rng.integers(0, len(ws))), " and ".join(names_i[e] for e in es))
             texts[i] = " ".join(ws)
         texts[i] = texts[i].capitalize() + "."
-    gen_s = time.perf_counter() - t
+    return {"rng": rng, "n": n, "sizes": sizes, "names": names, "centers": centers, "topic_of": topic_of,
+            "bank_of": bank_of, "texts": texts, "room_name": room_name, "rooms_by_bank": rooms_by_bank,
+            "authors": authors, "doc_of": doc_of, "doc_bank": doc_bank, "doc_author": doc_author,
+            "ent_names": ent_names, "unit_ents": unit_ents, "generate_s": time.perf_counter() - t}
+
+
+def load(d: dict[str, Any], targets: list[Target], hnsw: bool = True) -> None:
+    """Write the generated fleet `d` into every target (each its banks), step by step: every target
+    gets the same rows, in the same order, from one pass over the data; each target's seconds
+    count its own statements only. The bulk-load indexes are dropped first and built again after
+    (hnsw False: the GIN index only, the HNSW index left to rcll.dense_index_plan)."""
+    rng: np.random.Generator = d["rng"]
+    n, sizes, names, bank_of, texts = d["n"], d["sizes"], d["names"], d["bank_of"], d["texts"]
+    doc_of, doc_bank, doc_author, room_name = d["doc_of"], d["doc_bank"], d["doc_author"], d["room_name"]
+    ent_names, unit_ents, topic_of, centers = d["ent_names"], d["unit_ents"], d["topic_of"], d["centers"]
+    authors = d["authors"]
+    for tg in targets:
+        tg.seconds["generate"] = d["generate_s"]
+        held = [i for i in range(len(sizes)) if tg.holds(i)]
+        for i in held:
+            tg.conn.execute("SELECT rcll.create_bank(%s)", (names[i],))
+        by_name = dict(tg.conn.execute("SELECT name, bank_id FROM rcll.banks WHERE name LIKE 'fleet-%%'").fetchall())
+        tg.bank_ids = [int(by_name[names[i]]) if tg.holds(i) else -1 for i in range(len(sizes))]
+        tg.indexes = drop_indexes(tg.conn, BULK_LOAD_INDEXES)
 
     # Fleet order: documents of every bank interleaved, as many agents write at once.
     n_docs = len(doc_bank)
@@ -152,100 +195,137 @@ def build(conn: psycopg.Connection[Any], n: int, banks: int = 400, seed: int = 1
     starts = np.searchsorted(doc_of, np.arange(n_docs + 1))
     ages = rng.integers(0, 730 * 86400, size=n)
     prov = json.dumps({"via": "bench"})
-    indexes = drop_indexes(conn, BULK_LOAD_INDEXES)
-    t = time.perf_counter()
-    with conn.cursor() as cur, cur.copy("COPY rcll.documents (bank_id, content, content_hash, provenance) FROM STDIN") as cp:
-        for d in order:
-            content = "\n".join(texts[starts[d]:starts[d + 1]])
-            cp.write_row((bank_ids[doc_bank[d]], content, hashlib.sha256(content.encode()).digest(), prov))
-    first = conn.execute("SELECT min(document_id) FROM rcll.documents d JOIN rcll.banks b USING (bank_id) "
-                         "WHERE b.name LIKE 'fleet-%%'").fetchone()[0]  # type: ignore[index]
-    doc_id = np.empty(n_docs, dtype=np.int64)
-    doc_id[order] = first + np.arange(n_docs)
-    docs_s = time.perf_counter() - t
+    doc_bank_arr = np.array(doc_bank)
+    for tg in targets:
+        t = time.perf_counter()
+        mine = order if tg.banks is None else order[tg.banks[doc_bank_arr[order]]]
+        with tg.conn.cursor() as cur, cur.copy("COPY rcll.documents (bank_id, content, content_hash, provenance) FROM STDIN") as cp:
+            for doc in mine:
+                content = "\n".join(texts[starts[doc]:starts[doc + 1]])
+                cp.write_row((tg.bank_ids[doc_bank[doc]], content, hashlib.sha256(content.encode()).digest(), prov))
+        first, last, count = tg.conn.execute(
+            "SELECT min(document_id), max(document_id), count(*) FROM rcll.documents d JOIN rcll.banks b USING (bank_id) "
+            "WHERE b.name LIKE 'fleet-%%'").fetchone()  # type: ignore[misc]
+        assert last - first + 1 == count == len(mine), "document ids not consecutive in COPY order"
+        tg.doc_id = np.full(n_docs, -1, dtype=np.int64)
+        tg.doc_id[mine] = first + np.arange(len(mine))
+        tg.seconds["documents"] = time.perf_counter() - t
 
     # Units in batches of documents (each batch one COPY through the write triggers).
-    t = time.perf_counter()
-    unit_order = np.concatenate([np.arange(starts[d], starts[d + 1]) for d in order])
+    unit_order = np.concatenate([np.arange(starts[doc], starts[doc + 1]) for doc in order])
     chunk_of = np.arange(n) - starts[doc_of]
     batch = 20_000
+    copy_s = [0.0] * len(targets)
+    copied = [0] * len(targets)
+    t0 = time.perf_counter()
     for s in range(0, n, batch):
         sel = unit_order[s:s + batch]
         vecs = centers[topic_of[sel]] + rng.normal(scale=0.045, size=(len(sel), DIM)).astype(np.float32)
         vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-        with conn.cursor() as cur, cur.copy(
-                "COPY rcll.memory_units (bank_id, document_id, chunk_index, text, embedding, room, author, "
-                "author_source, valid, mentioned_at, provenance) FROM STDIN") as cp:
-            for j, i in enumerate(sel):
-                when = str(T0 - np.timedelta64(int(ages[i]), "s")) + "+00"
-                cp.write_row((bank_ids[bank_of[i]], int(doc_id[doc_of[i]]), int(chunk_of[i]), texts[i], vecs[j],
-                              room_name[i], authors[doc_author[doc_of[i]]], "self_declared", f"[{when},)", when, prov))
+        for k, tg in enumerate(targets):
+            keep = np.arange(len(sel)) if tg.banks is None else np.flatnonzero(tg.banks[bank_of[sel]])
+            if not len(keep):
+                continue
+            t = time.perf_counter()
+            with tg.conn.cursor() as cur, cur.copy(
+                    "COPY rcll.memory_units (bank_id, document_id, chunk_index, text, embedding, room, author, "
+                    "author_source, valid, mentioned_at, provenance) FROM STDIN") as cp:
+                for j in keep:
+                    i = sel[j]
+                    when = str(T0 - np.timedelta64(int(ages[i]), "s")) + "+00"
+                    cp.write_row((tg.bank_ids[bank_of[i]], int(tg.doc_id[doc_of[i]]), int(chunk_of[i]), texts[i], vecs[j],
+                                  room_name[i], authors[doc_author[doc_of[i]]], "self_declared", f"[{when},)", when, prov))
+            copy_s[k] += time.perf_counter() - t
+            copied[k] += len(keep)
         if s // batch % 10 == 9:
-            print(f"  {s + len(sel):,} units copied, {(s + len(sel)) / (time.perf_counter() - t):.0f}/s", flush=True)
-    units_s = time.perf_counter() - t
+            print(f"  {s + len(sel):,} units generated, {time.perf_counter() - t0:.0f} s; copied "
+                  + ", ".join(f"{c:,} at {c / max(x, 1e-9):.0f}/s" for c, x in zip(copied, copy_s)), flush=True)
+    for k, tg in enumerate(targets):
+        tg.seconds["units"] = copy_s[k]
 
-    # unit ids in COPY order
-    t = time.perf_counter()
-    ids = np.empty(n, dtype=np.int64)
-    got = [r[0] for r in conn.execute("SELECT unit_id FROM rcll.memory_units u JOIN rcll.banks b USING (bank_id) "
-                                      "WHERE b.name LIKE 'fleet-%%' ORDER BY unit_id")]
-    ids[unit_order] = np.array(got)
-    with conn.cursor() as cur:
-        ent_ids: list[list[int]] = []
-        with cur.copy("COPY rcll.entities (bank_id, name, mention_count) FROM STDIN") as cp:
-            for b, bank_ents in enumerate(ent_names):
-                for ent_name in bank_ents:
-                    cp.write_row((bank_ids[b], ent_name, 1))
-        rows = conn.execute("SELECT e.bank_id, e.entity_id FROM rcll.entities e JOIN rcll.banks b USING (bank_id) "
-                            "WHERE b.name LIKE 'fleet-%%' ORDER BY e.entity_id").fetchall()
-        by_bank: dict[int, list[int]] = {}
-        for bid, eid in rows:
-            by_bank.setdefault(bid, []).append(eid)
-        ent_ids = [by_bank[bank_ids[b]] for b in range(len(sizes))]
-        with cur.copy("COPY rcll.entity_aliases (bank_id, alias, entity_id) FROM STDIN") as cp:
-            for b, bank_ents in enumerate(ent_names):
-                for e, ent_name in enumerate(bank_ents):
-                    cp.write_row((bank_ids[b], ent_name.lower(), ent_ids[b][e]))
-        with cur.copy("COPY rcll.unit_entities (unit_id, entity_id, bank_id) FROM STDIN") as cp:
-            for i, es in enumerate(unit_ents):
-                for e in es:
-                    cp.write_row((int(ids[i]), ent_ids[bank_of[i]][e], bank_ids[bank_of[i]]))
-        # Semantic links: a fifth of the units link to another unit of their bank and topic.
-        peers: dict[tuple[int, int], np.ndarray] = {}
-        key = bank_of.astype(np.int64) * TOPIC_POOL + topic_of
-        srt = np.argsort(key, kind="stable")
-        bounds = np.searchsorted(key[srt], np.unique(key))
-        for a, z in zip(bounds, [*bounds[1:], n]):
-            kk = int(key[srt[a]])
-            peers[(kk // TOPIC_POOL, kk % TOPIC_POOL)] = srt[a:z]
-        with cur.copy("COPY rcll.links (bank_id, from_unit, to_unit, link_type, weight) FROM STDIN") as cp:
-            seen: set[tuple[int, int]] = set()
-            for i in rng.choice(n, size=n // 5, replace=False):
-                p = peers[(int(bank_of[i]), int(topic_of[i]))]
-                j = int(p[int(rng.integers(0, len(p)))])
-                if j != i and (i, j) not in seen:
-                    seen.add((i, j))
-                    cp.write_row((bank_ids[bank_of[i]], int(ids[i]), int(ids[j]), "semantic", 0.8))
-    index_s = time.perf_counter() - t
+    # Semantic links: a fifth of the units link to another unit of their bank and topic.
+    peers: dict[tuple[int, int], np.ndarray] = {}
+    key = bank_of.astype(np.int64) * TOPIC_POOL + topic_of
+    srt = np.argsort(key, kind="stable")
+    bounds = np.searchsorted(key[srt], np.unique(key))
+    for a, z in zip(bounds, [*bounds[1:], n]):
+        kk = int(key[srt[a]])
+        peers[(kk // TOPIC_POOL, kk % TOPIC_POOL)] = srt[a:z]
+    pairs: list[tuple[int, int]] = []
+    seen: set[tuple[int, int]] = set()
+    for pick in rng.choice(n, size=n // 5, replace=False):
+        src = int(pick)
+        p = peers[(int(bank_of[src]), int(topic_of[src]))]
+        dst = int(p[int(rng.integers(0, len(p)))])
+        if dst != src and (src, dst) not in seen:
+            seen.add((src, dst))
+            pairs.append((src, dst))
 
+    for tg in targets:
+        t = time.perf_counter()
+        conn = tg.conn
+        # unit ids in COPY order
+        mine_units = unit_order if tg.banks is None else unit_order[tg.banks[bank_of[unit_order]]]
+        tg.ids = np.full(n, -1, dtype=np.int64)
+        got = [r[0] for r in conn.execute("SELECT unit_id FROM rcll.memory_units u JOIN rcll.banks b USING (bank_id) "
+                                          "WHERE b.name LIKE 'fleet-%%' ORDER BY unit_id")]
+        assert len(got) == len(mine_units)
+        tg.ids[mine_units] = np.array(got)
+        ids = tg.ids
+        with conn.cursor() as cur:
+            with cur.copy("COPY rcll.entities (bank_id, name, mention_count) FROM STDIN") as cp:
+                for b, bank_ents in enumerate(ent_names):
+                    if tg.holds(b):
+                        for ent_name in bank_ents:
+                            cp.write_row((tg.bank_ids[b], ent_name, 1))
+            rows = conn.execute("SELECT e.bank_id, e.entity_id FROM rcll.entities e JOIN rcll.banks b USING (bank_id) "
+                                "WHERE b.name LIKE 'fleet-%%' ORDER BY e.entity_id").fetchall()
+            by_bank: dict[int, list[int]] = {}
+            for bid, eid in rows:
+                by_bank.setdefault(bid, []).append(eid)
+            ent_ids = [by_bank[tg.bank_ids[b]] if tg.holds(b) else [] for b in range(len(sizes))]
+            with cur.copy("COPY rcll.entity_aliases (bank_id, alias, entity_id) FROM STDIN") as cp:
+                for b, bank_ents in enumerate(ent_names):
+                    if tg.holds(b):
+                        for e, ent_name in enumerate(bank_ents):
+                            cp.write_row((tg.bank_ids[b], ent_name.lower(), ent_ids[b][e]))
+            with cur.copy("COPY rcll.unit_entities (unit_id, entity_id, bank_id) FROM STDIN") as cp:
+                for i, es in enumerate(unit_ents):
+                    if es and tg.holds(bank_of[i]):
+                        for e in es:
+                            cp.write_row((int(ids[i]), ent_ids[bank_of[i]][e], tg.bank_ids[bank_of[i]]))
+            with cur.copy("COPY rcll.links (bank_id, from_unit, to_unit, link_type, weight) FROM STDIN") as cp:
+                for src, dst in pairs:
+                    if tg.holds(bank_of[src]):
+                        cp.write_row((tg.bank_ids[bank_of[src]], int(ids[src]), int(ids[dst]), "semantic", 0.8))
+        tg.seconds["graph"] = time.perf_counter() - t
+
+    for tg in targets:
+        t = time.perf_counter()
+        conn = tg.conn
+        conn.execute("SET maintenance_work_mem = '4GB'")
+        conn.execute("SET max_parallel_maintenance_workers = 1")
+        for name, ddl in tg.indexes.items():
+            if not hnsw and name == "memory_units_embedding_hnsw":
+                continue
+            t1 = time.perf_counter()
+            conn.execute(ddl)
+            tg.seconds[f"build {name}"] = time.perf_counter() - t1
+            print(f"  {name} built in {tg.seconds[f'build {name}']:.0f} s", flush=True)
+        tg.seconds["indexes"] = time.perf_counter() - t
+
+
+def build(conn: psycopg.Connection[Any], n: int, banks: int = 400, seed: int = 11) -> dict[str, Any]:
+    """Write the fleet into conn's database; returns what the queries and the report need."""
+    d = generate(n, banks, seed)
+    tg = Target(conn)
+    load(d, [tg])
     t = time.perf_counter()
-    build_s: dict[str, float] = {}
-    conn.execute("SET maintenance_work_mem = '4GB'")
-    conn.execute("SET max_parallel_maintenance_workers = 1")
-    for name, ddl in indexes.items():
-        t1 = time.perf_counter()
-        conn.execute(ddl)
-        build_s[name] = time.perf_counter() - t1
-        print(f"  {name} built in {build_s[name]:.0f} s", flush=True)
     vacuum_analyze(conn)
     conn.execute("SELECT * FROM rcll.refresh_bank_stats(NULL)")
     conn.execute("SELECT rcll.fold_room_counts()")
-    index_s = time.perf_counter() - t
-    return {"rng": rng, "sizes": sizes, "names": names, "bank_ids": bank_ids, "centers": centers,
-            "topic_of": topic_of, "bank_of": bank_of, "texts": texts, "room_name": room_name,
-            "rooms_by_bank": rooms_by_bank, "authors": authors, "ids": ids,
-            "seconds": {"generate": gen_s, "documents": docs_s, "units": units_s, "index": index_s,
-                        "indexes+analyze": index_s, **{f"build {k}": v for k, v in build_s.items()}}}
+    tg.seconds["analyze, statistics"] = time.perf_counter() - t
+    return {**d, "bank_ids": tg.bank_ids, "ids": tg.ids, "seconds": tg.seconds}
 
 
 def queries(d: dict[str, Any], bank: int, kind: str, count: int) -> list[dict[str, Any]]:

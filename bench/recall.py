@@ -3,6 +3,7 @@
     .venv/bin/python -m bench.recall [--sizes 10000,100000] [--queries 60] [--configs DEPTH:CONTEXT_DEPTH,...]
                                      [--deadlines 150,300,500]
     .venv/bin/python -m bench.recall --fleet 1000000 [--banks 400] [--per-case 12] [--partial]
+    .venv/bin/python -m bench.recall --fleet 1000000 --citus --port 26340 [--per-case 6] [--split 20000]
 
 Builds a fresh embedded PG 18 cluster in /tmp, and for each size a store that looks like a fleet's:
 clustered 384-d unit vectors (200 topics), text drawn from LoCoMo's real English vocabulary with its
@@ -399,8 +400,22 @@ def main() -> int:
     ap.add_argument("--upkeep", action="store_true",
                     help="fleet: then run one round of the periodic jobs (rcll upkeep, which gives big banks their own "
                          "HNSW indexes with the shipped settings) while writing into the biggest bank, and measure again")
+    ap.add_argument("--citus", action="store_true",
+                    help="fleet: load it into a Citus cluster (a coordinator and two workers, ports --port..--port+2) "
+                         "through the coordinator, and its biggest bank alone into one node (--port+3); then the same "
+                         "full recalls alternate between them (bench/fleet_citus.py; --split: the plan's min_units)")
+    ap.add_argument("--shared-buffers", default="2GB", help="fleet --citus: every node's shared_buffers")
+    ap.add_argument("--attach", default="", metavar="COORDINATOR_URL,NODE_URL",
+                    help="fleet --citus: measure again on the cluster and node a --keep run left (no build)")
     args = ap.parse_args()
 
+    if args.fleet and args.citus:
+        try:
+            fleet.bank_sizes(args.fleet, args.banks)
+        except ValueError as e:
+            ap.error(str(e))
+        from bench import fleet_citus
+        return fleet_citus.main(args)
     if args.fleet:
         try:
             fleet.bank_sizes(args.fleet, args.banks)

@@ -322,8 +322,9 @@ class Pooled(_Transactions):
 
 class Direct(_Transactions):
     """A store over connections the caller holds (tests, benchmarks, a script): `conn`, and `side`
-    for the channels side by side. Each is used as recall uses a pooled one. in_bank: on a Citus
-    cluster, phases 2-3 as Memory.recall sends them there (one call run whole on the bank's worker)."""
+    for the channels side by side. Each is used as recall uses a pooled one. in_bank: rcll is
+    distributed by bank on a Citus cluster (Memory reads it at open): phases 2-3 are delegated to
+    the bank's worker, as Memory.recall does there (`side` is then not used)."""
 
     def __init__(self, conn: psycopg.Connection[Any], *, side: psycopg.Connection[Any] | None = None,
                  agent: str | None = None, read_only: bool = False, in_bank: bool = False) -> None:

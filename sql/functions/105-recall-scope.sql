@@ -77,9 +77,14 @@ SET plan_cache_mode = force_custom_plan
 AS $$
 DECLARE
     b_id integer := rcll._bank_id(recall_scope.bank);
+    -- The rooms in a statement of their own: on a Citus cluster the RETURN below names the bank's
+    -- shard (the expiry probe) and is sent whole to its worker, where _expand_rooms' queries of
+    -- rooms and room_aliases would be refused ("cannot execute a distributed query from a query
+    -- on a shard"); here they run on the coordinator, each routed to the bank's shard.
+    room_names text[] := rcll._expand_rooms(b_id, recall_scope.rooms);
 BEGIN
     -- The only place a recall resolves its bank, rooms and authors; every channel reads the result.
-    RETURN ROW(b_id, rcll._expand_rooms(b_id, recall_scope.rooms),
+    RETURN ROW(b_id, room_names,
                rcll._recall_authors(recall_scope.authors, recall_scope.mine),
                coalesce(recall_scope.include_unattributed, false), recall_scope.halls, recall_scope.layers,
                recall_scope.tags_any, recall_scope.tags_all, recall_scope.thread, recall_scope.as_of,

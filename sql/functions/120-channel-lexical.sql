@@ -45,7 +45,7 @@ COMMENT ON FUNCTION rcll._query_lexemes(text, integer)
     IS 'Internal: the distinct lexemes of a query under its bank''s text search config, sorted. The BM25 channels'' query terms.';
 
 CREATE OR REPLACE FUNCTION rcll._bm25_pruned_terms(
-    terms text[], n double precision, prune_above double precision,
+    terms text[], n double precision, prune_above double precision, stats_table text DEFAULT 'unit_lexicon',
     OUT common text[], OUT common_freq double precision[], OUT gen text[])
 LANGUAGE plpgsql STABLE
 -- Its own plan cache mode: called from rcll._bm25_channels, whose force_custom_plan would otherwise
@@ -70,7 +70,8 @@ BEGIN
     SELECT array_agg(e.elem ORDER BY e.freq), array_agg(e.freq ORDER BY e.freq) INTO common, common_freq
     FROM pg_catalog.pg_stats s,
          unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS e(elem, freq)
-    WHERE s.schemaname = 'rcll' AND s.tablename = 'unit_lexicon' AND s.attname = 'lexical'
+    -- stats_table: unit_lexicon on one node; on a Citus worker the bank's shard of it (rcll._shard_table).
+    WHERE s.schemaname = 'rcll' AND s.tablename = _bm25_pruned_terms.stats_table AND s.attname = 'lexical'
       AND e.elem = ANY (_bm25_pruned_terms.terms)
       AND e.freq > coalesce(_bm25_pruned_terms.prune_above, 1) AND e.freq * _bm25_pruned_terms.n > 1000;
     gen := ARRAY(SELECT t FROM unnest(_bm25_pruned_terms.terms) t WHERE common IS NULL OR t <> ALL (common));
@@ -79,8 +80,8 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION rcll._bm25_pruned_terms(text[], double precision, double precision)
-    IS 'Internal: of a query''s terms, those too common to generate BM25 candidates (common, by rising frequency common_freq among n units, from ANALYZE''s statistics of unit_lexicon) and those that generate them (gen). Shared by the lexical and session channels.';
+COMMENT ON FUNCTION rcll._bm25_pruned_terms(text[], double precision, double precision, text)
+    IS 'Internal: of a query''s terms, those too common to generate BM25 candidates (common, by rising frequency common_freq among n units, from ANALYZE''s statistics of unit_lexicon - of stats_table, the bank''s shard of it on a Citus worker) and those that generate them (gen). Shared by the lexical and session channels.';
 
 CREATE OR REPLACE FUNCTION rcll._bm25_channels(
     query           text,
@@ -141,7 +142,8 @@ BEGIN
     -- overstated some terms' document counts; the session channel's overlap with exact BM25 rose
     -- with this, and more with the rescoring below: docs/scaling.md.)
     SELECT t.common, t.common_freq, t.gen INTO common, common_freq, gen
-    FROM rcll._bm25_pruned_terms(terms, corpus.n, _bm25_channels.prune_above) t;
+    FROM rcll._bm25_pruned_terms(terms, corpus.n, _bm25_channels.prune_above,
+                                 CASE WHEN pinned THEN rcll._shard_table('rcll.unit_lexicon', bk) ELSE 'unit_lexicon' END) t;
     -- The candidate-generating terms as keys of this bank's posting lists (migration 016).
     gen_keys := rcll._bank_keys(bk, gen);
     -- Pruning decides by a term's frequency in the whole bank, so a unit that matches only pruned
