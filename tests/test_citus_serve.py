@@ -11,11 +11,7 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
-import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -24,6 +20,7 @@ import pytest
 
 from conftest import scratch_dir
 from rcll import citus_cluster
+from serving import Serving
 
 # Tens of seconds: three servers started, the schema installed and distributed, the models loaded.
 pytestmark = pytest.mark.slow
@@ -76,24 +73,11 @@ def test_serve_on_a_local_citus_cluster_answers_and_leaves_nothing_behind() -> N
     http_port, first = free_ports(1), free_ports(WORKERS + 1)
     env = {**os.environ, "TMPDIR": tmp, "LLM_PROVIDER": "none"}
     env.pop("RCLL_DSN", None)
-    proc = subprocess.Popen([sys.executable, "-m", "rcll.cli", "serve", "--port", str(http_port),
-                             "--citus-workers", str(WORKERS), "--citus-port", str(first)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    output: list[str] = []
-    reader = threading.Thread(target=lambda: output.extend(proc.stdout or ()), daemon=True)
-    reader.start()
+    server = Serving(["--port", str(http_port), "--citus-workers", str(WORKERS), "--citus-port", str(first)], env)
+    output = server.output
     base = f"http://127.0.0.1:{http_port}"
     try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, "rcll serve exited: " + "".join(output)
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.5)
-        else:
-            raise AssertionError("rcll serve --citus-workers did not answer /health within 240 s: " + "".join(output))
+        server.wait_healthy(base, 240, "rcll serve --citus-workers")
         text = "We deploy the API with Argo CD since March."
         r = httpx.post(f"{base}/retain", json={"bank": "default", "content": text}, timeout=60)
         assert r.status_code == 200, r.text
@@ -114,15 +98,7 @@ def test_serve_on_a_local_citus_cluster_answers_and_leaves_nothing_behind() -> N
         assert banked is not None and banked[0] > 10
         assert rows and rows[0][0] == text and rows[0][1] is not None and rows[0][2] is not None
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            code = proc.wait(120)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            reader.join(5)
-            if proc.stdout is not None:
-                proc.stdout.close()
+        code = server.stop(120)
     said = "".join(output)
     # onnxruntime writes .ses (a session id) into the temporary directory when it is imported, as
     # every process that loads the models does (plain `rcll serve` too); it is not the cluster's.

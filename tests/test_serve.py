@@ -7,8 +7,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -18,6 +16,7 @@ import psycopg
 import pytest
 
 from conftest import scratch_dir
+from serving import Serving
 
 ENV: dict[str, str] = {}   # the server's environment (its RCLL_HOME), for the tests that reach its database
 
@@ -41,37 +40,13 @@ def serving() -> Iterator[Server]:
     ENV.clear()
     ENV.update(env)
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "rcll.cli", "serve", "--port", str(port)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    server = Serving(["--port", str(port)], env)
     base = f"http://127.0.0.1:{port}"
-    output: list[str] = []
-    # Read as it comes: the test reads what was printed, and a full pipe would stall the server.
-    def read() -> None:
-        for line in proc.stdout or ():
-            output.append(line)
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                reader.join(5)
-                raise AssertionError("rcll serve exited: " + "".join(output))
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.5)
-        else:
-            raise AssertionError("rcll serve did not answer /health within 120 s")
-        yield Server(base, output)
+        server.wait_healthy(base, 120)
+        yield Server(base, server.output)
     finally:
-        proc.terminate()
-        proc.wait(30)
-        reader.join(5)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        server.stop(30)
         subprocess.run([sys.executable, "-m", "rcll.cli", "db", "stop"], env=env, capture_output=True)
         subprocess.run(["rm", "-rf", str(home)])
 

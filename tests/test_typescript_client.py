@@ -14,10 +14,7 @@ import re
 import secrets
 import shutil
 import subprocess
-import sys
 import tarfile
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -29,6 +26,7 @@ import pytest
 import rcll
 from conftest import LEGS, Leg, _leg
 from rcll.errors import CODES
+from serving import Serving
 from test_serve import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,31 +82,15 @@ def live(request: pytest.FixtureRequest, legs: dict[str, Leg], test_root: Path) 
     env = {k: v for k, v in os.environ.items() if not k.startswith("RCLL_TOKENS")}
     env |= {"PYTHONPATH": str(Path(rcll.__file__).resolve().parents[1]), "LLM_PROVIDER": "none",
             "RCLL_TOKENS": f"{WRITER} ts-writer banks=ts-*\n{READER} ts-reader banks=ts-* can=read"}
-    proc = subprocess.Popen([sys.executable, "-m", "rcll.cli", "serve", "--port", str(port), "--dsn", leg.url(name)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    output: list[str] = []
-    reader = threading.Thread(target=lambda: output.extend(proc.stdout or ()), daemon=True)
-    reader.start()
+    server = Serving(["--port", str(port), "--dsn", leg.url(name)], env)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert proc.poll() is None, "rcll serve exited: " + "".join(output)
-            assert time.monotonic() < deadline, "rcll serve did not answer /health within 180 s: " + "".join(output)
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.5)
+        server.wait_healthy(url, 180)
         yield Live(leg, url, {"RCLL_URL": url, "RCLL_TOKEN": WRITER, "RCLL_READER_TOKEN": READER,
                               "RCLL_BANK": BANK, "RCLL_OTHER_BANK": OTHER, "RCLL_BEYOND_BANK": BEYOND,
                               "RCLL_FORGET_BANK": FORGET, "RCLL_DROP_BANK": DROP})
     finally:
-        proc.terminate()
-        proc.wait(60)
-        reader.join(5)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        server.stop(60)
         leg.drop_database(name)
 
 
