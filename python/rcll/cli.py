@@ -10,7 +10,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator, Mapping
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
@@ -572,10 +572,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     every = settings.upkeep_seconds
     from rcll import http  # deferred: FastAPI loads only for the server
 
-    with ExitStack() as stack:
-        dsn = None
-        if args.citus_workers:
-            dsn = stack.enter_context(_local_citus(args))
+    # The server's database: a throwaway local Citus cluster's coordinator, or Memory's default (None).
+    with _local_citus(args) if args.citus_workers else nullcontext(None) as dsn:
         _serve(args, settings, every, dsn, http)
     return 0
 

@@ -4,8 +4,8 @@
 -- On a Citus worker rcll.unit_lexicon is an empty shell (never analysed: pg_stats holds nothing for
 -- it) and the rows are in shards, unit_lexicon_<shard id>, each analysed on its worker. BM25's
 -- pruning reads the most common lexemes from there (rcll._bm25_pruned_terms): reading the shell's,
--- it found none and scored every candidate exactly - in a 333,333-unit bank over two workers the
--- SQL phase was 2.5x one node's (bench.recall --fleet 1000000 --citus, docs/benchmarks.md).
+-- it found none and scored every candidate exactly, so a big bank's SQL phase was several times one
+-- node's (bench.recall --fleet 1000000 --citus: docs/benchmarks.md has the figures).
 
 CREATE OR REPLACE FUNCTION rcll._shard_table(tab regclass, bank_id integer)
 RETURNS text
