@@ -589,6 +589,12 @@ def models_dsn(leg: Leg) -> Iterator[str]:
         leg.drop_database(name)
 
 
+# Shards a distributed table gets on the tests' cluster (Citus's default is 32): a bank still lives
+# whole on one worker and both workers hold banks, while each distribution, policy change and
+# multi-shard statement has an eighth of the shards to touch (test_citus*.py: -11 s on one worker).
+CITUS_SHARD_COUNT = 4
+
+
 @pytest.fixture(scope="session")
 def citus(test_root: Path) -> Iterator[citus_cluster.CitusCluster]:
     """A Citus cluster of the embedded PG 18 (rcll.citus_cluster): a coordinator and two
@@ -603,5 +609,6 @@ def citus(test_root: Path) -> Iterator[citus_cluster.CitusCluster]:
     # Three loopback ports a pytest-xdist worker: gw0 26101-26103, gw1 26104-26106, ...
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
     first = 26101 + 3 * (int(worker) if worker.isdigit() else 0)
-    with citus_cluster.running(test_root / "citus", first, Settings.from_env()) as running:
+    with citus_cluster.running(test_root / "citus", first, Settings.from_env(),
+                                {"citus.shard_count": str(CITUS_SHARD_COUNT)}) as running:
         yield running

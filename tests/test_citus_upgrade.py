@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from conftest import Leg
+from conftest import CITUS_SHARD_COUNT, Leg
 from rcll import Memory, install
 from rcll.citus import is_distributed, statements
 from rcll.citus_cluster import CitusCluster, add_database
@@ -69,7 +69,7 @@ def test_rcll_install_upgrades_a_baseline_store_on_the_coordinator_and_distribut
         assert "migration(s) applied" in done and "distributed by bank" in done, done
         for worker in citus.workers:
             held, tables, expressions = policies(worker.url("rcll_upgrade"))
-            assert held == tables > 20 * 8 and expressions == {POLICY}, (held, tables, expressions)
+            assert held == tables > 20 * CITUS_SHARD_COUNT // 2 and expressions == {POLICY}, (held, tables, expressions)
         assert conn.execute("SELECT count(*) FROM rcll.memory_units").fetchone() == before
         assert is_distributed(conn)
         assert recalls(conn) == one_node_upgraded and all(one_node_upgraded)
