@@ -20,6 +20,9 @@ DECLARE
 BEGIN
     -- Every table is read with bank_id = b and joined on bank_id: on a Citus cluster the statement
     -- then runs whole on the shards of the bank (a join on the other ids alone is refused there).
+    -- Each an INSERT ... SELECT counted by ROW_COUNT, not a data-modifying CTE counted by a
+    -- SELECT: Citus runs such a CTE apart and sends its result to every worker (so that a retain
+    -- extracting facts failed while any worker was down: bench.citus_worker_down).
     -- entity: units sharing an entity, most shared entities first, then most recent
     WITH pairs AS (
         SELECT src.unit_id AS a, nb.unit_id AS c, nb.shared
@@ -33,15 +36,13 @@ BEGIN
             ORDER BY count(*) DESC, o.unit_id DESC
             LIMIT entity_fanout
         ) nb
-    ), ins AS (
-        INSERT INTO rcll.links AS l (bank_id, from_unit, to_unit, link_type, weight, provenance)
-        SELECT b, x.f, x.t, 'entity', least(1.0, 0.5 + 0.25 * x.shared)::real,
-               jsonb_build_object('by', 'retain', 'shared_entities', x.shared)
-        FROM (SELECT a AS f, c AS t, shared FROM pairs UNION SELECT c, a, shared FROM pairs) x
-        ON CONFLICT ON CONSTRAINT links_pkey DO NOTHING
-        RETURNING 1
     )
-    SELECT count(*) INTO k FROM ins;
+    INSERT INTO rcll.links AS l (bank_id, from_unit, to_unit, link_type, weight, provenance)
+    SELECT b, x.f, x.t, 'entity', least(1.0, 0.5 + 0.25 * x.shared)::real,
+           jsonb_build_object('by', 'retain', 'shared_entities', x.shared)
+    FROM (SELECT a AS f, c AS t, shared FROM pairs UNION SELECT c, a, shared FROM pairs) x
+    ON CONFLICT ON CONSTRAINT links_pkey DO NOTHING;
+    GET DIAGNOSTICS k = ROW_COUNT;
     n := n + k;
 
     -- temporal: the nearest unit before and after in time (by occurred_start) within the window,
@@ -72,15 +73,13 @@ BEGIN
         SELECT me.unit_id, o.unit_id, 1.0::real
         FROM me JOIN rcll.memory_units o
           ON o.bank_id = b AND o.document_id = me.document_id AND o.chunk_index = me.chunk_index + 1
-    ), ins AS (
-        INSERT INTO rcll.links AS l (bank_id, from_unit, to_unit, link_type, weight, provenance)
-        SELECT DISTINCT ON (x.f, x.t) b, x.f, x.t, 'temporal', x.w, jsonb_build_object('by', 'retain')
-        FROM (SELECT a AS f, c AS t, w FROM pairs UNION ALL SELECT c, a, w FROM pairs) x
-        ORDER BY x.f, x.t, x.w DESC
-        ON CONFLICT ON CONSTRAINT links_pkey DO NOTHING
-        RETURNING 1
     )
-    SELECT count(*) INTO k FROM ins;
+    INSERT INTO rcll.links AS l (bank_id, from_unit, to_unit, link_type, weight, provenance)
+    SELECT DISTINCT ON (x.f, x.t) b, x.f, x.t, 'temporal', x.w, jsonb_build_object('by', 'retain')
+    FROM (SELECT a AS f, c AS t, w FROM pairs UNION ALL SELECT c, a, w FROM pairs) x
+    ORDER BY x.f, x.t, x.w DESC
+    ON CONFLICT ON CONSTRAINT links_pkey DO NOTHING;
+    GET DIAGNOSTICS k = ROW_COUNT;
     n := n + k;
 
     -- semantic: the nearest units by embedding above a similarity floor
@@ -96,15 +95,13 @@ BEGIN
             LIMIT semantic_k
         ) nb
         WHERE me.bank_id = b AND me.unit_id = ANY (unit_ids) AND me.embedding IS NOT NULL AND nb.sim >= semantic_min
-    ), ins AS (
-        INSERT INTO rcll.links AS l (bank_id, from_unit, to_unit, link_type, weight, provenance)
-        SELECT DISTINCT ON (x.f, x.t) b, x.f, x.t, 'semantic', least(1.0, x.sim)::real, jsonb_build_object('by', 'retain')
-        FROM (SELECT a AS f, c AS t, sim FROM pairs UNION ALL SELECT c, a, sim FROM pairs) x
-        ORDER BY x.f, x.t, x.sim DESC
-        ON CONFLICT ON CONSTRAINT links_pkey DO NOTHING
-        RETURNING 1
     )
-    SELECT count(*) INTO k FROM ins;
+    INSERT INTO rcll.links AS l (bank_id, from_unit, to_unit, link_type, weight, provenance)
+    SELECT DISTINCT ON (x.f, x.t) b, x.f, x.t, 'semantic', least(1.0, x.sim)::real, jsonb_build_object('by', 'retain')
+    FROM (SELECT a AS f, c AS t, sim FROM pairs UNION ALL SELECT c, a, sim FROM pairs) x
+    ORDER BY x.f, x.t, x.sim DESC
+    ON CONFLICT ON CONSTRAINT links_pkey DO NOTHING;
+    GET DIAGNOSTICS k = ROW_COUNT;
     RETURN n + k;
 END
 $$;
@@ -147,7 +144,7 @@ BEGIN
     WHERE u.bank_id = _supersede.bank_id AND u.unit_id = old_unit;
     INSERT INTO rcll.links AS l (bank_id, from_unit, to_unit, link_type, weight, provenance)
     VALUES (o.bank_id, new_unit, old_unit, 'supersedes', 1.0,
-            jsonb_build_object('by', 'retain', 'at', t) || coalesce(reason, '{}'))
+        jsonb_build_object('by', 'retain', 'at', t) || coalesce(reason, '{}'))
     ON CONFLICT ON CONSTRAINT links_pkey DO NOTHING;
     RETURN true;
 END
