@@ -90,6 +90,8 @@ def main() -> int:
             attempt("stats", lambda: m.stats())
             attempt("rooms", lambda: m.rooms())
             attempt("export", lambda: m.export(io.BytesIO()))
+            exported = list(m.export_lines())
+            attempt("import (its own export, on_conflict skip)", lambda: m.import_lines(exported, on_conflict="skip"))
             attempt("units (the console's list)", lambda: m.units())
             attempt("forget (one unit)", lambda: m.forget(unit_ids=[units[0].unit_id], dry_run=False, reason="drill"))
             attempt("forget_state", lambda: m.forget_state("ops", "freeze", dry_run=False, reason="drill"))
