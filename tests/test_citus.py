@@ -19,7 +19,7 @@ from rcll.citus import CitusError
 from rcll.citus_cluster import CitusCluster
 from rcll.db import configure
 from rcll.document import Document
-from rcll.errors import Code
+from rcll.errors import Code, RcllError
 from rcll.export import iter_export
 from rcll.extract import offline
 from rcll.settings import DEFAULTS
@@ -410,6 +410,16 @@ def _verbs(url: str) -> tuple[object, ...]:
         unit = next(u for u in m.units().units if u.text.startswith("Dave"))
         versions = m.correct(unit.unit_id, "Dave owns the payments gateway and its alerts.", reason="a test")
         gone = m.forget_state("ops", "freeze", dry_run=False, reason="a test")
+        # Refusals carry the same code and hint as on one node. (Not the field: Citus relays an error
+        # raised on a worker without its COLUMN, so there RcllError.field is empty and the text keeps
+        # its "<field>: " - docs/scaling.md, "Where each verb runs".)
+        refusals = []
+        for refused in (lambda: m.put_state("ops", "freeze", {}, expected_version=7),
+                        lambda: m.correct(unit.unit_id, "Dave owns the payments gateway and its alerts.", reason="again"),
+                        lambda: m.forget_state("ops", None)):
+            with pytest.raises(RcllError) as e:
+                refused()
+            refusals.append((e.value.code, e.value.hint))
         units = sorted((u.text, u.kind, u.room, u.author) for u in m.units().units)
         stats = m.stats()
     assert got is not None and old is not None
@@ -417,7 +427,7 @@ def _verbs(url: str) -> tuple[object, ...]:
             old.value, [(s.room, s.key, s.version, s.value) for s in many], [(k.key, k.version) for k in keys],
             [(h.version, h.value, h.provenance["who"]) for h in history],
             [(v.version, v.text, v.current, v.replaced_by, v.reason) for v in versions],
-            gone.counts, units, stats.kind, stats.link_type, stats.totals)
+            gone.counts, refusals, units, stats.kind, stats.link_type, stats.totals)
 
 
 def test_state_facts_and_correct_through_the_coordinator_equal_one_node(coordinator: str, pg18: Leg) -> None:

@@ -88,7 +88,8 @@ BEGIN
         WHERE x.mode IN ('i', 'b', 'v')
     LOOP
         IF a.name IN ('bank_id', 'agent', 'expires_at') THEN
-            RAISE EXCEPTION 'base: % already takes %, which its twin adds', base, a.name USING ERRCODE = 'RC001', COLUMN = 'base';
+            RAISE EXCEPTION 'base: % already takes %, which its twin adds', base, a.name USING ERRCODE = 'RC001', COLUMN = 'base',
+                HINT = 'Rename that parameter of the function, or leave the function out of rcll._in_bank_twins().';
         ELSIF a.name = 'bank' AND a.type = 'text'::regtype THEN
             pin := format('PERFORM rcll._bank_id_is(%I.bank_id, %I.bank);', twin, twin);
             args := args || format('bank => %I.bank', twin);
