@@ -448,3 +448,52 @@ def test_export_is_one_call_byte_identical_to_the_routed_export_and_to_one_nodes
     with pg18.database() as url, Memory(url) as one:
         one.import_lines(delegated.splitlines(keepends=True), restore=True)
         assert b"".join(one.export_lines(bank=bank)) == delegated
+
+
+def test_memory_sends_each_delegated_verb_as_its_twin_to_the_banks_worker(citus: CitusCluster, coordinator: str) -> None:
+    # What is sent between the nodes while Memory runs the verbs, read from the coordinator's log
+    # (citus.log_remote_commands for the new sessions of the database on every node, at NOTICE;
+    # the worker's notices come back through the coordinator's session): each verb's twin, and
+    # every command to the bank's worker alone - but for correct's audit row, which the worker
+    # writes to every node's copy.
+    bank = "routed"
+    with Memory(coordinator, bank=bank) as m:
+        m.create_bank(bank)
+        m.retain_many([text for text, _ in DOCS])
+    with psycopg.connect(coordinator, autocommit=True) as conn:
+        port = conn.execute("SELECT s.nodeport FROM citus_shards s WHERE s.shardid = "
+                            "get_shard_id_for_distribution_column('rcll.memory_units', rcll._bank_id(%s))",
+                            (bank,)).fetchone()
+        conn.execute("ALTER DATABASE rcll SET citus.log_remote_commands = on")
+        conn.execute("ALTER DATABASE rcll SET log_min_messages = notice")
+    start = citus.coordinator.log.stat().st_size
+    try:
+        with Memory(coordinator, bank=bank, agent="alice", settings=DEFAULTS.replace(llm_provider="offline")) as m:
+            m.put_state("ops", "freeze", {"until": "friday"}, expected_version=0)
+            m.get_state("ops", "freeze")
+            m.get_states([("ops", "freeze")])
+            m.state_history("ops", "freeze")
+            m.state_keys()
+            m.forget_state("ops", "freeze", dry_run=False, reason="a test")
+            m.retain("Carol moved to the billing team in May 2024.")
+            b"".join(m.export_lines())
+            # Last: its audit row is written from the bank's worker to every node's copy.
+            before_correct = citus.coordinator.log.stat().st_size
+            unit = m.units().units[0]
+            m.correct(unit.unit_id, unit.text + " (corrected)", reason="a test")
+    finally:
+        with psycopg.connect(coordinator, autocommit=True) as conn:
+            conn.execute("ALTER DATABASE rcll RESET citus.log_remote_commands")
+            conn.execute("ALTER DATABASE rcll RESET log_min_messages")
+    with citus.coordinator.log.open("rb") as f:
+        f.seek(start)
+        lines = f.read(before_correct - start).decode(errors="replace").splitlines()
+        after = f.read().decode(errors="replace").splitlines()
+    issued = [(line.split("issuing ", 1)[1], lines[i + 1]) for i, line in enumerate(lines[:-1]) if "NOTICE:  issuing " in line]
+    twins = {said.split("rcll.", 1)[1].split("(", 1)[0] for said, _ in issued if "_in_bank(" in said}
+    twins |= {"correct_in_bank" for line in after if "NOTICE:  issuing " in line and "rcll.correct_in_bank(" in line}
+    assert twins == {"put_state_in_bank", "get_state_in_bank", "get_states_in_bank", "state_history_in_bank",
+                     "state_keys_in_bank", "forget_state_in_bank", "correct_in_bank", "retain_facts_in_bank",
+                     "export_stream_in_bank"}, twins
+    assert port is not None and issued
+    assert all(f"@127.0.0.1:{port[0]} " in detail for _, detail in issued), [(c[:200], d) for c, d in issued if str(port[0]) not in d][:6]
