@@ -24,8 +24,11 @@ DECLARE
     t text;
 BEGIN
     -- One call, one snapshot: the largest ids first (no table), then every exported table's rows
-    -- in the canonical order, as rcll.export_rows prints them. Materialised by the function (past
-    -- work_mem on disk); rcll.export_cursor streams one table with bounded memory instead.
+    -- in the canonical order, as rcll.export_rows prints them (its print settings, SET above: a
+    -- call of rcll.export_rows itself, VOLATILE, would read each table from a snapshot of its own
+    -- under READ COMMITTED, the delegated call's isolation; a STABLE function reads them all from
+    -- its caller's). Materialised by the function (past work_mem on disk); rcll.export_cursor
+    -- streams one table with bounded memory instead.
     RETURN QUERY SELECT NULL::text, rcll.export_max_ids(export_stream.bank);
     FOR t IN SELECT e.table_name FROM rcll.export_tables() e ORDER BY e.table_position LOOP
         RETURN QUERY EXECUTE format('SELECT %L::text, q.row FROM (%s) q', t, rcll._export_query(b, t));
