@@ -370,6 +370,11 @@ def _by_table(tables: list[str], rows: Iterator[tuple[str, str]]) -> Iterator[tu
 
     for table in tables:
         yield table, lines(table)
+    left = ahead.pop() if ahead else next(rows, None)
+    if left is not None:       # a row out of the tables' order: refused, never dropped
+        raise RcllError("tables", f"the export's rows of {left[0]} came out of the tables' order",
+                        "report it: rcll.export_stream lists the tables in rcll.export_tables() order",
+                        code=Code.INVALID_STREAM)
 
 
 def iter_export(conn: psycopg.Connection[Any], bank: str, *, bank_id: int | None = None) -> Iterator[bytes]:
