@@ -71,7 +71,6 @@ FUNCTION_ATTACKS = [
     # its id with the attacker's own bank's name.
     ("SELECT * FROM rcll.retain_facts_in_bank(%(theirs_id)s, %(theirs)s, 'sneak', '[]', NULL)", "RC002"),
     ("SELECT rcll.record_llm_calls_in_bank(%(theirs_id)s, %(theirs)s, '[]')", "RC002"),
-    ("SELECT rcll.correct_in_bank(%(theirs_id)s, %(theirs)s, 1, 'sneak', NULL, 'attack')", "RC002"),
     ("SELECT rcll.put_state_in_bank(%(theirs_id)s, %(theirs)s, 'deployment', 'spread', '{}', 0)", "RC002"),
     ("SELECT rcll.put_state_in_bank(%(theirs_id)s, %(mine)s, 'deployment', 'spread', '{}', 0)", "RC001"),
     ("SELECT * FROM rcll.get_state_in_bank(%(theirs_id)s, %(theirs)s, 'deployment', 'spread')", "RC002"),

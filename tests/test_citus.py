@@ -92,7 +92,7 @@ def test_install_places_every_rcll_table_by_bank_or_on_every_node(citus: CitusCl
             "SELECT oid::regclass::text FROM pg_class WHERE relnamespace = 'rcll'::regnamespace AND relkind = 'r'")}
         banked = {str(r[0]) for r in conn.execute("SELECT rcll._citus_bank_tables()::text")}
         again = install.install(conn)                                       # an upgrade: nothing to place again
-    assert "already distributed by bank; 14 function(s) delegated" in again
+    assert "already distributed by bank; 13 function(s) delegated" in again
     assert set(placed) == tables
     assert {"rcll.memory_units", "rcll.unit_lexicon", "rcll.documents", "rcll.links", "rcll.entities"} <= banked
     assert {t for t, (kind, _) in placed.items() if kind == "h"} == banked
@@ -347,7 +347,6 @@ TWIN_CALLS = [
     "SELECT * FROM rcll.state_history_in_bank(%(id)s, %(bank)s, 'ops', 'freeze')",
     "SELECT * FROM rcll.state_keys_in_bank(%(id)s, %(bank)s)",
     "SELECT rcll.forget_state_in_bank(%(id)s, %(bank)s, 'ops', 'freeze', dry_run => true)",
-    "SELECT rcll.correct_in_bank(%(id)s, %(bank)s, %(unit)s, %(text)s, %(embedding)s, 'a test', agent => 'alice')",
     "SELECT * FROM rcll.retain_facts_in_bank(%(id)s, %(bank)s, %(content)s, %(facts)s, %(vectors)s::vector[], "
     "extraction => 'offline', agent => 'alice')",
     "SELECT rcll.record_llm_calls_in_bank(%(id)s, %(bank)s, '[]')",
@@ -365,8 +364,7 @@ def test_every_bank_verb_is_one_call_on_the_banks_worker(citus: CitusCluster, co
     content = "Carol moved to the billing team in May 2024."
     facts = offline.extract(content, None)
     embedder = models.get_embedder()
-    params = {"bank": bank, "unit": unit.unit_id, "text": unit.text + " (corrected)",
-              "embedding": embedder.embed([unit.text + " (corrected)"])[0], "content": content,
+    params = {"bank": bank, "unit": unit.unit_id, "content": content,
               "facts": Jsonb([f.as_json() for f in facts]), "vectors": list(embedder.embed([f.text for f in facts]))}
     with psycopg.connect(coordinator, autocommit=True) as conn:
         configure(conn)
@@ -383,12 +381,6 @@ def test_every_bank_verb_is_one_call_on_the_banks_worker(citus: CitusCluster, co
             twin = call.split("rcll.")[1].split("(")[0]
             assert len(issued) == 1 and twin in issued[0][0], (call, sent)
             assert issued[0][1].split("@")[-1].split()[0] == f"127.0.0.1:{port}", (call, issued)
-        conn.execute("SET citus.log_remote_commands = off")
-        # The correction's audit row, written by the worker to every node's copy of audit_log.
-        counts = conn.execute("SELECT result FROM run_command_on_all_nodes(format("
-                              "'SELECT count(*) FROM rcll.audit_log WHERE bank_id = %%s AND action = ''correct'' "
-                              "AND actor = ''alice''', %s::int))", (params["id"],)).fetchall()
-    assert counts == [("1",)] * 3
 
 
 def _verbs(url: str) -> tuple[object, ...]:
@@ -477,8 +469,8 @@ def test_memory_sends_each_delegated_verb_as_its_twin_to_the_banks_worker(citus:
     # What is sent between the nodes while Memory runs the verbs, read from the coordinator's log
     # (citus.log_remote_commands for the new sessions of the database on every node, at NOTICE;
     # the worker's notices come back through the coordinator's session): each verb's twin, and
-    # every command to the bank's worker alone - but for correct's audit row, which the worker
-    # writes to every node's copy.
+    # every command to the bank's worker alone. Then correct, which is not delegated (its audit
+    # row goes to every node: rcll._in_bank_twins says why): its row is on every node.
     bank = "routed"
     with Memory(coordinator, bank=bank) as m:
         m.create_bank(bank)
@@ -500,23 +492,26 @@ def test_memory_sends_each_delegated_verb_as_its_twin_to_the_banks_worker(citus:
             m.forget_state("ops", "freeze", dry_run=False, reason="a test")
             m.retain("Carol moved to the billing team in May 2024.")
             b"".join(m.export_lines())
-            # Last: its audit row is written from the bank's worker to every node's copy.
-            before_correct = citus.coordinator.log.stat().st_size
-            unit = m.units().units[0]
-            m.correct(unit.unit_id, unit.text + " (corrected)", reason="a test")
+        end = citus.coordinator.log.stat().st_size
     finally:
         with psycopg.connect(coordinator, autocommit=True) as conn:
             conn.execute("ALTER DATABASE rcll RESET citus.log_remote_commands")
             conn.execute("ALTER DATABASE rcll RESET log_min_messages")
     with citus.coordinator.log.open("rb") as f:
         f.seek(start)
-        lines = f.read(before_correct - start).decode(errors="replace").splitlines()
-        after = f.read().decode(errors="replace").splitlines()
+        lines = f.read(end - start).decode(errors="replace").splitlines()
     issued = [(line.split("issuing ", 1)[1], lines[i + 1]) for i, line in enumerate(lines[:-1]) if "NOTICE:  issuing " in line]
     twins = {said.split("rcll.", 1)[1].split("(", 1)[0] for said, _ in issued if "_in_bank(" in said}
-    twins |= {"correct_in_bank" for line in after if "NOTICE:  issuing " in line and "rcll.correct_in_bank(" in line}
     assert twins == {"put_state_in_bank", "get_state_in_bank", "get_states_in_bank", "state_history_in_bank",
-                     "state_keys_in_bank", "forget_state_in_bank", "correct_in_bank", "retain_facts_in_bank",
+                     "state_keys_in_bank", "forget_state_in_bank", "retain_facts_in_bank",
                      "export_stream_in_bank"}, twins
     assert port is not None and issued
     assert all(f"@127.0.0.1:{port[0]} " in detail for _, detail in issued), [(c[:200], d) for c, d in issued if str(port[0]) not in d][:6]
+    with Memory(coordinator, bank=bank, agent="alice") as m:
+        unit = m.units().units[0]
+        m.correct(unit.unit_id, unit.text + " (corrected)", reason="a test")
+    with psycopg.connect(coordinator, autocommit=True) as conn:
+        counts = conn.execute("SELECT result FROM run_command_on_all_nodes(format("
+                              "'SELECT count(*) FROM rcll.audit_log WHERE bank_id = %%s AND action = ''correct'' "
+                              "AND actor = ''alice''', rcll._bank_id(%s)))", (bank,)).fetchall()
+    assert counts == [("1",)] * 3

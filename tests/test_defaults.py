@@ -138,7 +138,7 @@ _EXPIRES = ", expires_at timestamp with time zone DEFAULT NULL::timestamp with t
     ("rcll.recall", ""), ("rcll.recall_candidates", ""),
     # the write twins also carry what the client's transaction would have set (616)
     ("rcll.retain_chunks", _AGENT + _EXPIRES), ("rcll.retain_facts", _AGENT + _EXPIRES),
-    ("rcll.record_llm_calls", ""), ("rcll.forget", _AGENT), ("rcll.correct", _AGENT),
+    ("rcll.record_llm_calls", ""), ("rcll.forget", _AGENT),
     ("rcll.put_state", _AGENT), ("rcll.get_state", ""), ("rcll.get_states", ""), ("rcll.state_history", ""),
     ("rcll.state_keys", ""), ("rcll.forget_state", _AGENT), ("rcll.export_stream", "")])
 def test_each_in_bank_twin_is_its_function_with_the_banks_id_first(db: psycopg.Connection[Any], function: str,
@@ -155,7 +155,7 @@ def test_each_in_bank_twin_is_its_function_with_the_banks_id_first(db: psycopg.C
     arguments, result = header(function)
     assert header(f"{function}_in_bank") == (f"bank_id integer, {arguments}{after}", result)
     listed = {str(r[0]) for r in db.execute("SELECT base::regproc::text FROM rcll._in_bank_twins()")}
-    assert function in listed and len(listed) == 14
+    assert function in listed and len(listed) == 13
 
 
 def test_a_twin_refuses_an_id_that_is_not_its_banks_on_one_node_too(db: psycopg.Connection[Any]) -> None:

@@ -1076,9 +1076,10 @@ class Memory:
         why = required_text(reason, "reason", limit=1000)
         with admitted(WRITE):
             embedding = models.get_embedder(self.settings).embed([new])[0]
-            # On a cluster, with its audit row: written from the bank's worker to every node's copy.
-            self._bank_call(b, "correct", {"bank": b, "unit_id": uid, "text": new, "embedding": embedding, "reason": why},
-                            agent=True, resolve=False, dicts=False)
+            # Not delegated on a Citus cluster: rcll._in_bank_twins says why.
+            with self._tx() as conn:
+                conn.execute("SELECT rcll.correct(bank => %s, unit_id => %s, text => %s, embedding => %s, reason => %s)",
+                             (b, uid, new, embedding, why))
         # The write verb was checked: the history of what one just wrote needs no read verb besides.
         return self._history(b, int(uid or 0))
 

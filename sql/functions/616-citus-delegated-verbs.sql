@@ -45,7 +45,11 @@ AS $$
     -- Each delegated function, and what its twin carries of the client's transaction (agent:
     -- rcll.agent, the identity a write records; expires_at: rcll.expires_at, a retain's expiry).
     -- By name: each has one signature (an overload would make the cast fail, loudly). Import and
-    -- restore have no twin: docs/scaling.md, "Where each verb runs".
+    -- restore have no twin: docs/scaling.md, "Where each verb runs". Nor has rcll.correct: its
+    -- audit row goes to a reference table, a copy on every node, and a delegated call runs in a
+    -- backend Citus opened for it, which keeps no connection to the other nodes past its
+    -- transaction (connection_management.c, ShouldShutdownConnection): each correction opened new
+    -- ones (bench.citus_delegation: 77 ms p50 delegated, 29 routed), and it needs every node either way.
     SELECT t.base::regproc::regprocedure, t.carries::text[] FROM (VALUES
         ('rcll.recall', '{}'),
         ('rcll.recall_candidates', '{}'),
@@ -53,7 +57,6 @@ AS $$
         ('rcll.retain_facts', '{agent,expires_at}'),
         ('rcll.record_llm_calls', '{}'),
         ('rcll.forget', '{agent}'),
-        ('rcll.correct', '{agent}'),
         ('rcll.put_state', '{agent}'),
         ('rcll.get_state', '{}'),
         ('rcll.get_states', '{}'),
