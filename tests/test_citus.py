@@ -515,3 +515,22 @@ def test_memory_sends_each_delegated_verb_as_its_twin_to_the_banks_worker(citus:
                               "'SELECT count(*) FROM rcll.audit_log WHERE bank_id = %%s AND action = ''correct'' "
                               "AND actor = ''alice''', rcll._bank_id(%s)))", (bank,)).fetchall()
     assert counts == [("1",)] * 3
+
+
+def test_a_unit_of_work_runs_the_state_verbs_through_the_coordinator(coordinator: str) -> None:
+    # In Memory.transaction() nothing is delegated (Citus delegates a call outside a transaction
+    # block only): the functions themselves, each statement sent to the bank's worker, one commit.
+    bank = "unit-of-work"
+    with Memory(coordinator, bank=bank, agent="alice") as m:
+        m.create_bank(bank)
+        m.put_state("ops", "spread", {"n": 0}, expected_version=0)
+        with m.transaction() as tx:
+            (current,) = tx.lock_states([("ops", "spread")])
+            tx.put_state("ops", "spread", {"n": 1}, expected_version=current.version)
+            assert tx.get_state("ops", "spread").value == {"n": 1}              # type: ignore[union-attr]
+            tx.retain("Written in the same unit of work.")
+        with pytest.raises(RuntimeError), m.transaction() as tx:
+            tx.put_state("ops", "spread", {"n": 2}, expected_version=2)
+            raise RuntimeError("rolled back")
+        assert [s.value for s in m.state_history("ops", "spread")] == [{"n": 1}, {"n": 0}]
+        assert [u.text for u in m.units().units] == ["Written in the same unit of work."]
