@@ -24,6 +24,7 @@ import psycopg
 
 from rcll import Memory, citus_cluster, install
 from rcll.errors import RcllError
+from rcll.settings import DEFAULTS
 
 
 def attempt(name: str, fn: Callable[[], Any]) -> None:
@@ -89,12 +90,18 @@ def main() -> int:
             attempt("stats", lambda: m.stats())
             attempt("rooms", lambda: m.rooms())
             attempt("export", lambda: m.export(io.BytesIO()))
+            exported = list(m.export_lines())
+            attempt("import (its own export, on_conflict skip)", lambda: m.import_lines(exported, on_conflict="skip"))
             attempt("units (the console's list)", lambda: m.units())
             attempt("forget (one unit)", lambda: m.forget(unit_ids=[units[0].unit_id], dry_run=False, reason="drill"))
+            attempt("forget_state", lambda: m.forget_state("ops", "freeze", dry_run=False, reason="drill"))
             attempt("correct", lambda: m.correct(units[1].unit_id, "We deploy with Argo CD since May.", reason="drill"))
             attempt("create_bank", lambda: m.create_bank("another"))
             attempt("banks (the list)", lambda: m.banks())
             attempt("upkeep", lambda: m.upkeep())
+        with Memory(cl.url(), bank=up, agent="alice", settings=DEFAULTS.replace(llm_provider="offline")) as m:
+            attempt("retain, extracting facts (offline)",
+                    lambda: m.retain("Carol moved to the billing team in May 2024.", room="people"))
         with Memory(cl.url(), bank=down) as m:
             attempt(f"recall, bank {down} on the dead worker", lambda: m.recall("who owns billing?"))
         citus_cluster.restart(dead)

@@ -67,6 +67,20 @@ FUNCTION_ATTACKS = [
     ("SELECT * FROM rcll.retain_chunks_in_bank(%(theirs_id)s, %(mine)s, 'sneak', ARRAY['sneak'], NULL)", "RC001"),
     ("SELECT * FROM rcll.forget_in_bank(%(theirs_id)s, %(theirs)s, everything => %(theirs)s, dry_run => false, "
      "reason => 'attack')", "RC002"),
+    # Every other twin (616-citus-delegated-verbs.sql), by the other bank's id and its name, and by
+    # its id with the attacker's own bank's name.
+    ("SELECT * FROM rcll.retain_facts_in_bank(%(theirs_id)s, %(theirs)s, 'sneak', '[]', NULL)", "RC002"),
+    ("SELECT rcll.record_llm_calls_in_bank(%(theirs_id)s, %(theirs)s, '[]')", "RC002"),
+    ("SELECT rcll.put_state_in_bank(%(theirs_id)s, %(theirs)s, 'deployment', 'spread', '{}', 0)", "RC002"),
+    ("SELECT rcll.put_state_in_bank(%(theirs_id)s, %(mine)s, 'deployment', 'spread', '{}', 0)", "RC001"),
+    ("SELECT * FROM rcll.get_state_in_bank(%(theirs_id)s, %(theirs)s, 'deployment', 'spread')", "RC002"),
+    ("SELECT * FROM rcll.get_states_in_bank(%(theirs_id)s, %(theirs)s, ARRAY['deployment'], ARRAY['spread'])", "RC002"),
+    ("SELECT * FROM rcll.state_history_in_bank(%(theirs_id)s, %(theirs)s, 'deployment', 'spread')", "RC002"),
+    ("SELECT * FROM rcll.state_keys_in_bank(%(theirs_id)s, %(theirs)s)", "RC002"),
+    ("SELECT rcll.forget_state_in_bank(%(theirs_id)s, %(theirs)s, 'deployment', all_keys => true, dry_run => false)",
+     "RC002"),
+    ("SELECT * FROM rcll.export_stream_in_bank(%(theirs_id)s, %(theirs)s)", "RC002"),
+    ("SELECT * FROM rcll.export_stream_in_bank(%(theirs_id)s, %(mine)s)", "RC001"),
     ("INSERT INTO rcll.memory_units (bank_id, text, provenance) VALUES (%(theirs_id)s, 'sneak', '{\"via\": \"psql\"}')",
      "42501"),
     ("INSERT INTO rcll.documents (bank_id, content, content_hash, provenance) "

@@ -5,20 +5,25 @@ answers as one node does for the same data."""
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 from conftest import Leg
-from rcll import Memory, install
+from rcll import Memory, install, models
 from rcll.citus import CitusError
 from rcll.citus_cluster import CitusCluster
 from rcll.db import configure
 from rcll.document import Document
-from rcll.errors import Code
+from rcll.errors import Code, RcllError
+from rcll.export import iter_export
+from rcll.extract import offline
+from rcll.settings import DEFAULTS
 
 # Tens of seconds (the cluster's start, install and distribution): handed out first by make test.
 pytestmark = pytest.mark.slow
@@ -87,7 +92,7 @@ def test_install_places_every_rcll_table_by_bank_or_on_every_node(citus: CitusCl
             "SELECT oid::regclass::text FROM pg_class WHERE relnamespace = 'rcll'::regnamespace AND relkind = 'r'")}
         banked = {str(r[0]) for r in conn.execute("SELECT rcll._citus_bank_tables()::text")}
         again = install.install(conn)                                       # an upgrade: nothing to place again
-    assert "already distributed by bank; 4 function(s) delegated" in again
+    assert "already distributed by bank; 13 function(s) delegated" in again
     assert set(placed) == tables
     assert {"rcll.memory_units", "rcll.unit_lexicon", "rcll.documents", "rcll.links", "rcll.entities"} <= banked
     assert {t for t, (kind, _) in placed.items() if kind == "h"} == banked
@@ -330,3 +335,202 @@ def test_bm25_pruning_reads_the_statistics_of_the_banks_shard_on_its_worker(citu
                 "%s::text))", (table_name,)).fetchall())
     assert sorted(common[shard][port].strip("{}").split(",")) == ["deploy", "step"]   # pruned, by the shard's statistics
     assert common["unit_lexicon"][port] == "none"        # the shell's: nothing
+
+
+# Every *_in_bank twin (sql/functions/616-citus-delegated-verbs.sql) as a client sends it: its own
+# statement, outside a transaction block. Each must reach the coordinator's workers as one command,
+# the call itself, sent to the worker holding the bank - the whole verb runs there.
+TWIN_CALLS = [
+    "SELECT rcll.put_state_in_bank(%(id)s, %(bank)s, 'ops', 'freeze', '{\"until\": \"friday\"}', 0, agent => 'alice')",
+    "SELECT * FROM rcll.get_state_in_bank(%(id)s, %(bank)s, 'ops', 'freeze')",
+    "SELECT * FROM rcll.get_states_in_bank(%(id)s, %(bank)s, ARRAY['ops'], ARRAY['freeze'])",
+    "SELECT * FROM rcll.state_history_in_bank(%(id)s, %(bank)s, 'ops', 'freeze')",
+    "SELECT * FROM rcll.state_keys_in_bank(%(id)s, %(bank)s)",
+    "SELECT rcll.forget_state_in_bank(%(id)s, %(bank)s, 'ops', 'freeze', dry_run => true)",
+    "SELECT * FROM rcll.retain_facts_in_bank(%(id)s, %(bank)s, %(content)s, %(facts)s, %(vectors)s::vector[], "
+    "extraction => 'offline', agent => 'alice')",
+    "SELECT rcll.record_llm_calls_in_bank(%(id)s, %(bank)s, '[]')",
+    "SELECT * FROM rcll.export_stream_in_bank(%(id)s, %(bank)s)",
+    "SELECT * FROM rcll.forget_in_bank(%(id)s, %(bank)s, unit_ids => ARRAY[%(unit)s], dry_run => true)",
+]
+
+
+def test_every_bank_verb_is_one_call_on_the_banks_worker(citus: CitusCluster, coordinator: str) -> None:
+    bank = "verbs"
+    with Memory(coordinator, bank=bank) as m:
+        m.create_bank(bank)
+        m.retain_many([text for text, _ in DOCS])
+        unit = m.units().units[0]
+    content = "Carol moved to the billing team in May 2024."
+    facts = offline.extract(content, None)
+    embedder = models.get_embedder()
+    params = {"bank": bank, "unit": unit.unit_id, "content": content,
+              "facts": Jsonb([f.as_json() for f in facts]), "vectors": list(embedder.embed([f.text for f in facts]))}
+    with psycopg.connect(coordinator, autocommit=True) as conn:
+        configure(conn)
+        params["id"], port = conn.execute(
+            "SELECT rcll._bank_id(%s), s.nodeport FROM citus_shards s WHERE s.shardid = "
+            "get_shard_id_for_distribution_column('rcll.memory_units', rcll._bank_id(%s))", (bank, bank)).fetchone()  # type: ignore[misc]
+        sent: list[tuple[str, str]] = []
+        conn.add_notice_handler(lambda d: sent.append((d.message_primary or "", d.message_detail or "")))
+        conn.execute("SET citus.log_remote_commands = on")
+        for call in TWIN_CALLS:
+            sent.clear()
+            assert conn.execute(call, params).fetchall(), call
+            issued = [(said, detail) for said, detail in sent if said.startswith("issuing")]
+            twin = call.split("rcll.")[1].split("(")[0]
+            assert len(issued) == 1 and twin in issued[0][0], (call, sent)
+            assert issued[0][1].split("@")[-1].split()[0] == f"127.0.0.1:{port}", (call, issued)
+
+
+def _verbs(url: str) -> tuple[object, ...]:
+    """The same verbs through Memory on one store: keyed state, an extraction-mode retain, a
+    correction, a forgotten key; what each answers, without ids or times."""
+    offline_mode = DEFAULTS.replace(llm_provider="offline")
+    bank = "verbs-memory"
+    with Memory(url, bank=bank, agent="alice", settings=offline_mode) as m:
+        m.create_bank(bank)
+        written = m.retain("Carol moved to the billing team in May 2024. Dave owns the payments gateway.",
+                           room="people", occurred_at="2024-06-01T00:00:00Z")
+        again = m.retain("Carol moved to the billing team in May 2024. Dave owns the payments gateway.",
+                         room="people", occurred_at="2024-06-01T00:00:00Z")
+        put = [m.put_state("ops", "freeze", {"until": day}, expected_version=v) for v, day in enumerate(["mon", "fri"])]
+        got = m.get_state("ops", "freeze")
+        old = m.get_state("ops", "freeze", version=1)
+        many = m.get_states([("ops", "freeze"), ("ops", "none")])
+        keys = m.state_keys()
+        history = m.state_history("ops", "freeze")
+        unit = next(u for u in m.units().units if u.text.startswith("Dave"))
+        versions = m.correct(unit.unit_id, "Dave owns the payments gateway and its alerts.", reason="a test")
+        gone = m.forget_state("ops", "freeze", dry_run=False, reason="a test")
+        # Refusals carry the same code and hint as on one node. (Not the field: Citus relays an error
+        # raised on a worker without its COLUMN, so there RcllError.field is empty and the text keeps
+        # its "<field>: " - docs/scaling.md, "Where each verb runs".)
+        refusals = []
+        for refused in (lambda: m.put_state("ops", "freeze", {}, expected_version=7),
+                        lambda: m.correct(unit.unit_id, "Dave owns the payments gateway and its alerts.", reason="again"),
+                        lambda: m.forget_state("ops", None)):
+            with pytest.raises(RcllError) as e:
+                refused()
+            refusals.append((e.value.code, e.value.hint))
+        units = sorted((u.text, u.kind, u.room, u.author) for u in m.units().units)
+        stats = m.stats()
+    assert got is not None and old is not None
+    return (written.mode, len(written.unit_ids), again.created, [p.version for p in put], got.value, got.version,
+            old.value, [(s.room, s.key, s.version, s.value) for s in many], [(k.key, k.version) for k in keys],
+            [(h.version, h.value, h.provenance["who"]) for h in history],
+            [(v.version, v.text, v.current, v.replaced_by, v.reason) for v in versions],
+            gone.counts, refusals, units, stats.kind, stats.link_type, stats.totals)
+
+
+def test_state_facts_and_correct_through_the_coordinator_equal_one_node(coordinator: str, pg18: Leg) -> None:
+    with pg18.database() as url:
+        assert _verbs(coordinator) == _verbs(url)
+
+
+def test_export_is_one_call_byte_identical_to_the_routed_export_and_to_one_nodes(filled: str, pg18: Leg) -> None:
+    bank = BANKS[1]
+    with Memory(filled, bank=bank) as m:
+        m.put_state("ops", "freeze", {"until": "friday"}, expected_version=0)
+        delegated = b"".join(m.export_lines())
+    with psycopg.connect(filled) as conn:
+        configure(conn)
+        routed = b"".join(iter_export(conn, bank))        # table by table, through the coordinator
+    assert delegated == routed and b'"table":"room_state"' in delegated
+    # Restored (ids, times and authors as exported) on one node, the bank exports the same bytes.
+    with pg18.database() as url, Memory(url) as one:
+        one.import_lines(delegated.splitlines(keepends=True), restore=True)
+        assert b"".join(one.export_lines(bank=bank)) == delegated
+    # Restored on the cluster itself after a drop: the same rows, ids and all, but for the record of
+    # the drop (forget_log keeps it, under the bank's id, which the restore takes again).
+    with Memory(filled, bank=bank) as m:
+        m.drop_bank(bank, confirm=bank, dry_run=False, reason="test")
+        m.import_lines(delegated.splitlines(keepends=True), restore=True)
+        again = b"".join(m.export_lines())
+        # The ids it kept are past every node's sequence: writes after it take new ones (its audit rows
+        # came from this bank's worker, whose own copy of the sequence draws the next).
+        for i in range(2):
+            unit = m.units().units[0]
+            m.correct(unit.unit_id, f"{unit.text} ({i})", reason="after the restore")
+            m.put_state("ops", "after", {"n": i}, expected_version=i)
+    assert _but_the_forget_log(again) == _but_the_forget_log(delegated)
+    assert b'"table":"forget_log"' in again and b'"table":"forget_log"' not in delegated
+
+
+def _but_the_forget_log(stream: bytes) -> tuple[dict[str, Any], list[bytes]]:
+    """An export stream's header and row lines, without forget_log's rows and largest id (and the trailer, which counts them)."""
+    lines = stream.splitlines()
+    head = json.loads(lines[0])
+    head["max_ids"].pop("forget_log")
+    return head, [line for line in lines[1:-1] if not line.startswith(b'{"table":"forget_log"')]
+
+
+def test_memory_sends_each_delegated_verb_as_its_twin_to_the_banks_worker(citus: CitusCluster, coordinator: str) -> None:
+    # What is sent between the nodes while Memory runs the verbs, read from the coordinator's log
+    # (citus.log_remote_commands for the new sessions of the database on every node, at NOTICE;
+    # the worker's notices come back through the coordinator's session): each verb's twin, and
+    # every command to the bank's worker alone. Then correct, which is not delegated (its audit
+    # row goes to every node: rcll._in_bank_twins says why): its row is on every node.
+    bank = "routed"
+    with Memory(coordinator, bank=bank) as m:
+        m.create_bank(bank)
+        m.retain_many([text for text, _ in DOCS])
+    with psycopg.connect(coordinator, autocommit=True) as conn:
+        port = conn.execute("SELECT s.nodeport FROM citus_shards s WHERE s.shardid = "
+                            "get_shard_id_for_distribution_column('rcll.memory_units', rcll._bank_id(%s))",
+                            (bank,)).fetchone()
+        conn.execute("ALTER DATABASE rcll SET citus.log_remote_commands = on")
+        conn.execute("ALTER DATABASE rcll SET log_min_messages = notice")
+    start = citus.coordinator.log.stat().st_size
+    try:
+        with Memory(coordinator, bank=bank, agent="alice", settings=DEFAULTS.replace(llm_provider="offline")) as m:
+            m.put_state("ops", "freeze", {"until": "friday"}, expected_version=0)
+            m.get_state("ops", "freeze")
+            m.get_states([("ops", "freeze")])
+            m.state_history("ops", "freeze")
+            m.state_keys()
+            m.forget_state("ops", "freeze", dry_run=False, reason="a test")
+            m.retain("Carol moved to the billing team in May 2024.")
+            b"".join(m.export_lines())
+        end = citus.coordinator.log.stat().st_size
+    finally:
+        with psycopg.connect(coordinator, autocommit=True) as conn:
+            conn.execute("ALTER DATABASE rcll RESET citus.log_remote_commands")
+            conn.execute("ALTER DATABASE rcll RESET log_min_messages")
+    with citus.coordinator.log.open("rb") as f:
+        f.seek(start)
+        lines = f.read(end - start).decode(errors="replace").splitlines()
+    issued = [(line.split("issuing ", 1)[1], lines[i + 1]) for i, line in enumerate(lines[:-1]) if "NOTICE:  issuing " in line]
+    twins = {said.split("rcll.", 1)[1].split("(", 1)[0] for said, _ in issued if "_in_bank(" in said}
+    assert twins == {"put_state_in_bank", "get_state_in_bank", "get_states_in_bank", "state_history_in_bank",
+                     "state_keys_in_bank", "forget_state_in_bank", "retain_facts_in_bank",
+                     "export_stream_in_bank"}, twins
+    assert port is not None and issued
+    assert all(f"@127.0.0.1:{port[0]} " in detail for _, detail in issued), [(c[:200], d) for c, d in issued if str(port[0]) not in d][:6]
+    with Memory(coordinator, bank=bank, agent="alice") as m:
+        unit = m.units().units[0]
+        m.correct(unit.unit_id, unit.text + " (corrected)", reason="a test")
+    with psycopg.connect(coordinator, autocommit=True) as conn:
+        counts = conn.execute("SELECT result FROM run_command_on_all_nodes(format("
+                              "'SELECT count(*) FROM rcll.audit_log WHERE bank_id = %%s AND action = ''correct'' "
+                              "AND actor = ''alice''', rcll._bank_id(%s)))", (bank,)).fetchall()
+    assert counts == [("1",)] * 3
+
+
+def test_a_unit_of_work_runs_the_state_verbs_through_the_coordinator(coordinator: str) -> None:
+    # In Memory.transaction() nothing is delegated (Citus delegates a call outside a transaction
+    # block only): the functions themselves, each statement sent to the bank's worker, one commit.
+    bank = "unit-of-work"
+    with Memory(coordinator, bank=bank, agent="alice") as m:
+        m.create_bank(bank)
+        m.put_state("ops", "spread", {"n": 0}, expected_version=0)
+        with m.transaction() as tx:
+            (current,) = tx.lock_states([("ops", "spread")])
+            tx.put_state("ops", "spread", {"n": 1}, expected_version=current.version)
+            assert tx.get_state("ops", "spread").value == {"n": 1}              # type: ignore[union-attr]
+            tx.retain("Written in the same unit of work.")
+        with pytest.raises(RuntimeError), m.transaction() as tx:
+            tx.put_state("ops", "spread", {"n": 2}, expected_version=2)
+            raise RuntimeError("rolled back")
+        assert [s.value for s in m.state_history("ops", "spread")] == [{"n": 1}, {"n": 0}]
+        assert [u.text for u in m.units().units] == ["Written in the same unit of work."]

@@ -58,7 +58,7 @@ def cluster(citus: CitusCluster) -> str:
     with psycopg.connect(citus.url()) as conn:
         install.install(conn)
         conn.commit()
-    assert _delegated(citus.url()) == 4           # the twins stay delegated after the install's second run
+    assert _delegated(citus.url()) == 13          # the twins stay delegated after the install's second run
     # The models loaded before any story: a cold load would spend the first recall's deadline.
     models.get_embedder()
     models.get_reranker()

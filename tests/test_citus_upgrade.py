@@ -74,17 +74,20 @@ def test_rcll_install_upgrades_a_baseline_store_on_the_coordinator_and_distribut
         assert is_distributed(conn)
         assert recalls(conn) == one_node_upgraded and all(one_node_upgraded)
         delegated = _delegated(conn)
-        assert len(delegated) == 4, delegated
+        assert len(delegated) == 13, delegated      # every twin of rcll._in_bank_twins()
         again = install.install(conn)
         assert "0 migration(s) applied, 0 changed function(s) dropped" in again, again
-        assert "already distributed by bank; 4 function(s) delegated" in again, again
+        assert "already distributed by bank; 13 function(s) delegated" in again, again
         assert _delegated(conn) == delegated
-    # The upgraded store takes writes and forgets through the delegated twins.
+    # The upgraded store takes writes, forgets, keyed state and exports through the delegated twins.
     with Memory(url, bank="fleet", agent="agent-9") as m:
         assert m._shared.in_bank
         written = m.retain("The upgrade to the cluster went fine.")
         assert m.recall("upgrade cluster").facts[0].text == "The upgrade to the cluster went fine."
         assert m.forget(unit_ids=written.unit_ids, dry_run=False, reason="test").counts["units"] == 1
+        m.put_state("ops", "upgrade", {"done": True}, expected_version=0)
+        assert m.get_state("ops", "upgrade").value == {"done": True}     # type: ignore[union-attr]
+        assert b'"table":"room_state"' in b"".join(m.export_lines())
 
 
 

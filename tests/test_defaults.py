@@ -130,16 +130,23 @@ def test_recall_channels_labels_its_lists_with_the_channel_names(db: psycopg.Con
     assert names - got <= {"graph"}
 
 
+_AGENT = ", agent text DEFAULT NULL::text"
+_EXPIRES = ", expires_at timestamp with time zone DEFAULT NULL::timestamp with time zone"
+
+
 @pytest.mark.parametrize(("function", "after"), [
     ("rcll.recall", ""), ("rcll.recall_candidates", ""),
-    # the write twins also carry what the client's transaction would have set (615)
-    ("rcll.retain_chunks", ", agent text DEFAULT NULL::text, expires_at timestamp with time zone DEFAULT NULL::timestamp with time zone"),
-    ("rcll.forget", ", agent text DEFAULT NULL::text")])
+    # the write twins also carry what the client's transaction would have set (616)
+    ("rcll.retain_chunks", _AGENT + _EXPIRES), ("rcll.retain_facts", _AGENT + _EXPIRES),
+    ("rcll.record_llm_calls", ""), ("rcll.forget", _AGENT),
+    ("rcll.put_state", _AGENT), ("rcll.get_state", ""), ("rcll.get_states", ""), ("rcll.state_history", ""),
+    ("rcll.state_keys", ""), ("rcll.forget_state", _AGENT), ("rcll.export_stream", "")])
 def test_each_in_bank_twin_is_its_function_with_the_banks_id_first(db: psycopg.Connection[Any], function: str,
                                                                    after: str) -> None:
     # Citus delegates a call by an argument of the distribution column's type, so each delegated
-    # function has a twin taking the bank's id first (610 and 615-citus-*.sql): SQL has no shared
-    # parameter list, so this holds the two headers equal - names, types, defaults and the rows returned.
+    # function has a twin taking the bank's id first, made from the function's signature by
+    # rcll._make_in_bank_twin (616-citus-delegated-verbs.sql): this holds the two headers equal -
+    # names, types, defaults and the rows returned - and the list of twins to this one.
     def header(name: str) -> tuple[str, str]:
         row = db.execute("SELECT pg_get_function_arguments(%s::regproc), pg_get_function_result(%s::regproc)",
                          (name, name)).fetchone()
@@ -147,3 +154,17 @@ def test_each_in_bank_twin_is_its_function_with_the_banks_id_first(db: psycopg.C
         return str(row[0]), str(row[1])
     arguments, result = header(function)
     assert header(f"{function}_in_bank") == (f"bank_id integer, {arguments}{after}", result)
+    listed = {str(r[0]) for r in db.execute("SELECT base::regproc::text FROM rcll._in_bank_twins()")}
+    assert function in listed and len(listed) == 13
+
+
+def test_a_twin_refuses_an_id_that_is_not_its_banks_on_one_node_too(db: psycopg.Connection[Any]) -> None:
+    db.execute("SELECT rcll.create_bank('twin-a')")
+    db.execute("SELECT rcll.create_bank('twin-b')")
+    b = db.execute("SELECT rcll._bank_id('twin-b')").fetchone()
+    assert b is not None
+    db.execute("SELECT rcll.put_state_in_bank(%s, 'twin-b', 'ops', 'k', '1'::jsonb, 0)", (b[0],))
+    assert db.execute("SELECT value FROM rcll.get_state_in_bank(%s, 'twin-b', 'ops', 'k')", (b[0],)).fetchone() == (1,)
+    with pytest.raises(psycopg.Error) as refused:
+        db.execute("SELECT * FROM rcll.get_state_in_bank(%s, 'twin-a', 'ops', 'k')", (b[0],))
+    assert refused.value.sqlstate == "RC001" and refused.value.diag.column_name == "bank_id"

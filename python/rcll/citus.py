@@ -13,12 +13,13 @@ in the same shard group).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import RowFactory, tuple_row
 
 from rcll.errors import Code, RcllError
 
@@ -91,7 +92,23 @@ def own_statement(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[
             conn.autocommit = autocommit
 
 
-def call_in_bank(conn: psycopg.Connection[Any], query: sql.Composed, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+def call_in_bank(conn: psycopg.Connection[Any], query: sql.Composed, params: dict[str, Any],
+                 row_factory: RowFactory[Any] = tuple_row) -> list[Any]:
     """The rows of one call to a delegated *_in_bank function, sent as its own statement (own_statement)."""
-    with own_statement(conn):
-        return conn.execute(query, params).fetchall()
+    with own_statement(conn), conn.cursor(row_factory=row_factory) as cur:
+        return cur.execute(query, params).fetchall()
+
+
+def named_call(function: str, names: Iterable[str], *, in_bank: bool = False,
+               casts: Mapping[str, sql.SQL] | None = None) -> sql.Composed:
+    """SELECT * FROM rcll.<function>(<name> => %(<name>)s, ...): each argument by name, from a
+    parameter of the same name (cast where `casts` says: an array of vectors is sent as text).
+    in_bank: its twin, rcll.<function>_in_bank, with bank_id => %(bank_id)s first
+    (sql/functions/616-citus-delegated-verbs.sql)."""
+    cast = casts or {}
+    args = [sql.SQL("{} => {}::{}").format(sql.Identifier(n), sql.Placeholder(n), cast[n]) if n in cast
+            else sql.SQL("{} => {}").format(sql.Identifier(n), sql.Placeholder(n)) for n in names]
+    if in_bank:
+        args.insert(0, sql.SQL("bank_id => {}").format(sql.Placeholder("bank_id")))
+    name = f"{function}_in_bank" if in_bank else function
+    return sql.SQL("SELECT * FROM {}({})").format(sql.Identifier("rcll", name), sql.SQL(", ").join(args))

@@ -39,6 +39,16 @@ class Document:
                 "via": via, "author": self.author}
 
 
+@dataclass(frozen=True)
+class InBank:
+    """A write delegated to the bank's worker on a Citus cluster: the bank's id, and what the
+    writing transaction would have set - the agent (rcll.agent) and the units' expiry."""
+
+    bank_id: int
+    agent: str | None = None
+    expires_at: datetime | None = None
+
+
 @dataclass
 class RetainResult:
     """The document's id, the ids of the units written for it, whether it was new, and the mode."""

@@ -45,6 +45,7 @@ from psycopg import sql
 from psycopg.types.string import TextLoader
 
 from rcll.auth import act_as
+from rcll.citus import own_statement
 from rcll.errors import Code, RcllError, database_errors
 from rcll.sqlsource import extension_version
 from rcll.validate import DEFAULT_MAX_IMPORT_LINE_BYTES, on_conflict_arg
@@ -251,28 +252,55 @@ def _stream(conn: psycopg.Connection[Any], bank: str, table: str) -> Iterator[st
     cur.execute(close)
 
 
+# On a Citus cluster (bank_id given): the whole export as one call delegated to the bank's worker,
+# streamed from there row by row (sql/functions/616-citus-delegated-verbs.sql).
+_EXPORT_IN_BANK = "SELECT table_name, row_data FROM rcll.export_stream_in_bank(bank_id => %s, bank => %s)"
+
+
+@contextmanager
+def _exported(conn: psycopg.Connection[Any], bank: str,
+              bank_id: int | None) -> Iterator[tuple[list[str], Any, Iterator[tuple[str, str]]]]:
+    """The tables of an export in order, the largest ids, and every (table, row as jsonb text),
+    all from one snapshot: one REPEATABLE READ transaction reading each table by a cursor, or (on a
+    Citus cluster, bank_id given) rcll.export_stream_in_bank, the whole export as one call sent as
+    its own statement, which runs in one transaction on the worker holding the bank."""
+    if bank_id is None:
+        with _snapshot(conn):
+            tables = [str(r[0]) for r in conn.execute(
+                "SELECT table_name FROM rcll.export_tables() ORDER BY table_position").fetchall()]
+            row = conn.execute("SELECT rcll.export_max_ids(bank => %s)", (bank,)).fetchone()
+            yield tables, row[0] if row else {}, ((t, line) for t in tables for line in _stream(conn, bank, t))
+        return
+    with database_errors(), own_statement(conn):
+        tables = [str(r[0]) for r in conn.execute(
+            "SELECT table_name FROM rcll.export_tables() ORDER BY table_position").fetchall()]
+        cur = conn.cursor()
+        cur.adapters.register_loader("jsonb", TextLoader)
+        rows = cur.stream(_EXPORT_IN_BANK, (bank_id, bank))
+        first = next(rows, None)
+        assert first is not None and first[0] is None, "rcll.export_stream starts with the largest ids"
+        yield tables, json.loads(first[1]), ((str(t), str(line)) for t, line in rows)
+
+
 def export_bank(conn: psycopg.Connection[Any], bank: str, out: Path | str, *,
-                progress: Progress | None = None) -> ExportSummary:
+                progress: Progress | None = None, bank_id: int | None = None) -> ExportSummary:
     """Write the bank to directory `out` (created; must not hold an export already) from one
-    REPEATABLE READ snapshot. `progress(table, rows)` is called as rows are written."""
+    snapshot (bank_id: on a Citus cluster, delegated whole to the bank's worker; see _exported).
+    `progress(table, rows)` is called as rows are written."""
     out = Path(out)
     if (out / MANIFEST).exists():
         raise RcllError("out", f"{out} already holds an export", "choose an empty or new directory", code=Code.CONFLICT)
     (out / "rcll").mkdir(parents=True, exist_ok=True)
     summary = ExportSummary(bank, out)
     manifest_tables: list[dict[str, Any]] = []
-    with _snapshot(conn):
-        tables = [str(r[0]) for r in conn.execute(
-            "SELECT table_name FROM rcll.export_tables() ORDER BY table_position").fetchall()]
-        max_ids_row = conn.execute("SELECT rcll.export_max_ids(bank => %s)", (bank,)).fetchone()
-        max_ids = max_ids_row[0] if max_ids_row else {}
+    with _exported(conn, bank, bank_id) as (tables, max_ids, rows):
         pam: _PamWriter | None = None
-        for table in tables:
+        for table, lines in _by_table(tables, rows):
             path = out / "rcll" / f"{table}.jsonl"
             h = hashlib.sha256()
             n = 0
             with path.open("wb") as f:
-                for line in _stream(conn, bank, table):
+                for line in lines:
                     b = line.encode() + b"\n"
                     f.write(b)
                     h.update(b)
@@ -324,29 +352,51 @@ def _snapshot(conn: psycopg.Connection[Any]) -> Iterator[None]:
 STREAM_FORMAT = "rcll-export-stream"
 
 
-def iter_export(conn: psycopg.Connection[Any], bank: str) -> Iterator[bytes]:
+def _by_table(tables: list[str], rows: Iterator[tuple[str, str]]) -> Iterator[tuple[str, Iterator[str]]]:
+    """Each table, in order, with its lines (rows: (table, line) in the tables' order; read each
+    table's lines to the end before the next table's)."""
+    ahead: list[tuple[str, str]] = []
+
+    def lines(table: str) -> Iterator[str]:
+        while True:
+            got = ahead.pop() if ahead else next(rows, None)
+            if got is None:
+                return
+            t, line = got
+            if t != table:
+                ahead.append((t, line))
+                return
+            yield line
+
+    for table in tables:
+        yield table, lines(table)
+    left = ahead.pop() if ahead else next(rows, None)
+    if left is not None:       # a row out of the tables' order: refused, never dropped
+        raise RcllError("tables", f"the export's rows of {left[0]} came out of the tables' order",
+                        "report it: rcll.export_stream lists the tables in rcll.export_tables() order",
+                        code=Code.INVALID_STREAM)
+
+
+def iter_export(conn: psycopg.Connection[Any], bank: str, *, bank_id: int | None = None) -> Iterator[bytes]:
     """The bank as NDJSON (the HTTP form of an export): a header line with the format, bank,
     tables and max_ids, one {"table": ..., "row": ...} line per row in the canonical order, then
     the trailer (per-table row counts and the SHA-256 of every line before it). A stream that
-    stops early - a database error after the first line - has no trailer, and no import takes it."""
-    with _snapshot(conn):
-        tables = [str(r[0]) for r in conn.execute(
-            "SELECT table_name FROM rcll.export_tables() ORDER BY table_position").fetchall()]
-        row = conn.execute("SELECT rcll.export_max_ids(bank => %s)", (bank,)).fetchone()
+    stops early - a database error after the first line - has no trailer, and no import takes it.
+    bank_id: on a Citus cluster, the export delegated whole to the bank's worker (_exported)."""
+    with _exported(conn, bank, bank_id) as (tables, max_ids, rows):
         head = {"format": STREAM_FORMAT, "format_version": FORMAT_VERSION, "rcll_version": extension_version(),
-                "bank": bank, "tables": tables, "max_ids": row[0] if row else {}}
+                "bank": bank, "tables": tables, "max_ids": max_ids}
         digest = hashlib.sha256()
         counts = dict.fromkeys(tables, 0)
         line = (json.dumps(head, sort_keys=True) + "\n").encode()
         digest.update(line)
         yield line
-        for table in tables:
-            prefix = b'{"table":"' + table.encode() + b'","row":'
-            for text in _stream(conn, bank, table):
-                line = prefix + text.encode() + b"}\n"
-                digest.update(line)
-                counts[table] += 1
-                yield line
+        prefixes = {t: b'{"table":"' + t.encode() + b'","row":' for t in tables}
+        for table, text in rows:
+            line = prefixes[table] + text.encode() + b"}\n"
+            digest.update(line)
+            counts[table] += 1
+            yield line
         yield (json.dumps({TRAILER: {"rows": counts, "sha256": digest.hexdigest()}}, sort_keys=True) + "\n").encode()
 
 

@@ -34,7 +34,7 @@ from typing import IO, Any, TypeVar
 
 import psycopg
 from psycopg import sql
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -523,6 +523,22 @@ class Memory:
         with self._connection() as conn, database_errors(read_only=self.read_only, bank=bank):
             return call(conn, self._bank_id(bank))
 
+    def _bank_call(self, bank: str, function: str, args: dict[str, Any], *, agent: bool = False,
+                   resolve: bool = True, dicts: bool = True) -> list[Any]:
+        """The rows of rcll.<function>(each of args by name) for one bank: on a Citus cluster its
+        *_in_bank twin, delegated whole to the bank's worker (with this Memory's agent when the
+        twin carries it: agent=True); elsewhere, and in a unit of work, the function itself in a
+        transaction acting as the agent (resolve: the bank resolved first, as _tx). dicts: rows as
+        dicts by column, else tuples."""
+        rows: Any = dict_row if dicts else tuple_row
+        if self._delegated():
+            extra = {"agent": self.agent or None} if agent else {}
+            query = citus.named_call(function, [*args, *extra], in_bank=True)
+            return self._in_bank(bank, lambda conn, bank_id: citus.call_in_bank(
+                conn, query, {**args, **extra, "bank_id": bank_id}, row_factory=rows))
+        with self._tx(bank, resolve=resolve) as conn, conn.cursor(row_factory=rows) as cur:
+            return cur.execute(citus.named_call(function, args), args).fetchall()
+
     def check_writable(self) -> None:
         """Raise RcllError(read_only) on a read-only Memory."""
         if self.read_only:
@@ -603,7 +619,7 @@ class Memory:
                                 "pass (chunks, embeddings) with one embedding per chunk, e.g. rcll.retain.prepare's")
         with admitted(WRITE):
             prepared = prepared if prepared is not None else prepare(doc, self.settings)
-            if self._delegated() and self.settings.llm_provider == "none":
+            if self._delegated():
                 return self._in_bank(b, lambda conn, bank_id: retain_in_bank(
                     conn, b, InBank(bank_id, self.agent, expiry), doc, via=v, prepared=prepared, settings=self.settings))
             with self._tx(b, resolve=False) as conn:
@@ -622,7 +638,7 @@ class Memory:
         v = required_text(via, "via")
         size = int_arg(batch_size, "batch_size", 1, 100_000) or 512
         items = (Document(content=d) if isinstance(d, str) else d for d in docs)
-        if self._delegated() and self.settings.llm_provider == "none":
+        if self._delegated():
             bank_id = self._bank_id(b, fresh=True)
             with self._connection() as conn, database_errors(read_only=self.read_only, bank=b):
                 return retain_many(conn, b, items, via=v, batch_size=size, on_progress=on_progress,
@@ -712,10 +728,8 @@ class Memory:
         b = self._bank(bank)
         r, k = required_text(room, "room"), required_text(key, "key")
         v = int_arg(version, "version", 1, MAX_VERSION)
-        with self._tx(b) as conn, conn.cursor(row_factory=dict_row) as cur:
-            row = cur.execute("SELECT * FROM rcll.get_state(bank => %s, room => %s, key => %s, at_version => %s)",
-                              (b, r, k, v)).fetchone()
-        return None if row is None else State.from_row(row)
+        rows = self._bank_call(b, "get_state", {"bank": b, "room": r, "key": k, "at_version": v})
+        return State.from_row(rows[0]) if rows else None
 
     def put_state(self, room: str, key: str, value: Any, *, expected_version: int = 0, bank: str | None = None,
                   via: str = "python") -> StateWritten:
@@ -726,12 +740,10 @@ class Memory:
         r, k = required_text(room, "room"), required_text(key, "key")
         ev = int_arg(expected_version, "expected_version", 0, MAX_VERSION, 0)
         state_value_arg(value, limit=self.settings.max_state_bytes)
-        with self._tx(b, resolve=False) as conn:
-            row = conn.execute("SELECT rcll.put_state(bank => %s, room => %s, key => %s, value => %s, "
-                               "expected_version => %s, via => %s)",
-                               (b, r, k, Jsonb(value), ev, required_text(via, "via"))).fetchone()
-        assert row is not None
-        return StateWritten(r, k, int(row[0]))
+        (version,), = self._bank_call(b, "put_state", {"bank": b, "room": r, "key": k, "value": Jsonb(value),
+                                                       "expected_version": ev, "via": required_text(via, "via")},
+                                      agent=True, resolve=False, dicts=False)
+        return StateWritten(r, k, int(version))
 
     @retried_once
     def get_states(self, pairs: Iterable[tuple[str, str]], *, bank: str | None = None) -> list[StateKey]:
@@ -739,10 +751,7 @@ class Memory:
         pairs given, exact strings; a pair with no state has no row."""
         b = self._bank(bank)
         rooms, keys = self._pairs(pairs)
-        with self._tx(b) as conn, conn.cursor(row_factory=dict_row) as cur:
-            rows = cur.execute("SELECT * FROM rcll.get_states(bank => %s, rooms => %s, keys => %s)",
-                               (b, rooms, keys)).fetchall()
-        return [StateKey.from_row(r) for r in rows]
+        return [StateKey.from_row(r) for r in self._bank_call(b, "get_states", {"bank": b, "rooms": rooms, "keys": keys})]
 
     def lock_states(self, pairs: Iterable[tuple[str, str]], *, bank: str | None = None) -> list[StateKey]:
         """In a unit of work (Memory.transaction), for a read-modify-write: lock these keyed states
@@ -769,10 +778,7 @@ class Memory:
         """Every version of a room's keyed state, newest first, each with its provenance."""
         b = self._bank(bank)
         r, k = required_text(room, "room"), required_text(key, "key")
-        with self._tx(b) as conn, conn.cursor(row_factory=dict_row) as cur:
-            rows = cur.execute("SELECT * FROM rcll.state_history(bank => %s, room => %s, key => %s)",
-                               (b, r, k)).fetchall()
-        return [State.from_row(x) for x in rows]
+        return [State.from_row(x) for x in self._bank_call(b, "state_history", {"bank": b, "room": r, "key": k})]
 
     @retried_once
     def session_start(self, *, rooms: Sequence[str] | None = None, thread: str | None = None,
@@ -849,10 +855,7 @@ class Memory:
     def state_keys(self, *, bank: str | None = None, rooms: Sequence[str] | None = None) -> list[StateKey]:
         """Every keyed state of a bank (or of `rooms`, exact strings) at its current version."""
         b = self._bank(bank)
-        with self._tx(b) as conn, conn.cursor(row_factory=dict_row) as cur:
-            rows = cur.execute("SELECT * FROM rcll.state_keys(bank => %s, rooms => %s)",
-                               (b, list_arg(rooms, "rooms"))).fetchall()
-        return [StateKey.from_row(r) for r in rows]
+        return [StateKey.from_row(r) for r in self._bank_call(b, "state_keys", {"bank": b, "rooms": list_arg(rooms, "rooms")})]
 
     # -- export / import --------------------------------------------------------------------------
 
@@ -862,8 +865,9 @@ class Memory:
         rcll.export), or to a binary file as NDJSON (the form GET /export streams)."""
         b = self._known_bank(bank, "export")
         if isinstance(to, (str, os.PathLike)):
+            bank_id = self._bank_id(b, fresh=True) if self._delegated() else None
             with self._connection() as conn:
-                return export_bank(conn, b, Path(to), progress=progress)
+                return export_bank(conn, b, Path(to), progress=progress, bank_id=bank_id)
         summary = ExportSummary(b, Path(getattr(to, "name", "-")))
         for line in self.export_lines(bank=b):
             to.write(line)
@@ -880,8 +884,11 @@ class Memory:
         to the end) to give its connection back."""
         self._outside_unit("export")
         b = self._known_bank(bank, "export")
+        # On a Citus cluster the whole export is one call delegated to the bank's worker, by the
+        # bank's id as it is now (a stream is not made again when the id turns out stale).
+        bank_id = self._bank_id(b, fresh=True) if self._delegated() else None
         # Not from the pool: a download lasts as long as its client reads (rcll.streams).
-        return self._shared.exports.stream(self.dsn, lambda conn: iter_export(conn, b))
+        return self._shared.exports.stream(self.dsn, lambda conn: iter_export(conn, b, bank_id=bank_id))
 
     def import_(self, source: str | os.PathLike[str] | IO[bytes], *, on_conflict: str = "error",
                 progress: Progress | None = None, restore: bool = False) -> ImportSummary:
@@ -1023,12 +1030,11 @@ class Memory:
         all_keys=True. A dry run by default (counts the versions)."""
         self.check_writable()
         b = self._bank(bank, "forget")
-        with self._tx() as conn:
-            row = conn.execute("SELECT rcll.forget_state(bank => %s, room => %s, key => %s, all_keys => %s, "
-                               "dry_run => %s, reason => %s)",
-                               (b, required_text(room, "room"), text_arg(key, "key"), bool(all_keys), bool(dry_run),
-                                text_arg(reason, "reason", limit=1000))).fetchone()
-        return Forgotten(bool(dry_run), {"state_versions": int(row[0]) if row else 0})
+        rows = self._bank_call(b, "forget_state", {"bank": b, "room": required_text(room, "room"), "key": text_arg(key, "key"),
+                                                   "all_keys": bool(all_keys), "dry_run": bool(dry_run),
+                                                   "reason": text_arg(reason, "reason", limit=1000)},
+                               agent=True, resolve=False, dicts=False)
+        return Forgotten(bool(dry_run), {"state_versions": int(rows[0][0]) if rows else 0})
 
     def drop_bank(self, name: str, *, confirm: str | None = None, dry_run: bool = True, reason: str | None = None,
                   purge: bool = False) -> Forgotten:
@@ -1070,6 +1076,7 @@ class Memory:
         why = required_text(reason, "reason", limit=1000)
         with admitted(WRITE):
             embedding = models.get_embedder(self.settings).embed([new])[0]
+            # Not delegated on a Citus cluster: rcll._in_bank_twins says why.
             with self._tx() as conn:
                 conn.execute("SELECT rcll.correct(bank => %s, unit_id => %s, text => %s, embedding => %s, reason => %s)",
                              (b, uid, new, embedding, why))

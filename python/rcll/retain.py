@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -19,7 +17,7 @@ import psycopg
 
 from rcll.chunking import chunk_text
 from rcll.citus import own_statement
-from rcll.document import Document, RetainResult
+from rcll.document import Document, InBank, RetainResult
 from rcll.errors import database_errors
 from rcll.extract import retain_extracted
 from rcll.models import get_embedder
@@ -84,16 +82,6 @@ _RETAIN_CHUNKS_IN_BANK = (
     " expires_at => %(expires_at)s)")
 
 
-@dataclass(frozen=True)
-class InBank:
-    """A write delegated to the bank's worker on a Citus cluster: the bank's id, and what the
-    writing transaction would have set - the agent (rcll.agent) and the units' expiry."""
-
-    bank_id: int
-    agent: str | None = None
-    expires_at: datetime | None = None
-
-
 def _write_chunks_in_bank(conn: psycopg.Connection[Any], bank: str, target: InBank, doc: Document, chunks: list[str],
                           vectors: np.ndarray[Any, np.dtype[np.float32]], via: str) -> RetainResult:
     with database_errors(), own_statement(conn):
@@ -107,11 +95,14 @@ def _write_chunks_in_bank(conn: psycopg.Connection[Any], bank: str, target: InBa
 
 def retain_in_bank(conn: psycopg.Connection[Any], bank: str, target: InBank, doc: Document, *, via: str = "python",
                    prepared: Prepared | None = None, settings: Settings = DEFAULTS) -> RetainResult:
-    """Chunk mode on a Citus cluster: one document written by rcll.retain_chunks_in_bank, sent on
-    `conn` (outside any transaction) as its own statement, which Citus runs whole on the worker
-    holding the bank - the same rows as retain() writes."""
+    """retain() on a Citus cluster: one document written by rcll.retain_chunks_in_bank (or, in the
+    extraction modes, rcll.retain_facts_in_bank), sent on `conn` (outside any transaction) as its
+    own statement, which Citus runs whole on the worker holding the bank - the same rows as
+    retain() writes."""
     check_bank(bank)
     doc.check(settings)
+    if settings.llm_provider != "none":
+        return retain_extracted(conn, bank, doc, mode=settings.llm_provider, via=via, settings=settings, in_bank=target)
     if prepared is None:
         texts = chunk_text(doc.content)
         prepared = texts, _embed(texts, settings)
@@ -164,6 +155,8 @@ def retain_many(conn: psycopg.Connection[Any], bank: str, docs: Iterable[Documen
     (retain_in_bank), its own transaction."""
     check_bank(bank)
     if settings.llm_provider != "none":
+        if in_bank is not None:
+            return [retain_in_bank(conn, bank, in_bank, d, via=via, settings=settings) for d in docs]
         return [retain(conn, bank, d, via=via, settings=settings) for d in docs]
     results: list[RetainResult] = []
     with ThreadPoolExecutor(max_workers=1) as pool:

@@ -207,9 +207,16 @@ def source_headers() -> dict[tuple[str, tuple[str, ...]], FunctionHeader]:
 
 def created_at_run_time() -> set[str]:
     """Functions the sources create from inside other functions (rcll.enable_in_database_models),
-    which no script defines: an upgrade leaves them alone."""
+    which no script defines: an upgrade leaves them alone. Among them the *_in_bank twins, which
+    rcll._make_in_bank_twin makes from the functions rcll._in_bank_twins() lists, and which it
+    replaces itself when their function's signature changes."""
     text = "\n".join(f.text for f in functions())
-    return {f"rcll.{n}" for n in re.findall(r"CREATE\s+OR\s+REPLACE\s+FUNCTION\s+rcll\.(\w+)", text, re.I)}
+    return ({f"rcll.{n}" for n in re.findall(r"CREATE\s+OR\s+REPLACE\s+FUNCTION\s+rcll\.(\w+)", text, re.I)}
+            | {f"rcll.{n}_in_bank" for n in _IN_BANK_TWIN.findall(text)})
+
+
+# An entry of rcll._in_bank_twins() (sql/functions/616-citus-delegated-verbs.sql): ('rcll.<name>', '{...}').
+_IN_BANK_TWIN = re.compile(r"\('rcll\.(\w+)', '\{[\w,]*\}'\)")
 
 
 def stale_functions(installed: dict[tuple[str, tuple[str, ...]], FunctionHeader]) -> list[FunctionHeader]:

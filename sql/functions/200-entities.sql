@@ -61,7 +61,8 @@ BEGIN
     -- for trigrams to mean anything)
     IF entity_id IS NULL AND length(key) >= 4 THEN
         SELECT a.entity_id, public.similarity(a.alias, key) INTO entity_id, score
-        FROM rcll.entity_aliases a JOIN rcll.entities e ON e.entity_id = a.entity_id
+        -- Joined on the bank too: on a Citus cluster a join must name the distribution column.
+        FROM rcll.entity_aliases a JOIN rcll.entities e ON e.bank_id = a.bank_id AND e.entity_id = a.entity_id
         WHERE a.bank_id = b AND a.alias OPERATOR(public.%) key
           AND rcll._types_compatible(e.entity_type, _resolve_entity.entity_type)
           AND public.similarity(a.alias, key) >= trigram_threshold
@@ -96,7 +97,7 @@ BEGIN
         matched_by := 'new';
     ELSIF _resolve_entity.entity_type IS NOT NULL THEN
         UPDATE rcll.entities e SET entity_type = _resolve_entity.entity_type
-        WHERE e.entity_id = _resolve_entity.entity_id AND e.entity_type IS NULL;
+        WHERE e.bank_id = b AND e.entity_id = _resolve_entity.entity_id AND e.entity_type IS NULL;
     END IF;
 
     -- every spelling seen becomes an alias of the entity (the first owner of a spelling keeps it)
@@ -115,10 +116,11 @@ RETURNS TABLE (entity_id bigint, canonical_name text, matched_by text)
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
+    b integer := rcll._bank_id(bank);
     r record;
 BEGIN
-    r := rcll._resolve_entity(rcll._bank_id(bank), name, entity_type, embedding, aliases);
-    RETURN QUERY SELECT e.entity_id, e.name, r.matched_by FROM rcll.entities e WHERE e.entity_id = r.entity_id;
+    r := rcll._resolve_entity(b, name, entity_type, embedding, aliases);
+    RETURN QUERY SELECT e.entity_id, e.name, r.matched_by FROM rcll.entities e WHERE e.bank_id = b AND e.entity_id = r.entity_id;
 END
 $$;
 COMMENT ON FUNCTION rcll.resolve_entity(text, text, text, vector, text[])

@@ -120,6 +120,8 @@ DECLARE
     t_start timestamptz; t_end timestamptz; v_from timestamptz; v_to timestamptz;
     f_hall text;
     f_room text;
+    f_tags text[];
+    spellings text[];
     ent jsonb;
     ent_emb public.vector;
     res record;
@@ -178,15 +180,16 @@ BEGIN
         f_hall := coalesce(retain_facts.hall, nullif(lower(btrim(f ->> 'hall')), ''));
         -- no room given: the janitor trigger (050-room-janitor.sql) classifies facts with rcll.classify_room
         f_room := coalesce(retain_facts.room, nullif(btrim(f ->> 'room'), ''));
+        -- Values, not subqueries, in the INSERT: Citus refuses a subquery in an INSERT's VALUES.
+        f_tags := ARRAY(SELECT DISTINCT x FROM unnest(coalesce(retain_facts.tags, '{}')
+                        || ARRAY(SELECT jsonb_array_elements_text(CASE WHEN jsonb_typeof(f -> 'tags') = 'array'
+                                                                       THEN f -> 'tags' ELSE '[]' END))) x ORDER BY x);
         INSERT INTO rcll.memory_units AS u
             (bank_id, document_id, kind, text, embedding, hall, layer, room, author, author_source, thread, tags,
              valid, occurred_start, occurred_end, mentioned_at, chunk_index, provenance, metadata)
         VALUES (b, doc, 'fact', btrim(f ->> 'text'), embeddings[i + 1], f_hall,
                 rcll._layer_for(f_hall, retain_facts.layer), f_room, stored.author, stored.author_source,
-                retain_facts.thread,
-                ARRAY(SELECT DISTINCT x FROM unnest(coalesce(retain_facts.tags, '{}')
-                      || ARRAY(SELECT jsonb_array_elements_text(CASE WHEN jsonb_typeof(f -> 'tags') = 'array'
-                                                                     THEN f -> 'tags' ELSE '[]' END))) x ORDER BY x),
+                retain_facts.thread, f_tags,
                 tstzrange(v_from, v_to), t_start, t_end, retain_facts.occurred_at, i, prov,
                 CASE WHEN jsonb_typeof(f -> 'metadata') = 'object' THEN f -> 'metadata' ELSE '{}' END)
         RETURNING u.unit_id INTO uid;
@@ -197,13 +200,12 @@ BEGIN
                                                            THEN f -> 'entities' ELSE '[]' END) e LOOP
             CONTINUE WHEN jsonb_typeof(ent) <> 'object' OR rcll._entity_key(ent ->> 'name') IS NULL;
             ent_emb := aux_embeddings[array_position(aux_texts, ent ->> 'name')];
-            res := rcll._resolve_entity(b, ent ->> 'name', nullif(btrim(ent ->> 'type'), ''), ent_emb,
-                                        ARRAY(SELECT jsonb_array_elements_text(CASE WHEN jsonb_typeof(ent -> 'aliases') = 'array'
-                                                                                   THEN ent -> 'aliases' ELSE '[]' END)));
+            spellings := ARRAY(SELECT jsonb_array_elements_text(CASE WHEN jsonb_typeof(ent -> 'aliases') = 'array'
+                                                                      THEN ent -> 'aliases' ELSE '[]' END));
+            res := rcll._resolve_entity(b, ent ->> 'name', nullif(btrim(ent ->> 'type'), ''), ent_emb, spellings);
+            spellings := ARRAY[ent ->> 'name'] || spellings;
             INSERT INTO rcll.unit_entities AS ue (unit_id, entity_id, bank_id, role, entity_type, spellings)
-            VALUES (uid, res.entity_id, b, nullif(btrim(ent ->> 'role'), ''), nullif(btrim(ent ->> 'type'), ''),
-                    ARRAY[ent ->> 'name'] || ARRAY(SELECT jsonb_array_elements_text(CASE WHEN jsonb_typeof(ent -> 'aliases') = 'array'
-                                                                                    THEN ent -> 'aliases' ELSE '[]' END)))
+            VALUES (uid, res.entity_id, b, nullif(btrim(ent ->> 'role'), ''), nullif(btrim(ent ->> 'type'), ''), spellings)
             ON CONFLICT ON CONSTRAINT unit_entities_pkey DO NOTHING;
             touched := touched || res.entity_id;
         END LOOP;
@@ -244,20 +246,20 @@ BEGIN
             FROM (SELECT o.unit_id,
                          (1 - (o.embedding OPERATOR(public.<=>) target_emb))::real
                          + 0.05 * (SELECT count(*) FROM rcll.unit_entities x JOIN rcll.unit_entities y
-                                     ON y.entity_id = x.entity_id
-                                   WHERE x.unit_id = o.unit_id AND y.unit_id = ids[i + 1]) AS sim
+                                     ON y.bank_id = x.bank_id AND y.entity_id = x.entity_id
+                                   WHERE x.bank_id = b AND x.unit_id = o.unit_id AND y.unit_id = ids[i + 1]) AS sim
                   FROM rcll.memory_units o
                   WHERE o.bank_id = b AND o.document_id IS DISTINCT FROM doc
                     AND o.superseded_by IS NULL AND upper_inf(o.valid) AND o.embedding IS NOT NULL
                     AND o.thread IS NOT DISTINCT FROM retain_facts.thread
-                    AND lower(o.valid) < (SELECT lower(u.valid) FROM rcll.memory_units u WHERE u.unit_id = ids[i + 1])
+                    AND lower(o.valid) < (SELECT lower(u.valid) FROM rcll.memory_units u WHERE u.bank_id = b AND u.unit_id = ids[i + 1])
                   ORDER BY o.embedding OPERATOR(public.<=>) target_emb
                   LIMIT 10) c
             WHERE c.sim >= supersede_threshold
             ORDER BY c.sim DESC, c.unit_id DESC
             LIMIT 1;
             IF cand.unit_id IS NOT NULL THEN
-                PERFORM rcll.supersede(cand.unit_id, ids[i + 1], NULL,
+                PERFORM rcll._supersede(b, cand.unit_id, ids[i + 1], NULL,
                                        jsonb_build_object('by', extraction, 'description', target, 'similarity', round(cand.sim::numeric, 3),
                                                           'threshold', supersede_threshold));
             END IF;

@@ -347,7 +347,7 @@ BEGIN
         ORDER BY c.sim DESC, c.unit_id DESC
         LIMIT 1;
         IF cand IS NOT NULL THEN
-            PERFORM rcll.supersede(cand, resupersede[i], NULL,
+            PERFORM rcll._supersede(b, cand, resupersede[i], NULL,
                 jsonb_build_object('by', 'forget', 'description', (SELECT u.text FROM rcll.memory_units u WHERE u.bank_id = b AND u.unit_id = resupersede[i]),
                                    'threshold', thresholds[i]));
         END IF;

@@ -92,7 +92,33 @@ DECLARE
     top  bigint;
     last bigint;
     called boolean;
+    g    integer;
+    lo   bigint;
+    hi   bigint;
 BEGIN
+    IF rcll._bank_pinned() THEN
+        -- On a Citus cluster each node draws a table's ids from a range of its own (node group g:
+        -- from g * 2^48), from its own copy of the sequence: each copy is moved past the largest id
+        -- in its node's range, the worker's by a command on the workers that only it runs.
+        FOR g IN SELECT DISTINCT n.groupid FROM pg_catalog.pg_dist_node n WHERE n.noderole = 'primary' ORDER BY 1 LOOP
+            lo := g::bigint << 48;
+            hi := (g::bigint + 1) << 48;
+            EXECUTE format('SELECT max(x.%I)::bigint FROM rcll.%I x WHERE x.%I >= $1 AND x.%I < $2',
+                           id_column, table_name, id_column, id_column) INTO top USING lo, hi;
+            top := CASE WHEN at_least >= lo AND at_least < hi THEN greatest(top, at_least) ELSE top END;
+            CONTINUE WHEN coalesce(top, 0) < 1;
+            IF g = 0 THEN
+                PERFORM setval(seq, greatest(top, (SELECT s.last_value FROM pg_catalog.pg_sequences s
+                                                    WHERE format('%I.%I', s.schemaname, s.sequencename)::regclass = seq::regclass)), true);
+            ELSE
+                PERFORM pg_catalog.run_command_on_workers(format(
+                    'SELECT setval(%L, %s, true) FROM pg_dist_local_group l WHERE l.groupid = %s '
+                    'AND coalesce((SELECT s.last_value FROM pg_sequences s WHERE format(''%%I.%%I'', s.schemaname, s.sequencename)::regclass = %L::regclass), 0) < %s',
+                    seq, top, g, seq, top));
+            END IF;
+        END LOOP;
+        RETURN;
+    END IF;
     top := rcll._max_id(table_name, id_column);
     EXECUTE format('SELECT s.last_value, s.is_called FROM %s s', seq) INTO last, called;
     top := greatest(coalesce(top, 0), coalesce(at_least, 0), CASE WHEN called THEN last ELSE last - 1 END);
@@ -101,7 +127,7 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION rcll._restore_sequence(text, text, bigint) IS 'Internal: move an identity sequence past the table''s largest id and at_least (never backwards).';
+COMMENT ON FUNCTION rcll._restore_sequence(text, text, bigint) IS 'Internal: move an identity sequence past the table''s largest id and at_least (never backwards); on a Citus cluster each node''s copy past the largest id in its node''s range.';
 
 CREATE OR REPLACE FUNCTION rcll.restore_begin(bank_row jsonb, on_conflict text DEFAULT 'error', max_ids jsonb DEFAULT '{}')
 RETURNS integer
@@ -144,6 +170,11 @@ BEGIN
         RAISE EXCEPTION 'bank: bank "%" already exists in this database', bname USING ERRCODE = 'RC004', COLUMN = 'bank',
             HINT = 'Restore into an empty database, or choose on_conflict => ''skip'' (keep existing rows) or ''replace'' (overwrite them).';
     END IF;
+    -- On a Citus cluster the sequences below are moved past the largest id of every bank (a read
+    -- of every shard, in parallel by default), then the banks row is written - to a reference
+    -- table, which Citus refuses after a parallel read in one transaction ("cannot modify table
+    -- banks because there was a parallel operation on a distributed table"): one connection a node.
+    PERFORM pg_catalog.set_config('citus.multi_shard_modify_mode', 'sequential', true) WHERE rcll._bank_pinned();
     -- Only once the restore is accepted: setval is not rolled back with a refused transaction.
     FOR t IN SELECT * FROM rcll.export_tables() e WHERE e.id_column IS NOT NULL LOOP
         PERFORM rcll._restore_sequence(t.table_name, t.id_column, (max_ids ->> t.table_name)::bigint);
@@ -185,6 +216,7 @@ DECLARE
     n      bigint := 0;
     k      text;
     v      text;
+    taken  bigint[];
 BEGIN
     SELECT * INTO st FROM rcll._restore_state();
     SELECT e.* INTO t FROM rcll._export_table(table_name) e;
@@ -237,13 +269,15 @@ BEGIN
             WHERE e.entity_id <> (x ->> 'entity_id')::bigint
             ON CONFLICT DO NOTHING;
         END IF;
-        EXECUTE format(
-            'INSERT INTO pg_temp.rcll_restore_ids (tbl, old_id, new_id) '
-            'SELECT %L, s.old, nextval(%L) FROM (SELECT DISTINCT (x ->> %L)::bigint AS old FROM jsonb_array_elements($1) x) s '
-            'WHERE NOT EXISTS (SELECT 1 FROM pg_temp.rcll_restore_ids m WHERE m.tbl = %L AND m.old_id = s.old) '
-            '  AND EXISTS (SELECT 1 FROM %s y WHERE y.%I = s.old AND y.bank_id <> $2) '
-            'ORDER BY s.old',
-            t.table_name, seq, t.id_column, t.table_name, rel, t.id_column) USING rows, st.bank_id;
+        -- The ids of the batch another bank holds, read apart from the session's own tables (Citus
+        -- refuses a statement joining a temporary table with a distributed one).
+        EXECUTE format('SELECT coalesce(array_agg(DISTINCT y.%I), ''{}'') FROM %s y WHERE y.%I = ANY ($1) AND y.bank_id <> $2',
+                       t.id_column, rel, t.id_column)
+            INTO taken USING ARRAY(SELECT DISTINCT (x ->> t.id_column)::bigint FROM jsonb_array_elements(rows) x), st.bank_id;
+        INSERT INTO pg_temp.rcll_restore_ids (tbl, old_id, new_id)
+        SELECT t.table_name, s.old, nextval(seq::regclass) FROM unnest(taken) AS s(old)
+        WHERE NOT EXISTS (SELECT 1 FROM pg_temp.rcll_restore_ids m WHERE m.tbl = t.table_name AND m.old_id = s.old)
+        ORDER BY s.old;
     END IF;
 
     -- 2. Each row as this database will hold it: this bank's id, identities mapped.
@@ -294,19 +328,24 @@ DECLARE
     t      record;
     counts jsonb;
     missing bigint;
+    pairs  jsonb;
 BEGIN
     SELECT * INTO st FROM rcll._restore_state();
-    -- Supersession links, now that every unit of the import exists.
-    EXECUTE 'SELECT count(*) FROM pg_temp.rcll_restore_pending p WHERE NOT EXISTS ('
-            'SELECT 1 FROM rcll.memory_units u WHERE u.unit_id = (rcll._restore_ref(''memory_units'', to_jsonb(p.superseded_by)) #>> ''{}'')::bigint)'
-        INTO missing;
+    -- Supersession links, now that every unit of the import exists: the pairs (unit, the unit
+    -- superseding it, as this database numbers them) read from the session's table first - Citus
+    -- refuses a statement joining a temporary table with a distributed one.
+    EXECUTE 'SELECT coalesce(jsonb_agg(jsonb_build_array(p.unit_id, rcll._restore_ref(''memory_units'', to_jsonb(p.superseded_by))) '
+            'ORDER BY p.unit_id), ''[]'') FROM pg_temp.rcll_restore_pending p'
+        INTO pairs;
+    SELECT count(*) INTO missing FROM jsonb_array_elements(pairs) p
+    WHERE NOT EXISTS (SELECT 1 FROM rcll.memory_units u WHERE u.bank_id = st.bank_id AND u.unit_id = (p ->> 1)::bigint);
     IF missing > 0 THEN
         RAISE EXCEPTION 'memory_units: % unit(s) are superseded by units the import does not contain', missing
             USING ERRCODE = 'RC008', COLUMN = 'memory_units', HINT = 'Import every table of the export (memory_units.jsonl in full).';
     END IF;
     PERFORM rcll._restore_execute('memory_units',
-        'UPDATE rcll.memory_units u SET superseded_by = (rcll._restore_ref(''memory_units'', to_jsonb(p.superseded_by)) #>> ''{}'')::bigint '
-        'FROM pg_temp.rcll_restore_pending p WHERE u.unit_id = p.unit_id AND u.bank_id = $2', NULL, st.bank_id);
+        'UPDATE rcll.memory_units u SET superseded_by = (p ->> 1)::bigint '
+        'FROM jsonb_array_elements($1) p WHERE u.bank_id = $2 AND u.unit_id = (p ->> 0)::bigint', pairs, st.bank_id);
 
     FOR t IN SELECT * FROM rcll.export_tables() e WHERE e.id_column IS NOT NULL LOOP
         PERFORM rcll._restore_sequence(t.table_name, t.id_column, 0);

@@ -13,14 +13,17 @@ nothing stored.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import numpy as np
 import psycopg
+from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from rcll.chunking import chunk_text
-from rcll.document import Document, RetainResult
+from rcll.citus import named_call, own_statement
+from rcll.document import Document, InBank, RetainResult
 from rcll.errors import Code, RcllError, database_errors
 from rcll.extract import anthropic_extractor, offline
 from rcll.extract.anthropic_extractor import ExtractionFailed
@@ -49,6 +52,30 @@ def _db(call: Any) -> Any:
         return call()
 
 
+_VECTORS = sql.SQL("vector[]")
+_CASTS = {"embeddings": _VECTORS, "aux_embeddings": _VECTORS, "aux_texts": sql.SQL("text[]")}
+
+
+def _write(conn: psycopg.Connection[Any], function: str, args: dict[str, Any],
+           in_bank: InBank | None, carries: tuple[str, ...] = ("agent", "expires_at")) -> Any:
+    """The first row of rcll.<function>(args by name) in a transaction of its own; with in_bank
+    (a Citus cluster), of its *_in_bank twin sent as its own statement, which Citus runs whole
+    on the bank's worker, with what the twin carries of the transaction (616-citus-delegated-verbs.sql)."""
+    if in_bank is None:
+        with conn.transaction():
+            return _db(lambda: conn.execute(named_call(function, args, casts=_CASTS), args).fetchone())
+    given = {"agent": in_bank.agent or None, "expires_at": in_bank.expires_at}
+    params = {**args, **{k: given[k] for k in carries}, "bank_id": in_bank.bank_id}
+    with own_statement(conn):
+        return _db(lambda: conn.execute(named_call(function, [*args, *carries], in_bank=True, casts=_CASTS),
+                                        params).fetchone())
+
+
+def _read(conn: psycopg.Connection[Any], in_bank: InBank | None) -> AbstractContextManager[Any]:
+    """A read before a delegated write goes as its own statement too (no transaction left open)."""
+    return own_statement(conn) if in_bank is not None else nullcontext(conn)
+
+
 def extract_facts(doc: Document, mode: str, client: Any = None,
                   settings: Settings = DEFAULTS) -> tuple[list[Fact], list[dict[str, Any]]]:
     """(facts, ledger calls) for a document; raises ExtractionFailed for the LLM."""
@@ -62,19 +89,22 @@ def extract_facts(doc: Document, mode: str, client: Any = None,
 
 
 def retain_extracted(conn: psycopg.Connection[Any], bank: str, doc: Document, *, mode: str, via: str = "python",
-                     client: Any = None, settings: Settings = DEFAULTS) -> RetainResult:
+                     client: Any = None, settings: Settings = DEFAULTS, in_bank: InBank | None = None) -> RetainResult:
+    """Extract, embed and write one document (one transaction for its rows). in_bank: on a Citus
+    cluster, each write is one call delegated whole to the bank's worker (rcll.retain_facts_in_bank)."""
     policy = settings.extraction_failure
-    existing = _db(lambda: conn.execute(
-        "SELECT document_id, unit_ids, extraction FROM rcll.find_document(bank => %(bank)s,"
-        " content => %(content)s, thread => %(thread)s)",
-        {"bank": bank, "content": doc.content, "thread": doc.thread}).fetchone())
+    with _read(conn, in_bank):
+        existing = _db(lambda: conn.execute(
+            "SELECT document_id, unit_ids, extraction FROM rcll.find_document(bank => %(bank)s,"
+            " content => %(content)s, thread => %(thread)s)",
+            {"bank": bank, "content": doc.content, "thread": doc.thread}).fetchone())
     if existing is not None:                   # no model call, no duplicate facts
         return RetainResult(int(existing[0]), [int(u) for u in existing[1]], False, str(existing[2]))
 
     try:
         facts, calls = extract_facts(doc, mode, client, settings)
     except ExtractionFailed as failed:
-        return _failed(conn, bank, doc, via, policy, str(failed), failed.calls, settings)
+        return _failed(conn, bank, doc, via, policy, str(failed), failed.calls, settings, in_bank)
 
     extraction = "llm" if mode == "anthropic" else "offline"
     if not facts:       # only trivial text may come back empty (else it failed): keep it verbatim
@@ -87,41 +117,25 @@ def retain_extracted(conn: psycopg.Connection[Any], bank: str, doc: Document, *,
     vectors = _embed([f.text for f in facts] + aux, settings)
     params = {"bank": bank, "content": doc.content, "facts": Jsonb([f.as_json() for f in facts]),
               "embeddings": list(vectors[:len(facts)]), "aux_texts": aux, "aux_embeddings": list(vectors[len(facts):]),
-              "extraction": extraction, "llm_calls": Jsonb(calls), "known": extraction == "offline",
-              "threshold": SUPERSEDE_THRESHOLD[extraction], **doc.fields(via)}
-    with conn.transaction():
-        row = _db(lambda: conn.execute(
-            "SELECT * FROM rcll.retain_facts(bank => %(bank)s, content => %(content)s, facts => %(facts)s,"
-            " embeddings => %(embeddings)s::vector[], aux_texts => %(aux_texts)s::text[],"
-            " aux_embeddings => %(aux_embeddings)s::vector[], extraction => %(extraction)s,"
-            " llm_calls => %(llm_calls)s, source => %(source)s, occurred_at => %(occurred_at)s, room => %(room)s,"
-            " thread => %(thread)s, tags => %(tags)s, hall => %(hall)s, layer => %(layer)s,"
-            " metadata => %(metadata)s, via => %(via)s, author => %(author)s,"
-            " match_known_entities => %(known)s, supersede_threshold => %(threshold)s)", params).fetchone())
+              "extraction": extraction, "llm_calls": Jsonb(calls), **doc.fields(via),
+              "match_known_entities": extraction == "offline", "supersede_threshold": SUPERSEDE_THRESHOLD[extraction]}
+    row = _write(conn, "retain_facts", params, in_bank)
     assert row is not None
     return RetainResult(int(row[0]), [int(u) for u in row[1]], bool(row[2]), extraction)
 
 
 def _failed(conn: psycopg.Connection[Any], bank: str, doc: Document, via: str, policy: str, error: str,
-            calls: list[dict[str, Any]], settings: Settings) -> RetainResult:
+            calls: list[dict[str, Any]], settings: Settings, in_bank: InBank | None) -> RetainResult:
     if policy == "error":
         if calls:                              # the tokens were spent: the ledger says so
-            with conn.transaction():
-                _db(lambda: conn.execute("SELECT rcll.record_llm_calls(bank => %(bank)s, calls => %(calls)s)",
-                                         {"bank": bank, "calls": Jsonb(calls)}))
+            _write(conn, "record_llm_calls", {"bank": bank, "calls": Jsonb(calls)}, in_bank, carries=())
         raise RcllError("extraction", error, "retry later, or set RCLL_EXTRACTION_FAILURE=chunks to store "
                                              "failed documents as chunks tagged extraction:failed",
                         code=Code.UNAVAILABLE)
     chunks = chunk_text(doc.content)
     vectors = _embed(chunks, settings)
-    with conn.transaction():
-        row = _db(lambda: conn.execute(
-            "SELECT * FROM rcll.retain_chunks(bank => %(bank)s, content => %(content)s,"
-            " chunks => %(chunks)s, embeddings => %(embeddings)s::vector[], extraction_error => %(error)s,"
-            " llm_calls => %(llm_calls)s, source => %(source)s, occurred_at => %(occurred_at)s, room => %(room)s,"
-            " thread => %(thread)s, tags => %(tags)s, hall => %(hall)s, layer => %(layer)s,"
-            " metadata => %(metadata)s, via => %(via)s, author => %(author)s)",
-            {"bank": bank, "content": doc.content, "chunks": chunks, "embeddings": list(vectors), "error": error,
-             "llm_calls": Jsonb(calls), **doc.fields(via)}).fetchone())
+    row = _write(conn, "retain_chunks", {"bank": bank, "content": doc.content, "chunks": chunks,
+                                         "embeddings": list(vectors), "extraction_error": error,
+                                         "llm_calls": Jsonb(calls), **doc.fields(via)}, in_bank)
     assert row is not None
     return RetainResult(int(row[0]), [int(u) for u in row[1]], bool(row[2]), "failed")
