@@ -49,7 +49,7 @@ AS $$
     -- audit row goes to a reference table, a copy on every node, and a delegated call runs in a
     -- backend Citus opened for it, which keeps no connection to the other nodes past its
     -- transaction (connection_management.c, ShouldShutdownConnection): each correction opened new
-    -- ones (bench.citus_delegation: 77 ms p50 delegated, 29 routed), and it needs every node either way.
+    -- ones (slower than routing it: bench.citus_delegation, docs/benchmarks.md), and it needs every node either way.
     SELECT t.base::regproc::regprocedure, t.carries::text[] FROM (VALUES
         ('rcll.recall', '{}'),
         ('rcll.recall_candidates', '{}'),
