@@ -13,9 +13,10 @@ CITUS_PORT ?= 9700
 run: bootstrap extension $(if $(filter-out 0,$(WORKERS)),citus)
 	.venv/bin/rcll serve $(if $(filter-out 0,$(WORKERS)),--citus-workers $(WORKERS) --citus-port $(CITUS_PORT))
 
-# Two workers (pytest-xdist), whole files each: a test waiting on a server, a subprocess or the
-# database leaves the other core to the second worker. TEST_WORKERS=0 runs in one process.
-TEST_WORKERS ?= 2
+# One pytest-xdist worker more than the cores, whole files each: a test waiting on a server, a
+# subprocess or a failover leaves its core to the others (with one a core, two cores sat 11% idle
+# over a run). TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 # Bytecode is cached even where PYTHONDONTWRITEBYTECODE is set: every `rcll` subprocess, server
 # and plpython3u backend a test starts would otherwise compile rcll's modules from source again,
 # and pytest rewrite every test module in each worker.
