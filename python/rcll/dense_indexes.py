@@ -143,14 +143,20 @@ def apply(dsn: str, min_units: int | None = None, progress: Callable[[Step, floa
         row = conn.execute("SELECT rcll.dense_index_build_lock()").fetchone()
         if not (row and row[0]):
             raise BuildUnderWay()
-        steps = plan(conn, min_units, max_share, m, ef_construction)
-        if maintenance_work_mem:
-            conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (maintenance_work_mem,))
-        for s in steps:
-            if tracker:
-                tracker.at(s.step, len(steps), s.why)
-            t = time.perf_counter()
-            conn.execute(s.statement.encode())       # the statement rcll.dense_index_plan wrote
-            if progress:
-                progress(s, time.perf_counter() - t)
+        try:
+            steps = plan(conn, min_units, max_share, m, ef_construction)
+            if maintenance_work_mem:
+                conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (maintenance_work_mem,))
+            for s in steps:
+                if tracker:
+                    tracker.at(s.step, len(steps), s.why)
+                t = time.perf_counter()
+                conn.execute(s.statement.encode())       # the statement rcll.dense_index_plan wrote
+                if progress:
+                    progress(s, time.perf_counter() - t)
+        finally:
+            # Released now, not as the session ends: a backend lets its locks go after its client
+            # has hung up, and the next run could find this one's still held (BuildUnderWay).
+            if not (conn.closed or conn.broken):
+                conn.execute("SELECT rcll.dense_index_build_unlock()")
     return steps

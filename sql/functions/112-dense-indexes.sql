@@ -244,3 +244,15 @@ AS $$
 $$;
 COMMENT ON FUNCTION rcll.dense_index_build_lock()
     IS 'Takes the lock a run of rcll.dense_index_plan()''s statements holds (session-level, released when the session ends): true when this session now holds it, false when another session does (a run is under way). rcll dense-indexes --apply and the periodic jobs take it before they read the plan.';
+
+CREATE OR REPLACE FUNCTION rcll.dense_index_build_unlock()
+RETURNS boolean
+LANGUAGE sql VOLATILE
+AS $$
+    -- The run lets the lock go as it ends rather than with its session: a backend releases its
+    -- locks as it exits, after its client has hung up, so a run started right after another
+    -- could still find the lock held and take the first for one under way.
+    SELECT pg_catalog.pg_advisory_unlock(pg_catalog.hashtext('rcll.dense_index_plan'))
+$$;
+COMMENT ON FUNCTION rcll.dense_index_build_unlock()
+    IS 'Releases the lock rcll.dense_index_build_lock() took in this session: true when it held it. A run of the plan calls it as it ends.';
