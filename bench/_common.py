@@ -1,4 +1,4 @@
-"""Shared benchmark plumbing: a throwaway embedded cluster, fresh rcll databases, Markdown tables.
+"""Shared benchmark plumbing: a throwaway embedded cluster (or Citus cluster), fresh rcll databases, Markdown tables.
 
 The benchmarks run as modules from the repository root (`.venv/bin/python -m bench.recall`), with
 the rcll package imported from the venv (scripts/bootstrap installs it editable).
@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from rcll import cluster, install
+from rcll import citus_cluster, cluster, install
 from rcll.db import configure
 from rcll.settings import Settings
 
@@ -60,6 +60,18 @@ def fresh_database(name: str = "bench", port: int = 55490) -> Iterator[str]:
         return
     with embedded_cluster(port) as c:
         yield create_database(c, name)
+
+
+@contextmanager
+def citus_store(first_port: int, workers: int = 2) -> Iterator[citus_cluster.CitusCluster]:
+    """A throwaway Citus cluster on loopback (rcll.citus_cluster.throwaway: a coordinator on
+    first_port, the workers after it) with rcll installed on the coordinator, and so distributed by
+    bank; stopped and removed afterwards. Citus must be built in (citus_missing)."""
+    with citus_cluster.throwaway(workers, first_port) as cl:
+        with psycopg.connect(cl.url()) as conn:
+            install.install(conn)
+            conn.commit()
+        yield cl
 
 
 def connect(dsn: str, **kw: Any) -> psycopg.Connection[Any]:

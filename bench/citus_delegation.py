@@ -22,9 +22,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import psycopg
-
-from rcll import Memory, citus_cluster, install
+from bench._common import citus_store
+from rcll import Memory, citus_cluster
 from rcll.settings import DEFAULTS
 
 BANK = "delegation"
@@ -45,10 +44,7 @@ def main() -> int:
     if missing:
         print(missing)
         return 2
-    with citus_cluster.throwaway(2, args.port) as cl:
-        with psycopg.connect(cl.url()) as conn:
-            install.install(conn)
-            conn.commit()
+    with citus_store(args.port) as cl:
         offline = DEFAULTS.replace(llm_provider="offline")
         with Memory(cl.url(), bank=BANK, agent="alice", settings=offline) as m:
             m.create_bank(BANK)

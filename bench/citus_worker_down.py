@@ -22,7 +22,8 @@ from typing import Any
 
 import psycopg
 
-from rcll import Memory, citus_cluster, install
+from bench._common import citus_store
+from rcll import Memory, citus_cluster
 from rcll.errors import RcllError
 from rcll.settings import DEFAULTS
 
@@ -46,10 +47,7 @@ def main() -> int:
     if missing:
         print(missing)
         return 2
-    with citus_cluster.throwaway(2, args.port) as cl:
-        with psycopg.connect(cl.url()) as conn:
-            install.install(conn)
-            conn.commit()
+    with citus_store(args.port) as cl:
         banks = [f"team{i}" for i in range(6)]
         with Memory(cl.url()) as m:
             for b in banks:
