@@ -174,6 +174,15 @@ def test_psql_can_export_a_table(db: psycopg.Connection[Any]) -> None:
         db.execute("SELECT rcll.export_rows('b', 'pg_authid')")
 
 
+def test_the_one_call_export_prints_with_export_rows_settings(db: psycopg.Connection[Any]) -> None:
+    # rcll.export_stream (the delegated export) takes rcll.export_rows' print settings from the catalog.
+    settings = {str(f): list(c) for f, c in db.execute(
+        "SELECT p.oid::regprocedure::text, p.proconfig FROM pg_proc p "
+        "WHERE p.oid IN ('rcll.export_rows(text, text)'::regprocedure, 'rcll.export_stream(text)'::regprocedure)")}
+    assert settings["rcll.export_stream(text)"] == settings["rcll.export_rows(text,text)"]
+    assert "TimeZone=UTC" in settings["rcll.export_rows(text,text)"]
+
+
 def test_import_into_existing_bank_needs_a_conflict_policy(db: psycopg.Connection[Any], tmp_path: Path) -> None:
     _rich(db)
     export_bank(db, BANK, tmp_path / "x")
