@@ -1,10 +1,11 @@
 """Score a `bench.longmemeval.run --dump` file again, without retaining or recalling anything.
 
-    .venv/bin/python -m bench.longmemeval.score DUMP [--data FILE]
+    .venv/bin/python -m bench.longmemeval.score DUMP [DUMP ...] [--data FILE]
 
 A dump holds each recall's ranking (the turns, in rank order) with its question, index, reading
 rule and deadline; this prints the run's quality tables from it - the halves and all, then each
-question type - for whatever questions it holds (a run stopped part way scores the part it did).
+question type - for whatever questions it holds (a run stopped part way scores the part it did;
+several dumps, e.g. runs over disjoint --ids, are scored as one).
 Sessions come from the turns' keys ("<session>:<index>"), deduplicated in rank order, as the run
 maps them.
 """
@@ -29,14 +30,15 @@ def _session_of(turn: str) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("dump")
+    ap.add_argument("dump", nargs="+")
     ap.add_argument("--data", default=str(DEFAULT_PATH), help="longmemeval_s.json.gz (or the oracle file)")
     args = ap.parse_args()
     questions = {q.id: q for q in scored(load(args.data))}
     session: dict[tuple[str, Any], Means] = defaultdict(lambda: Means(SESSION_METRICS))
     turn: dict[tuple[str, Any], Means] = defaultdict(lambda: Means(TURN_METRICS))
     rows_of: list[tuple[str, str, Any]] = []
-    for line in Path(args.dump).read_text().splitlines():
+    lines = [line for dump in args.dump for line in Path(dump).read_text().splitlines()]
+    for line in lines:
         rec = json.loads(line)
         q = questions[rec["id"]]
         row = (rec["index"], rec["reads"], rec["deadline_ms"])
