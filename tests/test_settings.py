@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "python" / "rcll"
 NAME = re.compile(r"\b(?:RCLL_[A-Z][A-Z_]*[A-Z]|LLM_PROVIDER|ANTHROPIC_[A-Z_]*[A-Z]|TOKENIZERS_PARALLELISM)\b")
 # Named in README.md but read by other programs: the TypeScript client's example and the benchmarks.
-NOT_SETTINGS = {"RCLL_TOKEN", "RCLL_LOCOMO"}
+NOT_SETTINGS = {"RCLL_TOKEN", "RCLL_LOCOMO", "RCLL_LONGMEMEVAL"}
 # The only modules that may touch os.environ: the settings themselves and the CLI, which reads them.
 EDGES = {"settings.py", "cli.py"}
 
