@@ -62,6 +62,7 @@ INDEX_NAMES = {"all": "every turn indexed (RCLL's retain)", "user": "user turns 
 
 
 Row = tuple[str, str, int | None]      # index, reads, deadline_ms
+HALVES = {"a": "half a (choose)", "b": "half b (report)"}
 
 
 def row_name(row: Row) -> str:
@@ -111,6 +112,33 @@ class CountingEmbedder:
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         self.counted += len(texts)
         return list(self.embedder.count_tokens(texts))
+
+
+def quality_table(session: dict[tuple[str, Row], Means], turn: dict[tuple[str, Row], Means], groups: Sequence[str],
+                  rows_of: Sequence[Row]) -> str:
+    """The quality table: a row per group of questions and reading (index, reads, deadline)."""
+    rows: list[list[Any]] = []
+    for g in groups:
+        for r in rows_of:
+            sm, tq = session[(g, r)].mean(), turn[(g, r)].mean()
+            if sm:
+                rows.append([f"{g}, {session[(g, r)].counts['all']}", row_name(r), *(sm[m] for m in SESSION_METRICS),
+                             *(tq.get(m, float("nan")) for m in TURN_METRICS)])
+    return table(["questions", "index", *(f"session {m}" for m in SESSION_METRICS), *(f"turn {m}" for m in TURN_METRICS)],
+                 rows)
+
+
+def type_table(session: Means, turn: Means) -> str:
+    """One group's and reading's scores per question type, "all" last."""
+    rows: list[list[Any]] = []
+    for qt in [*TYPES, "all"]:
+        sm, tq = session.mean(qt), turn.mean(qt)
+        if sm:
+            rows.append([qt, session.counts[qt], sm["recall_any@5"], sm["recall_any@10"], sm["ndcg_any@10"],
+                         tq.get("recall_any@10", float("nan")), tq.get("recall_any@50", float("nan")),
+                         tq.get("ndcg_any@10", float("nan"))])
+    return table(["type", "n", "session recall_any@5", "session recall_any@10", "session ndcg_any@10",
+                  "turn recall_any@10", "turn recall_any@50", "turn ndcg_any@10"], rows)
 
 
 def retain_question(conn: Any, cache: CachedEmbedder, q: Question, bank: str, roles: tuple[str, ...]) -> dict[int, tuple[str, str]]:
@@ -185,8 +213,7 @@ def main() -> int:
         return 0
 
     groups = {"all": {q.id for q in questions}} if args.half else {
-        "half a (choose)": {q.id for q in questions if q.half == "a"},
-        "half b (report)": {q.id for q in questions if q.half == "b"}, "all": {q.id for q in questions}}
+        **{name: {q.id for q in questions if q.half == h} for h, name in HALVES.items()}, "all": {q.id for q in questions}}
     session = {(g, r): Means(SESSION_METRICS) for g in groups for r in rows_of}
     turn = {(g, r): Means(TURN_METRICS) for g in groups for r in rows_of}
     lat: dict[Row, dict[str, list[float]]] = {r: defaultdict(list) for r in rows_of}
@@ -261,27 +288,10 @@ def main() -> int:
     settings = ", ".join(f"{k} {v}" for k, v in (("rerank_depth", args.rerank_depth), ("context_depth", args.context_depth))
                          if v is not None) or "default settings"
     print(f"\nLongMemEval {Path(args.data).name}, {len(questions)} questions (abstention left out), {settings}\n")
-    rows: list[list[Any]] = []
-    for g in groups:
-        for r in rows_of:
-            sm, tq = session[(g, r)].mean(), turn[(g, r)].mean()
-            if not sm:
-                continue
-            rows.append([f"{g}, {session[(g, r)].counts['all']}", row_name(r), *(sm[m] for m in SESSION_METRICS),
-                         *(tq.get(m, float("nan")) for m in TURN_METRICS)])
-    print(table(["questions", "index", *(f"session {m}" for m in SESSION_METRICS), *(f"turn {m}" for m in TURN_METRICS)],
-                rows))
+    print(quality_table(session, turn, list(groups), rows_of))
     for r in rows_of:
         print(f"\nper question type, {row_name(r)}, all {len(questions)} questions\n")
-        rows = []
-        for qt in [*TYPES, "all"]:
-            sm, tq = session[("all", r)].mean(qt), turn[("all", r)].mean(qt)
-            if sm:
-                rows.append([qt, session[("all", r)].counts[qt], sm["recall_any@5"], sm["recall_any@10"],
-                             sm["ndcg_any@10"], tq.get("recall_any@10", float("nan")),
-                             tq.get("recall_any@50", float("nan")), tq.get("ndcg_any@10", float("nan"))])
-        print(table(["type", "n", "session recall_any@5", "session recall_any@10", "session ndcg_any@10",
-                     "turn recall_any@10", "turn recall_any@50", "turn ndcg_any@10"], rows))
+        print(type_table(session[("all", r)], turn[("all", r)]))
         if turn[("all", r)].no_gold:
             print(f"({turn[('all', r)].no_gold} questions without a has_answer turn at this index: left out at turn level)")
     load1 = os.getloadavg()
