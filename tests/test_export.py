@@ -175,7 +175,7 @@ def test_psql_can_export_a_table(db: psycopg.Connection[Any]) -> None:
 
 
 def test_the_one_call_export_prints_with_export_rows_settings(db: psycopg.Connection[Any]) -> None:
-    # rcll.export_stream (the delegated export) takes rcll.export_rows' print settings from the catalog.
+    # rcll.export_stream (the delegated export) spells rcll.export_rows' print settings again: held equal.
     settings = {str(f): list(c) for f, c in db.execute(
         "SELECT p.oid::regprocedure::text, p.proconfig FROM pg_proc p "
         "WHERE p.oid IN ('rcll.export_rows(text, text)'::regprocedure, 'rcll.export_stream(text)'::regprocedure)")}

@@ -51,7 +51,7 @@ class CachedEmbedder:
 
     def embed(self, texts: Sequence[str], batch: int = 1024) -> np.ndarray:
         # Up to `batch` texts a call: the embedder sorts a call's texts by length before it batches
-        # them, so the more a call holds, the less padding. A question's ~500 turns in one call took
+        # them, so the more a call holds, the less padding. A question's ~460 turns in one call took
         # 0.61 of the time in calls of 64 (`--embed-only`'s rate); a stopped run loses one call.
         todo = self.missing(texts)
         self.hits += len(texts) - len(todo)
